@@ -1,0 +1,24 @@
+// Package idem is the runtime behind the wrappers idemgen generates: it runs a
+// message handler at most once per (consumer, key), in one PostgreSQL
+// transaction with the inbox row that records the key.
+//
+// A generated wrapper declares the handler's inbox [Table] (its key and the SQL
+// of its table) and hands it to [NewInbox]; the protocol itself lives here,
+// once, for every handler:
+//
+//  1. Validate the key and fingerprint the message (SHA-256 of its JSON
+//     encoding, or of [Fingerprinter]).
+//  2. In one round trip: BEGIN, bound the wait for a concurrent claim of the same
+//     key (lock_timeout, restored right after), and claim the key with
+//     INSERT ... ON CONFLICT DO NOTHING.
+//  3. Not claimed: roll back and read the committed row in a fresh snapshot (one
+//     more round trip). Same fingerprint: [Duplicate] with the stored result;
+//     different: [ErrKeyReused]; still running: [ErrInProgress].
+//  4. Claimed: call the handler with the same transaction. An error or a panic
+//     rolls everything back (the panic is re-raised).
+//  5. In one round trip: store the result in the inbox row and COMMIT. Then
+//     return [Processed]; the caller acks.
+//
+// The caller acks a message exactly when the returned error is nil: both
+// [Processed] and [Duplicate] mean the message's effect is committed.
+package idem

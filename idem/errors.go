@@ -1,0 +1,69 @@
+package idem
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// The errors a caller branches on. Handle wraps them in an *Error that names the
+// consumer and the key; test them with errors.Is.
+var (
+	// ErrInProgress: another delivery of the same key holds the claim and did
+	// not finish within the claim wait. Retry the message later (nack with a
+	// delay); never run it in parallel.
+	ErrInProgress = errors.New("idem: another delivery of this key is in progress")
+
+	// ErrKeyReused: the key was processed before for a message with a different
+	// payload (its fingerprint differs). The producer reused a key or the data
+	// changed; dead-letter the message or alert, never drop it silently.
+	ErrKeyReused = errors.New("idem: key already used by a message with a different payload")
+
+	// ErrInvalidKey: a key part is empty, missing or malformed. Nothing was
+	// written; the message can never succeed as it is, so dead-letter it.
+	ErrInvalidKey = errors.New("idem: invalid key")
+
+	// ErrRetryable marks errors that a later attempt may not have: a
+	// serialization failure or deadlock (SQLSTATE 40001, 40P01), or a claim
+	// that conflicted with a row that was gone when read back. Nothing was
+	// committed; redeliver.
+	ErrRetryable = errors.New("idem: retryable")
+)
+
+// Error is the error Handle returns: what went wrong, for which consumer and
+// key. Err is one of the sentinel errors above or the handler's own error,
+// wrapped; errors.Is and errors.As see through Error.
+type Error struct {
+	Consumer string
+	// Key renders the key parts as Field=value pairs; it is empty when the key
+	// itself could not be extracted.
+	Key string
+	Err error
+
+	retryable bool
+}
+
+func (e *Error) Error() string {
+	var b strings.Builder
+	b.WriteString(e.Err.Error())
+	b.WriteString(" (consumer ")
+	b.WriteString(e.Consumer)
+	if e.Key != "" {
+		b.WriteString(", key ")
+		b.WriteString(e.Key)
+	}
+	b.WriteString(")")
+	return b.String()
+}
+
+// Unwrap returns the underlying error.
+func (e *Error) Unwrap() error { return e.Err }
+
+// Is reports whether e is retryable when target is ErrRetryable.
+func (e *Error) Is(target error) bool { return target == ErrRetryable && e.retryable }
+
+// InvalidKey returns an error wrapping ErrInvalidKey for the key part at path
+// (a Go field path such as "Meta.ID"). Generated key functions return it.
+func InvalidKey(path, reason string) error {
+	return fmt.Errorf("%w: %s %s", ErrInvalidKey, path, reason)
+}

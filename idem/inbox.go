@@ -1,0 +1,364 @@
+package idem
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// None is the result type of handlers that return only an error: their inbox
+// rows store no result.
+type None struct{}
+
+// NoResult adapts a handler that returns only an error to NewInbox.
+func NoResult[M any](handler func(ctx context.Context, tx pgx.Tx, msg M) error) func(context.Context, pgx.Tx, M) (None, error) {
+	return func(ctx context.Context, tx pgx.Tx, msg M) (None, error) {
+		return None{}, handler(ctx, tx, msg)
+	}
+}
+
+// Fingerprinter lets a message type choose the bytes its payload fingerprint is
+// computed from. By default the fingerprint is the SHA-256 of the message's
+// JSON encoding; a message that carries fields which differ between
+// deliveries of the same message (a delivery count, a receive time) must
+// leave them out here, or every redelivery would be ErrKeyReused.
+type Fingerprinter interface {
+	IdemFingerprint() []byte
+}
+
+// Inbox runs a handler at most once per key of one consumer, in one
+// transaction with the inbox row that records the key. It is safe for
+// concurrent use; generated wrappers hold one.
+type Inbox[M, R any] struct {
+	db        *pgxpool.Pool
+	table     Table[M]
+	handler   func(context.Context, pgx.Tx, M) (R, error)
+	txOptions pgx.TxOptions
+	lockWait  string
+	noResult  bool
+}
+
+// NewInbox returns the Inbox of table that runs handler. db must reach the
+// database that holds both the inbox table and the handler's own tables.
+func NewInbox[M, R any](db *pgxpool.Pool, table Table[M], handler func(ctx context.Context, tx pgx.Tx, msg M) (R, error), opts ...Option) *Inbox[M, R] {
+	o := options{claimWait: DefaultClaimWait}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	var zero R
+	_, noResult := any(zero).(None)
+	return &Inbox[M, R]{
+		db:        db,
+		table:     table,
+		handler:   handler,
+		txOptions: pgx.TxOptions{IsoLevel: o.isolation},
+		lockWait:  o.lockTimeout(),
+		noResult:  noResult,
+	}
+}
+
+// The claim's lock_timeout is set for the claim alone: the session's value is
+// saved in a custom setting and restored right after, so the handler's
+// statements run with the timeout they would have had without idem.
+const (
+	setClaimLockTimeout = `WITH saved AS MATERIALIZED (SELECT set_config('idem.lock_timeout', current_setting('lock_timeout'), true)) ` +
+		`SELECT set_config('lock_timeout', $1, true) FROM saved`
+	restoreLockTimeout = `SELECT set_config('lock_timeout', current_setting('idem.lock_timeout'), true)`
+)
+
+// Handle delivers msg: it runs the handler and commits its writes together
+// with the inbox row (Processed), or returns the stored result of an earlier
+// delivery of the same key without calling the handler (Duplicate). Ack the
+// message exactly when err is nil.
+//
+// Errors are *Error values wrapping ErrInvalidKey, ErrKeyReused,
+// ErrInProgress, the handler's own error, or a database error; errors.Is(err,
+// ErrRetryable) reports a serialization failure or deadlock. In every error
+// case nothing was committed, except that an error from COMMIT itself leaves
+// the outcome unknown: the redelivery resolves it.
+func (in *Inbox[M, R]) Handle(ctx context.Context, msg M) (R, Outcome, error) {
+	var zero R
+	key, err := in.table.Key(msg)
+	if err == nil {
+		err = checkKeySize(in.table.KeyFields, key)
+	}
+	if err != nil {
+		return zero, 0, in.fail(nil, err)
+	}
+	fp, err := fingerprint(msg)
+	if err != nil {
+		return zero, 0, in.fail(key, err)
+	}
+
+	pooled, err := in.db.Acquire(ctx)
+	if err != nil {
+		return zero, 0, in.fail(key, fmt.Errorf("idem: acquire a connection: %w", err))
+	}
+	defer pooled.Release()
+	conn := pooled.Conn()
+
+	tx, claimed, err := in.claim(ctx, conn, key, fp)
+	switch {
+	case err == nil && claimed:
+	case err == nil || hasSQLState(err, "40001", "40P01"):
+		// Another delivery holds or held the key. Under REPEATABLE READ and
+		// SERIALIZABLE a conflict with a row committed after our snapshot
+		// is a serialization failure rather than a silent DO NOTHING; either
+		// way the committed row decides, read in a fresh snapshot.
+		return in.readBack(ctx, conn, key, fp, err)
+	case hasSQLState(err, "55P03"):
+		rollback(ctx, conn)
+		return zero, 0, in.fail(key, ErrInProgress)
+	default:
+		rollback(ctx, conn)
+		return zero, 0, in.fail(key, fmt.Errorf("idem: claim: %w", err))
+	}
+
+	result, err := in.call(ctx, conn, &handlerTx{Tx: tx}, msg)
+	if err != nil {
+		rollback(ctx, conn)
+		return zero, 0, in.fail(key, fmt.Errorf("idem: handler: %w", err))
+	}
+	var encoded []byte
+	if !in.noResult {
+		if encoded, err = json.Marshal(result); err != nil {
+			rollback(ctx, conn)
+			return zero, 0, in.fail(key, fmt.Errorf("idem: encode the result: %w", err))
+		}
+	}
+	if err := in.complete(ctx, conn, key, encoded); err != nil {
+		rollback(ctx, conn)
+		return zero, 0, in.fail(key, err)
+	}
+	return result, Processed, nil
+}
+
+// claim begins the transaction and claims the key, in one round trip. It
+// reports whether this delivery inserted the inbox row.
+func (in *Inbox[M, R]) claim(ctx context.Context, conn *pgx.Conn, key []any, fp []byte) (pgx.Tx, bool, error) {
+	b := &pgx.Batch{}
+	b.BeginTx(in.txOptions)
+	b.Queue(setClaimLockTimeout, in.lockWait)
+	b.Queue(in.table.Claim, withArg(key, fp)...)
+	b.Queue(restoreLockTimeout)
+	br := conn.SendBatch(ctx, b)
+	claimed, err := readClaim(br)
+	if closeErr := br.Close(); err == nil {
+		err = closeErr
+	}
+	return br.Tx(), claimed, err
+}
+
+func readClaim(br pgx.BatchResults) (bool, error) {
+	for range 2 { // BEGIN, then the claim's lock_timeout
+		if _, err := br.Exec(); err != nil {
+			return false, err
+		}
+	}
+	var claimed bool
+	if err := br.QueryRow().Scan(&claimed); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return false, err
+	}
+	_, err := br.Exec() // restore lock_timeout
+	return claimed, err
+}
+
+// call runs the handler. A panic rolls the transaction back before it goes on
+// up the stack.
+func (in *Inbox[M, R]) call(ctx context.Context, conn *pgx.Conn, tx *handlerTx, msg M) (result R, err error) {
+	defer func() {
+		tx.ended = true
+		if p := recover(); p != nil {
+			rollback(ctx, conn)
+			panic(p)
+		}
+	}()
+	return in.handler(ctx, tx, msg)
+}
+
+// errAborted explains a transaction that a handler's failed statement aborted
+// although the handler returned no error.
+var errAborted = errors.New("idem: a statement of the handler failed but the handler returned nil; the transaction was rolled back")
+
+// complete stores the result in the inbox row and commits, in one round trip.
+func (in *Inbox[M, R]) complete(ctx context.Context, conn *pgx.Conn, key []any, result []byte) error {
+	b := &pgx.Batch{}
+	b.Queue(in.table.Complete, withArg(key, result)...)
+	b.Queue("commit")
+	br := conn.SendBatch(ctx, b)
+	updated, err := br.Exec()
+	var committed pgconn.CommandTag
+	if err == nil {
+		committed, err = br.Exec()
+	}
+	if closeErr := br.Close(); err == nil {
+		err = closeErr
+	}
+	switch {
+	case hasSQLState(err, "25P02") || (err == nil && committed.String() == "ROLLBACK"):
+		return errAborted
+	case err != nil:
+		// A failed COMMIT may or may not have committed: the redelivery
+		// finds out, as a Duplicate or by processing the message.
+		return fmt.Errorf("idem: store the result and commit: %w", err)
+	case updated.RowsAffected() != 1:
+		return fmt.Errorf("idem: the inbox row was gone when the result was stored (%d rows updated); did the handler delete it?", updated.RowsAffected())
+	}
+	return nil
+}
+
+// readBack resolves a claim that this delivery did not win: it rolls back and
+// reads the key's committed row in a fresh snapshot, in one round trip.
+func (in *Inbox[M, R]) readBack(ctx context.Context, conn *pgx.Conn, key []any, fp []byte, claimErr error) (R, Outcome, error) {
+	var zero R
+	if conn.PgConn().TxStatus() == 'E' {
+		// A failed claim aborted the transaction, and an aborted transaction
+		// refuses even the Parse of the lookup that pgx may send ahead of
+		// the batch: roll back on its own first. (The claim fails this way
+		// only under REPEATABLE READ or SERIALIZABLE.)
+		rollback(ctx, conn)
+	}
+	b := &pgx.Batch{}
+	if conn.PgConn().TxStatus() != 'I' {
+		b.Queue("rollback")
+	}
+	b.Queue(in.table.Lookup, key...)
+	br := conn.SendBatch(ctx, b)
+	var (
+		storedFP []byte
+		status   string
+		stored   []byte
+		err      error
+	)
+	if b.Len() == 2 {
+		_, err = br.Exec()
+	}
+	if err == nil {
+		err = br.QueryRow().Scan(&storedFP, &status, &stored)
+	}
+	if closeErr := br.Close(); err == nil {
+		err = closeErr
+	}
+
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		if claimErr == nil {
+			claimErr = errors.New("idem: the claim conflicted with an inbox row that was gone when read back")
+		}
+		return zero, 0, in.retryable(key, claimErr)
+	case err != nil:
+		rollback(ctx, conn)
+		return zero, 0, in.fail(key, fmt.Errorf("idem: read the processed row: %w", err))
+	case !bytes.Equal(storedFP, fp):
+		return zero, 0, in.fail(key, ErrKeyReused)
+	case status != "done":
+		return zero, 0, in.fail(key, ErrInProgress)
+	}
+	var result R
+	if !in.noResult && stored != nil {
+		if err := json.Unmarshal(stored, &result); err != nil {
+			return zero, 0, in.fail(key, fmt.Errorf("idem: decode the stored result: %w", err))
+		}
+	}
+	return result, Duplicate, nil
+}
+
+// purgeBatch bounds how many rows one purge statement deletes.
+const purgeBatch = 1000
+
+// Purge deletes the inbox rows older than the table's retention, in batches so
+// that no statement holds its locks for long, and returns how many it deleted.
+// Run it periodically; rows must outlive the broker's redelivery window and
+// any dead-letter replay, which is what the retention is for.
+func (in *Inbox[M, R]) Purge(ctx context.Context) (int64, error) {
+	var total int64
+	for {
+		tag, err := in.db.Exec(ctx, in.table.Purge, in.table.Retain.Seconds(), purgeBatch)
+		if err != nil {
+			return total, in.fail(nil, fmt.Errorf("idem: purge %s: %w", in.table.Name, err))
+		}
+		total += tag.RowsAffected()
+		if tag.RowsAffected() < purgeBatch {
+			return total, nil
+		}
+	}
+}
+
+func (in *Inbox[M, R]) fail(key []any, err error) error {
+	e := &Error{Consumer: in.table.Consumer, Err: err}
+	if key != nil {
+		e.Key = formatKey(in.table.KeyFields, key)
+	}
+	e.retryable = hasSQLState(err, "40001", "40P01")
+	return e
+}
+
+func (in *Inbox[M, R]) retryable(key []any, err error) error {
+	e := in.fail(key, err).(*Error)
+	e.retryable = true
+	return e
+}
+
+// rollbackTimeout bounds the rollback after a failure; it runs even when the
+// caller's context is already cancelled.
+const rollbackTimeout = 5 * time.Second
+
+// rollback ends the connection's transaction, if it has one. When even that
+// fails the connection's state is unknown, so it is closed: the server rolls
+// back, and the pool discards the connection.
+func rollback(ctx context.Context, conn *pgx.Conn) {
+	if conn.IsClosed() || conn.PgConn().TxStatus() == 'I' {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
+	defer cancel()
+	if _, err := conn.Exec(ctx, "rollback"); err != nil {
+		_ = conn.Close(ctx)
+	}
+}
+
+// fingerprint returns the SHA-256 of the message's payload: its
+// Fingerprinter bytes, or else its JSON encoding (deterministic: struct fields
+// in declaration order, map keys sorted).
+func fingerprint(msg any) ([]byte, error) {
+	var data []byte
+	if f, ok := msg.(Fingerprinter); ok {
+		data = f.IdemFingerprint()
+	} else {
+		var err error
+		if data, err = json.Marshal(msg); err != nil {
+			return nil, fmt.Errorf("idem: fingerprint the message: %w", err)
+		}
+	}
+	sum := sha256.Sum256(data)
+	return sum[:], nil
+}
+
+// withArg returns key followed by arg, without touching key's backing array.
+func withArg(key []any, arg any) []any {
+	args := make([]any, len(key)+1)
+	copy(args, key)
+	args[len(key)] = arg
+	return args
+}
+
+func hasSQLState(err error, codes ...string) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return false
+	}
+	for _, code := range codes {
+		if pgErr.Code == code {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,120 @@
+package idem
+
+import (
+	"encoding/hex"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// Table describes one consumer's inbox table: how a message's key is taken
+// apart and the statements that claim, complete, look up and purge a key.
+// idemgen declares one per handler in the generated code, with the SQL spelled
+// out so that a reviewer sees exactly what runs.
+//
+// Placeholders: $1 to $n are the key parts in column order (n =
+// len(KeyFields)); Claim takes the fingerprint as $n+1 and returns one row
+// when it inserted; Complete takes the JSON result (or NULL) as $n+1; Lookup
+// returns fingerprint, status and result; Purge takes the retention in seconds
+// as $1 and the batch size as $2.
+type Table[M any] struct {
+	// Consumer is the stable consumer name of the directive.
+	Consumer string
+	// Name is the inbox table, as written in the statements.
+	Name string
+	// KeyFields are the Go field paths of the key parts, in column order.
+	KeyFields []string
+	// Key returns the key parts of msg in column order, or an error wrapping
+	// ErrInvalidKey.
+	Key func(msg M) ([]any, error)
+	// Retain is how long inbox rows are kept before Purge deletes them.
+	Retain time.Duration
+
+	Claim    string
+	Complete string
+	Lookup   string
+	Purge    string
+}
+
+// MaxKeyBytes bounds the total size of a key's string parts. PostgreSQL cannot
+// index a B-tree entry much larger than 2.7 kB; a longer key is rejected with
+// ErrInvalidKey before anything is written, instead of failing in the index.
+const MaxKeyBytes = 2048
+
+// CheckString validates a string key part: not empty, valid UTF-8, no NUL byte
+// (PostgreSQL text cannot hold one), at most MaxKeyBytes long.
+func CheckString(path, v string) error {
+	switch {
+	case v == "":
+		return InvalidKey(path, "is empty")
+	case len(v) > MaxKeyBytes:
+		return InvalidKey(path, fmt.Sprintf("is %d bytes long, more than %d", len(v), MaxKeyBytes))
+	case !utf8.ValidString(v):
+		return InvalidKey(path, "is not valid UTF-8")
+	case strings.IndexByte(v, 0) >= 0:
+		return InvalidKey(path, "contains a NUL byte")
+	}
+	return nil
+}
+
+// CheckUUID validates a UUID key part: not the zero UUID, which is what an
+// unset field holds.
+func CheckUUID(path string, v [16]byte) error {
+	if v == ([16]byte{}) {
+		return InvalidKey(path, "is the zero UUID")
+	}
+	return nil
+}
+
+// checkKeySize rejects keys whose string parts together exceed MaxKeyBytes.
+func checkKeySize(fields []string, key []any) error {
+	total := 0
+	for _, part := range key {
+		if s, ok := part.(string); ok {
+			total += len(s)
+		}
+	}
+	if total > MaxKeyBytes {
+		return InvalidKey(strings.Join(fields, ","), fmt.Sprintf("together are %d bytes long, more than %d", total, MaxKeyBytes))
+	}
+	return nil
+}
+
+// formatKey renders key parts as Field=value pairs for errors and logs.
+func formatKey(fields []string, key []any) string {
+	var b strings.Builder
+	for i, part := range key {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		if i < len(fields) {
+			b.WriteString(fields[i])
+			b.WriteByte('=')
+		}
+		switch v := part.(type) {
+		case string:
+			b.WriteString(strconv.Quote(v))
+		case [16]byte:
+			b.WriteString(formatUUID(v))
+		default:
+			fmt.Fprint(&b, v)
+		}
+	}
+	return b.String()
+}
+
+func formatUUID(u [16]byte) string {
+	var buf [36]byte
+	hex.Encode(buf[0:8], u[0:4])
+	buf[8] = '-'
+	hex.Encode(buf[9:13], u[4:6])
+	buf[13] = '-'
+	hex.Encode(buf[14:18], u[6:8])
+	buf[18] = '-'
+	hex.Encode(buf[19:23], u[8:10])
+	buf[23] = '-'
+	hex.Encode(buf[24:], u[10:])
+	return string(buf[:])
+}
