@@ -3,8 +3,12 @@ module github.com/idemgen/idemgen
 go 1.26.0
 
 require (
+	github.com/aymanbagabas/go-udiff v0.4.1
+	github.com/dave/jennifer v1.7.1
+	github.com/google/uuid v1.6.0
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/pressly/goose/v3 v3.30.0
+	golang.org/x/tools v0.52.0
 )
 
 require (
@@ -14,6 +18,7 @@ require (
 	github.com/mfridman/interpolate v0.0.2 // indirect
 	github.com/sethvargo/go-retry v0.5.0 // indirect
 	go.uber.org/multierr v1.11.0 // indirect
+	golang.org/x/mod v0.42.0 // indirect
 	golang.org/x/sync v0.25.0 // indirect
 	golang.org/x/text v0.44.0 // indirect
 )

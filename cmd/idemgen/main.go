@@ -1,0 +1,13 @@
+// Command idemgen generates idempotent message consumers for PostgreSQL from
+// //idem:handler directives: a transactional wrapper per handler, and an
+// inbox migration per consumer for goose. Run it with go generate; see the
+// repository's README for the directive reference.
+package main
+
+import (
+	"os"
+
+	"github.com/idemgen/idemgen/internal/cli"
+)
+
+func main() { os.Exit(cli.Run(os.Args[1:], os.Stdout, os.Stderr)) }

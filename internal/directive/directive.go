@@ -1,0 +1,166 @@
+// Package directive parses //idem: comment lines into positioned options.
+//
+// The syntax is Go's directive form, no space after the slashes:
+//
+//	//idem:handler consumer=billing.charge key=OrderID retain=2160h
+//
+// Options are name=value fields separated by spaces; values contain no
+// spaces. Parse checks the syntax only; which options a directive accepts is
+// the caller's business, helped by Suggest.
+package directive
+
+import (
+	"strings"
+
+	"github.com/idemgen/idemgen/internal/diag"
+)
+
+// Prefix starts every idemgen directive.
+const Prefix = "//idem:"
+
+// Directive is one parsed //idem: line.
+type Directive struct {
+	// Name is the word after the prefix, such as "handler".
+	Name    string
+	Pos     diag.Pos
+	Options []Option
+}
+
+// Option is one name=value field of a directive.
+type Option struct {
+	Name     string
+	Value    string
+	Pos      diag.Pos // of the name
+	ValuePos diag.Pos // of the value
+}
+
+// Lookup returns the option called name.
+func (d Directive) Lookup(name string) (Option, bool) {
+	for _, o := range d.Options {
+		if o.Name == name {
+			return o, true
+		}
+	}
+	return Option{}, false
+}
+
+// Is reports whether a comment's text is an idemgen directive.
+func Is(text string) bool { return strings.HasPrefix(text, Prefix) }
+
+// Parse parses the comment text, which starts with Prefix, found at pos.
+// Syntax errors are recorded in diags; the options that parsed are returned
+// all the same, so that one run reports every problem of a directive.
+func Parse(text string, pos diag.Pos, diags *diag.List) Directive {
+	at := func(offset int) diag.Pos {
+		return diag.Pos{File: pos.File, Line: pos.Line, Col: pos.Col + offset}
+	}
+	rest := text[len(Prefix):]
+	nameEnd := strings.IndexAny(rest, " \t")
+	if nameEnd < 0 {
+		nameEnd = len(rest)
+	}
+	d := Directive{Name: rest[:nameEnd], Pos: pos}
+	if !isName(d.Name) {
+		diags.Errorf(at(len(Prefix)), "malformed directive %q: want %sname followed by name=value options", text, Prefix)
+		return d
+	}
+
+	seen := map[string]bool{}
+	for _, f := range fields(rest[nameEnd:], len(Prefix)+nameEnd) {
+		name, value, ok := strings.Cut(f.text, "=")
+		switch {
+		case !ok:
+			diags.Errorf(at(f.offset), "option %q has no value: want name=value", f.text)
+			continue
+		case !isName(name):
+			diags.Errorf(at(f.offset), "malformed option name %q", name)
+			continue
+		case value == "":
+			diags.Errorf(at(f.offset), "option %s= has an empty value", name)
+			continue
+		case seen[name]:
+			diags.Errorf(at(f.offset), "option %s= is given twice", name)
+			continue
+		}
+		seen[name] = true
+		d.Options = append(d.Options, Option{
+			Name:     name,
+			Value:    value,
+			Pos:      at(f.offset),
+			ValuePos: at(f.offset + len(name) + 1),
+		})
+	}
+	return d
+}
+
+type field struct {
+	text   string
+	offset int // byte offset of text in the comment
+}
+
+// fields splits s at spaces and tabs; base is the offset of s in the comment.
+func fields(s string, base int) []field {
+	var fs []field
+	for i := 0; i < len(s); {
+		if s[i] == ' ' || s[i] == '\t' {
+			i++
+			continue
+		}
+		j := i
+		for j < len(s) && s[j] != ' ' && s[j] != '\t' {
+			j++
+		}
+		fs = append(fs, field{text: s[i:j], offset: base + i})
+		i = j
+	}
+	return fs
+}
+
+func isName(s string) bool {
+	if s == "" || s[0] < 'a' || s[0] > 'z' {
+		return false
+	}
+	for i := 1; i < len(s); i++ {
+		c := s[i]
+		if (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '_' {
+			return false
+		}
+	}
+	return true
+}
+
+// Suggest returns the candidate closest to name, if one is close enough to be
+// a likely typo, else "".
+func Suggest(name string, candidates []string) string {
+	best, bestDist := "", 3
+	for _, c := range candidates {
+		if d := distance(name, c); d < bestDist || (d == bestDist && c < best) {
+			best, bestDist = c, d
+		}
+	}
+	if best == "" || bestDist > len(name)/2 {
+		return ""
+	}
+	return best
+}
+
+// distance is the Levenshtein distance between a and b.
+func distance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}

@@ -1,0 +1,627 @@
+package load
+
+import (
+	"fmt"
+	"go/ast"
+	"go/types"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+
+	"golang.org/x/tools/go/packages"
+
+	"github.com/idemgen/idemgen/internal/diag"
+	"github.com/idemgen/idemgen/internal/directive"
+	"github.com/idemgen/idemgen/internal/model"
+)
+
+// The options of //idem:handler. Those in laterOptions belong to the design
+// but are not implemented by this version; they are refused with that
+// explanation rather than as unknown.
+var (
+	handlerOptions = []string{"consumer", "key", "table", "retain"}
+	laterOptions   = []string{"mode", "lease", "order", "version", "fixture"}
+)
+
+// DefaultRetain is how long inbox rows are kept when the directive says
+// nothing: 30 days.
+const DefaultRetain = 720 * time.Hour
+
+// MaxConsumer bounds the length of a consumer name, so that the default table
+// name and the names derived from it fit PostgreSQL's 63-byte identifiers.
+const MaxConsumer = 48
+
+var (
+	consumerRE = regexp.MustCompile(`^[a-z][a-z0-9_.-]*$`)
+	tableRE    = regexp.MustCompile(`^[a-z_][a-z0-9_]*(\.[a-z_][a-z0-9_]*)?$`)
+	columnRE   = regexp.MustCompile(`^[a-z_][a-z0-9_]*$`)
+)
+
+const (
+	pgxPath  = "github.com/jackc/pgx/v5"
+	idemPath = "github.com/idemgen/idemgen/idem"
+)
+
+// checker checks one annotated function of a package.
+type checker struct {
+	pkg   *packages.Package
+	diags *diag.List
+	ok    bool
+}
+
+func (c *checker) errorf(pos diag.Pos, format string, args ...any) {
+	c.ok = false
+	c.diags.Errorf(pos, format, args...)
+}
+
+func (c *checker) pos(n ast.Node) diag.Pos { return position(c.pkg.Fset, n.Pos()) }
+
+// handler checks fd and its directive and returns the handler's model. It
+// reports every problem it finds, not only the first.
+func (c *checker) handler(fd *ast.FuncDecl, d directive.Directive) (model.Handler, bool) {
+	c.ok = true
+	h := model.Handler{Pos: c.pos(fd.Name), Func: fd.Name.Name, Retain: DefaultRetain}
+
+	for _, o := range d.Options {
+		switch {
+		case contains(handlerOptions, o.Name):
+		case contains(laterOptions, o.Name):
+			c.errorf(o.Pos, "option %s= is not supported by this version of idemgen", o.Name)
+		default:
+			msg := fmt.Sprintf("unknown option %s=", o.Name)
+			if s := directive.Suggest(o.Name, append(handlerOptions, laterOptions...)); s != "" {
+				msg += fmt.Sprintf(" (did you mean %s=?)", s)
+			}
+			c.errorf(o.Pos, "%s", msg)
+		}
+	}
+
+	if o, ok := d.Lookup("consumer"); !ok {
+		c.errorf(d.Pos, "%shandler needs consumer=: a stable name such as billing.charge", directive.Prefix)
+	} else if !consumerRE.MatchString(o.Value) || len(o.Value) > MaxConsumer {
+		c.errorf(o.ValuePos, "consumer %q is not a safe name: want lower-case letters, digits, '_', '.' and '-', starting with a letter, at most %d bytes", o.Value, MaxConsumer)
+	} else {
+		h.Consumer = o.Value
+		h.Table = "idem_" + strings.NewReplacer(".", "_", "-", "_").Replace(o.Value)
+	}
+	if o, ok := d.Lookup("table"); ok {
+		if !tableRE.MatchString(o.Value) || longestPart(o.Value) > 63 {
+			c.errorf(o.ValuePos, "table %q is not a plain PostgreSQL name: want lower-case letters, digits and '_' (optionally schema.table), at most 63 bytes each", o.Value)
+		} else {
+			h.Table = o.Value
+		}
+	}
+	if o, ok := d.Lookup("retain"); ok {
+		r, err := time.ParseDuration(o.Value)
+		switch {
+		case err != nil:
+			c.errorf(o.ValuePos, "retain %q is not a Go duration such as 720h", o.Value)
+		case r <= 0:
+			c.errorf(o.ValuePos, "retain must be positive, not %s", o.Value)
+		default:
+			h.Retain = r
+		}
+	}
+
+	fn, _ := c.pkg.TypesInfo.Defs[fd.Name].(*types.Func)
+	if fn == nil {
+		c.errorf(h.Pos, "no type information for %s", fd.Name.Name)
+		return h, false
+	}
+	sig := fn.Type().(*types.Signature)
+	c.receiver(fd, sig, &h)
+	msg, msgOK := c.signature(fd, sig, &h)
+
+	keyOpt, hasKey := d.Lookup("key")
+	if !hasKey {
+		c.errorf(d.Pos, "%shandler needs key=: the message fields that identify it, such as key=OrderID", directive.Prefix)
+	} else if msgOK {
+		h.Key = c.key(keyOpt, msg)
+	}
+	return h, c.ok
+}
+
+func (c *checker) receiver(fd *ast.FuncDecl, sig *types.Signature, h *model.Handler) {
+	if sig.TypeParams().Len() > 0 {
+		c.errorf(h.Pos, "handler %s is generic; idemgen needs concrete message and result types", h.Func)
+	}
+	recv := sig.Recv()
+	if recv == nil {
+		return
+	}
+	t, pointer := recv.Type(), false
+	if p, ok := t.(*types.Pointer); ok {
+		t, pointer = p.Elem(), true
+	}
+	named, ok := types.Unalias(t).(*types.Named)
+	if !ok || named.TypeParams().Len() > 0 {
+		c.errorf(c.pos(fd.Recv), "handler %s has a generic or unnamed receiver; use a method of a plain named type", h.Func)
+		return
+	}
+	h.Recv = &model.Recv{Type: named.Obj().Name(), Pointer: pointer}
+}
+
+// signature checks the parameters and results and returns the message's
+// struct type.
+func (c *checker) signature(fd *ast.FuncDecl, sig *types.Signature, h *model.Handler) (*types.Struct, bool) {
+	const want = "want func(ctx context.Context, tx pgx.Tx, msg M) (R, error) or (...) error, with M a named struct type or a pointer to one"
+	params, results := sig.Params(), sig.Results()
+	at := c.pos(fd.Type)
+	if params.Len() != 3 || sig.Variadic() {
+		c.errorf(at, "handler %s has %d parameters; %s", h.Func, params.Len(), want)
+		return nil, false
+	}
+	if !isNamed(params.At(0).Type(), "context", "Context") {
+		c.errorf(c.paramPos(fd, 0), "the first parameter of handler %s must be context.Context, not %s", h.Func, c.typeString(params.At(0).Type()))
+	}
+	if !isNamed(params.At(1).Type(), pgxPath, "Tx") {
+		c.errorf(c.paramPos(fd, 1), "the second parameter of handler %s must be pgx.Tx (%s), not %s: the business change must use the inbox's transaction",
+			h.Func, pgxPath, c.typeString(params.At(1).Type()))
+	}
+
+	errorType := types.Universe.Lookup("error").Type()
+	switch {
+	case results.Len() == 1 && types.Identical(results.At(0).Type(), errorType):
+	case results.Len() == 2 && types.Identical(results.At(1).Type(), errorType):
+		r := results.At(0).Type()
+		if problem := jsonProblem(r, true); problem != "" {
+			c.errorf(c.resultPos(fd), "the result type %s of handler %s cannot be stored and replayed: %s", c.typeString(r), h.Func, problem)
+		} else if t, ok := c.modelType(r, c.resultPos(fd)); ok {
+			h.Result = &t
+		}
+	default:
+		c.errorf(c.resultPos(fd), "handler %s must return (R, error) or error; %s", h.Func, want)
+	}
+
+	mt := params.At(2).Type()
+	named, pointer := mt, false
+	if p, ok := mt.(*types.Pointer); ok {
+		named, pointer = p.Elem(), true
+	}
+	n, isNamedType := types.Unalias(named).(*types.Named)
+	st, isStruct := named.Underlying().(*types.Struct)
+	mpos := c.paramPos(fd, 2)
+	switch {
+	case !isNamedType || !isStruct:
+		c.errorf(mpos, "the message parameter of handler %s has type %s; want a named struct type or a pointer to one", h.Func, c.typeString(mt))
+		return nil, false
+	case n.TypeParams().Len() > 0 || n.TypeArgs().Len() > 0:
+		c.errorf(mpos, "the message type %s of handler %s is generic; use a plain named struct type", c.typeString(mt), h.Func)
+		return nil, false
+	}
+	if !hasMethod(named, "IdemFingerprint") {
+		if problem := jsonProblem(named, false); problem != "" {
+			c.errorf(mpos, "the message type %s of handler %s cannot be fingerprinted: %s (or give it an IdemFingerprint method, see idem.Fingerprinter)",
+				c.typeString(mt), h.Func, problem)
+		}
+	}
+	t, ok := c.modelType(mt, mpos)
+	if !ok {
+		return nil, false
+	}
+	_ = pointer
+	h.Msg = t
+	return st, true
+}
+
+func (c *checker) paramPos(fd *ast.FuncDecl, i int) diag.Pos {
+	n := 0
+	for _, field := range fd.Type.Params.List {
+		names := max(len(field.Names), 1)
+		if i < n+names {
+			if len(field.Names) > 0 {
+				return c.pos(field.Names[i-n])
+			}
+			return c.pos(field.Type)
+		}
+		n += names
+	}
+	return c.pos(fd.Type)
+}
+
+func (c *checker) resultPos(fd *ast.FuncDecl) diag.Pos {
+	if fd.Type.Results != nil {
+		return c.pos(fd.Type.Results)
+	}
+	return c.pos(fd.Type)
+}
+
+// key resolves the key option's field paths against the message struct.
+func (c *checker) key(o directive.Option, msg *types.Struct) []model.KeyPart {
+	var parts []model.KeyPart
+	columns := map[string]string{}
+	offset := 0
+	for _, path := range strings.Split(o.Value, ",") {
+		pos := o.ValuePos
+		pos.Col += offset
+		offset += len(path) + 1
+		if path == "" {
+			c.errorf(pos, "key has an empty field path")
+			continue
+		}
+		part, ok := c.keyPart(pos, path, msg)
+		if !ok {
+			continue
+		}
+		if other, dup := columns[part.Column]; dup {
+			if other == path {
+				c.errorf(pos, "key field %s is listed twice", path)
+			} else {
+				c.errorf(pos, "key fields %s and %s would both be stored in column %s", other, path, part.Column)
+			}
+			continue
+		}
+		columns[part.Column] = path
+		parts = append(parts, part)
+	}
+	return parts
+}
+
+func (c *checker) keyPart(pos diag.Pos, path string, msg *types.Struct) (model.KeyPart, bool) {
+	part := model.KeyPart{Path: path}
+	var cur types.Type = msg
+	elems := strings.Split(path, ".")
+	for i, name := range elems {
+		prefix := strings.Join(elems[:i], ".")
+		if name == "" {
+			c.errorf(pos, "key field path %q has an empty element", path)
+			return part, false
+		}
+		base := cur
+		if p, ok := base.Underlying().(*types.Pointer); ok {
+			base = p.Elem()
+		}
+		if _, ok := base.Underlying().(*types.Struct); !ok {
+			c.errorf(pos, "key field %s: %s has type %s, which has no fields", path, prefix, c.typeString(cur))
+			return part, false
+		}
+		obj, index, _ := types.LookupFieldOrMethod(base, false, c.pkg.Types, name)
+		field, isField := obj.(*types.Var)
+		switch {
+		case obj == nil:
+			c.errorf(pos, "key field %s: %s has no field %s", path, c.describe(base, prefix), name)
+			return part, false
+		case !isField:
+			c.errorf(pos, "key field %s: %s is a method, not a field", path, name)
+			return part, false
+		case !field.Exported():
+			c.errorf(pos, "key field %s: field %s is unexported; key fields must be exported (they are part of the message's encoding)", path, name)
+			return part, false
+		}
+		// Follow the index path, which includes the embedded fields a
+		// promoted field is reached through.
+		t := base
+		for _, idx := range index {
+			if p, ok := t.Underlying().(*types.Pointer); ok {
+				t = p.Elem()
+			}
+			f := t.Underlying().(*types.Struct).Field(idx)
+			_, isPtr := f.Type().Underlying().(*types.Pointer)
+			part.Hops = append(part.Hops, model.Hop{Field: f.Name(), Pointer: isPtr})
+			t = f.Type()
+		}
+		cur = t
+	}
+
+	if !c.keyType(pos, path, cur, &part) {
+		return part, false
+	}
+	column := "key_" + snake(strings.Join(elems, "_"))
+	if !columnRE.MatchString(column) || len(column) > 63 {
+		c.errorf(pos, "key field %s cannot be named as a column (%q): use ASCII field names", path, column)
+		return part, false
+	}
+	part.Column = column
+	t, ok := c.modelType(cur, pos)
+	part.Type = t
+	return part, ok
+}
+
+// keyType classifies the key field's type and records its column type and
+// the Go type its value is sent as.
+func (c *checker) keyType(pos diag.Pos, path string, t types.Type, part *model.KeyPart) bool {
+	if isNullable(t) {
+		c.errorf(pos, "key field %s has type %s; nullable key parts are not supported by this version of idemgen: use a non-pointer field", path, c.typeString(t))
+		return false
+	}
+	convert := func(goType string, basic types.Type) string {
+		if types.Identical(t, basic) {
+			return ""
+		}
+		return goType
+	}
+	switch u := t.Underlying().(type) {
+	case *types.Basic:
+		switch {
+		case u.Kind() == types.String:
+			part.Kind, part.SQLType, part.GoValue = model.KeyString, "text", convert("string", types.Typ[types.String])
+			return true
+		case u.Info()&types.IsInteger != 0:
+			part.Kind = model.KeyInt
+			part.SQLType, part.GoValue = integerColumn(u.Kind())
+			if part.GoValue == "int64" {
+				part.GoValue = convert("int64", types.Typ[types.Int64])
+			} else {
+				part.GoValue = convert("uint64", types.Typ[types.Uint64])
+			}
+			return true
+		case u.Info()&types.IsFloat != 0:
+			c.errorf(pos, "key field %s is a floating-point number (%s): rounding makes it an unstable key; use a string or an integer", path, c.typeString(t))
+			return false
+		case u.Kind() == types.Bool:
+			c.errorf(pos, "key field %s is a bool: two values cannot identify a message", path)
+			return false
+		}
+	case *types.Array:
+		if b, ok := u.Elem().Underlying().(*types.Basic); ok && b.Kind() == types.Byte && u.Len() == 16 {
+			part.Kind, part.SQLType = model.KeyUUID, "uuid"
+			part.GoValue = convert("[16]byte", types.NewArray(types.Typ[types.Byte], 16))
+			return true
+		}
+	}
+	c.errorf(pos, "key field %s has type %s; a key part must be a string, an integer or a UUID ([16]byte, such as uuid.UUID)", path, c.typeString(t))
+	return false
+}
+
+// integerColumn maps an integer kind to its column type and the Go type its
+// values are sent as (int64 or uint64).
+func integerColumn(k types.BasicKind) (sqlType, goType string) {
+	switch k {
+	case types.Int8, types.Int16, types.Uint8:
+		return "smallint", "int64"
+	case types.Int32, types.Uint16:
+		return "integer", "int64"
+	case types.Int, types.Int64, types.Uint32:
+		return "bigint", "int64"
+	default: // uint, uint64, uintptr
+		return "numeric(20)", "uint64"
+	}
+}
+
+// isNullable reports whether t is one of the nullable wrappers of a key type:
+// a pointer, a database/sql Null type or a pgtype type.
+func isNullable(t types.Type) bool {
+	if _, ok := t.Underlying().(*types.Pointer); ok {
+		return true
+	}
+	named, ok := types.Unalias(t).(*types.Named)
+	if !ok || named.Obj().Pkg() == nil {
+		return false
+	}
+	switch named.Obj().Pkg().Path() {
+	case "database/sql":
+		return strings.HasPrefix(named.Obj().Name(), "Null")
+	case pgxPath + "/pgtype":
+		return true
+	}
+	return false
+}
+
+// modelType converts t to the model's type expression.
+func (c *checker) modelType(t types.Type, pos diag.Pos) (model.Type, bool) {
+	switch t := types.Unalias(t).(type) {
+	case *types.Basic:
+		return model.Type{Kind: model.Basic, Name: t.Name()}, true
+	case *types.Named:
+		obj := t.Obj()
+		mt := model.Type{Kind: model.Named, Name: obj.Name()}
+		if obj.Pkg() != nil {
+			if !obj.Exported() && obj.Pkg() != c.pkg.Types {
+				c.errorf(pos, "type %s is unexported in package %s and cannot be named in generated code", obj.Name(), obj.Pkg().Path())
+				return mt, false
+			}
+			mt.PkgPath, mt.PkgName = obj.Pkg().Path(), obj.Pkg().Name()
+		}
+		for i := range t.TypeArgs().Len() {
+			a, ok := c.modelType(t.TypeArgs().At(i), pos)
+			if !ok {
+				return mt, false
+			}
+			mt.Args = append(mt.Args, a)
+		}
+		return mt, true
+	case *types.Pointer:
+		return c.elemType(model.Pointer, t.Elem(), pos)
+	case *types.Slice:
+		return c.elemType(model.Slice, t.Elem(), pos)
+	case *types.Array:
+		mt, ok := c.elemType(model.Array, t.Elem(), pos)
+		mt.Len = t.Len()
+		return mt, ok
+	case *types.Map:
+		key, ok := c.modelType(t.Key(), pos)
+		if !ok {
+			return key, false
+		}
+		mt, ok := c.elemType(model.Map, t.Elem(), pos)
+		mt.Key = &key
+		return mt, ok
+	}
+	c.errorf(pos, "type %s cannot be named in generated code; declare a named type for it", c.typeString(t))
+	return model.Type{}, false
+}
+
+func (c *checker) elemType(kind model.TypeKind, elem types.Type, pos diag.Pos) (model.Type, bool) {
+	e, ok := c.modelType(elem, pos)
+	return model.Type{Kind: kind, Elem: &e}, ok
+}
+
+func (c *checker) typeString(t types.Type) string {
+	return types.TypeString(t, types.RelativeTo(c.pkg.Types))
+}
+
+func (c *checker) describe(t types.Type, prefix string) string {
+	if prefix == "" {
+		return "message type " + c.typeString(t)
+	}
+	return prefix + " (" + c.typeString(t) + ")"
+}
+
+// jsonProblem says why values of t cannot be encoded as JSON (decode: and
+// decoded back into a t), or "" when they can.
+func jsonProblem(t types.Type, decode bool) string {
+	return jsonWalk(t, decode, map[types.Type]bool{}, "")
+}
+
+func jsonWalk(t types.Type, decode bool, seen map[types.Type]bool, where string) string {
+	t = types.Unalias(t)
+	if seen[t] {
+		return ""
+	}
+	seen[t] = true
+	at := func(msg string) string {
+		if where == "" {
+			return msg
+		}
+		return where + ": " + msg
+	}
+	if hasMethod(t, "MarshalJSON") || hasMethod(t, "MarshalText") {
+		return ""
+	}
+	switch u := t.Underlying().(type) {
+	case *types.Basic:
+		if u.Info()&types.IsComplex != 0 || u.Kind() == types.UnsafePointer {
+			return at(fmt.Sprintf("%s has no JSON encoding", u))
+		}
+	case *types.Pointer:
+		return jsonWalk(u.Elem(), decode, seen, where)
+	case *types.Slice:
+		return jsonWalk(u.Elem(), decode, seen, where)
+	case *types.Array:
+		return jsonWalk(u.Elem(), decode, seen, where)
+	case *types.Map:
+		k := u.Key().Underlying()
+		b, ok := k.(*types.Basic)
+		if !(ok && (b.Kind() == types.String || b.Info()&types.IsInteger != 0)) && !hasMethod(u.Key(), "MarshalText") {
+			return at("a map with " + u.Key().String() + " keys has no JSON encoding")
+		}
+		return jsonWalk(u.Elem(), decode, seen, where)
+	case *types.Struct:
+		for i := range u.NumFields() {
+			f := u.Field(i)
+			tag := reflectTag(u.Tag(i), "json")
+			if (!f.Exported() && !f.Embedded()) || tag == "-" {
+				continue
+			}
+			if p := jsonWalk(f.Type(), decode, seen, joinWhere(where, "field "+f.Name())); p != "" {
+				return p
+			}
+		}
+	case *types.Interface:
+		if decode {
+			return at("a stored result cannot be decoded back into an interface type")
+		}
+	case *types.Chan:
+		return at("a channel has no JSON encoding")
+	case *types.Signature:
+		return at("a func has no JSON encoding")
+	case *types.TypeParam:
+		return at("a type parameter has no known encoding")
+	}
+	return ""
+}
+
+func joinWhere(where, next string) string {
+	if where == "" {
+		return next
+	}
+	return where + "." + strings.TrimPrefix(next, "field ")
+}
+
+// hasMethod reports whether t or *t has a method called name.
+func hasMethod(t types.Type, name string) bool {
+	if _, isPtr := t.(*types.Pointer); !isPtr {
+		t = types.NewPointer(t)
+	}
+	return types.NewMethodSet(t).Lookup(nil, name) != nil
+}
+
+func isNamed(t types.Type, pkgPath, name string) bool {
+	n, ok := types.Unalias(t).(*types.Named)
+	return ok && n.Obj().Pkg() != nil && n.Obj().Pkg().Path() == pkgPath && n.Obj().Name() == name
+}
+
+func reflectTag(tag, key string) string {
+	v, _, _ := strings.Cut(structTagLookup(tag, key), ",")
+	return v
+}
+
+// structTagLookup is reflect.StructTag.Get without reflect.
+func structTagLookup(tag, key string) string {
+	for tag != "" {
+		i := 0
+		for i < len(tag) && tag[i] == ' ' {
+			i++
+		}
+		tag = tag[i:]
+		i = 0
+		for i < len(tag) && tag[i] > ' ' && tag[i] != ':' && tag[i] != '"' {
+			i++
+		}
+		if i == 0 || i+1 >= len(tag) || tag[i] != ':' || tag[i+1] != '"' {
+			return ""
+		}
+		name := tag[:i]
+		tag = tag[i+1:]
+		i = 1
+		for i < len(tag) && tag[i] != '"' {
+			if tag[i] == '\\' {
+				i++
+			}
+			i++
+		}
+		if i >= len(tag) {
+			return ""
+		}
+		value := tag[:i+1]
+		tag = tag[i+1:]
+		if name == key {
+			v, err := unquote(value)
+			if err != nil {
+				return ""
+			}
+			return v
+		}
+	}
+	return ""
+}
+
+// snake turns a Go field path into a column name: OrderID → order_id,
+// HTTPServer → http_server.
+func snake(s string) string {
+	var b strings.Builder
+	r := []rune(s)
+	for i, c := range r {
+		if unicode.IsUpper(c) {
+			if i > 0 && r[i-1] != '_' && (unicode.IsLower(r[i-1]) || unicode.IsDigit(r[i-1]) ||
+				(i+1 < len(r) && unicode.IsLower(r[i+1]))) {
+				b.WriteByte('_')
+			}
+			b.WriteRune(unicode.ToLower(c))
+			continue
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
+}
+
+func longestPart(name string) int {
+	n := 0
+	for _, p := range strings.Split(name, ".") {
+		n = max(n, len(p))
+	}
+	return n
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func unquote(s string) (string, error) { return strconv.Unquote(s) }

@@ -1,0 +1,411 @@
+// Package load loads Go packages with go/packages, finds their //idem:
+// directives, checks the handlers they annotate and builds the model. It is
+// the only stage that sees go/ast and go/types.
+package load
+
+import (
+	"cmp"
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"maps"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+
+	"golang.org/x/tools/go/packages"
+
+	"github.com/idemgen/idemgen/internal/diag"
+	"github.com/idemgen/idemgen/internal/directive"
+	"github.com/idemgen/idemgen/internal/model"
+)
+
+// Config says what to load.
+type Config struct {
+	// Dir is the directory patterns and MigrationsDir are relative to.
+	Dir string
+	// Patterns are go/packages patterns; none means ".".
+	Patterns []string
+	// MigrationsDir is where migrations go; empty means a migrations folder
+	// in each handler's package.
+	MigrationsDir string
+	// Env is the environment of the go command; nil means os.Environ().
+	Env []string
+}
+
+// Load loads the packages and returns the model of their handlers. Problems
+// in the user's code are diagnostics; the error is for failures of the
+// loading itself.
+func Load(cfg Config) (model.Program, *diag.List, error) {
+	diags := &diag.List{}
+	patterns := cfg.Patterns
+	if len(patterns) == 0 {
+		patterns = []string{"."}
+	}
+	pkgs, err := loadPackages(cfg, patterns)
+	if err != nil {
+		return model.Program{}, diags, err
+	}
+
+	var prog model.Program
+	migrationDirs := map[string]bool{}
+	for _, pkg := range pkgs {
+		mp, ok := loadPackage(cfg, pkg, diags)
+		if !ok {
+			continue
+		}
+		for _, h := range mp.Handlers {
+			migrationDirs[h.MigrationsDir] = true
+		}
+		prog.Packages = append(prog.Packages, mp)
+	}
+	slices.SortFunc(prog.Packages, func(a, b model.Package) int { return cmp.Compare(a.Path, b.Path) })
+	checkAcrossPackages(prog, diags)
+
+	for _, dir := range slices.Sorted(maps.Keys(migrationDirs)) {
+		md, err := readMigrationDir(dir)
+		if err != nil {
+			diags.Errorf(diag.Pos{}, "read migrations folder: %v", err)
+			continue
+		}
+		prog.MigrationDirs = append(prog.MigrationDirs, md)
+	}
+	return prog, diags, nil
+}
+
+const loadMode = packages.NeedName | packages.NeedFiles | packages.NeedCompiledGoFiles |
+	packages.NeedSyntax | packages.NeedTypes | packages.NeedTypesInfo | packages.NeedModule
+
+// loadPackages type-checks the packages. idemgen's own earlier output must
+// never stand in its way: when a package with an idem_gen.go has errors (the
+// file goes stale as soon as a handler's signature changes), the packages
+// are loaded again with every idem_gen.go replaced by an empty file.
+func loadPackages(cfg Config, patterns []string) ([]*packages.Package, error) {
+	pcfg := &packages.Config{Mode: loadMode, Dir: cfg.Dir, Env: cfg.Env}
+	pkgs, err := packages.Load(pcfg, patterns...)
+	if err != nil {
+		return nil, fmt.Errorf("load %s: %w", strings.Join(patterns, " "), err)
+	}
+	overlay := map[string][]byte{}
+	reload := false
+	for _, pkg := range pkgs {
+		for _, f := range pkg.GoFiles {
+			if filepath.Base(f) == model.WrapperFile {
+				overlay[f] = []byte("package " + pkg.Name + "\n")
+				reload = reload || len(pkg.Errors) > 0
+			}
+		}
+	}
+	if !reload {
+		return pkgs, nil
+	}
+	pcfg.Overlay = overlay
+	pkgs, err = packages.Load(pcfg, patterns...)
+	if err != nil {
+		return nil, fmt.Errorf("load %s: %w", strings.Join(patterns, " "), err)
+	}
+	return pkgs, nil
+}
+
+// loadPackage builds the model of one package. It reports false for a package
+// idemgen has nothing to do with: no directives and no generated file.
+func loadPackage(cfg Config, pkg *packages.Package, diags *diag.List) (model.Package, bool) {
+	mp := model.Package{Path: pkg.PkgPath, Name: pkg.Name, Dir: packageDir(pkg)}
+	for _, f := range pkg.GoFiles {
+		if filepath.Base(f) == model.WrapperFile {
+			mp.Generated = append(mp.Generated, model.WrapperFile)
+		}
+	}
+
+	decls := findDirectives(pkg, diags)
+	if len(decls) == 0 && len(mp.Generated) == 0 {
+		return mp, false
+	}
+	if !compiles(pkg, decls, diags) {
+		diags.Errorf(diag.Pos{}, "package %s does not compile; fix the errors above and run idemgen again (nothing was written)", pkg.PkgPath)
+		return mp, false
+	}
+
+	migrations := filepath.Join(mp.Dir, "migrations")
+	if cfg.MigrationsDir != "" {
+		migrations = cfg.MigrationsDir
+		if !filepath.IsAbs(migrations) {
+			migrations = filepath.Join(cfg.Dir, migrations)
+		}
+	}
+	for _, d := range decls {
+		c := &checker{pkg: pkg, diags: diags}
+		if h, ok := c.handler(d.decl, d.directive); ok {
+			h.MigrationsDir = filepath.Clean(migrations)
+			mp.Handlers = append(mp.Handlers, h)
+		}
+	}
+	checkNames(pkg, mp, diags)
+	return mp, true
+}
+
+func packageDir(pkg *packages.Package) string {
+	if pkg.Dir != "" {
+		return pkg.Dir
+	}
+	if len(pkg.GoFiles) > 0 {
+		return filepath.Dir(pkg.GoFiles[0])
+	}
+	return ""
+}
+
+// annotated is a function declaration with its //idem:handler directive.
+type annotated struct {
+	decl      *ast.FuncDecl
+	directive directive.Directive
+}
+
+// findDirectives returns the annotated functions of pkg, in source order, and
+// reports directives that are misplaced, unknown or repeated.
+func findDirectives(pkg *packages.Package, diags *diag.List) []annotated {
+	var out []annotated
+	for _, file := range pkg.Syntax {
+		name := pkg.Fset.Position(file.Package).Filename
+		if filepath.Base(name) == model.WrapperFile {
+			continue
+		}
+		inDoc := map[*ast.Comment]*ast.FuncDecl{}
+		for _, decl := range file.Decls {
+			if fd, ok := decl.(*ast.FuncDecl); ok && fd.Doc != nil {
+				for _, c := range fd.Doc.List {
+					inDoc[c] = fd
+				}
+			}
+		}
+		seen := map[*ast.FuncDecl]bool{}
+		for _, group := range file.Comments {
+			for _, c := range group.List {
+				if !directive.Is(c.Text) {
+					continue
+				}
+				pos := position(pkg.Fset, c.Pos())
+				d := directive.Parse(c.Text, pos, diags)
+				if d.Name != "handler" {
+					msg := fmt.Sprintf("unknown directive %s%s", directive.Prefix, d.Name)
+					if s := directive.Suggest(d.Name, []string{"handler"}); s != "" {
+						msg += fmt.Sprintf(" (did you mean %s%s?)", directive.Prefix, s)
+					}
+					diags.Errorf(pos, "%s", msg)
+					continue
+				}
+				fd := inDoc[c]
+				switch {
+				case fd == nil:
+					diags.Errorf(pos, "%shandler must be in the doc comment of a function or method", directive.Prefix)
+				case seen[fd]:
+					diags.Errorf(pos, "%s has more than one %shandler directive", fd.Name.Name, directive.Prefix)
+				default:
+					seen[fd] = true
+					out = append(out, annotated{decl: fd, directive: d})
+				}
+			}
+		}
+	}
+	return out
+}
+
+// undefinedName matches the type checker's report of an undeclared name.
+var undefinedName = regexp.MustCompile(`^undefined: (?:\w+\.)?(\w+)$`)
+
+// compiles reports whether pkg type-checked, recording its errors. Errors
+// about the names idemgen generates are expected while idem_gen.go is
+// replaced by an empty file, and are not held against the package.
+func compiles(pkg *packages.Package, decls []annotated, diags *diag.List) bool {
+	generated := generatedNames(pkg, decls)
+	ok := true
+	for _, e := range pkg.Errors {
+		if e.Kind == packages.TypeError {
+			if m := undefinedName.FindStringSubmatch(e.Msg); m != nil && generated[m[1]] {
+				continue
+			}
+		}
+		ok = false
+		diags.Add(diag.Diagnostic{Pos: parsePos(e.Pos), Severity: diag.Error, Msg: e.Msg})
+	}
+	return ok
+}
+
+// generatedNames are the names idemgen declares for the package: those of
+// the current handlers and those the existing idem_gen.go declares.
+func generatedNames(pkg *packages.Package, decls []annotated) map[string]bool {
+	names := map[string]bool{}
+	for _, d := range decls {
+		n := model.NamesFor(d.decl.Name.Name)
+		for _, name := range []string{n.Wrapper, n.Constructor, n.TableVar, n.KeyFunc} {
+			names[name] = true
+		}
+	}
+	dir := packageDir(pkg)
+	if dir == "" {
+		return names
+	}
+	file, _ := parser.ParseFile(token.NewFileSet(), filepath.Join(dir, model.WrapperFile), nil, parser.SkipObjectResolution)
+	if file == nil {
+		return names
+	}
+	for _, decl := range file.Decls {
+		switch decl := decl.(type) {
+		case *ast.FuncDecl:
+			if decl.Recv == nil {
+				names[decl.Name.Name] = true
+			}
+		case *ast.GenDecl:
+			for _, spec := range decl.Specs {
+				switch spec := spec.(type) {
+				case *ast.TypeSpec:
+					names[spec.Name.Name] = true
+				case *ast.ValueSpec:
+					for _, n := range spec.Names {
+						names[n.Name] = true
+					}
+				}
+			}
+		}
+	}
+	return names
+}
+
+// checkNames reports generated names that collide with each other or with the
+// package's own declarations.
+func checkNames(pkg *packages.Package, mp model.Package, diags *diag.List) {
+	owner := map[string]model.Handler{}
+	for _, h := range mp.Handlers {
+		n := h.Names()
+		for _, name := range []string{n.Wrapper, n.Constructor, n.TableVar, n.KeyFunc} {
+			if other, dup := owner[name]; dup {
+				diags.Errorf(h.Pos, "handlers %s and %s (%s) would both generate %s; rename one of them",
+					other.Func, h.Func, diag.Rel(mp.Dir, other.Pos.File)+":"+strconv.Itoa(other.Pos.Line), name)
+				continue
+			}
+			owner[name] = h
+			if pkg.Types == nil {
+				continue
+			}
+			obj := pkg.Types.Scope().Lookup(name)
+			if obj == nil {
+				continue
+			}
+			at := pkg.Fset.Position(obj.Pos())
+			if filepath.Base(at.Filename) == model.WrapperFile {
+				continue
+			}
+			diags.Errorf(h.Pos, "idemgen generates %s for handler %s, but the package already declares it at %s:%d; rename one of them",
+				name, h.Func, filepath.Base(at.Filename), at.Line)
+		}
+	}
+}
+
+// checkAcrossPackages reports consumers declared twice, and two consumers
+// that would share an inbox table.
+func checkAcrossPackages(prog model.Program, diags *diag.List) {
+	consumers := map[string]model.Handler{}
+	tables := map[string]model.Handler{}
+	for _, pkg := range prog.Packages {
+		for _, h := range pkg.Handlers {
+			if other, dup := consumers[h.Consumer]; dup {
+				diags.Errorf(h.Pos, "consumer %s is declared twice: also by %s at %s:%d; every handler needs its own consumer name",
+					h.Consumer, other.Func, filepath.Base(other.Pos.File), other.Pos.Line)
+				continue
+			}
+			consumers[h.Consumer] = h
+			tk := h.MigrationsDir + "\x00" + h.Table
+			if other, dup := tables[tk]; dup {
+				diags.Errorf(h.Pos, "consumers %s and %s would share the inbox table %s; give one of them another table=",
+					other.Consumer, h.Consumer, h.Table)
+				continue
+			}
+			tables[tk] = h
+		}
+	}
+}
+
+func position(fset *token.FileSet, p token.Pos) diag.Pos {
+	pos := fset.Position(p)
+	return diag.Pos{File: pos.Filename, Line: pos.Line, Col: pos.Column}
+}
+
+// parsePos parses the "file:line:col" of a packages.Error.
+func parsePos(s string) diag.Pos {
+	parts := strings.Split(s, ":")
+	if len(parts) < 2 {
+		return diag.Pos{}
+	}
+	var p diag.Pos
+	nums := []int{}
+	for len(parts) > 1 {
+		n, err := strconv.Atoi(parts[len(parts)-1])
+		if err != nil {
+			break
+		}
+		nums = append([]int{n}, nums...)
+		parts = parts[:len(parts)-1]
+	}
+	p.File = strings.Join(parts, ":")
+	if len(nums) > 0 {
+		p.Line = nums[0]
+	}
+	if len(nums) > 1 {
+		p.Col = nums[1]
+	}
+	return p
+}
+
+// readMigrationDir reads the .sql files of dir; a missing folder is empty.
+func readMigrationDir(dir string) (model.MigrationDir, error) {
+	md := model.MigrationDir{Path: dir}
+	entries, err := os.ReadDir(dir)
+	if os.IsNotExist(err) {
+		return md, nil
+	}
+	if err != nil {
+		return md, err
+	}
+	for _, e := range entries {
+		if e.IsDir() || filepath.Ext(e.Name()) != ".sql" {
+			continue
+		}
+		mf := model.MigrationFile{Name: e.Name(), Version: versionOf(e.Name())}
+		data, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			return md, err
+		}
+		if consumer, ok := inboxConsumer(data); ok {
+			mf.Consumer = consumer
+			mf.Content = data
+		}
+		md.Files = append(md.Files, mf)
+	}
+	return md, nil
+}
+
+// versionOf returns the goose version of a migration file name: its leading
+// digits before "_".
+func versionOf(name string) int64 {
+	digits, _, ok := strings.Cut(name, "_")
+	if !ok {
+		return 0
+	}
+	v, err := strconv.ParseInt(digits, 10, 64)
+	if err != nil || v < 0 {
+		return 0
+	}
+	return v
+}
+
+// inboxConsumer reads the consumer from an inbox migration's header.
+func inboxConsumer(data []byte) (string, bool) {
+	lines := strings.SplitN(string(data), "\n", 3)
+	if len(lines) < 2 || lines[0] != model.SQLHeader || !strings.HasPrefix(lines[1], model.InboxMarker) {
+		return "", false
+	}
+	return strings.TrimSpace(strings.TrimPrefix(lines[1], model.InboxMarker)), true
+}
