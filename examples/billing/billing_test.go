@@ -530,4 +530,3 @@ func (c *child) waitGone(t *testing.T, db *idemtest.DB) {
 		return queryInt(t, db.Pool, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1`, c.appName) == 0
 	}, "the server to end the killed child's session")
 }
-
