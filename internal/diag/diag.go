@@ -68,6 +68,8 @@ func (l *List) Sorted() []Diagnostic {
 	ds := slices.Clone(l.items)
 	slices.SortStableFunc(ds, func(a, b Diagnostic) int {
 		return cmp.Or(
+			// Findings with a position first; summaries without one last.
+			-cmp.Compare(btoi(a.Pos.IsValid()), btoi(b.Pos.IsValid())),
 			cmp.Compare(a.Pos.File, b.Pos.File),
 			cmp.Compare(a.Pos.Line, b.Pos.Line),
 			cmp.Compare(a.Pos.Col, b.Pos.Col),
@@ -108,4 +110,11 @@ func Rel(dir, path string) string {
 		return path
 	}
 	return rel
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

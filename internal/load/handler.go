@@ -145,7 +145,7 @@ func (c *checker) receiver(fd *ast.FuncDecl, sig *types.Signature, h *model.Hand
 
 // signature checks the parameters and results and returns the message's
 // struct type.
-func (c *checker) signature(fd *ast.FuncDecl, sig *types.Signature, h *model.Handler) (*types.Struct, bool) {
+func (c *checker) signature(fd *ast.FuncDecl, sig *types.Signature, h *model.Handler) (types.Type, bool) {
 	const want = "want func(ctx context.Context, tx pgx.Tx, msg M) (R, error) or (...) error, with M a named struct type or a pointer to one"
 	params, results := sig.Params(), sig.Results()
 	at := c.pos(fd.Type)
@@ -176,12 +176,12 @@ func (c *checker) signature(fd *ast.FuncDecl, sig *types.Signature, h *model.Han
 	}
 
 	mt := params.At(2).Type()
-	named, pointer := mt, false
+	named := mt
 	if p, ok := mt.(*types.Pointer); ok {
-		named, pointer = p.Elem(), true
+		named = p.Elem()
 	}
 	n, isNamedType := types.Unalias(named).(*types.Named)
-	st, isStruct := named.Underlying().(*types.Struct)
+	_, isStruct := named.Underlying().(*types.Struct)
 	mpos := c.paramPos(fd, 2)
 	switch {
 	case !isNamedType || !isStruct:
@@ -201,9 +201,8 @@ func (c *checker) signature(fd *ast.FuncDecl, sig *types.Signature, h *model.Han
 	if !ok {
 		return nil, false
 	}
-	_ = pointer
 	h.Msg = t
-	return st, true
+	return named, true
 }
 
 func (c *checker) paramPos(fd *ast.FuncDecl, i int) diag.Pos {
@@ -229,7 +228,7 @@ func (c *checker) resultPos(fd *ast.FuncDecl) diag.Pos {
 }
 
 // key resolves the key option's field paths against the message struct.
-func (c *checker) key(o directive.Option, msg *types.Struct) []model.KeyPart {
+func (c *checker) key(o directive.Option, msg types.Type) []model.KeyPart {
 	var parts []model.KeyPart
 	columns := map[string]string{}
 	offset := 0
@@ -259,9 +258,9 @@ func (c *checker) key(o directive.Option, msg *types.Struct) []model.KeyPart {
 	return parts
 }
 
-func (c *checker) keyPart(pos diag.Pos, path string, msg *types.Struct) (model.KeyPart, bool) {
+func (c *checker) keyPart(pos diag.Pos, path string, msg types.Type) (model.KeyPart, bool) {
 	part := model.KeyPart{Path: path}
-	var cur types.Type = msg
+	cur := msg
 	elems := strings.Split(path, ".")
 	for i, name := range elems {
 		prefix := strings.Join(elems[:i], ".")
@@ -448,8 +447,15 @@ func (c *checker) elemType(kind model.TypeKind, elem types.Type, pos diag.Pos) (
 	return model.Type{Kind: kind, Elem: &e}, ok
 }
 
+// typeString spells t as the package's own code would: local names bare,
+// others qualified by package name.
 func (c *checker) typeString(t types.Type) string {
-	return types.TypeString(t, types.RelativeTo(c.pkg.Types))
+	return types.TypeString(t, func(p *types.Package) string {
+		if p == c.pkg.Types {
+			return ""
+		}
+		return p.Name()
+	})
 }
 
 func (c *checker) describe(t types.Type, prefix string) string {

@@ -223,6 +223,12 @@ func compiles(pkg *packages.Package, decls []annotated, diags *diag.List) bool {
 	generated := generatedNames(pkg, decls)
 	ok := true
 	for _, e := range pkg.Errors {
+		// The go command compiles the package too and reports its compiler
+		// output ("# path" and the errors); the type checker's errors say the
+		// same with exact positions.
+		if e.Kind == packages.ListError && strings.HasPrefix(e.Msg, "# ") && pkg.Types != nil {
+			continue
+		}
 		if e.Kind == packages.TypeError {
 			if m := undefinedName.FindStringSubmatch(e.Msg); m != nil && generated[m[1]] {
 				continue
@@ -284,7 +290,7 @@ func checkNames(pkg *packages.Package, mp model.Package, diags *diag.List) {
 			if other, dup := owner[name]; dup {
 				diags.Errorf(h.Pos, "handlers %s and %s (%s) would both generate %s; rename one of them",
 					other.Func, h.Func, diag.Rel(mp.Dir, other.Pos.File)+":"+strconv.Itoa(other.Pos.Line), name)
-				continue
+				break
 			}
 			owner[name] = h
 			if pkg.Types == nil {

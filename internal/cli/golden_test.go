@@ -1,0 +1,274 @@
+package cli
+
+import (
+	"bytes"
+	"flag"
+	"fmt"
+	"io/fs"
+	"maps"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"golang.org/x/tools/txtar"
+)
+
+var update = flag.Bool("update", false, "rewrite the want sections of testdata/*.txtar from what idemgen does now")
+
+// TestGolden runs idemgen on each testdata/*.txtar case. A case holds input
+// files, optionally the command line (-- args --; default "-migrations
+// migrations ."), and what must come out: -- want:PATH -- for every file
+// written, -- deleted -- listing files removed, -- want:stdout --,
+// -- want:stderr -- and -- want:exit --. Each case is a package directory in
+// one temporary module that requires this repository, and every case that
+// exits 0 is compiled (go vet) afterwards.
+func TestGolden(t *testing.T) {
+	cases, err := filepath.Glob("testdata/*.txtar")
+	if err != nil || len(cases) == 0 {
+		t.Fatalf("no golden cases: %v", err)
+	}
+	root := goldenModule(t)
+	// The go command run by go/packages resolves modules from the cache
+	// only and may record what it resolves in the case module's go.mod.
+	t.Setenv("GOFLAGS", "-mod=mod")
+	t.Setenv("GOPROXY", "off")
+
+	var passing []string
+	t.Run("cases", func(t *testing.T) {
+		for _, file := range cases {
+			name := strings.TrimSuffix(filepath.Base(file), ".txtar")
+			t.Run(name, func(t *testing.T) {
+				t.Parallel()
+				if runCase(t, file, filepath.Join(root, name)) {
+					passing = append(passing, "./"+name+"/...")
+				}
+			})
+		}
+	})
+	if t.Failed() || len(passing) == 0 {
+		return
+	}
+	slices.Sort(passing)
+	cmd := exec.Command("go", append([]string{"vet"}, passing...)...)
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("the generated code of the passing cases does not compile:\n%s", out)
+	}
+}
+
+// runCase runs one case in dir and reports whether it exited 0.
+func runCase(t *testing.T, file, dir string) bool {
+	archive, err := txtar.ParseFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"-migrations", "migrations", "."}
+	inputs := map[string][]byte{}
+	var wantDeleted []string
+	for _, f := range archive.Files {
+		switch {
+		case f.Name == "args":
+			args = strings.Fields(string(f.Data))
+		case f.Name == "deleted":
+			wantDeleted = strings.Fields(string(f.Data))
+		case strings.HasPrefix(f.Name, "want:"):
+		default:
+			inputs[f.Name] = f.Data
+			path := filepath.Join(dir, f.Name)
+			if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(path, f.Data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+
+	var stdout, stderr bytes.Buffer
+	code := run(dir, args, &stdout, &stderr)
+
+	got := map[string][]byte{
+		"want:stdout": stdout.Bytes(),
+		"want:stderr": stderr.Bytes(),
+		"want:exit":   []byte(strconv.Itoa(code) + "\n"),
+	}
+	var deleted []string
+	for name := range inputs {
+		if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
+			deleted = append(deleted, name)
+		}
+	}
+	slices.Sort(deleted)
+	err = filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, path)
+		rel = filepath.ToSlash(rel)
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		if in, ok := inputs[rel]; !ok || !bytes.Equal(in, data) {
+			got["want:"+rel] = data
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if code == 0 && args[0] != "check" {
+		rerun(t, dir, args)
+	}
+	if *update {
+		rewrite(t, file, archive, got, deleted)
+		return code == 0
+	}
+	want := map[string][]byte{}
+	for _, f := range archive.Files {
+		if strings.HasPrefix(f.Name, "want:") {
+			want[f.Name] = f.Data
+		}
+	}
+	for _, name := range []string{"want:stdout", "want:stderr"} {
+		if _, ok := want[name]; !ok {
+			want[name] = nil
+		}
+	}
+	for name := range union(want, got) {
+		if !bytes.Equal(normalize(want[name]), normalize(got[name])) {
+			t.Errorf("%s differs:\n--- got ---\n%s\n--- want ---\n%s", name, got[name], want[name])
+		}
+	}
+	if !slices.Equal(deleted, wantDeleted) {
+		t.Errorf("deleted %v, want %v", deleted, wantDeleted)
+	}
+	return code == 0
+}
+
+// rerun checks that a second run changes nothing on disk, not even a
+// modification time, and that check then finds everything current.
+func rerun(t *testing.T, dir string, args []string) {
+	t.Helper()
+	before := snapshot(t, dir)
+	var stdout, stderr bytes.Buffer
+	if code := run(dir, args, &stdout, &stderr); code != 0 {
+		t.Fatalf("second run: exit %d\n%s", code, stderr.String())
+	}
+	if after := snapshot(t, dir); !maps.Equal(before, after) {
+		t.Errorf("a second run with the same input touched files:\nbefore %v\nafter  %v", before, after)
+	}
+	stdout.Reset()
+	stderr.Reset()
+	if code := run(dir, append([]string{"check"}, args...), &stdout, &stderr); code != 0 || stdout.Len() > 0 {
+		t.Errorf("check after generate: exit %d\n%s%s", code, stdout.String(), stderr.String())
+	}
+}
+
+// snapshot maps every file below dir to its size and modification time.
+func snapshot(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	m := map[string]string{}
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		m[path] = fmt.Sprint(info.Size(), info.ModTime().UnixNano())
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func normalize(b []byte) []byte {
+	return bytes.TrimRight(b, "\n")
+}
+
+func union(a, b map[string][]byte) map[string]bool {
+	m := map[string]bool{}
+	for k := range a {
+		m[k] = true
+	}
+	for k := range b {
+		m[k] = true
+	}
+	return m
+}
+
+// rewrite replaces the case's want sections with got.
+func rewrite(t *testing.T, file string, archive *txtar.Archive, got map[string][]byte, deleted []string) {
+	var files []txtar.File
+	for _, f := range archive.Files {
+		if !strings.HasPrefix(f.Name, "want:") && f.Name != "deleted" {
+			files = append(files, f)
+		}
+	}
+	if len(deleted) > 0 {
+		files = append(files, txtar.File{Name: "deleted", Data: []byte(strings.Join(deleted, "\n") + "\n")})
+	}
+	names := slices.Sorted(func(yield func(string) bool) {
+		for k := range got {
+			if !yield(k) {
+				return
+			}
+		}
+	})
+	for _, name := range names {
+		data := got[name]
+		if (name == "want:stdout" || name == "want:stderr") && len(data) == 0 {
+			continue
+		}
+		if len(data) > 0 && data[len(data)-1] != '\n' {
+			data = append(data, '\n')
+		}
+		files = append(files, txtar.File{Name: name, Data: data})
+	}
+	archive.Files = files
+	if err := os.WriteFile(file, txtar.Format(archive), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// goldenModule creates the module the cases live in: it requires this
+// repository (replaced by the working tree) and the same dependency versions,
+// so that loading and vetting need nothing beyond the module cache.
+func goldenModule(t *testing.T) string {
+	root := t.TempDir()
+	repo, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gomod, err := os.ReadFile(filepath.Join(repo, "go.mod"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gosum, err := os.ReadFile(filepath.Join(repo, "go.sum"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Keep the requirement blocks of the repository's go.mod.
+	var reqs []string
+	for _, block := range strings.Split(string(gomod), "require (")[1:] {
+		reqs = append(reqs, "require ("+strings.SplitAfter(block, ")")[0])
+	}
+	mod := fmt.Sprintf("module example.com/golden\n\ngo 1.26\n\nrequire github.com/idemgen/idemgen v0.0.0\n\nreplace github.com/idemgen/idemgen => %s\n\n%s\n",
+		repo, strings.Join(reqs, "\n\n"))
+	if err := os.WriteFile(filepath.Join(root, "go.mod"), []byte(mod), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "go.sum"), gosum, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return root
+}
