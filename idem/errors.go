@@ -23,6 +23,12 @@ var (
 	// written; the message can never succeed as it is, so dead-letter it.
 	ErrInvalidKey = errors.New("idem: invalid key")
 
+	// ErrStale: the handler has a stale-message guard and a version of the
+	// message's entity as new or newer was applied already. The handler did
+	// not run and nothing was written; the message is obsolete, so ack it
+	// (or dead-letter it for the record) rather than retry it.
+	ErrStale = errors.New("idem: a newer version of the entity was processed already")
+
 	// ErrRetryable marks errors that a later attempt may not have: a
 	// serialization failure or deadlock (SQLSTATE 40001, 40P01), or a claim
 	// that conflicted with a row that was gone when read back. Nothing was

@@ -105,8 +105,21 @@ func (in *Inbox[M, R]) Handle(ctx context.Context, msg M) (R, Outcome, error) {
 	defer pooled.Release()
 	conn := pooled.Conn()
 
-	tx, claimed, err := in.claim(ctx, conn, key, fp)
+	var order []any
+	if in.table.Order != nil {
+		entity, version, err := in.table.Order(msg)
+		if err != nil {
+			return zero, 0, in.fail(key, err)
+		}
+		order = []any{entity, version}
+	}
+
+	tx, claimed, fresh, err := in.claim(ctx, conn, key, fp, order)
 	switch {
+	case err == nil && claimed && !fresh:
+		// A version as new or newer of the entity was applied already.
+		rollback(ctx, conn)
+		return zero, 0, in.fail(key, ErrStale)
 	case err == nil && claimed:
 	case err == nil || hasSQLState(err, "40001", "40P01"):
 		// Another delivery holds or held the key. Under REPEATABLE READ and
@@ -142,33 +155,44 @@ func (in *Inbox[M, R]) Handle(ctx context.Context, msg M) (R, Outcome, error) {
 }
 
 // claim begins the transaction and claims the key, in one round trip. It
-// reports whether this delivery inserted the inbox row.
-func (in *Inbox[M, R]) claim(ctx context.Context, conn *pgx.Conn, key []any, fp []byte) (pgx.Tx, bool, error) {
+// reports whether this delivery inserted the inbox row and, for a table with
+// a stale-message guard, whether the message's version is newer than the
+// entity's last applied one (the claim statement records it in the same
+// statement, so that two concurrent versions cannot both win).
+func (in *Inbox[M, R]) claim(ctx context.Context, conn *pgx.Conn, key []any, fp []byte, order []any) (tx pgx.Tx, claimed, fresh bool, err error) {
+	args := make([]any, 0, len(key)+1+len(order))
+	args = append(append(append(args, key...), fp), order...)
 	b := &pgx.Batch{}
 	b.BeginTx(in.txOptions)
 	b.Queue(setClaimLockTimeout, in.lockWait)
-	b.Queue(in.table.Claim, withArg(key, fp)...)
+	b.Queue(in.table.Claim, args...)
 	b.Queue(restoreLockTimeout)
 	br := conn.SendBatch(ctx, b)
-	claimed, err := readClaim(br)
+	claimed, fresh, err = readClaim(br)
 	if closeErr := br.Close(); err == nil {
 		err = closeErr
 	}
-	return br.Tx(), claimed, err
+	return br.Tx(), claimed, fresh, err
 }
 
-func readClaim(br pgx.BatchResults) (bool, error) {
+// readClaim reads the claim batch. The claim statement returns a row only
+// when it inserted the key; its one column says whether the message is fresh
+// (always true without a stale-message guard).
+func readClaim(br pgx.BatchResults) (claimed, fresh bool, err error) {
 	for range 2 { // BEGIN, then the claim's lock_timeout
 		if _, err := br.Exec(); err != nil {
-			return false, err
+			return false, false, err
 		}
 	}
-	var claimed bool
-	if err := br.QueryRow().Scan(&claimed); err != nil && !errors.Is(err, pgx.ErrNoRows) {
-		return false, err
+	switch err := br.QueryRow().Scan(&fresh); {
+	case errors.Is(err, pgx.ErrNoRows):
+	case err != nil:
+		return false, false, err
+	default:
+		claimed = true
 	}
-	_, err := br.Exec() // restore lock_timeout
-	return claimed, err
+	_, err = br.Exec() // restore lock_timeout
+	return claimed, fresh, err
 }
 
 // call runs the handler. A panic rolls the transaction back before it goes on
@@ -190,8 +214,9 @@ var errAborted = errors.New("idem: a statement of the handler failed but the han
 
 // complete stores the result in the inbox row and commits, in one round trip.
 func (in *Inbox[M, R]) complete(ctx context.Context, conn *pgx.Conn, key []any, result []byte) error {
+	sql, args := in.table.statement(in.table.Complete, in.table.NullComplete, key)
 	b := &pgx.Batch{}
-	b.Queue(in.table.Complete, withArg(key, result)...)
+	b.Queue(sql, append(args, result)...)
 	b.Queue("commit")
 	br := conn.SendBatch(ctx, b)
 	updated, err := br.Exec()
@@ -230,7 +255,8 @@ func (in *Inbox[M, R]) readBack(ctx context.Context, conn *pgx.Conn, key []any, 
 	if conn.PgConn().TxStatus() != 'I' {
 		b.Queue("rollback")
 	}
-	b.Queue(in.table.Lookup, key...)
+	sql, args := in.table.statement(in.table.Lookup, in.table.NullLookup, key)
+	b.Queue(sql, args...)
 	br := conn.SendBatch(ctx, b)
 	var (
 		storedFP []byte
@@ -340,14 +366,6 @@ func fingerprint(msg any) ([]byte, error) {
 	}
 	sum := sha256.Sum256(data)
 	return sum[:], nil
-}
-
-// withArg returns key followed by arg, without touching key's backing array.
-func withArg(key []any, arg any) []any {
-	args := make([]any, len(key)+1)
-	copy(args, key)
-	args[len(key)] = arg
-	return args
 }
 
 func hasSQLState(err error, codes ...string) bool {

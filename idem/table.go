@@ -15,10 +15,17 @@ import (
 // out so that a reviewer sees exactly what runs.
 //
 // Placeholders: $1 to $n are the key parts in column order (n =
-// len(KeyFields)); Claim takes the fingerprint as $n+1 and returns one row
-// when it inserted; Complete takes the JSON result (or NULL) as $n+1; Lookup
-// returns fingerprint, status and result; Purge takes the retention in seconds
-// as $1 and the batch size as $2.
+// len(KeyFields)). Claim takes the fingerprint as $n+1, and for a table with a
+// stale-message guard the entity and version as $n+2 and $n+3; it returns one
+// boolean row when it inserted the key: true unless the guard found the
+// version stale. Complete takes the JSON result (or NULL) as the placeholder
+// after the key's; Lookup returns fingerprint, status and result; Purge takes
+// the retention in seconds as $1 and the batch size as $2.
+//
+// A key part that is NULL (a nil in Key's result) cannot be matched with =:
+// for keys with NULL parts, Complete and Lookup come from NullComplete and
+// NullLookup, by null pattern (bit i set when part i is NULL), and number
+// only the parts that are not NULL.
 type Table[M any] struct {
 	// Consumer is the stable consumer name of the directive.
 	Consumer string
@@ -32,10 +39,36 @@ type Table[M any] struct {
 	// Retain is how long inbox rows are kept before Purge deletes them.
 	Retain time.Duration
 
+	// Order returns the entity and the version of msg for a table with a
+	// stale-message guard (order= and version= in the directive); nil
+	// without one.
+	Order func(msg M) (entity any, version int64, err error)
+
 	Claim    string
 	Complete string
 	Lookup   string
 	Purge    string
+
+	NullComplete map[uint64]string
+	NullLookup   map[uint64]string
+}
+
+// statement picks the variant of a statement for key's null pattern and the
+// arguments it takes: the parts that are not NULL.
+func (t *Table[M]) statement(plain string, byNulls map[uint64]string, key []any) (string, []any) {
+	var nulls uint64
+	args := make([]any, 0, len(key)+1)
+	for i, part := range key {
+		if part == nil {
+			nulls |= 1 << i
+			continue
+		}
+		args = append(args, part)
+	}
+	if nulls == 0 {
+		return plain, args
+	}
+	return byNulls[nulls], args
 }
 
 // MaxKeyBytes bounds the total size of a key's string parts. PostgreSQL cannot

@@ -11,6 +11,7 @@ import (
 	"github.com/idemgen/idemgen/internal/diag"
 	"github.com/idemgen/idemgen/internal/generate"
 	"github.com/idemgen/idemgen/internal/load"
+	"github.com/idemgen/idemgen/internal/model"
 	"github.com/idemgen/idemgen/internal/output"
 )
 
@@ -27,6 +28,8 @@ Usage:
   idemgen [generate] [flags] [packages]   write idem_gen.go and inbox migrations
   idemgen check [flags] [packages]        fail with a diff if any output is stale,
                                           missing or orphaned; write nothing
+  idemgen vet [flags] [packages]          report every problem and doubt about the
+                                          handlers and their keys; write nothing
 
 Packages are go/packages patterns; the default is ".".
 
@@ -46,13 +49,15 @@ func Run(args []string, stdout, stderr io.Writer) int {
 
 func run(dir string, args []string, stdout, stderr io.Writer) int {
 	cmd := "generate"
-	if len(args) > 0 && (args[0] == "generate" || args[0] == "check" || args[0] == "help") {
+	if len(args) > 0 && (args[0] == "generate" || args[0] == "check" || args[0] == "vet" || args[0] == "help") {
 		cmd, args = args[0], args[1:]
 	}
 	fs := flag.NewFlagSet("idemgen "+cmd, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	migrations := fs.String("migrations", "", "write inbox migrations to `DIR` (default: a migrations folder in each handler's package)")
 	verbose := fs.Bool("v", false, "list the files written or deleted")
+	postgres := fs.Int("postgres", 0, "the oldest PostgreSQL major `version` the migrations run on; from 15 on, nullable key parts get UNIQUE NULLS NOT DISTINCT instead of partial indexes")
+	rehash := fs.Bool("rehash", false, "record the migrations folders in their "+model.SumFile+" as they are (after checking them yourself)")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, usage)
 		fs.PrintDefaults()
@@ -70,17 +75,23 @@ func run(dir string, args []string, stdout, stderr io.Writer) int {
 		return ExitUsage
 	}
 
-	prog, diags, err := load.Load(load.Config{Dir: dir, Patterns: fs.Args(), MigrationsDir: *migrations})
+	prog, diags, err := load.Load(load.Config{Dir: dir, Patterns: fs.Args(), MigrationsDir: *migrations, Postgres: *postgres})
 	if err != nil {
 		fmt.Fprintln(stderr, "idemgen:", err)
 		return ExitFail
 	}
-	set, genDiags := generate.Generate(prog)
+	set, genDiags := generate.Generate(prog, generate.Options{Rehash: *rehash})
 	for _, d := range genDiags.Sorted() {
 		diags.Add(d)
 	}
 
 	switch cmd {
+	case "vet":
+		diags.Print(stderr, dir)
+		if diags.Len() > 0 {
+			return ExitFail
+		}
+		return ExitOK
 	case "check":
 		return check(dir, set, diags, stdout, stderr)
 	default:

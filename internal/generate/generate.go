@@ -5,22 +5,26 @@
 package generate
 
 import (
-	"bytes"
-	"cmp"
 
 	"path/filepath"
 	"slices"
 
 	"github.com/idemgen/idemgen/internal/diag"
 	"github.com/idemgen/idemgen/internal/emit/gowrap"
-	"github.com/idemgen/idemgen/internal/emit/inboxsql"
 	"github.com/idemgen/idemgen/internal/model"
 	"github.com/idemgen/idemgen/internal/output"
 )
 
+// Options change how Generate treats the migrations folders.
+type Options struct {
+	// Rehash records the folders' migrations in their checksum files as
+	// they are, instead of refusing edited or out-of-order ones.
+	Rehash bool
+}
+
 // Generate returns the files of prog. Errors in the returned list mean the
 // set must not be written (it is still complete enough to diff).
-func Generate(prog model.Program) (*output.Set, *diag.List) {
+func Generate(prog model.Program, opts Options) (*output.Set, *diag.List) {
 	set, diags := output.NewSet(), &diag.List{}
 	for _, pkg := range prog.Packages {
 		path := filepath.Join(pkg.Dir, model.WrapperFile)
@@ -38,59 +42,9 @@ func Generate(prog model.Program) (*output.Set, *diag.List) {
 		set.Files[path] = src
 	}
 
-	var handlers []model.Handler
-	for _, pkg := range prog.Packages {
-		handlers = append(handlers, pkg.Handlers...)
-	}
 	for _, dir := range prog.MigrationDirs {
-		migrations(dir, handlers, set, diags)
+		f := folder{dir: dir, prog: prog, set: set, diags: diags, opts: opts}
+		f.plan()
 	}
 	return set, diags
-}
-
-// migrations plans the inbox migrations of the handlers that write to dir. A
-// consumer's migration, once written, is never rewritten: it may have been
-// applied. New consumers get the next versions of the folder, in consumer
-// order, so that a re-run picks the same ones.
-func migrations(dir model.MigrationDir, handlers []model.Handler, set *output.Set, diags *diag.List) {
-	existing := map[string]model.MigrationFile{}
-	byVersion := map[int64]string{}
-	var last int64
-	for _, f := range dir.Files {
-		if f.Consumer != "" {
-			existing[f.Consumer] = f
-		}
-		if f.Version == 0 {
-			continue
-		}
-		if other, dup := byVersion[f.Version]; dup {
-			diags.Errorf(diag.Pos{}, "migrations %s and %s in %s share version %d, which goose refuses; renumber the one that was not applied yet",
-				other, f.Name, dir.Path, f.Version)
-		}
-		byVersion[f.Version] = f.Name
-		last = max(last, f.Version)
-	}
-
-	var mine []model.Handler
-	for _, h := range handlers {
-		if h.MigrationsDir == dir.Path {
-			mine = append(mine, h)
-		}
-	}
-	slices.SortFunc(mine, func(a, b model.Handler) int { return cmp.Compare(a.Consumer, b.Consumer) })
-	for _, h := range mine {
-		want := inboxsql.Migration(h)
-		if f, ok := existing[h.Consumer]; ok {
-			path := filepath.Join(dir.Path, f.Name)
-			set.Files[path] = want
-			if !bytes.Equal(f.Content, want) {
-				diags.Errorf(h.Pos, "the inbox migration %s of consumer %s no longer matches this handler (its key or table changed, or the file was edited); "+
-					"idemgen never rewrites a migration, which may have been applied: restore the key and table, or, if %s was never applied anywhere, delete it and run idemgen again",
-					f.Name, h.Consumer, f.Name)
-			}
-			continue
-		}
-		last++
-		set.Files[filepath.Join(dir.Path, inboxsql.FileName(h, last))] = want
-	}
 }

@@ -5,6 +5,7 @@ import (
 	"go/ast"
 	"go/types"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -21,13 +22,18 @@ import (
 // but are not implemented by this version; they are refused with that
 // explanation rather than as unknown.
 var (
-	handlerOptions = []string{"consumer", "key", "table", "retain"}
-	laterOptions   = []string{"mode", "lease", "order", "version", "fixture"}
+	handlerOptions = []string{"consumer", "key", "table", "retain", "order", "version", "stable"}
+	laterOptions   = []string{"mode", "lease", "fixture"}
 )
 
 // DefaultRetain is how long inbox rows are kept when the directive says
 // nothing: 30 days.
 const DefaultRetain = 720 * time.Hour
+
+// MaxNullable bounds the nullable parts of a key. Each null pattern needs its
+// own partial unique index (2^k of them, all maintained by every claim) and
+// its own variant of the lookup and completion statements.
+const MaxNullable = 3
 
 // MaxConsumer bounds the length of a consumer name, so that the default table
 // name and the names derived from it fit PostgreSQL's 63-byte identifiers.
@@ -119,8 +125,147 @@ func (c *checker) handler(fd *ast.FuncDecl, d directive.Directive) (model.Handle
 		c.errorf(d.Pos, "%shandler needs key=: the message fields that identify it, such as key=OrderID", directive.Prefix)
 	} else if msgOK {
 		h.Key = c.key(keyOpt, msg)
+		c.checkNullable(keyOpt, h.Key)
+		c.hygiene(d, keyOpt, h.Key)
+	}
+	if msgOK {
+		h.Guard = c.guard(d, msg)
 	}
 	return h, c.ok
+}
+
+// checkNullable enforces MaxNullable.
+func (c *checker) checkNullable(o directive.Option, parts []model.KeyPart) {
+	n := 0
+	for _, p := range parts {
+		if p.Null != nil {
+			n++
+		}
+	}
+	if n > MaxNullable {
+		c.errorf(o.ValuePos, "the key has %d nullable parts, more than %d: each null pattern needs its own partial unique index (%d here, all maintained by every claim) and its own lookup; make some parts required, or split the consumer",
+			n, MaxNullable, 1<<n)
+	}
+}
+
+// guard reads order= and version=, the stale-message guard.
+func (c *checker) guard(d directive.Directive, msg types.Type) *model.Guard {
+	order, hasOrder := d.Lookup("order")
+	version, hasVersion := d.Lookup("version")
+	switch {
+	case !hasOrder && !hasVersion:
+		return nil
+	case !hasVersion:
+		c.errorf(order.Pos, "order= needs version=: the message field that increases with every change of the entity")
+		return nil
+	case !hasOrder:
+		c.errorf(version.Pos, "version= needs order=: the message field that names the entity the versions are of")
+		return nil
+	}
+	entity, okE := c.keyPart(order.ValuePos, order.Value, msg, false)
+	ver, okV := c.keyPart(version.ValuePos, version.Value, msg, false)
+	if okV && (ver.Kind != model.KeyInt || ver.SQLType == "numeric(20)") {
+		c.errorf(version.ValuePos, "version field %s has type %s; it must be a signed integer (or uint8 to uint32): versions are compared as bigint",
+			version.Value, typeName(ver.Type))
+		okV = false
+	}
+	if !okE || !okV {
+		return nil
+	}
+	entity.Column = "entity"
+	return &model.Guard{Entity: entity, Version: ver}
+}
+
+func typeName(t model.Type) string {
+	if t.PkgName != "" {
+		return t.PkgName + "." + t.Name
+	}
+	return t.Name
+}
+
+// unstableWords are words of field names that name values which differ
+// between deliveries of one message; a key on them defeats deduplication.
+var unstableWords = []struct {
+	match func(words []string) bool
+	what  string
+}{
+	{hasAny("attempt", "attempts", "retry", "retries", "redelivered", "redelivery", "redeliveries"),
+		"a delivery attempt counter or redelivery flag"},
+	{hasPair([]string{"delivery", "deliveries", "num"}, []string{"count", "tag", "delivered", "number"}),
+		"a delivery counter"},
+	{hasPair([]string{"received", "receive", "processed", "processing", "handled", "consumed", "arrived", "delivered", "enqueued"},
+		[]string{"at", "time", "ts", "on", "timestamp"}),
+		"a receive or processing time"},
+	{hasAny("correlation", "trace", "span"),
+		"a correlation or trace id (shared by every message of a flow, or new on every hop)"},
+	{hasAny("nonce", "random", "rand"),
+		"a random value"},
+}
+
+func hasAny(words ...string) func([]string) bool {
+	return func(ws []string) bool {
+		for _, w := range ws {
+			if contains(words, w) {
+				return true
+			}
+		}
+		return false
+	}
+}
+
+func hasPair(first, second []string) func([]string) bool {
+	return func(ws []string) bool {
+		for i := 0; i+1 < len(ws); i++ {
+			if contains(first, ws[i]) && contains(second, ws[i+1]) {
+				return true
+			}
+		}
+		return false
+	}
+}
+
+// hygiene warns about key fields whose names say they are not stable, unless
+// the directive vouches for them with stable=.
+func (c *checker) hygiene(d directive.Directive, keyOpt directive.Option, parts []model.KeyPart) {
+	vouched := map[string]bool{}
+	stable, hasStable := d.Lookup("stable")
+	if hasStable {
+		for _, path := range strings.Split(stable.Value, ",") {
+			vouched[path] = false
+		}
+	}
+	offset := 0
+	for _, path := range strings.Split(keyOpt.Value, ",") {
+		pos := keyOpt.ValuePos
+		pos.Col += offset
+		offset += len(path) + 1
+		elems := strings.Split(path, ".")
+		words := strings.Split(snake(elems[len(elems)-1]), "_")
+		for _, u := range unstableWords {
+			if !u.match(words) {
+				continue
+			}
+			if _, ok := vouched[path]; ok {
+				vouched[path] = true
+				break
+			}
+			c.diags.Warnf(pos, "key field %s looks like %s: it differs between deliveries of one message, so a redelivery would not be recognised as a duplicate; key on the message's own id (if %s really is stable, say so with stable=%s)",
+				path, u.what, path, path)
+			break
+		}
+	}
+	if !hasStable {
+		return
+	}
+	for _, path := range strings.Split(stable.Value, ",") {
+		inKey := slices.Contains(strings.Split(keyOpt.Value, ","), path)
+		switch {
+		case !inKey:
+			c.errorf(stable.ValuePos, "stable=%s names no key field; stable= lists key fields whose names look unstable but are not", path)
+		case !vouched[path]:
+			c.diags.Warnf(stable.ValuePos, "stable=%s silences nothing: idemgen has no doubt about key field %s", path, path)
+		}
+	}
 }
 
 func (c *checker) receiver(fd *ast.FuncDecl, sig *types.Signature, h *model.Handler) {
@@ -240,7 +385,7 @@ func (c *checker) key(o directive.Option, msg types.Type) []model.KeyPart {
 			c.errorf(pos, "key has an empty field path")
 			continue
 		}
-		part, ok := c.keyPart(pos, path, msg)
+		part, ok := c.keyPart(pos, path, msg, true)
 		if !ok {
 			continue
 		}
@@ -258,7 +403,7 @@ func (c *checker) key(o directive.Option, msg types.Type) []model.KeyPart {
 	return parts
 }
 
-func (c *checker) keyPart(pos diag.Pos, path string, msg types.Type) (model.KeyPart, bool) {
+func (c *checker) keyPart(pos diag.Pos, path string, msg types.Type, allowNull bool) (model.KeyPart, bool) {
 	part := model.KeyPart{Path: path}
 	cur := msg
 	elems := strings.Split(path, ".")
@@ -304,7 +449,7 @@ func (c *checker) keyPart(pos diag.Pos, path string, msg types.Type) (model.KeyP
 		cur = t
 	}
 
-	if !c.keyType(pos, path, cur, &part) {
+	if !c.keyType(pos, path, cur, &part, allowNull) {
 		return part, false
 	}
 	column := "key_" + snake(strings.Join(elems, "_"))
@@ -319,19 +464,27 @@ func (c *checker) keyPart(pos diag.Pos, path string, msg types.Type) (model.KeyP
 }
 
 // keyType classifies the key field's type and records its column type and
-// the Go type its value is sent as.
-func (c *checker) keyType(pos diag.Pos, path string, t types.Type, part *model.KeyPart) bool {
-	if isNullable(t) {
-		c.errorf(pos, "key field %s has type %s; nullable key parts are not supported by this version of idemgen: use a non-pointer field", path, c.typeString(t))
+// the Go type its value is sent as. A nullable wrapper of a key type (a
+// pointer, a database/sql Null type, a pgtype type) makes the part nullable
+// when allowNull is set.
+func (c *checker) keyType(pos diag.Pos, path string, t types.Type, part *model.KeyPart, allowNull bool) bool {
+	inner, null, problem := unwrapNullable(t)
+	switch {
+	case problem != "":
+		c.errorf(pos, "key field %s has type %s: %s", path, c.typeString(t), problem)
+		return false
+	case null != nil && !allowNull:
+		c.errorf(pos, "field %s has type %s; it must not be nullable", path, c.typeString(t))
 		return false
 	}
+	part.Null = null
 	convert := func(goType string, basic types.Type) string {
-		if types.Identical(t, basic) {
+		if types.Identical(inner, basic) {
 			return ""
 		}
 		return goType
 	}
-	switch u := t.Underlying().(type) {
+	switch u := inner.Underlying().(type) {
 	case *types.Basic:
 		switch {
 		case u.Kind() == types.String:
@@ -359,9 +512,75 @@ func (c *checker) keyType(pos diag.Pos, path string, t types.Type, part *model.K
 			part.GoValue = convert("[16]byte", types.NewArray(types.Typ[types.Byte], 16))
 			return true
 		}
+	case *types.Map, *types.Slice, *types.Interface:
+		c.errorf(pos, "key field %s has type %s: a %s has no stable identity to deduplicate on; use a string, an integer or a UUID",
+			path, c.typeString(t), kindName(u))
+		return false
 	}
-	c.errorf(pos, "key field %s has type %s; a key part must be a string, an integer or a UUID ([16]byte, such as uuid.UUID)", path, c.typeString(t))
+	if isNamed(inner, "time", "Time") {
+		c.errorf(pos, "key field %s is a time: receive and processing times differ between deliveries, and even a sender's timestamp is not unique; use the message id", path)
+		return false
+	}
+	c.errorf(pos, "key field %s has type %s; a key part must be a string, an integer or a UUID ([16]byte, such as uuid.UUID), or a pointer, sql.Null or pgtype wrapper of one", path, c.typeString(t))
 	return false
+}
+
+func kindName(t types.Type) string {
+	switch t.(type) {
+	case *types.Map:
+		return "map"
+	case *types.Slice:
+		return "slice"
+	default:
+		return "interface"
+	}
+}
+
+// The nullable wrappers of key types, with the field that holds the value.
+var (
+	sqlNullValue = map[string]string{
+		"NullString": "String", "NullInt64": "Int64", "NullInt32": "Int32", "NullInt16": "Int16", "NullByte": "Byte", "Null": "V",
+	}
+	pgtypeValue = map[string]string{
+		"Text": "String", "Int2": "Int16", "Int4": "Int32", "Int8": "Int64", "UUID": "Bytes",
+	}
+)
+
+// unwrapNullable returns the value type of a nullable wrapper and how NULL is
+// represented, or t itself and nil when t is not nullable. problem is set for
+// a wrapper of a type that cannot be a key.
+func unwrapNullable(t types.Type) (inner types.Type, null *model.Null, problem string) {
+	if p, ok := t.Underlying().(*types.Pointer); ok {
+		return p.Elem(), &model.Null{Pointer: true}, ""
+	}
+	named, ok := types.Unalias(t).(*types.Named)
+	if !ok || named.Obj().Pkg() == nil {
+		return t, nil, ""
+	}
+	var field string
+	switch named.Obj().Pkg().Path() {
+	case "database/sql":
+		name := named.Obj().Name()
+		if !strings.HasPrefix(name, "Null") {
+			return t, nil, ""
+		}
+		if field, ok = sqlNullValue[name]; !ok {
+			return t, nil, fmt.Sprintf("sql.%s wraps a type that cannot be a key part (floats, bools and times are not stable keys)", name)
+		}
+	case pgxPath + "/pgtype":
+		if field, ok = pgtypeValue[named.Obj().Name()]; !ok {
+			return t, nil, "of the pgtype types only Text, Int2, Int4, Int8 and UUID can be key parts"
+		}
+	default:
+		return t, nil, ""
+	}
+	st, _ := named.Underlying().(*types.Struct)
+	for i := range st.NumFields() {
+		if st.Field(i).Name() == field {
+			return st.Field(i).Type(), &model.Null{ValueField: field}, ""
+		}
+	}
+	return t, nil, "its value field " + field + " is missing"
 }
 
 // integerColumn maps an integer kind to its column type and the Go type its
@@ -377,25 +596,6 @@ func integerColumn(k types.BasicKind) (sqlType, goType string) {
 	default: // uint, uint64, uintptr
 		return "numeric(20)", "uint64"
 	}
-}
-
-// isNullable reports whether t is one of the nullable wrappers of a key type:
-// a pointer, a database/sql Null type or a pgtype type.
-func isNullable(t types.Type) bool {
-	if _, ok := t.Underlying().(*types.Pointer); ok {
-		return true
-	}
-	named, ok := types.Unalias(t).(*types.Named)
-	if !ok || named.Obj().Pkg() == nil {
-		return false
-	}
-	switch named.Obj().Pkg().Path() {
-	case "database/sql":
-		return strings.HasPrefix(named.Obj().Name(), "Null")
-	case pgxPath + "/pgtype":
-		return true
-	}
-	return false
 }
 
 // modelType converts t to the model's type expression.

@@ -35,6 +35,10 @@ type Config struct {
 	MigrationsDir string
 	// Env is the environment of the go command; nil means os.Environ().
 	Env []string
+	// Postgres is the major version of the oldest server the migrations run
+	// on, when known (0 otherwise). From 15 on, nullable key parts get one
+	// UNIQUE NULLS NOT DISTINCT constraint instead of partial indexes.
+	Postgres int
 }
 
 // Load loads the packages and returns the model of their handlers. Problems
@@ -58,9 +62,7 @@ func Load(cfg Config) (model.Program, *diag.List, error) {
 		if !ok {
 			continue
 		}
-		for _, h := range mp.Handlers {
-			migrationDirs[h.MigrationsDir] = true
-		}
+		migrationDirs[mp.MigrationsDir] = true
 		prog.Packages = append(prog.Packages, mp)
 	}
 	slices.SortFunc(prog.Packages, func(a, b model.Package) int { return cmp.Compare(a.Path, b.Path) })
@@ -121,8 +123,9 @@ func loadPackage(cfg Config, pkg *packages.Package, diags *diag.List) (model.Pac
 		}
 	}
 
-	decls := findDirectives(pkg, diags)
-	if len(decls) == 0 && len(mp.Generated) == 0 {
+	decls, retired := findDirectives(pkg, diags)
+	mp.Retired = retired
+	if len(decls) == 0 && len(mp.Generated) == 0 && len(retired) == 0 {
 		return mp, false
 	}
 	if !compiles(pkg, decls, diags) {
@@ -137,10 +140,13 @@ func loadPackage(cfg Config, pkg *packages.Package, diags *diag.List) (model.Pac
 			migrations = filepath.Join(cfg.Dir, migrations)
 		}
 	}
+	mp.MigrationsDir = filepath.Clean(migrations)
 	for _, d := range decls {
 		c := &checker{pkg: pkg, diags: diags}
 		if h, ok := c.handler(d.decl, d.directive); ok {
-			h.MigrationsDir = filepath.Clean(migrations)
+			h.Package = pkg.PkgPath
+			h.MigrationsDir = mp.MigrationsDir
+			h.NullsNotDistinct = cfg.Postgres >= 15
 			mp.Handlers = append(mp.Handlers, h)
 		}
 	}
@@ -165,9 +171,11 @@ type annotated struct {
 }
 
 // findDirectives returns the annotated functions of pkg, in source order, and
-// reports directives that are misplaced, unknown or repeated.
-func findDirectives(pkg *packages.Package, diags *diag.List) []annotated {
+// its //idem:retired directives, and reports directives that are misplaced,
+// unknown or repeated.
+func findDirectives(pkg *packages.Package, diags *diag.List) ([]annotated, []model.Retired) {
 	var out []annotated
+	var retired []model.Retired
 	for _, file := range pkg.Syntax {
 		name := pkg.Fset.Position(file.Package).Filename
 		if filepath.Base(name) == model.WrapperFile {
@@ -189,9 +197,15 @@ func findDirectives(pkg *packages.Package, diags *diag.List) []annotated {
 				}
 				pos := position(pkg.Fset, c.Pos())
 				d := directive.Parse(c.Text, pos, diags)
+				if d.Name == "retired" {
+					if r, ok := retiredDirective(d, diags); ok {
+						retired = append(retired, r)
+					}
+					continue
+				}
 				if d.Name != "handler" {
 					msg := fmt.Sprintf("unknown directive %s%s", directive.Prefix, d.Name)
-					if s := directive.Suggest(d.Name, []string{"handler"}); s != "" {
+					if s := directive.Suggest(d.Name, []string{"handler", "retired"}); s != "" {
 						msg += fmt.Sprintf(" (did you mean %s%s?)", directive.Prefix, s)
 					}
 					diags.Errorf(pos, "%s", msg)
@@ -210,7 +224,25 @@ func findDirectives(pkg *packages.Package, diags *diag.List) []annotated {
 			}
 		}
 	}
-	return out
+	return out, retired
+}
+
+// retiredDirective checks //idem:retired consumer=NAME: the consumer's
+// handler is gone on purpose and its inbox migrations stay.
+func retiredDirective(d directive.Directive, diags *diag.List) (model.Retired, bool) {
+	ok := true
+	for _, o := range d.Options {
+		if o.Name != "consumer" {
+			diags.Errorf(o.Pos, "unknown option %s= of %sretired: it takes consumer= only", o.Name, directive.Prefix)
+			ok = false
+		}
+	}
+	o, has := d.Lookup("consumer")
+	if !has {
+		diags.Errorf(d.Pos, "%sretired needs consumer=: the consumer whose handler was removed", directive.Prefix)
+		return model.Retired{}, false
+	}
+	return model.Retired{Pos: d.Pos, Consumer: o.Value}, ok
 }
 
 // undefinedName matches the type checker's report of an undeclared name.
@@ -245,8 +277,7 @@ func compiles(pkg *packages.Package, decls []annotated, diags *diag.List) bool {
 func generatedNames(pkg *packages.Package, decls []annotated) map[string]bool {
 	names := map[string]bool{}
 	for _, d := range decls {
-		n := model.NamesFor(d.decl.Name.Name)
-		for _, name := range []string{n.Wrapper, n.Constructor, n.TableVar, n.KeyFunc} {
+		for _, name := range model.NamesFor(d.decl.Name.Name).All() {
 			names[name] = true
 		}
 	}
@@ -285,8 +316,7 @@ func generatedNames(pkg *packages.Package, decls []annotated) map[string]bool {
 func checkNames(pkg *packages.Package, mp model.Package, diags *diag.List) {
 	owner := map[string]model.Handler{}
 	for _, h := range mp.Handlers {
-		n := h.Names()
-		for _, name := range []string{n.Wrapper, n.Constructor, n.TableVar, n.KeyFunc} {
+		for _, name := range h.Names().All() {
 			if other, dup := owner[name]; dup {
 				diags.Errorf(h.Pos, "handlers %s and %s (%s) would both generate %s; rename one of them",
 					other.Func, h.Func, diag.Rel(mp.Dir, other.Pos.File)+":"+strconv.Itoa(other.Pos.Line), name)
@@ -316,6 +346,14 @@ func checkAcrossPackages(prog model.Program, diags *diag.List) {
 	consumers := map[string]model.Handler{}
 	tables := map[string]model.Handler{}
 	for _, pkg := range prog.Packages {
+		for _, r := range pkg.Retired {
+			for _, h := range pkg.Handlers {
+				if h.Consumer == r.Consumer {
+					diags.Errorf(r.Pos, "consumer %s is declared retired, but handler %s (%s:%d) still uses it",
+						r.Consumer, h.Func, filepath.Base(h.Pos.File), h.Pos.Line)
+				}
+			}
+		}
 		for _, h := range pkg.Handlers {
 			if other, dup := consumers[h.Consumer]; dup {
 				diags.Errorf(h.Pos, "consumer %s is declared twice: also by %s at %s:%d; every handler needs its own consumer name",
@@ -379,16 +417,20 @@ func readMigrationDir(dir string) (model.MigrationDir, error) {
 		if e.IsDir() || filepath.Ext(e.Name()) != ".sql" {
 			continue
 		}
-		mf := model.MigrationFile{Name: e.Name(), Version: versionOf(e.Name())}
 		data, err := os.ReadFile(filepath.Join(dir, e.Name()))
 		if err != nil {
 			return md, err
 		}
-		if consumer, ok := inboxConsumer(data); ok {
-			mf.Consumer = consumer
-			mf.Content = data
-		}
+		mf := model.MigrationFile{Name: e.Name(), Version: versionOf(e.Name()), Content: data}
+		readInboxHeader(&mf)
 		md.Files = append(md.Files, mf)
+	}
+	sum, err := os.ReadFile(filepath.Join(dir, model.SumFile))
+	switch {
+	case err == nil:
+		md.Sum = sum
+	case !os.IsNotExist(err):
+		return md, err
 	}
 	return md, nil
 }
@@ -407,11 +449,22 @@ func versionOf(name string) int64 {
 	return v
 }
 
-// inboxConsumer reads the consumer from an inbox migration's header.
-func inboxConsumer(data []byte) (string, bool) {
-	lines := strings.SplitN(string(data), "\n", 3)
+// readInboxHeader reads the consumer and the schema from an inbox migration's
+// header: the generated-code line, the consumer line, the schema line.
+func readInboxHeader(mf *model.MigrationFile) {
+	lines := strings.SplitN(string(mf.Content), "\n", 4)
 	if len(lines) < 2 || lines[0] != model.SQLHeader || !strings.HasPrefix(lines[1], model.InboxMarker) {
-		return "", false
+		return
 	}
-	return strings.TrimSpace(strings.TrimPrefix(lines[1], model.InboxMarker)), true
+	mf.Consumer = strings.TrimSpace(strings.TrimPrefix(lines[1], model.InboxMarker))
+	if len(lines) < 3 {
+		mf.SchemaErr = "it has no schema line"
+		return
+	}
+	schema, err := model.ParseInbox(mf.Consumer, strings.TrimSpace(lines[2]))
+	if err != nil {
+		mf.SchemaErr = err.Error()
+		return
+	}
+	mf.Schema = &schema
 }

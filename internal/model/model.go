@@ -5,6 +5,7 @@
 package model
 
 import (
+	"fmt"
 	"strings"
 	"time"
 
@@ -27,14 +28,28 @@ type Package struct {
 	Dir  string // absolute
 	// Handlers are sorted by position.
 	Handlers []Handler
+	// MigrationsDir is the absolute folder the package's inbox migrations
+	// go to.
+	MigrationsDir string
 	// Generated lists the idemgen files present in Dir before this run (base
 	// names), so that those no longer needed are found.
 	Generated []string
+	// Retired are the consumers the package declares retired
+	// (//idem:retired): their handlers are gone on purpose, their inbox
+	// migrations stay.
+	Retired []Retired
+}
+
+// Retired is a //idem:retired directive.
+type Retired struct {
+	Pos      diag.Pos
+	Consumer string
 }
 
 // Handler is one //idem:handler function or method.
 type Handler struct {
-	Pos  diag.Pos
+	Pos     diag.Pos
+	Package string // import path
 	Func string // the Go name of the function or method
 	// Recv is the method's receiver, nil for a function.
 	Recv *Recv
@@ -48,8 +63,26 @@ type Handler struct {
 	Table    string // SQL name, optionally schema-qualified
 	Retain   time.Duration
 	Key      []KeyPart
+	// Guard is the stale-message guard (order= and version=), nil without
+	// one.
+	Guard *Guard
+	// NullsNotDistinct: the server is PostgreSQL 15 or newer, so nullable
+	// key parts get one UNIQUE NULLS NOT DISTINCT constraint instead of a
+	// partial unique index per null pattern.
+	NullsNotDistinct bool
 	// MigrationsDir is the absolute folder of the handler's migration.
 	MigrationsDir string
+}
+
+// Guard is a stale-message guard: per entity, only a message whose version
+// is greater than the last applied one is processed.
+type Guard struct {
+	// Entity is the field that names the entity; it is stored like a
+	// key part (Column, SQLType).
+	Entity KeyPart
+	// Version is the monotonically increasing integer field; its value is
+	// sent as an int64.
+	Version KeyPart
 }
 
 // Recv is a method receiver.
@@ -67,6 +100,12 @@ type Names struct {
 	Constructor string // NewChargeIdem
 	TableVar    string // idemChargeTable
 	KeyFunc     string // idemChargeKey
+	OrderFunc   string // idemChargeOrder, for a stale-message guard
+}
+
+// All lists the names.
+func (n Names) All() []string {
+	return []string{n.Wrapper, n.Constructor, n.TableVar, n.KeyFunc, n.OrderFunc}
 }
 
 // NamesFor returns the names generated for a handler called fn. An
@@ -78,6 +117,7 @@ func NamesFor(fn string) Names {
 		Constructor: "New" + upper + "Idem",
 		TableVar:    "idem" + upper + "Table",
 		KeyFunc:     "idem" + upper + "Key",
+		OrderFunc:   "idem" + upper + "Order",
 	}
 	if !isExported(fn) {
 		n.Constructor = "new" + upper + "Idem"
@@ -112,6 +152,19 @@ type KeyPart struct {
 	// Column and SQLType describe the inbox column.
 	Column  string
 	SQLType string
+	// Null says how a nullable part represents NULL; nil for a required
+	// part.
+	Null *Null
+}
+
+// Null describes a nullable key part: a pointer, a database/sql Null type or
+// a pgtype type.
+type Null struct {
+	// Pointer: the part is *T and nil is NULL. Otherwise the part is a
+	// struct whose Valid field is false for NULL and whose ValueField holds
+	// the value.
+	Pointer    bool
+	ValueField string
 }
 
 // Hop selects one field.
@@ -163,16 +216,171 @@ type MigrationDir struct {
 	Path string // absolute
 	// Files are the folder's .sql files, sorted by name.
 	Files []MigrationFile
+	// Sum is the content of the folder's checksum file, nil when it has
+	// none.
+	Sum []byte
 }
 
 // MigrationFile is one .sql file of a migrations folder.
 type MigrationFile struct {
 	Name    string // base name
 	Version int64  // from the NNNNN_ prefix; 0 when the name has none
+	Content []byte
 	// Consumer is set for the inbox migrations idemgen wrote, from their
-	// header; Content is kept for those only.
+	// header, and Schema to the inbox schema the migration leaves behind
+	// (nil when its schema line is missing or unreadable: SchemaErr says
+	// why).
+	Consumer  string
+	Schema    *Inbox
+	SchemaErr string
+}
+
+// Inbox is the schema of a consumer's inbox as migrations leave it: what
+// decides whether a new handler definition needs a new migration.
+type Inbox struct {
 	Consumer string
-	Content  []byte
+	Table    string
+	Key      []Column
+	Unique   Unique
+	// Guard is the entity column of the stale-message guard's versions
+	// table, nil without a guard.
+	Guard *Column
+}
+
+// Column is a column of an inbox's key.
+type Column struct {
+	Name     string
+	Type     string
+	Nullable bool
+}
+
+// Unique is how an inbox enforces one row per key.
+type Unique string
+
+const (
+	// PrimaryKey on the key columns: every part is required.
+	PrimaryKey Unique = "pkey"
+	// PartialIndexes: one partial unique index per null pattern of the
+	// nullable parts, so that (a, NULL) collides with (a, NULL) only.
+	PartialIndexes Unique = "partial"
+	// NullsNotDistinct: one UNIQUE NULLS NOT DISTINCT constraint
+	// (PostgreSQL 15 and newer).
+	NullsNotDistinct Unique = "nulls-not-distinct"
+)
+
+// Inbox returns the schema h needs.
+func (h Handler) Inbox() Inbox {
+	in := Inbox{Consumer: h.Consumer, Table: h.Table, Unique: PrimaryKey}
+	for _, k := range h.Key {
+		in.Key = append(in.Key, Column{Name: k.Column, Type: k.SQLType, Nullable: k.Null != nil})
+		if k.Null != nil {
+			in.Unique = PartialIndexes
+			if h.NullsNotDistinct {
+				in.Unique = NullsNotDistinct
+			}
+		}
+	}
+	if h.Guard != nil {
+		in.Guard = &Column{Name: h.Guard.Entity.Column, Type: h.Guard.Entity.SQLType}
+	}
+	return in
+}
+
+// Nullable returns the key columns that may be NULL.
+func (in Inbox) Nullable() []Column {
+	var cols []Column
+	for _, c := range in.Key {
+		if c.Nullable {
+			cols = append(cols, c)
+		}
+	}
+	return cols
+}
+
+// Equal reports whether two schemas are the same.
+func (in Inbox) Equal(other Inbox) bool {
+	return in.Marker() == other.Marker()
+}
+
+// SchemaMarker starts the line of a migration that records the inbox schema
+// the migration leaves behind.
+const SchemaMarker = "-- idemgen:schema "
+
+// Marker renders the schema as the line a migration records it in:
+//
+//	-- idemgen:schema table=idem_a key=key_id:text,key_ref:bigint? unique=partial guard=entity:text
+//
+// A "?" marks a nullable column; types contain no spaces or commas.
+func (in Inbox) Marker() string {
+	var b strings.Builder
+	b.WriteString(SchemaMarker + "table=" + in.Table + " key=")
+	for i, c := range in.Key {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(c.Name + ":" + c.Type)
+		if c.Nullable {
+			b.WriteByte('?')
+		}
+	}
+	b.WriteString(" unique=" + string(in.Unique))
+	if in.Guard != nil {
+		b.WriteString(" guard=" + in.Guard.Name + ":" + in.Guard.Type)
+	}
+	return b.String()
+}
+
+// ParseInbox reads a schema line written by Marker.
+func ParseInbox(consumer, line string) (Inbox, error) {
+	in := Inbox{Consumer: consumer}
+	rest, ok := strings.CutPrefix(line, SchemaMarker)
+	if !ok {
+		return in, fmt.Errorf("not a schema line: %q", line)
+	}
+	for _, field := range strings.Fields(rest) {
+		name, value, _ := strings.Cut(field, "=")
+		switch name {
+		case "table":
+			in.Table = value
+		case "key":
+			for _, col := range strings.Split(value, ",") {
+				c, err := parseColumn(col)
+				if err != nil {
+					return in, err
+				}
+				in.Key = append(in.Key, c)
+			}
+		case "unique":
+			in.Unique = Unique(value)
+			if in.Unique != PrimaryKey && in.Unique != PartialIndexes && in.Unique != NullsNotDistinct {
+				return in, fmt.Errorf("unknown unique=%s", value)
+			}
+		case "guard":
+			c, err := parseColumn(value)
+			if err != nil {
+				return in, err
+			}
+			in.Guard = &c
+		default:
+			return in, fmt.Errorf("unknown field %q", field)
+		}
+	}
+	if in.Table == "" || len(in.Key) == 0 || in.Unique == "" {
+		return in, fmt.Errorf("incomplete schema line: %q", line)
+	}
+	return in, nil
+}
+
+func parseColumn(s string) (Column, error) {
+	name, typ, ok := strings.Cut(s, ":")
+	if !ok || name == "" || typ == "" {
+		return Column{}, fmt.Errorf("malformed column %q", s)
+	}
+	c := Column{Name: name, Type: typ}
+	if t, nullable := strings.CutSuffix(typ, "?"); nullable {
+		c.Type, c.Nullable = t, true
+	}
+	return c, nil
 }
 
 // Markers idemgen writes into its files and reads back from disk.
@@ -186,4 +394,6 @@ const (
 	InboxMarker = "-- idemgen:inbox consumer="
 	// WrapperFile is the generated Go file of a package.
 	WrapperFile = "idem_gen.go"
+	// SumFile is the checksum file of a migrations folder.
+	SumFile = "idemgen.sum"
 )

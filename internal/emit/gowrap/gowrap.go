@@ -7,6 +7,8 @@ package gowrap
 import (
 	"bytes"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -167,6 +169,10 @@ func (e emitter) wrapper(f *jen.File) {
 	e.table(f)
 	f.Line()
 	e.keyFunc(f)
+	if h.Guard != nil {
+		f.Line()
+		e.orderFunc(f)
+	}
 }
 
 func (e emitter) table(f *jen.File) {
@@ -177,17 +183,40 @@ func (e emitter) table(f *jen.File) {
 		fields = append(fields, jen.Lit(k.Path))
 	}
 	f.Comment(doc(fmt.Sprintf("%s is the inbox of the consumer %q.", n.TableVar, h.Consumer)))
-	f.Var().Id(n.TableVar).Op("=").Qual(idemPkg, "Table").Types(typeCode(h.Msg)).Values(fieldList(
+	pairs := []any{
 		"Consumer", jen.Lit(h.Consumer),
 		"Name", jen.Lit(h.Table),
 		"KeyFields", jen.Index().String().Values(fields...),
 		"Key", jen.Id(n.KeyFunc),
+	}
+	if h.Guard != nil {
+		pairs = append(pairs, "Order", jen.Id(n.OrderFunc))
+	}
+	pairs = append(pairs,
 		"Retain", durationCode(h.Retain),
 		"Claim", jen.Lit(st.Claim),
 		"Complete", jen.Lit(st.Complete),
 		"Lookup", jen.Lit(st.Lookup),
 		"Purge", jen.Lit(st.Purge),
-	)...)
+	)
+	if st.NullComplete != nil {
+		pairs = append(pairs,
+			"NullComplete", byNulls(st.NullComplete, len(h.Key)),
+			"NullLookup", byNulls(st.NullLookup, len(h.Key)),
+		)
+	}
+	f.Var().Id(n.TableVar).Op("=").Qual(idemPkg, "Table").Types(typeCode(h.Msg)).Values(fieldList(pairs...)...)
+}
+
+// byNulls renders statement variants by null pattern, in pattern order, with
+// the patterns in binary (bit i: key part i is NULL).
+func byNulls(m map[uint64]string, parts int) jen.Code {
+	patterns := slices.Sorted(maps.Keys(m))
+	var items []jen.Code
+	for _, p := range patterns {
+		items = append(items, jen.Line().Id(fmt.Sprintf("0b%0*b", parts, p)).Op(":").Lit(m[p]))
+	}
+	return jen.Map(jen.Uint64()).String().Values(append(items, jen.Line())...)
 }
 
 // fieldList lays out name, value pairs of a composite literal one a line, in
@@ -201,55 +230,129 @@ func fieldList(pairs ...any) []jen.Code {
 }
 func (e emitter) keyFunc(f *jen.File) {
 	h, n := e.h, e.n
-	var body []jen.Code
-	first := h.Key[0].Path
+	x := &extractor{nils: 2}
+	x.messageCheck(h, h.Key[0].Path)
+	var values []jen.Code
+	for i, k := range h.Key {
+		values = append(values, x.part(k, fmt.Sprintf("part%d", i)))
+	}
+	body := append(x.body, jen.Return(jen.Index().Any().Values(values...), jen.Nil()))
+
+	nulls := ""
+	for _, k := range h.Key {
+		if k.Null != nil {
+			nulls = " (nil for a NULL part)"
+		}
+	}
+	f.Comment(doc(fmt.Sprintf("%s returns the key parts of msg in column order%s: %s.", n.KeyFunc, nulls, e.keyPaths())))
+	f.Func().Id(n.KeyFunc).Params(jen.Id("msg").Add(typeCode(h.Msg))).Params(jen.Index().Any(), jen.Error()).Block(body...)
+}
+
+// orderFunc emits the function that reads the stale-message guard's entity
+// and version from a message.
+func (e emitter) orderFunc(f *jen.File) {
+	h, n, g := e.h, e.n, e.h.Guard
+	x := &extractor{nils: 3}
+	x.messageCheck(h, g.Entity.Path)
+	entity := x.part(g.Entity, "entity")
+	version := x.part(g.Version, "version")
+	body := append(x.body, jen.Return(entity, version, jen.Nil()))
+
+	f.Comment(doc(fmt.Sprintf("%s returns the entity (%s) and the version (%s) of msg for the stale-message guard.", n.OrderFunc, g.Entity.Path, g.Version.Path)))
+	f.Func().Id(n.OrderFunc).Params(jen.Id("msg").Add(typeCode(h.Msg))).Params(jen.Any(), jen.Int64(), jen.Error()).Block(body...)
+}
+
+// extractor builds the body of a function that reads fields of msg: nil
+// checks of the pointers on the way, validation, NULL handling.
+type extractor struct {
+	body    []jen.Code
+	checked map[string]bool
+	nils    int // results of the function besides the error: nils to return with it
+}
+
+func (x *extractor) fail(err jen.Code) jen.Code {
+	results := make([]jen.Code, 0, x.nils)
+	switch x.nils {
+	case 2:
+		results = append(results, jen.Nil())
+	case 3:
+		results = append(results, jen.Nil(), jen.Lit(0))
+	}
+	return jen.Return(append(results, err)...)
+}
+
+func (x *extractor) messageCheck(h model.Handler, first string) {
 	if h.Msg.Kind == model.Pointer {
-		body = append(body, jen.If(jen.Id("msg").Op("==").Nil()).Block(
-			jen.Return(jen.Nil(), jen.Qual(idemPkg, "InvalidKey").Call(jen.Lit(first), jen.Lit("is missing: the message is nil"))),
+		x.body = append(x.body, jen.If(jen.Id("msg").Op("==").Nil()).Block(
+			x.fail(jen.Qual(idemPkg, "InvalidKey").Call(jen.Lit(first), jen.Lit("is missing: the message is nil"))),
 		))
 	}
-	checked := map[string]bool{}
-	var values []jen.Code
-	for _, k := range h.Key {
-		expr := "msg"
-		var shown []string
-		for i, hop := range k.Hops {
-			expr += "." + hop.Field
-			shown = append(shown, hop.Field)
-			if i < len(k.Hops)-1 && hop.Pointer && !checked[expr] {
-				checked[expr] = true
-				body = append(body, jen.If(jen.Id(expr).Op("==").Nil()).Block(
-					jen.Return(jen.Nil(), jen.Qual(idemPkg, "InvalidKey").Call(
-						jen.Lit(k.Path), jen.Lit("is missing: "+strings.Join(shown, ".")+" is nil"))),
-				))
-			}
-		}
-		value := jen.Id(expr)
-		switch k.GoValue {
-		case "":
-		case "[16]byte":
-			value = jen.Index(jen.Lit(16)).Byte().Parens(jen.Id(expr))
-		default:
-			value = jen.Id(k.GoValue).Parens(jen.Id(expr))
-		}
-		switch k.Kind {
-		case model.KeyString:
-			body = append(body, jen.If(
-				jen.Err().Op(":=").Qual(idemPkg, "CheckString").Call(jen.Lit(k.Path), value),
-				jen.Err().Op("!=").Nil(),
-			).Block(jen.Return(jen.Nil(), jen.Err())))
-		case model.KeyUUID:
-			body = append(body, jen.If(
-				jen.Err().Op(":=").Qual(idemPkg, "CheckUUID").Call(jen.Lit(k.Path), value),
-				jen.Err().Op("!=").Nil(),
-			).Block(jen.Return(jen.Nil(), jen.Err())))
-		}
-		values = append(values, value)
-	}
-	body = append(body, jen.Return(jen.Index().Any().Values(values...), jen.Nil()))
+}
 
-	f.Comment(doc(fmt.Sprintf("%s returns the key parts of msg in column order: %s.", n.KeyFunc, e.keyPaths())))
-	f.Func().Id(n.KeyFunc).Params(jen.Id("msg").Add(typeCode(h.Msg))).Params(jen.Index().Any(), jen.Error()).Block(body...)
+// part emits what reads k and returns the expression of its value; a
+// nullable part is read into a variable called name that stays nil for NULL.
+func (x *extractor) part(k model.KeyPart, name string) jen.Code {
+	if x.checked == nil {
+		x.checked = map[string]bool{}
+	}
+	expr := "msg"
+	var shown []string
+	for i, hop := range k.Hops {
+		expr += "." + hop.Field
+		shown = append(shown, hop.Field)
+		if i < len(k.Hops)-1 && hop.Pointer && !x.checked[expr] {
+			x.checked[expr] = true
+			x.body = append(x.body, jen.If(jen.Id(expr).Op("==").Nil()).Block(
+				x.fail(jen.Qual(idemPkg, "InvalidKey").Call(jen.Lit(k.Path), jen.Lit("is missing: "+strings.Join(shown, ".")+" is nil"))),
+			))
+		}
+	}
+	if k.Null == nil {
+		value := convert(k, jen.Id(expr))
+		x.body = append(x.body, x.check(k, value)...)
+		return value
+	}
+
+	present, inner := jen.Id(expr).Op("!=").Nil(), jen.Op("*").Id(expr)
+	if !k.Null.Pointer {
+		present, inner = jen.Id(expr).Dot("Valid"), jen.Id(expr).Dot(k.Null.ValueField)
+	}
+	value := convert(k, inner)
+	block := append(x.check(k, value), jen.Id(name).Op("=").Add(value))
+	x.body = append(x.body,
+		jen.Var().Id(name).Any().Comment("nil: " + k.Path + " is NULL"),
+		jen.If(present).Block(block...),
+	)
+	return jen.Id(name)
+}
+
+// check validates a string or UUID value.
+func (x *extractor) check(k model.KeyPart, value jen.Code) []jen.Code {
+	var fn string
+	switch k.Kind {
+	case model.KeyString:
+		fn = "CheckString"
+	case model.KeyUUID:
+		fn = "CheckUUID"
+	default:
+		return nil
+	}
+	return []jen.Code{jen.If(
+		jen.Err().Op(":=").Qual(idemPkg, fn).Call(jen.Lit(k.Path), value),
+		jen.Err().Op("!=").Nil(),
+	).Block(x.fail(jen.Err()))}
+}
+
+// convert converts a value to the Go type it is sent as.
+func convert(k model.KeyPart, value *jen.Statement) jen.Code {
+	switch k.GoValue {
+	case "":
+		return value
+	case "[16]byte":
+		return jen.Index(jen.Lit(16)).Byte().Parens(value)
+	default:
+		return jen.Id(k.GoValue).Parens(value)
+	}
 }
 
 // handlerName names the handler as Go documentation does: Charge,

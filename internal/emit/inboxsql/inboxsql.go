@@ -1,6 +1,6 @@
-// Package inboxsql renders the SQL of a handler's inbox: its goose migration
-// and the statements the runtime runs against it, from the templates in the
-// repository's templates folder.
+// Package inboxsql renders the SQL of a handler's inbox: the goose migrations
+// that create and change it, and the statements the runtime runs against it,
+// from the templates in the repository's templates folder.
 package inboxsql
 
 import (
@@ -15,69 +15,124 @@ import (
 	"github.com/idemgen/idemgen/templates"
 )
 
-var tmpl = template.Must(template.ParseFS(templates.FS, "*.sql.tmpl"))
+var tmpl = template.Must(template.New("").Funcs(template.FuncMap{
+	"join":    strings.Join,
+	"comment": comment,
+}).ParseFS(templates.FS, "*.sql.tmpl"))
+
+// comment wraps text into "-- " lines of at most 80 columns.
+func comment(text string) string {
+	var lines []string
+	line := "--"
+	for _, word := range strings.Fields(text) {
+		if len(line)+1+len(word) > 80 && line != "--" {
+			lines = append(lines, line)
+			line = "--"
+		}
+		line += " " + word
+	}
+	return strings.Join(append(lines, line), "\n")
+}
 
 // Statements are the SQL texts of one inbox, as idem.Table wants them.
 type Statements struct {
 	Claim, Complete, Lookup, Purge string
+	// NullComplete and NullLookup hold the variants for keys with NULL
+	// parts, by null pattern: bit i is set when key part i is NULL.
+	NullComplete, NullLookup map[uint64]string
 }
 
 // StatementsFor renders the statements of h's inbox.
 func StatementsFor(h model.Handler) Statements {
-	d := dataFor(h)
-	return Statements{
-		Claim:    render("claim", d),
-		Complete: render("complete", d),
-		Lookup:   render("lookup", d),
-		Purge:    render("purge", d),
-	}
-}
-
-// Migration renders the goose migration that creates h's inbox.
-func Migration(h model.Handler) []byte {
-	return []byte(render("inbox.sql.tmpl", dataFor(h)))
-}
-
-// FileName is the name of h's migration at version.
-func FileName(h model.Handler, version int64) string {
-	return fmt.Sprintf("%05d_%s.sql", version, strings.ReplaceAll(h.Table, ".", "_"))
-}
-
-type data struct {
-	Consumer     string
-	Table        string
-	Columns      []string
-	KeyColumns   string // key_a, key_b
-	KeyParams    string // $1, $2
-	Next         string // the placeholder after the key's
-	Match        string // key_a = $1 AND key_b = $2
-	PrimaryKey   string
-	StatusCheck  string
-	CreatedIndex string
-}
-
-func dataFor(h model.Handler) data {
-	d := data{Consumer: h.Consumer, Table: h.Table}
-	base := h.Table[strings.LastIndexByte(h.Table, '.')+1:]
-	d.PrimaryKey = Identifier(base, "pkey")
-	d.StatusCheck = Identifier(base, "status_check")
-	d.CreatedIndex = Identifier(base, "created_at_idx")
-
-	var cols, params, match []string
-	type column struct{ name, typ, rest string }
-	var all []column
-	for i, k := range h.Key {
-		cols = append(cols, k.Column)
+	in := h.Inbox()
+	d := statementData{Table: in.Table}
+	var cols, params []string
+	for i, c := range in.Key {
+		cols = append(cols, c.Name)
 		params = append(params, fmt.Sprintf("$%d", i+1))
-		match = append(match, fmt.Sprintf("%s = $%d", k.Column, i+1))
-		all = append(all, column{k.Column, k.SQLType, "NOT NULL"})
 	}
 	d.KeyColumns = strings.Join(cols, ", ")
 	d.KeyParams = strings.Join(params, ", ")
-	d.Match = strings.Join(match, " AND ")
-	d.Next = fmt.Sprintf("$%d", len(h.Key)+1)
+	d.Next = fmt.Sprintf("$%d", len(in.Key)+1)
+	if in.Guard != nil {
+		d.Versions = VersionsTable(in)
+		d.Entity = fmt.Sprintf("$%d", len(in.Key)+2)
+		d.Version = fmt.Sprintf("$%d", len(in.Key)+3)
+		d.EntityType = in.Guard.Type
+	}
+	st := Statements{Claim: render("claim", d), Purge: render("purge", d)}
 
-	all = append(all,
+	var nullable []int
+	for i, c := range in.Key {
+		if c.Nullable {
+			nullable = append(nullable, i)
+		}
+	}
+	for pattern := range 1 << len(nullable) {
+		var nulls uint64
+		for j, i := range nullable {
+			if pattern&(1<<j) != 0 {
+				nulls |= 1 << i
+			}
+		}
+		d.Match, d.Next = match(in.Key, nulls)
+		complete, lookup := render("complete", d), render("lookup", d)
+		if nulls == 0 {
+			st.Complete, st.Lookup = complete, lookup
+			continue
+		}
+		if st.NullComplete == nil {
+			st.NullComplete, st.NullLookup = map[uint64]string{}, map[uint64]string{}
+		}
+		st.NullComplete[nulls], st.NullLookup[nulls] = complete, lookup
+	}
+	return st
+}
+
+// match renders the WHERE clause that finds a key with the given NULL parts,
+// numbering the others, and the placeholder after them.
+func match(key []model.Column, nulls uint64) (where, next string) {
+	var conds []string
+	n := 0
+	for i, c := range key {
+		if nulls&(1<<i) != 0 {
+			conds = append(conds, c.Name+" IS NULL")
+			continue
+		}
+		n++
+		conds = append(conds, fmt.Sprintf("%s = $%d", c.Name, n))
+	}
+	return strings.Join(conds, " AND "), fmt.Sprintf("$%d", n+1)
+}
+
+type statementData struct {
+	Table      string
+	KeyColumns string // key_a, key_b
+	KeyParams  string // $1, $2
+	Next       string // the placeholder after the key's
+	Match      string // key_a = $1 AND key_b = $2
+	Versions   string // the guard's versions table, if any
+	Entity     string
+	Version    string
+	EntityType string
+}
+
+// Create renders the migration that creates the inbox in.
+func Create(in model.Inbox) []byte {
+	d := createData{Consumer: in.Consumer, Table: in.Table, Schema: in.Marker()}
+	n := names(in)
+	d.CreatedIndex = n.createdIndex
+
+	type column struct{ name, typ, rest string }
+	var cols []column
+	for _, c := range in.Key {
+		rest := "NOT NULL"
+		if c.Nullable {
+			rest = ""
+		}
+		cols = append(cols, column{c.Name, c.Type, rest})
+	}
+	cols = append(cols,
 		column{"fingerprint", "bytea", "NOT NULL"},
 		column{"status", "text", "NOT NULL DEFAULT 'running'"},
 		column{"result", "jsonb", ""},
@@ -86,15 +141,241 @@ func dataFor(h model.Handler) data {
 		column{"completed_at", "timestamptz", ""},
 	)
 	nameWidth, typeWidth := 0, 0
-	for _, c := range all {
+	for _, c := range cols {
 		nameWidth = max(nameWidth, len(c.name))
 		typeWidth = max(typeWidth, len(c.typ))
 	}
-	for _, c := range all {
+	for _, c := range cols {
 		line := fmt.Sprintf("%-*s %-*s %s", nameWidth, c.name, typeWidth, c.typ, c.rest)
-		d.Columns = append(d.Columns, strings.TrimRight(line, " "))
+		d.Lines = append(d.Lines, strings.TrimRight(line, " "))
 	}
-	return d
+	if in.Unique == model.PartialIndexes {
+		d.UniqueIndexes = partialIndexes(in, n)
+	} else {
+		d.Lines = append(d.Lines, "CONSTRAINT "+uniqueConstraint(in, n))
+	}
+	d.Lines = append(d.Lines, "CONSTRAINT "+n.statusCheck+" CHECK (status IN ('running', 'done'))")
+	if in.Guard != nil {
+		d.Versions = versionsDDL(in)
+		d.VersionsTable = VersionsTable(in)
+	}
+	return []byte(render("inbox.sql.tmpl", d))
+}
+
+type createData struct {
+	Consumer      string
+	Table         string
+	Schema        string // the idemgen:schema line
+	Lines         []string
+	UniqueIndexes []string
+	CreatedIndex  string
+	Versions      string
+	VersionsTable string
+}
+
+// Alter renders the migration that makes the change c from prev to next.
+func Alter(prev, next model.Inbox, c model.Change) []byte {
+	d := alterData{Consumer: next.Consumer, Table: next.Table, Schema: next.Marker()}
+	t := next.Table
+	var summary []string
+	if c.ReplaceUnique {
+		d.Up = append(d.Up, dropUnique(prev)...)
+	}
+	for _, col := range c.AddColumns {
+		d.Up = append(d.Up, fmt.Sprintf("ALTER TABLE %s ADD COLUMN %s %s", t, col.Name, col.Type))
+		summary = append(summary, "adds the nullable key part "+col.Name+" (recorded rows hold NULL there, the key they had)")
+	}
+	for _, col := range c.DropNotNull {
+		d.Up = append(d.Up, fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s DROP NOT NULL", t, col.Name))
+		summary = append(summary, "makes the key part "+col.Name+" nullable")
+	}
+	for _, col := range c.Widen {
+		d.Up = append(d.Up, fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s TYPE %s", t, col.Name, col.Type))
+		summary = append(summary, fmt.Sprintf("widens the key part %s from %s to %s", col.Name, c.Old[col.Name].Type, col.Type))
+	}
+	if c.ReplaceUnique {
+		d.Up = append(d.Up, createUnique(next)...)
+		if prev.Unique != next.Unique {
+			summary = append(summary, fmt.Sprintf("enforces unique keys with %s instead of %s", uniqueText(next.Unique), uniqueText(prev.Unique)))
+		}
+	}
+	if c.AddGuard {
+		d.Up = append(d.Up, versionsDDL(next))
+		summary = append(summary, "adds the stale-message guard's versions table")
+	}
+
+	if c.AddGuard {
+		d.Down = append(d.Down, "DROP TABLE "+VersionsTable(next))
+	}
+	if c.ReplaceUnique {
+		d.Down = append(d.Down, dropUnique(next)...)
+	}
+	for _, col := range c.Widen {
+		d.Down = append(d.Down, fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s TYPE %s", t, col.Name, c.Old[col.Name].Type))
+	}
+	for _, col := range c.DropNotNull {
+		d.Down = append(d.Down, fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s SET NOT NULL", t, col.Name))
+	}
+	for _, col := range c.AddColumns {
+		d.Down = append(d.Down, fmt.Sprintf("ALTER TABLE %s DROP COLUMN %s", t, col.Name))
+	}
+	if c.ReplaceUnique {
+		d.Down = append(d.Down, createUnique(prev)...)
+	}
+	d.Summary = fmt.Sprintf("Changes the inbox of consumer %s (%s): %s. Every change keeps the meaning of the rows recorded so far.",
+		next.Consumer, next.Table, strings.Join(summary, "; "))
+	return []byte(render("alter.sql.tmpl", d))
+}
+
+type alterData struct {
+	Consumer, Table, Schema, Summary string
+	Up, Down                         []string
+}
+
+func uniqueText(u model.Unique) string {
+	switch u {
+	case model.PartialIndexes:
+		return "a partial unique index per null pattern"
+	case model.NullsNotDistinct:
+		return "UNIQUE NULLS NOT DISTINCT"
+	default:
+		return "a primary key"
+	}
+}
+
+// FileName is the name of a migration of in at version; change describes an
+// alteration and is empty for the migration that creates the inbox.
+func FileName(in model.Inbox, version int64, change string) string {
+	name := strings.ReplaceAll(in.Table, ".", "_")
+	if change != "" {
+		name += "_" + change
+	}
+	return fmt.Sprintf("%05d_%s.sql", version, name)
+}
+
+// VersionsTable is the name of the guard's versions table of in.
+func VersionsTable(in model.Inbox) string {
+	schema, base := split(in.Table)
+	return schema + Identifier(base, "versions")
+}
+
+// inboxNames are the names of an inbox's constraints and indexes.
+type inboxNames struct {
+	schema       string // "schema." or ""
+	base         string
+	pkey         string
+	unique       string
+	statusCheck  string
+	createdIndex string
+}
+
+func names(in model.Inbox) inboxNames {
+	schema, base := split(in.Table)
+	return inboxNames{
+		schema:       schema,
+		base:         base,
+		pkey:         Identifier(base, "pkey"),
+		unique:       Identifier(base, "key"),
+		statusCheck:  Identifier(base, "status_check"),
+		createdIndex: Identifier(base, "created_at_idx"),
+	}
+}
+
+func split(table string) (schema, base string) {
+	if i := strings.LastIndexByte(table, '.'); i >= 0 {
+		return table[:i+1], table[i+1:]
+	}
+	return "", table
+}
+
+func keyColumns(in model.Inbox) string {
+	cols := make([]string, len(in.Key))
+	for i, c := range in.Key {
+		cols[i] = c.Name
+	}
+	return strings.Join(cols, ", ")
+}
+
+// uniqueConstraint is the table constraint of a primary-key or
+// nulls-not-distinct inbox.
+func uniqueConstraint(in model.Inbox, n inboxNames) string {
+	if in.Unique == model.NullsNotDistinct {
+		return n.unique + " UNIQUE NULLS NOT DISTINCT (" + keyColumns(in) + ")"
+	}
+	return n.pkey + " PRIMARY KEY (" + keyColumns(in) + ")"
+}
+
+// partialIndexes returns one unique index per null pattern of the nullable
+// parts: the columns that are not NULL in the pattern, under a predicate that
+// fixes which ones are.
+func partialIndexes(in model.Inbox, n inboxNames) []string {
+	nullable := in.Nullable()
+	var out []string
+	for pattern := range 1 << len(nullable) {
+		isNull := map[string]bool{}
+		var nullNames []string
+		for j, c := range nullable {
+			if pattern&(1<<j) != 0 {
+				isNull[c.Name] = true
+				nullNames = append(nullNames, strings.TrimPrefix(c.Name, "key_"))
+			}
+		}
+		var cols, preds []string
+		for _, c := range in.Key {
+			if !isNull[c.Name] {
+				cols = append(cols, c.Name)
+			}
+			switch {
+			case isNull[c.Name]:
+				preds = append(preds, c.Name+" IS NULL")
+			case c.Nullable:
+				preds = append(preds, c.Name+" IS NOT NULL")
+			}
+		}
+		target := strings.Join(cols, ", ")
+		if target == "" {
+			target = "(true)" // every part NULL: at most one such row
+		}
+		suffix := "key_idx"
+		if len(nullNames) > 0 {
+			suffix = "key_null_" + strings.Join(nullNames, "_") + "_idx"
+		}
+		out = append(out, fmt.Sprintf("CREATE UNIQUE INDEX %s ON %s (%s) WHERE %s",
+			Identifier(n.base, suffix), in.Table, target, strings.Join(preds, " AND ")))
+	}
+	return out
+}
+
+func createUnique(in model.Inbox) []string {
+	n := names(in)
+	if in.Unique == model.PartialIndexes {
+		return partialIndexes(in, n)
+	}
+	return []string{"ALTER TABLE " + in.Table + " ADD CONSTRAINT " + uniqueConstraint(in, n)}
+}
+
+func dropUnique(in model.Inbox) []string {
+	n := names(in)
+	switch in.Unique {
+	case model.PartialIndexes:
+		var out []string
+		for _, idx := range partialIndexes(in, n) {
+			name := strings.Fields(idx)[3] // CREATE UNIQUE INDEX name ...
+			out = append(out, "DROP INDEX "+n.schema+name)
+		}
+		return out
+	case model.NullsNotDistinct:
+		return []string{"ALTER TABLE " + in.Table + " DROP CONSTRAINT " + n.unique}
+	default:
+		return []string{"ALTER TABLE " + in.Table + " DROP CONSTRAINT " + n.pkey}
+	}
+}
+
+// versionsDDL creates the guard's table: the last applied version of each
+// entity.
+func versionsDDL(in model.Inbox) string {
+	return fmt.Sprintf("CREATE TABLE %s (\n    entity     %s NOT NULL PRIMARY KEY,\n    version    bigint NOT NULL,\n    updated_at timestamptz NOT NULL DEFAULT now()\n)",
+		VersionsTable(in), in.Guard.Type)
 }
 
 // MaxIdentifier is PostgreSQL's limit on identifier length, in bytes.
@@ -113,7 +394,7 @@ func Identifier(base, suffix string) string {
 	return base[:MaxIdentifier-len(tail)] + tail
 }
 
-func render(name string, d data) string {
+func render(name string, d any) string {
 	var b bytes.Buffer
 	if err := tmpl.ExecuteTemplate(&b, name, d); err != nil {
 		// The templates are fixed and the data is plain strings: an

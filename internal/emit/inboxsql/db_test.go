@@ -1,0 +1,333 @@
+package inboxsql
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"testing"
+	"testing/fstest"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/idem/idemtest"
+	"github.com/idemgen/idemgen/internal/model"
+)
+
+// These tests run the SQL idemgen writes against a real PostgreSQL: the
+// migrations of nullable keys (both strategies), of the stale-message guard
+// and of every additive change, with the runtime on top.
+
+// shipment is keyed by (Carrier, Parcel), Parcel nullable.
+type shipment struct {
+	Carrier string
+	Parcel  *int64
+	Note    string
+}
+
+func shipmentHandler(nullsNotDistinct bool) model.Handler {
+	return model.Handler{
+		Consumer: "test.shipment", Table: "idem_test_shipment", NullsNotDistinct: nullsNotDistinct,
+		Key: []model.KeyPart{
+			{Path: "Carrier", Column: "key_carrier", SQLType: "text"},
+			{Path: "Parcel", Column: "key_parcel", SQLType: "bigint", Null: &model.Null{Pointer: true}},
+		},
+	}
+}
+
+func shipmentTable(h model.Handler) idem.Table[shipment] {
+	st := StatementsFor(h)
+	return idem.Table[shipment]{
+		Consumer: h.Consumer, Name: h.Table, KeyFields: []string{"Carrier", "Parcel"},
+		Key: func(msg shipment) ([]any, error) {
+			var parcel any
+			if msg.Parcel != nil {
+				parcel = *msg.Parcel
+			}
+			return []any{msg.Carrier, parcel}, nil
+		},
+		Claim: st.Claim, Complete: st.Complete, Lookup: st.Lookup, Purge: st.Purge,
+		NullComplete: st.NullComplete, NullLookup: st.NullLookup,
+	}
+}
+
+const effects = `-- +goose Up
+CREATE TABLE effects (key text NOT NULL);
+-- +goose Down
+DROP TABLE effects;
+`
+
+func migrations(files ...[]byte) fstest.MapFS {
+	fsys := fstest.MapFS{"00001_effects.sql": {Data: []byte(effects)}}
+	for i, f := range files {
+		fsys[fmt.Sprintf("%05d_idem.sql", i+2)] = &fstest.MapFile{Data: f}
+	}
+	return fsys
+}
+
+func recordEffect(ctx context.Context, tx pgx.Tx, msg shipment) (string, error) {
+	key := msg.Carrier + "/null"
+	if msg.Parcel != nil {
+		key = fmt.Sprintf("%s/%d", msg.Carrier, *msg.Parcel)
+	}
+	_, err := tx.Exec(ctx, `INSERT INTO effects VALUES ($1)`, key)
+	return key, err
+}
+
+func effectCount(t *testing.T, db *idemtest.DB, key string) int {
+	t.Helper()
+	var n int
+	if err := db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM effects WHERE key = $1`, key).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func TestNullableKeyParts(t *testing.T) {
+	for _, strategy := range []struct {
+		name             string
+		nullsNotDistinct bool
+	}{{"partial_indexes", false}, {"nulls_not_distinct", true}} {
+		t.Run(strategy.name, func(t *testing.T) {
+			h := shipmentHandler(strategy.nullsNotDistinct)
+			db := idemtest.New(t, migrations(Create(h.Inbox())))
+			ctx := context.Background()
+			inbox := idem.NewInbox(db.Pool, shipmentTable(h), recordEffect)
+
+			// 16 concurrent deliveries of (dhl, NULL): one effect.
+			nullMsg := shipment{Carrier: "dhl", Note: "x"}
+			outcomes := deliverConcurrently(t, db, 16, func() (idem.Outcome, error) {
+				_, o, err := inbox.Handle(ctx, nullMsg)
+				return o, err
+			})
+			if outcomes[idem.Processed] != 1 || outcomes[idem.Duplicate] != 15 {
+				t.Fatalf("(dhl, NULL) x16: %v, want 1 processed and 15 duplicates", outcomes)
+			}
+			if n := effectCount(t, db, "dhl/null"); n != 1 {
+				t.Fatalf("(dhl, NULL) applied %d times", n)
+			}
+
+			// (dhl, 1) is another message than (dhl, NULL).
+			one := int64(1)
+			for _, want := range []idem.Outcome{idem.Processed, idem.Duplicate} {
+				if _, o, err := inbox.Handle(ctx, shipment{Carrier: "dhl", Parcel: &one, Note: "x"}); err != nil || o != want {
+					t.Fatalf("(dhl, 1): %v, %v; want %v", o, err, want)
+				}
+			}
+			if _, o, err := inbox.Handle(ctx, nullMsg); err != nil || o != idem.Duplicate {
+				t.Fatalf("(dhl, NULL) after (dhl, 1): %v, %v; want Duplicate", o, err)
+			}
+			// The payload check works for NULL keys too.
+			if _, _, err := inbox.Handle(ctx, shipment{Carrier: "dhl", Note: "other"}); !errors.Is(err, idem.ErrKeyReused) {
+				t.Fatalf("(dhl, NULL) with another payload: %v, want ErrKeyReused", err)
+			}
+			if n := effectCount(t, db, "dhl/1"); n != 1 {
+				t.Errorf("(dhl, 1) applied %d times", n)
+			}
+		})
+	}
+}
+
+// deliverConcurrently runs deliver n times at once, on a pool warmed to n
+// connections, and counts the outcomes.
+func deliverConcurrently(t *testing.T, db *idemtest.DB, n int, deliver func() (idem.Outcome, error)) map[idem.Outcome]int {
+	t.Helper()
+	conns := make([]interface{ Release() }, min(n, idemtest.MaxConns))
+	for i := range conns {
+		c, err := db.Pool.Acquire(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns[i] = c
+	}
+	for _, c := range conns {
+		c.Release()
+	}
+	var mu sync.Mutex
+	outcomes := map[idem.Outcome]int{}
+	var start, done sync.WaitGroup
+	start.Add(1)
+	for range n {
+		done.Add(1)
+		go func() {
+			defer done.Done()
+			start.Wait()
+			o, err := deliver()
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				t.Errorf("delivery: %v", err)
+			}
+			outcomes[o]++
+		}()
+	}
+	start.Done()
+	done.Wait()
+	return outcomes
+}
+
+// priced is a price change of a SKU, with a unique event id and a version
+// per SKU.
+type priced struct {
+	Event   string
+	SKU     string
+	Version int64
+}
+
+func TestStaleGuardUnderConcurrentOutOfOrderDeliveries(t *testing.T) {
+	h := model.Handler{
+		Consumer: "test.price", Table: "idem_test_price",
+		Key:   []model.KeyPart{{Path: "Event", Column: "key_event", SQLType: "text"}},
+		Guard: &model.Guard{Entity: model.KeyPart{Path: "SKU", Column: "entity", SQLType: "text"}, Version: model.KeyPart{Path: "Version", SQLType: "bigint"}},
+	}
+	prices := []byte(`-- +goose Up
+CREATE TABLE prices (sku text PRIMARY KEY, version bigint NOT NULL);
+CREATE TABLE applied (seq bigint GENERATED ALWAYS AS IDENTITY, sku text, version bigint);
+-- +goose Down
+DROP TABLE applied;
+DROP TABLE prices;
+`)
+	fsys := migrations(Create(h.Inbox()))
+	fsys["00003_prices.sql"] = &fstest.MapFile{Data: prices}
+	db := idemtest.New(t, fsys)
+	ctx := context.Background()
+
+	st := StatementsFor(h)
+	table := idem.Table[priced]{
+		Consumer: h.Consumer, Name: h.Table, KeyFields: []string{"Event"},
+		Key:   func(m priced) ([]any, error) { return []any{m.Event}, nil },
+		Order: func(m priced) (any, int64, error) { return m.SKU, m.Version, nil },
+		Claim: st.Claim, Complete: st.Complete, Lookup: st.Lookup, Purge: st.Purge,
+	}
+	inbox := idem.NewInbox(db.Pool, table, idem.NoResult(func(ctx context.Context, tx pgx.Tx, m priced) error {
+		if _, err := tx.Exec(ctx, `INSERT INTO prices VALUES ($1, $2) ON CONFLICT (sku) DO UPDATE SET version = EXCLUDED.version`, m.SKU, m.Version); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `INSERT INTO applied (sku, version) VALUES ($1, $2)`, m.SKU, m.Version)
+		return err
+	}), idem.WithClaimWait(idem.DefaultClaimWait*5))
+
+	// Versions 1..30 of one SKU, delivered at once in random order.
+	const versions = 30
+	order := rand.Perm(versions)
+	var mu sync.Mutex
+	var next int
+	results := map[string]int{}
+	deliverConcurrently(t, db, versions, func() (idem.Outcome, error) {
+		mu.Lock()
+		v := int64(order[next] + 1)
+		next++
+		mu.Unlock()
+		_, o, err := inbox.Handle(ctx, priced{Event: fmt.Sprint("ev-", v), SKU: "sku-1", Version: v})
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case errors.Is(err, idem.ErrStale):
+			results["stale"]++
+			return 0, nil
+		case err != nil:
+			return 0, err
+		}
+		results[o.String()]++
+		return o, nil
+	})
+
+	var final int64
+	if err := db.Pool.QueryRow(ctx, `SELECT version FROM prices WHERE sku = 'sku-1'`).Scan(&final); err != nil {
+		t.Fatal(err)
+	}
+	if final != versions {
+		t.Errorf("final version %d, want the highest, %d (results %v)", final, versions, results)
+	}
+	// In commit order, every applied version is greater than the one before.
+	rows, err := db.Pool.Query(ctx, `SELECT version FROM applied ORDER BY seq`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	applied, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i < len(applied); i++ {
+		if applied[i] <= applied[i-1] {
+			t.Errorf("applied versions out of order or repeated: %v", applied)
+			break
+		}
+	}
+	if results["processed"] != len(applied) || results["processed"]+results["stale"] != versions {
+		t.Errorf("results %v, applied %v: every delivery must be processed or stale", results, applied)
+	}
+	t.Logf("%d versions delivered at once: %d applied in order %v, %d stale", versions, len(applied), applied, results["stale"])
+
+	// A redelivery of an applied version is a Duplicate, of a stale one
+	// stale again; an older version arriving now is stale.
+	if _, o, err := inbox.Handle(ctx, priced{Event: fmt.Sprint("ev-", versions), SKU: "sku-1", Version: versions}); err != nil || o != idem.Duplicate {
+		t.Errorf("redelivery of the last version: %v, %v; want Duplicate", o, err)
+	}
+	if _, _, err := inbox.Handle(ctx, priced{Event: "ev-late", SKU: "sku-1", Version: 3}); !errors.Is(err, idem.ErrStale) {
+		t.Errorf("an old version arriving late: %v, want ErrStale", err)
+	}
+}
+
+// TestAdditiveChangesMigrate applies a base migration, records keys, applies
+// each additive change, checks that the recorded keys keep their meaning, and
+// goes down to 0 and up again.
+func TestAdditiveChangesMigrate(t *testing.T) {
+	base := model.Inbox{Consumer: "test.evolve", Table: "idem_test_evolve", Unique: model.PrimaryKey,
+		Key: []model.Column{{Name: "key_id", Type: "text"}, {Name: "key_seq", Type: "integer"}}}
+	addNullable := base
+	addNullable.Key = append(slices.Clone(base.Key), model.Column{Name: "key_batch", Type: "text", Nullable: true})
+	addNullable.Unique = model.PartialIndexes
+	widened := addNullable
+	widened.Key = slices.Clone(addNullable.Key)
+	widened.Key[1].Type = "bigint"
+	nnd := widened
+	nnd.Unique = model.NullsNotDistinct
+	guarded := nnd
+	guarded.Guard = &model.Column{Name: "entity", Type: "text"}
+
+	steps := []model.Inbox{base, addNullable, widened, nnd, guarded}
+	files := [][]byte{Create(base)}
+	for i := 1; i < len(steps); i++ {
+		change, err := model.Evolve(steps[i-1], steps[i])
+		if err != nil {
+			t.Fatalf("step %d: %v", i, err)
+		}
+		files = append(files, Alter(steps[i-1], steps[i], change))
+	}
+	fsys := migrations(files[0])
+	db := idemtest.New(t, fsys)
+	ctx := context.Background()
+	if _, err := db.Pool.Exec(ctx, `INSERT INTO idem_test_evolve (key_id, key_seq, fingerprint) VALUES ('a', 1, '\x00')`); err != nil {
+		t.Fatal(err)
+	}
+	for i, f := range files[1:] {
+		fsys[fmt.Sprintf("%05d_idem.sql", i+3)] = &fstest.MapFile{Data: f}
+	}
+	p := db.Migrations(t, fsys)
+	if _, err := p.Up(ctx); err != nil {
+		t.Fatalf("up through every change: %v", err)
+	}
+	// The row recorded before the changes is the key (a, 1, NULL) now, and
+	// still unique: the same key cannot be claimed again.
+	tag, err := db.Pool.Exec(ctx, `INSERT INTO idem_test_evolve (key_id, key_seq, fingerprint) VALUES ('a', 1, '\x00') ON CONFLICT DO NOTHING`)
+	if err != nil || tag.RowsAffected() != 0 {
+		t.Fatalf("re-claiming the recorded key: %v rows, %v; want a conflict", tag.RowsAffected(), err)
+	}
+	tag, err = db.Pool.Exec(ctx, `INSERT INTO idem_test_evolve (key_id, key_seq, key_batch, fingerprint) VALUES ('a', 1, 'b', '\x00') ON CONFLICT DO NOTHING`)
+	if err != nil || tag.RowsAffected() != 1 {
+		t.Fatalf("claiming (a, 1, b): %v rows, %v; want a new row", tag.RowsAffected(), err)
+	}
+	if _, err := db.Pool.Exec(ctx, `DELETE FROM idem_test_evolve WHERE key_batch IS NOT NULL`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.DownTo(ctx, 0); err != nil {
+		t.Fatalf("down to 0: %v", err)
+	}
+	if _, err := p.Up(ctx); err != nil {
+		t.Fatalf("up again: %v", err)
+	}
+}

@@ -1,0 +1,118 @@
+package model
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// Change is how an inbox's schema moves from one definition to the next
+// without losing what it records: only additive changes have one.
+type Change struct {
+	// AddColumns are new nullable key parts: rows recorded before have
+	// NULL in them, which is exactly the key those messages had.
+	AddColumns []Column
+	// DropNotNull are required parts that become nullable.
+	DropNotNull []Column
+	// Widen are integer parts whose type grows (new type; Old has the
+	// type before).
+	Widen []Column
+	Old   map[string]Column
+	// ReplaceUnique: the unique constraint or indexes are dropped and
+	// created anew (the key's columns, their nullability or the strategy
+	// changed).
+	ReplaceUnique bool
+	// AddGuard: the stale-message guard's versions table is created.
+	AddGuard bool
+}
+
+// Describe names the change for a migration file name.
+func (c Change) Describe() string {
+	var parts []string
+	for _, col := range c.AddColumns {
+		parts = append(parts, "add_"+col.Name)
+	}
+	if len(c.DropNotNull) > 0 {
+		parts = append(parts, "nullable")
+	}
+	if len(c.Widen) > 0 {
+		parts = append(parts, "widen")
+	}
+	if c.AddGuard {
+		parts = append(parts, "guard")
+	}
+	if len(parts) == 0 {
+		parts = append(parts, "unique")
+	}
+	return strings.Join(parts, "_")
+}
+
+// widenings lists the integer column types each type can grow into without
+// changing any stored value.
+var widenings = map[string][]string{
+	"smallint": {"integer", "bigint", "numeric(20)"},
+	"integer":  {"bigint", "numeric(20)"},
+	"bigint":   {"numeric(20)"},
+}
+
+// Evolve returns the change from prev to next, or an error that says why the
+// change would lose or reinterpret what the inbox has recorded, and what to
+// do instead.
+func Evolve(prev, next Inbox) (Change, error) {
+	fresh := "give the handler a new consumer name (its new inbox starts empty; the old one keeps its rows until you drop it), " +
+		"or, if no migration of " + prev.Consumer + " was applied anywhere yet, delete them and run idemgen again"
+	c := Change{Old: map[string]Column{}}
+	if prev.Table != next.Table {
+		return c, fmt.Errorf("its inbox table changed from %s to %s: running consumers use the old name until the deploy finishes, so a rename is yours to plan; %s",
+			prev.Table, next.Table, fresh)
+	}
+	old := map[string]Column{}
+	for _, col := range prev.Key {
+		old[col.Name] = col
+		c.Old[col.Name] = col
+	}
+	seen := map[string]bool{}
+	for _, col := range next.Key {
+		seen[col.Name] = true
+		was, ok := old[col.Name]
+		switch {
+		case !ok && !col.Nullable:
+			return c, fmt.Errorf("its key gained the required part %s, which the rows recorded so far have no value for; make the new part nullable (a pointer, sql.Null or pgtype) or %s",
+				col.Name, fresh)
+		case !ok:
+			c.AddColumns = append(c.AddColumns, col)
+			c.ReplaceUnique = true
+			continue
+		case was.Nullable && !col.Nullable:
+			return c, fmt.Errorf("key part %s became required, but rows recorded so far may hold NULL in it; keep it nullable or %s", col.Name, fresh)
+		case !was.Nullable && col.Nullable:
+			c.DropNotNull = append(c.DropNotNull, col)
+			c.ReplaceUnique = true
+		}
+		if was.Type != col.Type {
+			if !slices.Contains(widenings[was.Type], col.Type) {
+				return c, fmt.Errorf("key part %s changed type from %s to %s, which would reinterpret the keys recorded so far; %s",
+					col.Name, was.Type, col.Type, fresh)
+			}
+			c.Widen = append(c.Widen, col)
+		}
+	}
+	for _, col := range prev.Key {
+		if !seen[col.Name] {
+			return c, fmt.Errorf("key part %s was removed (or renamed), so keys recorded so far that differ only in it would collide; %s", col.Name, fresh)
+		}
+	}
+	if prev.Unique != next.Unique {
+		c.ReplaceUnique = true
+	}
+	switch {
+	case prev.Guard == nil && next.Guard != nil:
+		c.AddGuard = true
+	case prev.Guard != nil && next.Guard == nil:
+		return c, fmt.Errorf("its stale-message guard (order=, version=) was removed; idemgen does not drop the versions table it keeps: keep the guard, or %s", fresh)
+	case prev.Guard != nil && *prev.Guard != *next.Guard:
+		return c, fmt.Errorf("the entity of its stale-message guard changed type from %s to %s, which would reinterpret the versions recorded so far; %s",
+			prev.Guard.Type, next.Guard.Type, fresh)
+	}
+	return c, nil
+}
