@@ -5,7 +5,6 @@
 package generate
 
 import (
-
 	"path/filepath"
 	"slices"
 

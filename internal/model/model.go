@@ -50,7 +50,7 @@ type Retired struct {
 type Handler struct {
 	Pos     diag.Pos
 	Package string // import path
-	Func string // the Go name of the function or method
+	Func    string // the Go name of the function or method
 	// Recv is the method's receiver, nil for a function.
 	Recv *Recv
 	// Msg is the message parameter's type: a named struct type or a pointer

@@ -320,7 +320,7 @@ func (x *extractor) part(k model.KeyPart, name string) jen.Code {
 	value := convert(k, inner)
 	block := append(x.check(k, value), jen.Id(name).Op("=").Add(value))
 	x.body = append(x.body,
-		jen.Var().Id(name).Any().Comment("nil: " + k.Path + " is NULL"),
+		jen.Var().Id(name).Any().Comment("nil: "+k.Path+" is NULL"),
 		jen.If(present).Block(block...),
 	)
 	return jen.Id(name)
