@@ -413,13 +413,14 @@ func (s Suite[V, M, R]) concurrent(t testing.TB, seen *fixtureSeen) {
 	warm(t, sc.pool, n)
 
 	var returned atomic.Int64
-	var held holdReport
+	var held *holdReport
 	sc.atCommit = func(ctx context.Context, tx pgx.Tx, run int64) error {
 		if run != 1 {
 			return nil
 		}
-		held = sc.holdUntilOthersWait(n-1, &returned)
-		return held.err
+		h := sc.holdUntilOthersWait(n-1, &returned)
+		held = &h
+		return h.err
 	}
 
 	results := make([]delivery[R], n)
@@ -440,7 +441,7 @@ func (s Suite[V, M, R]) concurrent(t testing.TB, seen *fixtureSeen) {
 	close(start)
 	done.Wait()
 
-	if held.err != nil {
+	if held != nil && held.err != nil {
 		t.Errorf("the deliveries did not overlap: %v", held.err)
 	}
 	var processed, duplicates []int
@@ -479,7 +480,7 @@ func (s Suite[V, M, R]) concurrent(t testing.TB, seen *fixtureSeen) {
 	sc.wantRuns(1, "the deliveries that found the key claimed must not run it")
 	sc.wantInboxRows(1, fmt.Sprintf("after %d concurrent deliveries", n))
 	sc.wantEffect(sc.fx.Message, 1, fmt.Sprintf("after %d concurrent deliveries", n))
-	if held.err == nil {
+	if held != nil && held.err == nil {
 		t.Logf("the first delivery held its transaction until %d other deliveries waited on a lock in PostgreSQL and %d had returned", held.waiting, held.returned)
 	}
 }
