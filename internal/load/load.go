@@ -120,6 +120,11 @@ func loadPackage(cfg Config, pkg *packages.Package, diags *diag.List) (model.Pac
 			mp.Generated = append(mp.Generated, model.WrapperFile)
 		}
 	}
+	// Packages are loaded without their tests: look for the generated test
+	// file on disk.
+	if mp.Dir != "" && isGenerated(filepath.Join(mp.Dir, model.TestFile)) {
+		mp.Generated = append(mp.Generated, model.TestFile)
+	}
 
 	decls := findDirectives(pkg, diags)
 	if len(decls) == 0 && len(mp.Generated) == 0 {
@@ -137,14 +142,16 @@ func loadPackage(cfg Config, pkg *packages.Package, diags *diag.List) (model.Pac
 			migrations = filepath.Join(cfg.Dir, migrations)
 		}
 	}
+	tests := readTestFiles(mp.Dir, pkg.Name)
 	for _, d := range decls {
-		c := &checker{pkg: pkg, diags: diags}
+		c := &checker{pkg: pkg, diags: diags, tests: tests}
 		if h, ok := c.handler(d.decl, d.directive); ok {
 			h.MigrationsDir = filepath.Clean(migrations)
 			mp.Handlers = append(mp.Handlers, h)
 		}
 	}
 	checkNames(pkg, mp, diags)
+	checkTestNames(mp, tests, diags)
 	return mp, true
 }
 

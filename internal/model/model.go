@@ -50,12 +50,40 @@ type Handler struct {
 	Key      []KeyPart
 	// MigrationsDir is the absolute folder of the handler's migration.
 	MigrationsDir string
+
+	// Fixture is the function of the package's tests named by fixture=, which
+	// supplies the generated tests' receiver and message; empty for none.
+	Fixture string
+	// Vary is the message field the generated tests change to make a message
+	// with the same key and another payload; nil when there is none, and
+	// NoVary says why.
+	Vary   *VaryField
+	NoVary string
 }
+
+// VaryField is a field of a message, outside its key, whose change changes
+// the message's payload fingerprint.
+type VaryField struct {
+	Field string // a field of the message struct itself
+	Kind  VaryKind
+}
+
+// VaryKind is how a VaryField is changed.
+type VaryKind int
+
+const (
+	VaryString VaryKind = iota // append to it
+	VaryInt                    // increment it
+	VaryBool                   // negate it
+)
 
 // Recv is a method receiver.
 type Recv struct {
 	Type    string // the receiver's named type, in the handler's package
 	Pointer bool
+	// Struct is true when Type is a struct type, whose zero value the
+	// generated tests spell as a composite literal.
+	Struct bool
 }
 
 // Names returns the Go identifiers generated for h.
@@ -67,6 +95,7 @@ type Names struct {
 	Constructor string // NewChargeIdem
 	TableVar    string // idemChargeTable
 	KeyFunc     string // idemChargeKey
+	Test        string // TestChargeIdem, in the generated test file
 }
 
 // NamesFor returns the names generated for a handler called fn. An
@@ -78,6 +107,7 @@ func NamesFor(fn string) Names {
 		Constructor: "New" + upper + "Idem",
 		TableVar:    "idem" + upper + "Table",
 		KeyFunc:     "idem" + upper + "Key",
+		Test:        "Test" + upper + "Idem",
 	}
 	if !isExported(fn) {
 		n.Constructor = "new" + upper + "Idem"
@@ -120,6 +150,9 @@ type Hop struct {
 	// Pointer is true when the field's type is a pointer that must be
 	// checked for nil before the next hop.
 	Pointer bool
+	// Elem is the type a pointer hop points to, which the generated tests
+	// allocate when they build a message; nil for the other hops.
+	Elem *Type
 }
 
 // TypeKind is the shape of a Type.
@@ -186,4 +219,6 @@ const (
 	InboxMarker = "-- idemgen:inbox consumer="
 	// WrapperFile is the generated Go file of a package.
 	WrapperFile = "idem_gen.go"
+	// TestFile is the generated test file of a package, beside WrapperFile.
+	TestFile = "idem_gen_test.go"
 )
