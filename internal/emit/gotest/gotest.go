@@ -174,11 +174,12 @@ func (e emitter) fixture() jen.Code {
 		unique := map[model.KeyKind]string{model.KeyString: "UniqueString", model.KeyInt: "UniqueInt", model.KeyUUID: "UniqueUUID"}[k.Kind]
 		body = append(body, jen.Id(expr).Op("=").Qual(idemtestPkg, unique).Types(typeCode(k.Type)).Call())
 	}
-	values := jen.Dict{jen.Id("Message"): jen.Id("msg")}
+	var values []jen.Code
 	if r := e.zeroReceiver(); r != nil {
-		values[jen.Id("Receiver")] = r
+		values = append(values, jen.Line().Id("Receiver").Op(":").Add(r))
 	}
-	body = append(body, jen.Return(jen.Add(fixtureType).Values(values)))
+	values = append(values, jen.Line().Id("Message").Op(":").Id("msg"), jen.Line())
+	body = append(body, jen.Return(jen.Add(fixtureType).Values(values...)))
 	return jen.Func().Params(
 		jen.Id("t").Qual("testing", "TB"),
 		jen.Id("db").Op("*").Qual(idemtestPkg, "DB"),
