@@ -44,6 +44,8 @@ type Inbox[M, R any] struct {
 	txOptions pgx.TxOptions
 	lockWait  string
 	noResult  bool
+
+	beforeCommit func(ctx context.Context, tx pgx.Tx) error
 }
 
 // NewInbox returns the Inbox of table that runs handler. db must reach the
@@ -62,6 +64,8 @@ func NewInbox[M, R any](db *pgxpool.Pool, table Table[M], handler func(ctx conte
 		txOptions: pgx.TxOptions{IsoLevel: o.isolation},
 		lockWait:  o.lockTimeout(),
 		noResult:  noResult,
+
+		beforeCommit: o.beforeCommit,
 	}
 }
 
@@ -139,6 +143,12 @@ func (in *Inbox[M, R]) Handle(ctx context.Context, msg M) (R, Outcome, error) {
 	if err != nil {
 		rollback(ctx, conn)
 		return zero, 0, in.fail(key, fmt.Errorf("idem: handler: %w", err))
+	}
+	if in.beforeCommit != nil {
+		if err := in.callBeforeCommit(ctx, conn, tx); err != nil {
+			rollback(ctx, conn)
+			return zero, 0, in.fail(key, fmt.Errorf("idem: before commit: %w", err))
+		}
 	}
 	var encoded []byte
 	if !in.noResult {

@@ -1,6 +1,7 @@
 package idem
 
 import (
+	"context"
 	"strconv"
 	"time"
 
@@ -16,8 +17,9 @@ const DefaultClaimWait = 2 * time.Second
 type Option func(*options)
 
 type options struct {
-	isolation pgx.TxIsoLevel
-	claimWait time.Duration
+	isolation    pgx.TxIsoLevel
+	claimWait    time.Duration
+	beforeCommit func(ctx context.Context, tx pgx.Tx) error
 }
 
 // WithIsolation runs the handler's transaction at the given isolation level
@@ -33,6 +35,25 @@ func WithIsolation(level pgx.TxIsoLevel) Option {
 // d <= 0 means do not wait at all.
 func WithClaimWait(d time.Duration) Option {
 	return func(o *options) { o.claimWait = d }
+}
+
+// WithBeforeCommit calls hook inside the delivery's transaction after the
+// handler returned successfully and before the result is stored and the
+// transaction committed: the last moment at which the delivery can still be
+// rolled back. An error (or a panic) from hook rolls everything back, exactly
+// like an error from the handler, and Handle returns it wrapped.
+//
+// Use it for last-moment checks that must hold at commit time (an invariant
+// over several tables, a quota), or to measure or log the handler's
+// transactions. It runs only after a real run of the handler, never for a
+// Duplicate, and not when a statement of the handler failed and left the
+// transaction aborted. Like the handler, it must not commit or roll back tx
+// nor keep it beyond its return. The generated tests use it to hold a
+// delivery inside its transaction and to abandon one before its commit.
+//
+// Without this option Handle makes no extra round trip.
+func WithBeforeCommit(hook func(ctx context.Context, tx pgx.Tx) error) Option {
+	return func(o *options) { o.beforeCommit = hook }
 }
 
 // lockTimeout renders the claim wait as a lock_timeout value. PostgreSQL reads

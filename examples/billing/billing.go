@@ -67,7 +67,7 @@ type Service struct {
 
 // Charge records the order's charge and debits the account.
 //
-//idem:handler consumer=billing.charge key=OrderID
+//idem:handler consumer=billing.charge key=OrderID fixture=chargeFixture
 func (s *Service) Charge(ctx context.Context, tx pgx.Tx, msg OrderPlaced) (Receipt, error) {
 	var r Receipt
 	err := tx.QueryRow(ctx,
@@ -92,7 +92,7 @@ func (s *Service) Charge(ctx context.Context, tx pgx.Tx, msg OrderPlaced) (Recei
 
 // BookPayment records an incoming payment and credits the account.
 //
-//idem:handler consumer=billing.payment key=Provider,PaymentID retain=2160h
+//idem:handler consumer=billing.payment key=Provider,PaymentID retain=2160h fixture=bookPaymentFixture
 func (s *Service) BookPayment(ctx context.Context, tx pgx.Tx, msg *PaymentReceived) error {
 	if _, err := tx.Exec(ctx,
 		`INSERT INTO payments (provider, payment_id, account_id, amount_cents) VALUES ($1, $2, $3, $4)`,
@@ -113,7 +113,7 @@ func (s *Service) BookPayment(ctx context.Context, tx pgx.Tx, msg *PaymentReceiv
 // OpenAccount creates an account. It is a plain function: a handler needs no
 // receiver.
 //
-//idem:handler consumer=billing.open-account key=RequestID
+//idem:handler consumer=billing.open-account key=RequestID fixture=openAccountFixture
 func OpenAccount(ctx context.Context, tx pgx.Tx, msg OpenAccountRequested) (Account, error) {
 	if _, err := tx.Exec(ctx, `INSERT INTO accounts (id, owner) VALUES ($1, $2)`, msg.AccountID, msg.Owner); err != nil {
 		return Account{}, fmt.Errorf("open account: %w", err)

@@ -42,7 +42,7 @@ type Level struct {
 
 // ReceiveGoods books goods reported by a warehouse scanner.
 //
-//idem:handler consumer=inventory.goods-received key=Source,ID
+//idem:handler consumer=inventory.goods-received key=Source,ID fixture=receiveGoodsFixture
 func ReceiveGoods(ctx context.Context, tx pgx.Tx, ev CloudEvent) (Level, error) {
 	var data GoodsReceived
 	if err := json.Unmarshal(ev.Data, &data); err != nil {
@@ -63,7 +63,7 @@ type ReturnReceived struct {
 
 // BookReturn puts returned goods back into stock.
 //
-//idem:handler consumer=inventory.return key=OrderID,RMA
+//idem:handler consumer=inventory.return key=OrderID,RMA fixture=bookReturnFixture
 func BookReturn(ctx context.Context, tx pgx.Tx, msg ReturnReceived) (Level, error) {
 	return adjust(ctx, tx, msg.SKU, msg.Quantity, "return of "+msg.OrderID)
 }
@@ -80,7 +80,7 @@ type StockCounted struct {
 
 // ApplyCount sets a SKU's stock to the counted quantity.
 //
-//idem:handler consumer=inventory.count key=CountID order=SKU version=Seq
+//idem:handler consumer=inventory.count key=CountID order=SKU version=Seq fixture=applyCountFixture
 func ApplyCount(ctx context.Context, tx pgx.Tx, msg StockCounted) error {
 	_, err := tx.Exec(ctx, `INSERT INTO stock (sku, on_hand, counted_seq) VALUES ($1, $2, $3)
 		ON CONFLICT (sku) DO UPDATE SET on_hand = EXCLUDED.on_hand, counted_seq = EXCLUDED.counted_seq`,

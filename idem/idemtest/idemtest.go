@@ -1,6 +1,9 @@
 // Package idemtest gives tests of idem handlers a real PostgreSQL to run
 // against: a fresh schema per test, with the package's goose migrations
-// applied through goose's Go API.
+// applied through goose's Go API. Its Suite runs the scenarios that prove a
+// consumer's guarantee (concurrent deliveries, a failure before the commit, a
+// crash after it, a reused key, a duplicate, a business unique violation);
+// the tests idemgen generates in idem_gen_test.go are one Suite per handler.
 //
 // The database comes from IDEMGEN_TEST_DATABASE_URL, then DATABASE_URL.
 // Without either, tests are skipped with a message that names the variable;

@@ -12,9 +12,12 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"golang.org/x/tools/txtar"
+
+	"github.com/idemgen/idemgen/idem/idemtest"
 )
 
 var update = flag.Bool("update", false, "rewrite the want sections of testdata/*.txtar from what idemgen does now")
@@ -25,7 +28,9 @@ var update = flag.Bool("update", false, "rewrite the want sections of testdata/*
 // written, -- deleted -- listing files removed, -- want:stdout --,
 // -- want:stderr -- and -- want:exit --. Each case is a package directory in
 // one temporary module that requires this repository, and every case that
-// exits 0 is compiled (go vet) afterwards.
+// exits 0 is compiled (go vet, which compiles the generated tests too)
+// afterwards. The generated tests of a case with a -- go-test -- section are
+// also run against the test database.
 func TestGolden(t *testing.T) {
 	cases, err := filepath.Glob("testdata/*.txtar")
 	if err != nil || len(cases) == 0 {
@@ -37,14 +42,21 @@ func TestGolden(t *testing.T) {
 	t.Setenv("GOFLAGS", "-mod=mod")
 	t.Setenv("GOPROXY", "off")
 
-	var passing []string
+	var mu sync.Mutex
+	var passing, goTest []string
 	t.Run("cases", func(t *testing.T) {
 		for _, file := range cases {
 			name := strings.TrimSuffix(filepath.Base(file), ".txtar")
 			t.Run(name, func(t *testing.T) {
 				t.Parallel()
-				if runCase(t, file, filepath.Join(root, name)) {
+				ok, runTests := runCase(t, file, filepath.Join(root, name))
+				mu.Lock()
+				defer mu.Unlock()
+				if ok {
 					passing = append(passing, "./"+name+"/...")
+				}
+				if ok && runTests {
+					goTest = append(goTest, "./"+name+"/...")
 				}
 			})
 		}
@@ -58,10 +70,30 @@ func TestGolden(t *testing.T) {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("the generated code of the passing cases does not compile:\n%s", out)
 	}
+	if len(goTest) == 0 {
+		return
+	}
+	t.Run("generated_tests", func(t *testing.T) {
+		idemtest.DatabaseURL(t)
+		slices.Sort(goTest)
+		cmd := exec.Command("go", append([]string{"test", "-count=1", "-v"}, goTest...)...)
+		cmd.Dir = root
+		// Fewer concurrent deliveries than the default: other packages'
+		// tests share the server's connections.
+		cmd.Env = append(os.Environ(), idemtest.EnvDeliveries+"=4")
+		out, err := cmd.CombinedOutput()
+		switch {
+		case err != nil:
+			t.Fatalf("the generated tests fail:\n%s", out)
+		case bytes.Contains(out, []byte("--- SKIP")) || !bytes.Contains(out, []byte("--- PASS: Test")):
+			t.Fatalf("the generated tests did not all run:\n%s", out)
+		}
+	})
 }
 
-// runCase runs one case in dir and reports whether it exited 0.
-func runCase(t *testing.T, file, dir string) bool {
+// runCase runs one case in dir and reports whether it exited 0, and whether
+// its generated tests are to be run.
+func runCase(t *testing.T, file, dir string) (ok, goTest bool) {
 	archive, err := txtar.ParseFile(file)
 	if err != nil {
 		t.Fatal(err)
@@ -73,6 +105,8 @@ func runCase(t *testing.T, file, dir string) bool {
 		switch {
 		case f.Name == "args":
 			args = strings.Fields(string(f.Data))
+		case f.Name == "go-test":
+			goTest = true
 		case f.Name == "deleted":
 			wantDeleted = strings.Fields(string(f.Data))
 		case strings.HasPrefix(f.Name, "want:"):
@@ -127,7 +161,7 @@ func runCase(t *testing.T, file, dir string) bool {
 	}
 	if *update {
 		rewrite(t, file, archive, got, deleted)
-		return code == 0
+		return code == 0, goTest
 	}
 	want := map[string][]byte{}
 	for _, f := range archive.Files {
@@ -148,7 +182,7 @@ func runCase(t *testing.T, file, dir string) bool {
 	if !slices.Equal(deleted, wantDeleted) {
 		t.Errorf("deleted %v, want %v", deleted, wantDeleted)
 	}
-	return code == 0
+	return code == 0, goTest
 }
 
 // rerun checks that a second run changes nothing on disk, not even a

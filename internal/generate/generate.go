@@ -1,6 +1,6 @@
-// Package generate turns the model into the output set: idem_gen.go for every
-// package with handlers, an inbox migration for every consumer that has none
-// yet, and the generated files no longer needed. It is a pure function of
+// Package generate turns the model into the output set: idem_gen.go and
+// idem_gen_test.go for every package with handlers, an inbox migration for
+// every consumer that has none yet, and the generated files no longer needed. It is a pure function of
 // the model; writing and checking are the output package's.
 package generate
 
@@ -9,6 +9,7 @@ import (
 	"slices"
 
 	"github.com/idemgen/idemgen/internal/diag"
+	"github.com/idemgen/idemgen/internal/emit/gotest"
 	"github.com/idemgen/idemgen/internal/emit/gowrap"
 	"github.com/idemgen/idemgen/internal/model"
 	"github.com/idemgen/idemgen/internal/output"
@@ -26,19 +27,28 @@ type Options struct {
 func Generate(prog model.Program, opts Options) (*output.Set, *diag.List) {
 	set, diags := output.NewSet(), &diag.List{}
 	for _, pkg := range prog.Packages {
-		path := filepath.Join(pkg.Dir, model.WrapperFile)
-		if len(pkg.Handlers) == 0 {
-			if slices.Contains(pkg.Generated, model.WrapperFile) {
-				set.Orphans = append(set.Orphans, path)
+		emitters := []struct {
+			name string
+			emit func(model.Package) ([]byte, error)
+		}{
+			{model.WrapperFile, gowrap.File},
+			{model.TestFile, gotest.File},
+		}
+		for _, e := range emitters {
+			path := filepath.Join(pkg.Dir, e.name)
+			if len(pkg.Handlers) == 0 {
+				if slices.Contains(pkg.Generated, e.name) {
+					set.Orphans = append(set.Orphans, path)
+				}
+				continue
 			}
-			continue
+			src, err := e.emit(pkg)
+			if err != nil {
+				diags.Errorf(diag.Pos{}, "%v", err)
+				continue
+			}
+			set.Files[path] = src
 		}
-		src, err := gowrap.File(pkg)
-		if err != nil {
-			diags.Errorf(diag.Pos{}, "%v", err)
-			continue
-		}
-		set.Files[path] = src
 	}
 
 	for _, dir := range prog.MigrationDirs {

@@ -22,8 +22,8 @@ import (
 // but are not implemented by this version; they are refused with that
 // explanation rather than as unknown.
 var (
-	handlerOptions = []string{"consumer", "key", "table", "retain", "order", "version", "stable"}
-	laterOptions   = []string{"mode", "lease", "fixture"}
+	handlerOptions = []string{"consumer", "key", "table", "retain", "order", "version", "stable", "fixture"}
+	laterOptions   = []string{"mode", "lease"}
 )
 
 // DefaultRetain is how long inbox rows are kept when the directive says
@@ -55,6 +55,8 @@ type checker struct {
 	pkg   *packages.Package
 	diags *diag.List
 	ok    bool
+	// tests are the package's test files, where fixtures are.
+	tests *testFiles
 }
 
 func (c *checker) errorf(pos diag.Pos, format string, args ...any) {
@@ -130,6 +132,12 @@ func (c *checker) handler(fd *ast.FuncDecl, d directive.Directive) (model.Handle
 	}
 	if msgOK {
 		h.Guard = c.guard(d, msg)
+	}
+	if msgOK {
+		h.Vary, h.NoVary = c.vary(msg, h)
+	}
+	if o, ok := d.Lookup("fixture"); ok && msgOK {
+		c.fixture(o, &h)
 	}
 	return h, c.ok
 }
@@ -285,7 +293,8 @@ func (c *checker) receiver(fd *ast.FuncDecl, sig *types.Signature, h *model.Hand
 		c.errorf(c.pos(fd.Recv), "handler %s has a generic or unnamed receiver; use a method of a plain named type", h.Func)
 		return
 	}
-	h.Recv = &model.Recv{Type: named.Obj().Name(), Pointer: pointer}
+	_, isStruct := named.Underlying().(*types.Struct)
+	h.Recv = &model.Recv{Type: named.Obj().Name(), Pointer: pointer, Struct: isStruct}
 }
 
 // signature checks the parameters and results and returns the message's
@@ -405,6 +414,7 @@ func (c *checker) key(o directive.Option, msg types.Type) []model.KeyPart {
 
 func (c *checker) keyPart(pos diag.Pos, path string, msg types.Type, allowNull bool) (model.KeyPart, bool) {
 	part := model.KeyPart{Path: path}
+	var hopTypes []types.Type
 	cur := msg
 	elems := strings.Split(path, ".")
 	for i, name := range elems {
@@ -444,6 +454,7 @@ func (c *checker) keyPart(pos diag.Pos, path string, msg types.Type, allowNull b
 			f := t.Underlying().(*types.Struct).Field(idx)
 			_, isPtr := f.Type().Underlying().(*types.Pointer)
 			part.Hops = append(part.Hops, model.Hop{Field: f.Name(), Pointer: isPtr})
+			hopTypes = append(hopTypes, f.Type())
 			t = f.Type()
 		}
 		cur = t
@@ -458,6 +469,17 @@ func (c *checker) keyPart(pos diag.Pos, path string, msg types.Type, allowNull b
 		return part, false
 	}
 	part.Column = column
+	// The generated tests allocate the structs that pointer hops lead
+	// through when they build a message.
+	for i := range part.Hops[:len(part.Hops)-1] {
+		if p, ok := hopTypes[i].Underlying().(*types.Pointer); ok {
+			elem, ok := c.modelType(p.Elem(), pos)
+			if !ok {
+				return part, false
+			}
+			part.Hops[i].Elem = &elem
+		}
+	}
 	t, ok := c.modelType(cur, pos)
 	part.Type = t
 	return part, ok

@@ -122,6 +122,11 @@ func loadPackage(cfg Config, pkg *packages.Package, diags *diag.List) (model.Pac
 			mp.Generated = append(mp.Generated, model.WrapperFile)
 		}
 	}
+	// Packages are loaded without their tests: look for the generated test
+	// file on disk.
+	if mp.Dir != "" && isGenerated(filepath.Join(mp.Dir, model.TestFile)) {
+		mp.Generated = append(mp.Generated, model.TestFile)
+	}
 
 	decls, retired := findDirectives(pkg, diags)
 	mp.Retired = retired
@@ -141,8 +146,9 @@ func loadPackage(cfg Config, pkg *packages.Package, diags *diag.List) (model.Pac
 		}
 	}
 	mp.MigrationsDir = filepath.Clean(migrations)
+	tests := readTestFiles(mp.Dir, pkg.Name)
 	for _, d := range decls {
-		c := &checker{pkg: pkg, diags: diags}
+		c := &checker{pkg: pkg, diags: diags, tests: tests}
 		if h, ok := c.handler(d.decl, d.directive); ok {
 			h.Package = pkg.PkgPath
 			h.MigrationsDir = mp.MigrationsDir
@@ -151,6 +157,7 @@ func loadPackage(cfg Config, pkg *packages.Package, diags *diag.List) (model.Pac
 		}
 	}
 	checkNames(pkg, mp, diags)
+	checkTestNames(mp, tests, diags)
 	return mp, true
 }
 

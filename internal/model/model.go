@@ -72,6 +72,15 @@ type Handler struct {
 	NullsNotDistinct bool
 	// MigrationsDir is the absolute folder of the handler's migration.
 	MigrationsDir string
+
+	// Fixture is the function of the package's tests named by fixture=, which
+	// supplies the generated tests' receiver and message; empty for none.
+	Fixture string
+	// Vary is the message field the generated tests change to make a message
+	// with the same key and another payload; nil when there is none, and
+	// NoVary says why.
+	Vary   *VaryField
+	NoVary string
 }
 
 // Guard is a stale-message guard: per entity, only a message whose version
@@ -85,10 +94,29 @@ type Guard struct {
 	Version KeyPart
 }
 
+// VaryField is a field of a message, outside its key, whose change changes
+// the message's payload fingerprint.
+type VaryField struct {
+	Field string // a field of the message struct itself
+	Kind  VaryKind
+}
+
+// VaryKind is how a VaryField is changed.
+type VaryKind int
+
+const (
+	VaryString VaryKind = iota // append to it
+	VaryInt                    // increment it
+	VaryBool                   // negate it
+)
+
 // Recv is a method receiver.
 type Recv struct {
 	Type    string // the receiver's named type, in the handler's package
 	Pointer bool
+	// Struct is true when Type is a struct type, whose zero value the
+	// generated tests spell as a composite literal.
+	Struct bool
 }
 
 // Names returns the Go identifiers generated for h.
@@ -101,9 +129,10 @@ type Names struct {
 	TableVar    string // idemChargeTable
 	KeyFunc     string // idemChargeKey
 	OrderFunc   string // idemChargeOrder, for a stale-message guard
+	Test        string // TestChargeIdem, in the generated test file
 }
 
-// All lists the names.
+// All lists the names idemgen declares in the package's non-test code.
 func (n Names) All() []string {
 	return []string{n.Wrapper, n.Constructor, n.TableVar, n.KeyFunc, n.OrderFunc}
 }
@@ -118,6 +147,7 @@ func NamesFor(fn string) Names {
 		TableVar:    "idem" + upper + "Table",
 		KeyFunc:     "idem" + upper + "Key",
 		OrderFunc:   "idem" + upper + "Order",
+		Test:        "Test" + upper + "Idem",
 	}
 	if !isExported(fn) {
 		n.Constructor = "new" + upper + "Idem"
@@ -173,6 +203,9 @@ type Hop struct {
 	// Pointer is true when the field's type is a pointer that must be
 	// checked for nil before the next hop.
 	Pointer bool
+	// Elem is the type a pointer hop points to, which the generated tests
+	// allocate when they build a message; nil for the other hops.
+	Elem *Type
 }
 
 // TypeKind is the shape of a Type.
@@ -396,4 +429,6 @@ const (
 	WrapperFile = "idem_gen.go"
 	// SumFile is the checksum file of a migrations folder.
 	SumFile = "idemgen.sum"
+	// TestFile is the generated test file of a package, beside WrapperFile.
+	TestFile = "idem_gen_test.go"
 )

@@ -1,0 +1,372 @@
+package idemtest_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"testing/fstest"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/idem/idemtest"
+)
+
+// The scenarios must be able to fail. These tests run them against the real
+// idem.Inbox and against three deliberately broken consumers of the same
+// message, and check that each broken one is caught, and by which scenario.
+//
+// The business: a transfer credits an account and writes a ledger entry; a
+// transfer may redeem a voucher, which is unique across the ledger.
+
+type transfer struct {
+	ID      string `json:"id"`
+	Account string `json:"account"`
+	Amount  int64  `json:"amount"`
+	Voucher string `json:"voucher"`
+}
+
+type receipt struct {
+	Balance int64 `json:"balance"`
+}
+
+var migrations = fstest.MapFS{
+	"00001_ledger.sql": {Data: []byte(`-- +goose Up
+CREATE TABLE accounts (id text PRIMARY KEY, balance bigint NOT NULL DEFAULT 0);
+CREATE TABLE ledger (
+    transfer_id text   NOT NULL,
+    account     text   NOT NULL REFERENCES accounts,
+    amount      bigint NOT NULL,
+    voucher     text   UNIQUE
+);
+-- +goose Down
+DROP TABLE ledger;
+DROP TABLE accounts;
+`)},
+	"00002_inbox_transfer.sql": {Data: []byte(`-- +goose Up
+CREATE TABLE inbox_transfer (
+    key_id       text        PRIMARY KEY,
+    fingerprint  bytea       NOT NULL,
+    status       text        NOT NULL DEFAULT 'running',
+    result       jsonb,
+    attempts     integer     NOT NULL DEFAULT 1,
+    created_at   timestamptz NOT NULL DEFAULT now(),
+    completed_at timestamptz
+);
+-- +goose Down
+DROP TABLE inbox_transfer;
+`)},
+}
+
+// post is the business change, the same for every consumer below.
+func post(ctx context.Context, tx pgx.Tx, msg transfer) (receipt, error) {
+	if _, err := tx.Exec(ctx, `INSERT INTO ledger (transfer_id, account, amount, voucher) VALUES ($1, $2, $3, NULLIF($4, ''))`,
+		msg.ID, msg.Account, msg.Amount, msg.Voucher); err != nil {
+		return receipt{}, fmt.Errorf("post: %w", err)
+	}
+	var r receipt
+	err := tx.QueryRow(ctx, `UPDATE accounts SET balance = balance + $2 WHERE id = $1 RETURNING balance`, msg.Account, msg.Amount).Scan(&r.Balance)
+	return r, err
+}
+
+// fixture seeds an account and returns a transfer to it.
+func fixture(t testing.TB, db *idemtest.DB) idemtest.Fixture[idemtest.NoReceiver, transfer] {
+	account := idemtest.UniqueString[string]()
+	if _, err := db.Pool.Exec(context.Background(), `INSERT INTO accounts (id) VALUES ($1)`, account); err != nil {
+		t.Fatal(err)
+	}
+	return idemtest.Fixture[idemtest.NoReceiver, transfer]{
+		Message: transfer{ID: idemtest.UniqueString[string](), Account: account, Amount: 100, Voucher: idemtest.UniqueString[string]()},
+		Variant: func(msg transfer) transfer {
+			msg.Amount++
+			return msg
+		},
+		Effect: func(ctx context.Context, db *idemtest.DB, msg transfer) (int, error) {
+			var n int
+			err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM ledger WHERE transfer_id = $1`, msg.ID).Scan(&n)
+			return n, err
+		},
+		Conflict: func(ctx context.Context, db *idemtest.DB, msg transfer) error {
+			// Another transfer redeemed the voucher already.
+			_, err := db.Pool.Exec(ctx, `INSERT INTO ledger (transfer_id, account, amount, voucher) VALUES ($1, $2, 1, $3)`,
+				"other-"+msg.ID, msg.Account, msg.Voucher)
+			return err
+		},
+	}
+}
+
+// The correct consumer: idem.Inbox with the table a generated wrapper would
+// declare.
+
+var transferTable = idem.Table[transfer]{
+	Consumer:  "test.transfer",
+	Name:      "inbox_transfer",
+	KeyFields: []string{"ID"},
+	Key: func(msg transfer) ([]any, error) {
+		if err := idem.CheckString("ID", msg.ID); err != nil {
+			return nil, err
+		}
+		return []any{msg.ID}, nil
+	},
+	Retain:   time.Hour,
+	Claim:    `INSERT INTO inbox_transfer (key_id, fingerprint) VALUES ($1, $2) ON CONFLICT DO NOTHING RETURNING true`,
+	Complete: `UPDATE inbox_transfer SET status = 'done', result = $2, completed_at = now() WHERE key_id = $1`,
+	Lookup:   `SELECT fingerprint, status, result FROM inbox_transfer WHERE key_id = $1`,
+	Purge:    `DELETE FROM inbox_transfer WHERE created_at < now() - make_interval(secs => $1) AND $2 > 0`,
+}
+
+func newInbox(_ idemtest.NoReceiver, pool *pgxpool.Pool, opts ...idem.Option) idemtest.HandleFunc[transfer, receipt] {
+	return idem.NewInbox(pool, transferTable, post, opts...).Handle
+}
+
+// The broken consumers. Each gets everything right but one thing. Not built
+// on idem.Inbox, they call idemtest.BeforeCommit where idem calls its
+// before-commit hook: in the transaction that records the key, right before
+// its commit.
+
+// checkThenInsert looks the key up before its transaction: two concurrent
+// deliveries both find it absent, and both run the handler.
+func checkThenInsert(_ idemtest.NoReceiver, pool *pgxpool.Pool, _ ...idem.Option) idemtest.HandleFunc[transfer, receipt] {
+	return func(ctx context.Context, msg transfer) (receipt, idem.Outcome, error) {
+		if r, o, found, err := stored(ctx, pool, msg); found {
+			return r, o, err
+		}
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			return receipt{}, 0, err
+		}
+		defer tx.Rollback(ctx)
+		r, err := post(ctx, tx, msg)
+		if err == nil {
+			err = record(ctx, tx, msg, r)
+		}
+		if err == nil {
+			err = idemtest.BeforeCommit(ctx, tx)
+		}
+		if err == nil {
+			err = tx.Commit(ctx)
+		}
+		if err != nil {
+			return receipt{}, 0, err
+		}
+		return r, idem.Processed, nil
+	}
+}
+
+// recordAfterCommit commits the business change, then records the key in a
+// transaction of its own: a worker that dies in between leaves the change
+// without the key, and the redelivery applies it again.
+func recordAfterCommit(_ idemtest.NoReceiver, pool *pgxpool.Pool, _ ...idem.Option) idemtest.HandleFunc[transfer, receipt] {
+	return func(ctx context.Context, msg transfer) (receipt, idem.Outcome, error) {
+		if r, o, found, err := stored(ctx, pool, msg); found {
+			return r, o, err
+		}
+		var r receipt
+		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) (err error) {
+			r, err = post(ctx, tx, msg)
+			return err
+		})
+		if err != nil {
+			return receipt{}, 0, err
+		}
+		err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			if err := record(ctx, tx, msg, r); err != nil {
+				return err
+			}
+			return idemtest.BeforeCommit(ctx, tx)
+		})
+		if err != nil {
+			return receipt{}, 0, err
+		}
+		return r, idem.Processed, nil
+	}
+}
+
+// uniqueViolationIsDuplicate claims the key with a plain INSERT in the
+// business transaction and takes every unique violation for a duplicate,
+// including one of a business table.
+func uniqueViolationIsDuplicate(_ idemtest.NoReceiver, pool *pgxpool.Pool, _ ...idem.Option) idemtest.HandleFunc[transfer, receipt] {
+	return func(ctx context.Context, msg transfer) (receipt, idem.Outcome, error) {
+		var r receipt
+		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) (err error) {
+			if _, err := tx.Exec(ctx, `INSERT INTO inbox_transfer (key_id, fingerprint) VALUES ($1, $2)`, msg.ID, fingerprint(msg)); err != nil {
+				return err
+			}
+			if r, err = post(ctx, tx, msg); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, `UPDATE inbox_transfer SET status = 'done', result = $2 WHERE key_id = $1`, msg.ID, r); err != nil {
+				return err
+			}
+			return idemtest.BeforeCommit(ctx, tx)
+		})
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "23505" {
+			if r, o, found, err := stored(ctx, pool, msg); found {
+				return r, o, err
+			}
+			return receipt{}, idem.Duplicate, nil
+		}
+		if err != nil {
+			return receipt{}, 0, err
+		}
+		return r, idem.Processed, nil
+	}
+}
+
+// stored returns what the inbox knows about msg's key: Duplicate with the
+// stored result, or ErrKeyReused; found is false when the key is not there.
+func stored(ctx context.Context, pool *pgxpool.Pool, msg transfer) (r receipt, o idem.Outcome, found bool, err error) {
+	var fp []byte
+	err = pool.QueryRow(ctx, `SELECT fingerprint, result FROM inbox_transfer WHERE key_id = $1`, msg.ID).Scan(&fp, &r)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return receipt{}, 0, false, nil
+	case err != nil:
+		return receipt{}, 0, true, err
+	case !bytes.Equal(fp, fingerprint(msg)):
+		return receipt{}, 0, true, idem.ErrKeyReused
+	}
+	return r, idem.Duplicate, true, nil
+}
+
+func record(ctx context.Context, tx pgx.Tx, msg transfer, r receipt) error {
+	_, err := tx.Exec(ctx, `INSERT INTO inbox_transfer (key_id, fingerprint, status, result, completed_at) VALUES ($1, $2, 'done', $3, now())`,
+		msg.ID, fingerprint(msg), r)
+	return err
+}
+
+func fingerprint(msg transfer) []byte {
+	data, _ := json.Marshal(msg)
+	sum := sha256.Sum256(data)
+	return sum[:]
+}
+
+func suite(build func(idemtest.NoReceiver, *pgxpool.Pool, ...idem.Option) idemtest.HandleFunc[transfer, receipt], opts ...idem.Option) idemtest.Suite[idemtest.NoReceiver, transfer, receipt] {
+	return idemtest.Suite[idemtest.NoReceiver, transfer, receipt]{
+		Migrations: migrations,
+		Inbox:      "inbox_transfer",
+		New:        build,
+		Fixture:    fixture,
+		Options:    opts,
+	}
+}
+
+// TestSuiteRun runs the scenarios as a generated test does, as subtests.
+func TestSuiteRun(t *testing.T) {
+	suite(newInbox).Run(t)
+}
+
+// TestScenariosCatchBrokenConsumers runs every scenario against each
+// consumer with a recording testing.TB and compares the scenarios that
+// failed with those that must.
+func TestScenariosCatchBrokenConsumers(t *testing.T) {
+	idemtest.DatabaseURL(t)
+	cases := []struct {
+		name     string
+		suite    idemtest.Suite[idemtest.NoReceiver, transfer, receipt]
+		caughtBy []string
+	}{
+		{"idem.Inbox", suite(newInbox), nil},
+		{"idem.Inbox_repeatable_read", suite(newInbox, idem.WithIsolation(pgx.RepeatableRead)), nil},
+		{"idem.Inbox_serializable", suite(newInbox, idem.WithIsolation(pgx.Serializable)), nil},
+		{"check_then_insert", suite(checkThenInsert), []string{idemtest.ScenarioConcurrent}},
+		{"record_key_after_commit", suite(recordAfterCommit), []string{idemtest.ScenarioConcurrent, idemtest.ScenarioFailureBeforeCommit}},
+		{"unique_violation_is_duplicate", suite(uniqueViolationIsDuplicate), []string{idemtest.ScenarioBusinessUniqueViolation}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var caught []string
+			for _, sc := range c.suite.Scenarios() {
+				rec := runRecorded(t, sc)
+				switch {
+				case rec.skipped:
+					t.Errorf("%s skipped: %s", sc.Name, rec.report())
+				case rec.failed():
+					caught = append(caught, sc.Name)
+					t.Logf("%s caught %s:\n%s", sc.Name, c.name, rec.report())
+				}
+			}
+			if !slices.Equal(caught, c.caughtBy) {
+				t.Errorf("%s was caught by %v; want %v", c.name, caught, c.caughtBy)
+			}
+		})
+	}
+}
+
+// recorder is a testing.TB that records failures instead of failing the
+// test, so that a scenario's failure is an observation. Fatal and Skip end
+// the scenario's goroutine, as they do a test's.
+type recorder struct {
+	testing.TB // the test itself, for what is not overridden
+
+	mu       sync.Mutex
+	failures []string
+	skipped  bool
+	cleanups []func()
+}
+
+// runRecorded runs the scenario in a goroutine of its own with a recorder,
+// then its cleanups (the scenario's pools and schema).
+func runRecorded(t *testing.T, sc idemtest.Scenario) *recorder {
+	r := &recorder{TB: t}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer r.runCleanups()
+		sc.Run(r)
+	}()
+	<-done
+	return r
+}
+
+func (r *recorder) add(msg string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.failures = append(r.failures, msg)
+}
+
+func (r *recorder) failed() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.failures) > 0
+}
+
+func (r *recorder) report() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return "\t" + strings.Join(r.failures, "\n\t")
+}
+
+func (r *recorder) runCleanups() {
+	for i := len(r.cleanups) - 1; i >= 0; i-- {
+		r.cleanups[i]()
+	}
+}
+
+func (r *recorder) Helper()                      {}
+func (r *recorder) Cleanup(f func())             { r.cleanups = append(r.cleanups, f) }
+func (r *recorder) Error(args ...any)            { r.add(fmt.Sprint(args...)) }
+func (r *recorder) Errorf(f string, args ...any) { r.add(fmt.Sprintf(f, args...)) }
+func (r *recorder) Fail()                        { r.add("failed") }
+func (r *recorder) Failed() bool                 { return r.failed() }
+func (r *recorder) FailNow()                     { r.Fail(); runtime.Goexit() }
+func (r *recorder) Fatal(args ...any)            { r.Error(args...); runtime.Goexit() }
+func (r *recorder) Fatalf(f string, args ...any) { r.Errorf(f, args...); runtime.Goexit() }
+func (r *recorder) Log(args ...any)              {}
+func (r *recorder) Logf(string, ...any)          {}
+func (r *recorder) Skipped() bool                { return r.skipped }
+func (r *recorder) SkipNow()                     { r.skipped = true; runtime.Goexit() }
+func (r *recorder) Skip(args ...any)             { r.add(fmt.Sprint(args...)); r.SkipNow() }
+func (r *recorder) Skipf(f string, args ...any)  { r.add(fmt.Sprintf(f, args...)); r.SkipNow() }

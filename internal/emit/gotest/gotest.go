@@ -1,0 +1,483 @@
+// Package gotest emits idem_gen_test.go: for each handler of a package, a test
+// Test<Func>Idem that runs the scenarios of idemtest.Suite against the
+// handler's generated wrapper on a real PostgreSQL. The scenarios themselves
+// live once in idemtest; what is emitted is what is specific to one handler:
+// its types, its inbox table and migrations, how to build the wrapper, and
+// its fixture or a message built from its key.
+package gotest
+
+import (
+	"bytes"
+	"fmt"
+	"path/filepath"
+	"strings"
+
+	"github.com/dave/jennifer/jen"
+	"golang.org/x/tools/imports"
+
+	"github.com/idemgen/idemgen/internal/model"
+)
+
+const (
+	idemPkg     = "github.com/idemgen/idemgen/idem"
+	idemtestPkg = "github.com/idemgen/idemgen/idem/idemtest"
+	pgxpoolPkg  = "github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Deliveries is idemtest.DefaultDeliveries, for the generated documentation.
+const Deliveries = 16
+
+// File renders idem_gen_test.go for pkg, which has at least one handler.
+func File(pkg model.Package) ([]byte, error) {
+	f := jen.NewFilePathName(pkg.Path, pkg.Name)
+	f.HeaderComment(strings.TrimPrefix(model.GoHeader, "// "))
+	f.ImportName(idemPkg, "idem")
+	f.ImportName(idemtestPkg, "idemtest")
+	f.ImportName(pgxpoolPkg, "pgxpool")
+	importTypes(f, pkg)
+
+	for i, h := range pkg.Handlers {
+		if i > 0 {
+			f.Line()
+		}
+		e := emitter{pkg: pkg, h: h, n: h.Names()}
+		e.test(f)
+	}
+	var b bytes.Buffer
+	if err := f.Render(&b); err != nil {
+		return nil, fmt.Errorf("render %s of %s: %w", model.TestFile, pkg.Path, err)
+	}
+	src, err := imports.Process(model.TestFile, b.Bytes(), &imports.Options{FormatOnly: true, Comments: true, TabIndent: true, TabWidth: 8})
+	if err != nil {
+		return nil, fmt.Errorf("format %s of %s: %w", model.TestFile, pkg.Path, err)
+	}
+	return src, nil
+}
+
+// importTypes names the packages of the types the tests spell as they are
+// called, so that jennifer does not guess.
+func importTypes(f *jen.File, pkg model.Package) {
+	var walk func(t model.Type)
+	walk = func(t model.Type) {
+		if t.PkgPath != "" && t.PkgPath != pkg.Path {
+			f.ImportName(t.PkgPath, t.PkgName)
+		}
+		for _, a := range t.Args {
+			walk(a)
+		}
+		if t.Elem != nil {
+			walk(*t.Elem)
+		}
+		if t.Key != nil {
+			walk(*t.Key)
+		}
+	}
+	for _, h := range pkg.Handlers {
+		walk(h.Msg)
+		if h.Result != nil {
+			walk(*h.Result)
+		}
+		for _, k := range h.Key {
+			walk(k.Type)
+			for _, hop := range k.Hops {
+				if hop.Elem != nil {
+					walk(*hop.Elem)
+				}
+			}
+		}
+	}
+}
+
+type emitter struct {
+	pkg model.Package
+	h   model.Handler
+	n   model.Names
+}
+
+func (e emitter) test(f *jen.File) {
+	h := e.h
+	recv, msg, result := e.recvType(), typeCode(h.Msg), e.resultType()
+
+	suite := []jen.Code{
+		jen.Id("Migrations"), jen.Qual("os", "DirFS").Call(jen.Lit(e.migrationsDir())),
+		jen.Id("Inbox"), jen.Lit(h.Table),
+		jen.Id("New"), e.newFunc(),
+		jen.Id("Fixture"), e.fixture(),
+	}
+	if h.Vary != nil {
+		suite = append(suite, jen.Id("Variant"), e.variant())
+	}
+	var fields []jen.Code
+	for i := 0; i < len(suite); i += 2 {
+		fields = append(fields, jen.Line().Add(suite[i]).Op(":").Add(suite[i+1]))
+	}
+	fields = append(fields, jen.Line())
+
+	f.Comment(e.doc())
+	f.Func().Id(e.n.Test).Params(jen.Id("t").Op("*").Qual("testing", "T")).Block(
+		jen.Qual(idemtestPkg, "Suite").Types(recv, msg, result).Values(fields...).Dot("Run").Call(jen.Id("t")),
+	)
+}
+
+// newFunc builds the wrapper on the scenario's pool:
+//
+//	func(s *Service, pool *pgxpool.Pool, opts ...idem.Option) idemtest.HandleFunc[M, R] {
+//		return NewChargeIdem(pool, s, opts...).Handle
+//	}
+func (e emitter) newFunc() jen.Code {
+	h := e.h
+	args := []jen.Code{jen.Id("pool")}
+	var recvParam jen.Code
+	if h.Recv != nil {
+		name := receiverName(h.Recv.Type)
+		recvParam = jen.Id(name).Add(e.recvType())
+		args = append(args, jen.Id(name))
+	} else {
+		recvParam = jen.Id("_").Add(e.recvType())
+	}
+	args = append(args, jen.Id("opts").Op("..."))
+	handle := jen.Id(e.n.Constructor).Call(args...).Dot("Handle")
+	if h.Result == nil {
+		handle = jen.Qual(idemtestPkg, "NoResult").Call(handle)
+	}
+	return jen.Func().Params(
+		recvParam,
+		jen.Id("pool").Op("*").Qual(pgxpoolPkg, "Pool"),
+		jen.Id("opts").Op("...").Qual(idemPkg, "Option"),
+	).Qual(idemtestPkg, "HandleFunc").Types(typeCode(h.Msg), e.resultType()).Block(jen.Return(handle))
+}
+
+// fixture is the fixture= function, or else a function that builds a
+// message with random values in its key fields and zero values elsewhere.
+func (e emitter) fixture() jen.Code {
+	h := e.h
+	if h.Fixture != "" {
+		return jen.Id(h.Fixture)
+	}
+	fixtureType := jen.Qual(idemtestPkg, "Fixture").Types(e.recvType(), typeCode(h.Msg))
+	var body []jen.Code
+	if h.Msg.Kind == model.Pointer {
+		body = append(body, jen.Id("msg").Op(":=").Op("&").Add(typeCode(*h.Msg.Elem)).Values())
+	} else {
+		body = append(body, jen.Id("msg").Op(":=").Add(typeCode(h.Msg)).Values())
+	}
+	allocated, assigned := map[string]bool{}, map[string]bool{}
+	set := func(k model.KeyPart) {
+		expr := "msg"
+		for i, hop := range k.Hops {
+			expr += "." + hop.Field
+			if i < len(k.Hops)-1 && hop.Elem != nil && !allocated[expr] {
+				allocated[expr] = true
+				body = append(body, jen.Id(expr).Op("=").Op("&").Add(typeCode(*hop.Elem)).Values())
+			}
+		}
+		switch {
+		case assigned[expr]:
+		case k.Null != nil:
+			// Its zero value is NULL: the tests prove the key with a NULL
+			// part, the case a plain unique index gets wrong.
+			body = append(body, jen.Comment(k.Path+" stays NULL: the scenarios prove the key with a NULL part."))
+		default:
+			unique := map[model.KeyKind]string{model.KeyString: "UniqueString", model.KeyInt: "UniqueInt", model.KeyUUID: "UniqueUUID"}[k.Kind]
+			body = append(body, jen.Id(expr).Op("=").Qual(idemtestPkg, unique).Types(typeCode(k.Type)).Call())
+		}
+		assigned[expr] = true
+	}
+	for _, k := range h.Key {
+		set(k)
+	}
+	if h.Guard != nil {
+		// The stale-message guard needs an entity; version 0 is as good as
+		// any for a first message.
+		set(h.Guard.Entity)
+	}
+	var values []jen.Code
+	if r := e.zeroReceiver(); r != nil {
+		values = append(values, jen.Line().Id("Receiver").Op(":").Add(r))
+	}
+	values = append(values, jen.Line().Id("Message").Op(":").Id("msg"), jen.Line())
+	body = append(body, jen.Return(jen.Add(fixtureType).Values(values...)))
+	return jen.Func().Params(
+		jen.Id("t").Qual("testing", "TB"),
+		jen.Id("db").Op("*").Qual(idemtestPkg, "DB"),
+	).Add(jen.Qual(idemtestPkg, "Fixture").Types(e.recvType(), typeCode(h.Msg))).Block(body...)
+}
+
+// zeroReceiver spells the zero value of the receiver type: &Service{} for a
+// pointer receiver; nil when the Fixture's zero value is it already.
+func (e emitter) zeroReceiver() jen.Code {
+	r := e.h.Recv
+	switch {
+	case r == nil:
+		return nil
+	case r.Pointer && r.Struct:
+		return jen.Op("&").Id(r.Type).Values()
+	case r.Pointer:
+		return jen.New(jen.Id(r.Type))
+	case r.Struct:
+		return jen.Id(r.Type).Values()
+	}
+	return nil
+}
+
+// variant changes the Vary field of a copy of the message.
+func (e emitter) variant() jen.Code {
+	h := e.h
+	v := "msg"
+	var body []jen.Code
+	if h.Msg.Kind == model.Pointer {
+		v = "v"
+		body = append(body, jen.Id("v").Op(":=").Op("*").Id("msg"))
+	}
+	field := jen.Id(v).Dot(h.Vary.Field)
+	switch h.Vary.Kind {
+	case model.VaryString:
+		body = append(body, field.Op("+=").Lit("-variant"))
+	case model.VaryInt:
+		body = append(body, field.Op("++"))
+	case model.VaryBool:
+		body = append(body, field.Op("=").Op("!").Id(v).Dot(h.Vary.Field))
+	}
+	if h.Msg.Kind == model.Pointer {
+		body = append(body, jen.Return(jen.Op("&").Id("v")))
+	} else {
+		body = append(body, jen.Return(jen.Id("msg")))
+	}
+	return jen.Func().Params(jen.Id("msg").Add(typeCode(h.Msg))).Add(typeCode(h.Msg)).Block(body...)
+}
+
+func (e emitter) recvType() jen.Code {
+	r := e.h.Recv
+	switch {
+	case r == nil:
+		return jen.Qual(idemtestPkg, "NoReceiver")
+	case r.Pointer:
+		return jen.Op("*").Id(r.Type)
+	}
+	return jen.Id(r.Type)
+}
+
+func (e emitter) resultType() jen.Code {
+	if e.h.Result == nil {
+		return jen.Qual(idemPkg, "None")
+	}
+	return typeCode(*e.h.Result)
+}
+
+// migrationsDir is the handler's migrations folder relative to the package,
+// where go test runs the test.
+func (e emitter) migrationsDir() string {
+	rel, err := filepath.Rel(e.pkg.Dir, e.h.MigrationsDir)
+	if err != nil {
+		rel = e.h.MigrationsDir
+	}
+	return filepath.ToSlash(rel)
+}
+
+// doc says what the test proves, against which table, with which N.
+func (e emitter) doc() string {
+	h, n := e.h, e.n
+	d := &docText{}
+	source := "its receiver and message come from " + h.Fixture + ", called once per scenario"
+	if h.Fixture == "" {
+		source = "its message is built with random values in its key fields and zero values elsewhere, and its receiver is " + e.zeroReceiverText()
+	}
+	d.para(fmt.Sprintf(
+		"%s proves against a real PostgreSQL that %s, the wrapper of %s, processes every %s at most once per key (%s) of the consumer %q, "+
+			"whose inbox table is %s. Each scenario is a subtest in a fresh schema with the goose migrations of %s applied; %s:",
+		n.Test, n.Wrapper, e.handlerName(), h.Msg.Deref().Name, e.keyPaths(), h.Consumer, h.Table, e.migrationsDir()+"/", source))
+
+	d.item(fmt.Sprintf(
+		"concurrent_deliveries: %d deliveries of one message at once, the first held inside its transaction until the other %d wait on its claim in PostgreSQL, "+
+			"give exactly one idem.Processed and %d idem.Duplicate with equal results, and one inbox row;", Deliveries, Deliveries-1, Deliveries-1))
+	d.item("failure_before_commit: a delivery whose connection dies after the handler ran and before the commit leaves no inbox row, and the redelivery is processed once;")
+	d.item("crash_after_commit: when a worker commits a delivery and dies before its ack, the redelivery to a new worker is idem.Duplicate with the stored result and does not run the handler;")
+	reused := "key_reused: a message with the same key and another payload gets idem.ErrKeyReused and changes nothing;"
+	switch {
+	case h.Vary != nil && h.Fixture != "":
+		d.item(reused + fmt.Sprintf(" that message is the fixture's Variant or, without one, the message with %s changed;", h.Vary.Field))
+	case h.Vary != nil:
+		d.item(reused + fmt.Sprintf(" that message has %s changed;", h.Vary.Field))
+	case h.Fixture != "":
+		d.item(fmt.Sprintf("key_reused, when %s supplies a Variant (%s): a message with the same key and another payload gets idem.ErrKeyReused and changes nothing;", h.Fixture, h.NoVary))
+	}
+	d.item("sequential_duplicate: a second delivery of the message is idem.Duplicate with the first one's result;")
+	if h.Fixture != "" {
+		d.item(fmt.Sprintf("business_unique_violation, when %s supplies a Conflict: a unique violation of the handler's own write is its error, never idem.Duplicate, and records nothing.", h.Fixture))
+		d.para(fmt.Sprintf("When %s supplies an Effect, its count of the business effect must be exactly 1 after each scenario "+
+			"(0 after the abandoned delivery, and unchanged by the failed one of business_unique_violation).", h.Fixture))
+	} else {
+		d.items[len(d.items)-1] = strings.TrimSuffix(d.items[len(d.items)-1], ";") + "."
+		if h.Vary == nil {
+			d.para("key_reused is not run: " + h.NoVary + ".")
+		}
+		d.para(fmt.Sprintf("The business effect is not counted. A fixture can seed data, choose the message, count the effect and supply a Variant "+
+			"(see idemtest.Fixture): declare it in a _test.go file of package %s,", e.pkg.Name))
+		d.code(fmt.Sprintf("func %s(t testing.TB, db *idemtest.DB) idemtest.Fixture[%s, %s]", fixtureName(h.Func), e.recvText(), typeText(h.Msg, e.pkg.Path)))
+		d.para(fmt.Sprintf("and add fixture=%s to the //idem:handler directive of %s.", fixtureName(h.Func), h.Func))
+	}
+	d.para("Without IDEMGEN_TEST_DATABASE_URL (or DATABASE_URL) the test is skipped, and with IDEMGEN_REQUIRE_DB set it fails instead; " +
+		fmt.Sprintf("IDEMGEN_TEST_DELIVERIES sets another number of concurrent deliveries than %d.", Deliveries))
+	return d.String()
+}
+
+func (e emitter) zeroReceiverText() string {
+	r := e.h.Recv
+	switch {
+	case r == nil:
+		return "none (a plain function)"
+	case r.Pointer && r.Struct:
+		return "&" + r.Type + "{}"
+	case r.Pointer:
+		return "new(" + r.Type + ")"
+	case r.Struct:
+		return r.Type + "{}"
+	}
+	return "the zero " + r.Type
+}
+
+func (e emitter) recvText() string {
+	r := e.h.Recv
+	switch {
+	case r == nil:
+		return "idemtest.NoReceiver"
+	case r.Pointer:
+		return "*" + r.Type
+	}
+	return r.Type
+}
+
+// handlerName names the handler as Go documentation does: Charge,
+// Service.Charge or (*Service).Charge.
+func (e emitter) handlerName() string {
+	r := e.h.Recv
+	switch {
+	case r == nil:
+		return e.h.Func
+	case r.Pointer:
+		return "(*" + r.Type + ")." + e.h.Func
+	default:
+		return r.Type + "." + e.h.Func
+	}
+}
+
+func (e emitter) keyPaths() string {
+	paths := make([]string, len(e.h.Key))
+	for i, k := range e.h.Key {
+		paths[i] = k.Path
+	}
+	return strings.Join(paths, ", ")
+}
+
+// fixtureName suggests the name of a handler's fixture: Charge →
+// chargeFixture.
+func fixtureName(fn string) string {
+	return strings.ToLower(fn[:1]) + fn[1:] + "Fixture"
+}
+
+// typeText spells a named type, or a pointer to one, as the package's code
+// does.
+func typeText(t model.Type, pkgPath string) string {
+	switch {
+	case t.Kind == model.Pointer:
+		return "*" + typeText(*t.Elem, pkgPath)
+	case t.PkgPath == "" || t.PkgPath == pkgPath:
+		return t.Name
+	}
+	return t.PkgName + "." + t.Name
+}
+
+// receiverName is the constructor's parameter for the receiver: the type's
+// initial, lower-cased, as receivers are usually called.
+func receiverName(typeName string) string {
+	r := strings.ToLower(typeName[:1])
+	if r < "a" || r > "z" || r == "t" {
+		return "recv"
+	}
+	return r
+}
+
+func typeCode(t model.Type) jen.Code {
+	switch t.Kind {
+	case model.Pointer:
+		return jen.Op("*").Add(typeCode(*t.Elem))
+	case model.Slice:
+		return jen.Index().Add(typeCode(*t.Elem))
+	case model.Array:
+		return jen.Index(jen.Lit(int(t.Len))).Add(typeCode(*t.Elem))
+	case model.Map:
+		return jen.Map(typeCode(*t.Key)).Add(typeCode(*t.Elem))
+	}
+	var s *jen.Statement
+	if t.PkgPath == "" {
+		s = jen.Id(t.Name)
+	} else {
+		s = jen.Qual(t.PkgPath, t.Name)
+	}
+	if len(t.Args) > 0 {
+		args := make([]jen.Code, len(t.Args))
+		for i, a := range t.Args {
+			args[i] = typeCode(a)
+		}
+		s = s.Types(args...)
+	}
+	return s
+}
+
+// docText builds a doc comment of paragraphs, list items and code lines, in
+// the form gofmt gives doc comments, wrapped at 80 columns.
+type docText struct {
+	blocks []string
+	items  []string // the list being built
+}
+
+func (d *docText) para(text string) {
+	d.flush()
+	d.blocks = append(d.blocks, wrap(text, "// ", "// "))
+}
+
+func (d *docText) item(text string) { d.items = append(d.items, text) }
+
+func (d *docText) code(line string) {
+	d.flush()
+	d.blocks = append(d.blocks, "//\t"+line)
+}
+
+func (d *docText) flush() {
+	if len(d.items) == 0 {
+		return
+	}
+	var lines []string
+	for _, it := range d.items {
+		lines = append(lines, wrap(it, "//   - ", "//     "))
+	}
+	d.blocks = append(d.blocks, strings.Join(lines, "\n"))
+	d.items = nil
+}
+
+func (d *docText) String() string {
+	d.flush()
+	return strings.Join(d.blocks, "\n//\n")
+}
+
+// wrap fills text into lines of at most 80 columns, the first starting with
+// first and the others with rest.
+func wrap(text, first, rest string) string {
+	const width = 80
+	var lines []string
+	line := first
+	empty := true
+	for _, word := range strings.Fields(text) {
+		if !empty && len(line)+1+len(word) > width {
+			lines = append(lines, line)
+			line, empty = rest, true
+		}
+		if !empty {
+			line += " "
+		}
+		line += word
+		empty = false
+	}
+	lines = append(lines, line)
+	return strings.Join(lines, "\n")
+}

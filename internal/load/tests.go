@@ -1,0 +1,311 @@
+package load
+
+import (
+	"fmt"
+	"go/ast"
+	"go/build"
+	"go/parser"
+	"go/token"
+	"go/types"
+	"io"
+	"os"
+	"path"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/idemgen/idemgen/internal/diag"
+	"github.com/idemgen/idemgen/internal/directive"
+	"github.com/idemgen/idemgen/internal/model"
+)
+
+// What the generated tests need beyond the wrapper: the fixture= function,
+// which lives in the package's test files (idemgen loads packages without
+// their tests, so it reads them with go/parser), and a message field to vary.
+
+const idemtestPath = idemPath + "/idemtest"
+
+// vary picks the field the generated tests change to make a message with the
+// same key and another payload: the first exported, JSON-encoded field of
+// the message struct outside the key whose type is a string, an integer or a
+// bool. Without one it says why, for the generated test's comment.
+func (c *checker) vary(msg types.Type, h model.Handler) (*model.VaryField, string) {
+	name := c.typeString(msg)
+	switch {
+	case hasMethod(msg, "IdemFingerprint"):
+		return nil, name + " has an IdemFingerprint method, so idemgen cannot tell which change alters its fingerprint"
+	case hasMethod(msg, "MarshalJSON") || hasMethod(msg, "MarshalText"):
+		return nil, name + " has its own JSON encoding, so idemgen cannot tell which change alters its fingerprint"
+	}
+	key := map[string]bool{}
+	for _, k := range h.Key {
+		if len(k.Hops) == 1 {
+			key[k.Hops[0].Field] = true
+		}
+	}
+	st := msg.Underlying().(*types.Struct)
+	for i := range st.NumFields() {
+		f := st.Field(i)
+		if !f.Exported() || f.Embedded() || key[f.Name()] || structTagLookup(st.Tag(i), "json") == "-" ||
+			hasMethod(f.Type(), "MarshalJSON") || hasMethod(f.Type(), "MarshalText") {
+			continue
+		}
+		b, ok := f.Type().Underlying().(*types.Basic)
+		switch {
+		case !ok:
+		case b.Kind() == types.String:
+			return &model.VaryField{Field: f.Name(), Kind: model.VaryString}, ""
+		case b.Info()&types.IsInteger != 0:
+			return &model.VaryField{Field: f.Name(), Kind: model.VaryInt}, ""
+		case b.Kind() == types.Bool:
+			return &model.VaryField{Field: f.Name(), Kind: model.VaryBool}, ""
+		}
+	}
+	return nil, name + " has no exported field outside its key that is a string, an integer or a bool"
+}
+
+// testFiles are the package's _test.go files, parsed. Those of the external
+// test package (package x_test) are kept apart: the generated tests are in
+// the package itself and cannot call their functions.
+type testFiles struct {
+	fset     *token.FileSet
+	internal []*ast.File
+	external []*ast.File
+}
+
+// readTestFiles parses the _test.go files of dir that the go command would
+// build, except idemgen's own.
+func readTestFiles(dir, pkgName string) *testFiles {
+	tf := &testFiles{fset: token.NewFileSet()}
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		name := e.Name()
+		if e.IsDir() || !strings.HasSuffix(name, "_test.go") || name == model.TestFile {
+			continue
+		}
+		if ok, err := build.Default.MatchFile(dir, name); err != nil || !ok {
+			continue
+		}
+		f, _ := parser.ParseFile(tf.fset, filepath.Join(dir, name), nil, parser.SkipObjectResolution)
+		switch {
+		case f == nil:
+		case f.Name.Name == pkgName:
+			tf.internal = append(tf.internal, f)
+		case f.Name.Name == pkgName+"_test":
+			tf.external = append(tf.external, f)
+		}
+	}
+	return tf
+}
+
+// lookup returns the top-level function called name in files, and its file.
+func lookup(files []*ast.File, name string) (*ast.FuncDecl, *ast.File) {
+	for _, f := range files {
+		for _, decl := range f.Decls {
+			if fd, ok := decl.(*ast.FuncDecl); ok && fd.Recv == nil && fd.Name.Name == name {
+				return fd, f
+			}
+		}
+	}
+	return nil, nil
+}
+
+// fixture checks the fixture= option against the package's test files: the
+// function must exist in the package itself and have the shape
+//
+//	func NAME(t testing.TB, db *idemtest.DB) idemtest.Fixture[V, M]
+//
+// with V the handler's receiver type (idemtest.NoReceiver for a function) and
+// M its message type.
+func (c *checker) fixture(o directive.Option, h *model.Handler) {
+	name := o.Value
+	if !token.IsIdentifier(name) {
+		c.errorf(o.ValuePos, "fixture %q is not a Go identifier: name a function of the package's tests", name)
+		return
+	}
+	want := c.fixtureShape(name, *h)
+	fd, file := lookup(c.tests.internal, name)
+	if fd == nil {
+		if ext, _ := lookup(c.tests.external, name); ext != nil {
+			c.errorf(o.ValuePos, "fixture %s is declared in package %s_test (%s), but the generated tests are in package %s and cannot call it: move it to a _test.go file of package %s",
+				name, c.pkg.Name, c.testPos(ext), c.pkg.Name, c.pkg.Name)
+			return
+		}
+		c.errorf(o.ValuePos, "fixture %s not found: want %s in a _test.go file of package %s", name, want, c.pkg.Name)
+		return
+	}
+	if problem := c.fixtureProblem(fd, file, *h); problem != "" {
+		c.errorf(o.ValuePos, "fixture %s (%s) %s; want %s", name, c.testPos(fd), problem, want)
+		return
+	}
+	h.Fixture = name
+}
+
+func (c *checker) testPos(fd *ast.FuncDecl) string {
+	p := c.tests.fset.Position(fd.Name.Pos())
+	return filepath.Base(p.Filename) + ":" + strconv.Itoa(p.Line)
+}
+
+// fixtureShape spells the function a fixture must be, as the package's tests
+// would write it.
+func (c *checker) fixtureShape(name string, h model.Handler) string {
+	return fmt.Sprintf("func %s(t testing.TB, db *idemtest.DB) idemtest.Fixture[%s, %s]", name, c.recvSpelling(h), c.spell(h.Msg))
+}
+
+func (c *checker) recvSpelling(h model.Handler) string {
+	switch {
+	case h.Recv == nil:
+		return "idemtest.NoReceiver"
+	case h.Recv.Pointer:
+		return "*" + h.Recv.Type
+	}
+	return h.Recv.Type
+}
+
+// spell writes a receiver or message type (a named type or a pointer to one)
+// as the package's code does.
+func (c *checker) spell(t model.Type) string {
+	switch {
+	case t.Kind == model.Pointer:
+		return "*" + c.spell(*t.Elem)
+	case t.PkgPath == "" || t.PkgPath == c.pkg.PkgPath:
+		return t.Name
+	}
+	return t.PkgName + "." + t.Name
+}
+
+// fixtureProblem says how fd differs from the fixture's shape, or "" when it
+// has it.
+func (c *checker) fixtureProblem(fd *ast.FuncDecl, file *ast.File, h model.Handler) string {
+	imports := c.importNames(file)
+	canon := func(e ast.Expr) string { return canonical(e, imports, c.pkg.PkgPath) }
+
+	if fd.Type.TypeParams != nil && len(fd.Type.TypeParams.List) > 0 {
+		return "is generic"
+	}
+	var params []ast.Expr
+	for _, field := range fd.Type.Params.List {
+		for range max(len(field.Names), 1) {
+			params = append(params, field.Type)
+		}
+	}
+	switch {
+	case len(params) != 2:
+		return fmt.Sprintf("has %d parameters", len(params))
+	case canon(params[0]) != "testing.TB":
+		return "does not take a testing.TB first"
+	case canon(params[1]) != "*"+idemtestPath+".DB":
+		return "does not take a *idemtest.DB second"
+	}
+	if fd.Type.Results == nil || len(fd.Type.Results.List) != 1 || len(fd.Type.Results.List[0].Names) > 1 {
+		return "does not return one idemtest.Fixture"
+	}
+	result, ok := fd.Type.Results.List[0].Type.(*ast.IndexListExpr)
+	if !ok || canon(result.X) != idemtestPath+".Fixture" || len(result.Indices) != 2 {
+		return "does not return an idemtest.Fixture"
+	}
+	wantRecv := idemtestPath + ".NoReceiver"
+	if h.Recv != nil {
+		wantRecv = c.pkg.PkgPath + "." + h.Recv.Type
+		if h.Recv.Pointer {
+			wantRecv = "*" + wantRecv
+		}
+	}
+	if canon(result.Indices[0]) != wantRecv {
+		return "has the wrong receiver type in its idemtest.Fixture"
+	}
+	if canon(result.Indices[1]) != canonicalType(h.Msg) {
+		return "has the wrong message type in its idemtest.Fixture"
+	}
+	return ""
+}
+
+// importNames maps the names a file's imports are known by to their paths.
+// An import without a name is known by its package's name: that of a type
+// of the handlers when idemgen knows it, else the last element of its path
+// without a version suffix.
+func (c *checker) importNames(file *ast.File) map[string]string {
+	known := map[string]string{"testing": "testing", idemtestPath: "idemtest"}
+	for _, imp := range c.pkg.Types.Imports() {
+		known[imp.Path()] = imp.Name()
+	}
+	names := map[string]string{}
+	for _, spec := range file.Imports {
+		p, err := strconv.Unquote(spec.Path.Value)
+		if err != nil {
+			continue
+		}
+		name := known[p]
+		switch {
+		case spec.Name != nil:
+			name = spec.Name.Name
+		case name == "":
+			name = path.Base(p)
+			if len(name) > 1 && name[0] == 'v' && strings.Trim(name[1:], "0123456789") == "" {
+				name = path.Base(path.Dir(p))
+			}
+		}
+		names[name] = p
+	}
+	return names
+}
+
+// canonical writes a type expression of a named type, or a pointer to one,
+// with package paths: *example.com/billing.Service. Anything else is "".
+func canonical(e ast.Expr, imports map[string]string, local string) string {
+	switch e := e.(type) {
+	case *ast.ParenExpr:
+		return canonical(e.X, imports, local)
+	case *ast.StarExpr:
+		if inner := canonical(e.X, imports, local); inner != "" {
+			return "*" + inner
+		}
+	case *ast.Ident:
+		if obj := types.Universe.Lookup(e.Name); obj != nil {
+			return e.Name
+		}
+		return local + "." + e.Name
+	case *ast.SelectorExpr:
+		if x, ok := e.X.(*ast.Ident); ok && imports[x.Name] != "" {
+			return imports[x.Name] + "." + e.Sel.Name
+		}
+	}
+	return ""
+}
+
+// canonicalType writes t as canonical does.
+func canonicalType(t model.Type) string {
+	switch {
+	case t.Kind == model.Pointer:
+		return "*" + canonicalType(*t.Elem)
+	case t.PkgPath == "":
+		return t.Name
+	}
+	return t.PkgPath + "." + t.Name
+}
+
+// checkTestNames reports test functions of the package that the generated
+// test file would declare again.
+func checkTestNames(mp model.Package, tests *testFiles, diags *diag.List) {
+	for _, h := range mp.Handlers {
+		name := h.Names().Test
+		if fd, _ := lookup(tests.internal, name); fd != nil {
+			p := tests.fset.Position(fd.Name.Pos())
+			diags.Errorf(h.Pos, "idemgen generates %s in %s for handler %s, but %s:%d declares it; rename one of them",
+				name, model.TestFile, h.Func, filepath.Base(p.Filename), p.Line)
+		}
+	}
+}
+
+// isGenerated reports whether the file at path is one idemgen wrote: its
+// first line is the generated-code header.
+func isGenerated(path string) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	buf := make([]byte, len(model.GoHeader)+1)
+	n, _ := io.ReadFull(f, buf)
+	return string(buf[:n]) == model.GoHeader+"\n"
+}
