@@ -7,21 +7,14 @@
 package gotest
 
 import (
-	"bytes"
 	"fmt"
 	"path/filepath"
 	"strings"
 
 	"github.com/dave/jennifer/jen"
-	"golang.org/x/tools/imports"
 
+	"github.com/idemgen/idemgen/internal/emit/gocode"
 	"github.com/idemgen/idemgen/internal/model"
-)
-
-const (
-	idemPkg     = "github.com/idemgen/idemgen/idem"
-	idemtestPkg = "github.com/idemgen/idemgen/idem/idemtest"
-	pgxpoolPkg  = "github.com/jackc/pgx/v5/pgxpool"
 )
 
 // Deliveries is idemtest.DefaultDeliveries, for the generated documentation.
@@ -29,13 +22,7 @@ const Deliveries = 16
 
 // File renders idem_gen_test.go for pkg, which has at least one handler.
 func File(pkg model.Package) ([]byte, error) {
-	f := jen.NewFilePathName(pkg.Path, pkg.Name)
-	f.HeaderComment(strings.TrimPrefix(model.GoHeader, "// "))
-	f.ImportName(idemPkg, "idem")
-	f.ImportName(idemtestPkg, "idemtest")
-	f.ImportName(pgxpoolPkg, "pgxpool")
-	importTypes(f, pkg)
-
+	f := gocode.NewFile(pkg)
 	for i, h := range pkg.Handlers {
 		if i > 0 {
 			f.Line()
@@ -43,49 +30,7 @@ func File(pkg model.Package) ([]byte, error) {
 		e := emitter{pkg: pkg, h: h, n: h.Names()}
 		e.test(f)
 	}
-	var b bytes.Buffer
-	if err := f.Render(&b); err != nil {
-		return nil, fmt.Errorf("render %s of %s: %w", model.TestFile, pkg.Path, err)
-	}
-	src, err := imports.Process(model.TestFile, b.Bytes(), &imports.Options{FormatOnly: true, Comments: true, TabIndent: true, TabWidth: 8})
-	if err != nil {
-		return nil, fmt.Errorf("format %s of %s: %w", model.TestFile, pkg.Path, err)
-	}
-	return src, nil
-}
-
-// importTypes names the packages of the types the tests spell as they are
-// called, so that jennifer does not guess.
-func importTypes(f *jen.File, pkg model.Package) {
-	var walk func(t model.Type)
-	walk = func(t model.Type) {
-		if t.PkgPath != "" && t.PkgPath != pkg.Path {
-			f.ImportName(t.PkgPath, t.PkgName)
-		}
-		for _, a := range t.Args {
-			walk(a)
-		}
-		if t.Elem != nil {
-			walk(*t.Elem)
-		}
-		if t.Key != nil {
-			walk(*t.Key)
-		}
-	}
-	for _, h := range pkg.Handlers {
-		walk(h.Msg)
-		if h.Result != nil {
-			walk(*h.Result)
-		}
-		for _, k := range h.Key {
-			walk(k.Type)
-			for _, hop := range k.Hops {
-				if hop.Elem != nil {
-					walk(*hop.Elem)
-				}
-			}
-		}
-	}
+	return gocode.Render(f, model.TestFile, pkg)
 }
 
 type emitter struct {
@@ -96,7 +41,7 @@ type emitter struct {
 
 func (e emitter) test(f *jen.File) {
 	h := e.h
-	recv, msg, result := e.recvType(), typeCode(h.Msg), e.resultType()
+	recv, msg, result := e.recvType(), gocode.Type(h.Msg), e.resultType()
 
 	suite := []jen.Code{
 		jen.Id("Migrations"), jen.Qual("os", "DirFS").Call(jen.Lit(e.migrationsDir())),
@@ -115,7 +60,7 @@ func (e emitter) test(f *jen.File) {
 
 	f.Comment(e.doc())
 	f.Func().Id(e.n.Test).Params(jen.Id("t").Op("*").Qual("testing", "T")).Block(
-		jen.Qual(idemtestPkg, "Suite").Types(recv, msg, result).Values(fields...).Dot("Run").Call(jen.Id("t")),
+		jen.Qual(gocode.IdemtestPkg, "Suite").Types(recv, msg, result).Values(fields...).Dot("Run").Call(jen.Id("t")),
 	)
 }
 
@@ -129,7 +74,7 @@ func (e emitter) newFunc() jen.Code {
 	args := []jen.Code{jen.Id("pool")}
 	var recvParam jen.Code
 	if h.Recv != nil {
-		name := receiverName(h.Recv.Type)
+		name := gocode.ReceiverName(h.Recv.Type)
 		recvParam = jen.Id(name).Add(e.recvType())
 		args = append(args, jen.Id(name))
 	} else {
@@ -138,13 +83,13 @@ func (e emitter) newFunc() jen.Code {
 	args = append(args, jen.Id("opts").Op("..."))
 	handle := jen.Id(e.n.Constructor).Call(args...).Dot("Handle")
 	if h.Result == nil {
-		handle = jen.Qual(idemtestPkg, "NoResult").Call(handle)
+		handle = jen.Qual(gocode.IdemtestPkg, "NoResult").Call(handle)
 	}
 	return jen.Func().Params(
 		recvParam,
-		jen.Id("pool").Op("*").Qual(pgxpoolPkg, "Pool"),
-		jen.Id("opts").Op("...").Qual(idemPkg, "Option"),
-	).Qual(idemtestPkg, "HandleFunc").Types(typeCode(h.Msg), e.resultType()).Block(jen.Return(handle))
+		jen.Id("pool").Op("*").Qual(gocode.PgxpoolPkg, "Pool"),
+		jen.Id("opts").Op("...").Qual(gocode.IdemPkg, "Option"),
+	).Qual(gocode.IdemtestPkg, "HandleFunc").Types(gocode.Type(h.Msg), e.resultType()).Block(jen.Return(handle))
 }
 
 // fixture is the fixture= function, or else a function that builds a
@@ -154,12 +99,12 @@ func (e emitter) fixture() jen.Code {
 	if h.Fixture != "" {
 		return jen.Id(h.Fixture)
 	}
-	fixtureType := jen.Qual(idemtestPkg, "Fixture").Types(e.recvType(), typeCode(h.Msg))
+	fixtureType := jen.Qual(gocode.IdemtestPkg, "Fixture").Types(e.recvType(), gocode.Type(h.Msg))
 	var body []jen.Code
 	if h.Msg.Kind == model.Pointer {
-		body = append(body, jen.Id("msg").Op(":=").Op("&").Add(typeCode(*h.Msg.Elem)).Values())
+		body = append(body, jen.Id("msg").Op(":=").Op("&").Add(gocode.Type(*h.Msg.Elem)).Values())
 	} else {
-		body = append(body, jen.Id("msg").Op(":=").Add(typeCode(h.Msg)).Values())
+		body = append(body, jen.Id("msg").Op(":=").Add(gocode.Type(h.Msg)).Values())
 	}
 	allocated, assigned := map[string]bool{}, map[string]bool{}
 	set := func(k model.KeyPart) {
@@ -168,7 +113,7 @@ func (e emitter) fixture() jen.Code {
 			expr += "." + hop.Field
 			if i < len(k.Hops)-1 && hop.Elem != nil && !allocated[expr] {
 				allocated[expr] = true
-				body = append(body, jen.Id(expr).Op("=").Op("&").Add(typeCode(*hop.Elem)).Values())
+				body = append(body, jen.Id(expr).Op("=").Op("&").Add(gocode.Type(*hop.Elem)).Values())
 			}
 		}
 		switch {
@@ -179,7 +124,7 @@ func (e emitter) fixture() jen.Code {
 			body = append(body, jen.Comment(k.Path+" stays NULL: the scenarios prove the key with a NULL part."))
 		default:
 			unique := map[model.KeyKind]string{model.KeyString: "UniqueString", model.KeyInt: "UniqueInt", model.KeyUUID: "UniqueUUID"}[k.Kind]
-			body = append(body, jen.Id(expr).Op("=").Qual(idemtestPkg, unique).Types(typeCode(k.Type)).Call())
+			body = append(body, jen.Id(expr).Op("=").Qual(gocode.IdemtestPkg, unique).Types(gocode.Type(k.Type)).Call())
 		}
 		assigned[expr] = true
 	}
@@ -199,8 +144,8 @@ func (e emitter) fixture() jen.Code {
 	body = append(body, jen.Return(jen.Add(fixtureType).Values(values...)))
 	return jen.Func().Params(
 		jen.Id("t").Qual("testing", "TB"),
-		jen.Id("db").Op("*").Qual(idemtestPkg, "DB"),
-	).Add(jen.Qual(idemtestPkg, "Fixture").Types(e.recvType(), typeCode(h.Msg))).Block(body...)
+		jen.Id("db").Op("*").Qual(gocode.IdemtestPkg, "DB"),
+	).Add(jen.Qual(gocode.IdemtestPkg, "Fixture").Types(e.recvType(), gocode.Type(h.Msg))).Block(body...)
 }
 
 // zeroReceiver spells the zero value of the receiver type: &Service{} for a
@@ -243,14 +188,14 @@ func (e emitter) variant() jen.Code {
 	} else {
 		body = append(body, jen.Return(jen.Id("msg")))
 	}
-	return jen.Func().Params(jen.Id("msg").Add(typeCode(h.Msg))).Add(typeCode(h.Msg)).Block(body...)
+	return jen.Func().Params(jen.Id("msg").Add(gocode.Type(h.Msg))).Add(gocode.Type(h.Msg)).Block(body...)
 }
 
 func (e emitter) recvType() jen.Code {
 	r := e.h.Recv
 	switch {
 	case r == nil:
-		return jen.Qual(idemtestPkg, "NoReceiver")
+		return jen.Qual(gocode.IdemtestPkg, "NoReceiver")
 	case r.Pointer:
 		return jen.Op("*").Id(r.Type)
 	}
@@ -259,9 +204,9 @@ func (e emitter) recvType() jen.Code {
 
 func (e emitter) resultType() jen.Code {
 	if e.h.Result == nil {
-		return jen.Qual(idemPkg, "None")
+		return jen.Qual(gocode.IdemPkg, "None")
 	}
-	return typeCode(*e.h.Result)
+	return gocode.Type(*e.h.Result)
 }
 
 // migrationsDir is the handler's migrations folder relative to the package,
@@ -285,7 +230,7 @@ func (e emitter) doc() string {
 	d.para(fmt.Sprintf(
 		"%s proves against a real PostgreSQL that %s, the wrapper of %s, processes every %s at most once per key (%s) of the consumer %q, "+
 			"whose inbox table is %s. Each scenario is a subtest in a fresh schema with the goose migrations of %s applied; %s:",
-		n.Test, n.Wrapper, e.handlerName(), h.Msg.Deref().Name, e.keyPaths(), h.Consumer, h.Table, e.migrationsDir()+"/", source))
+		n.Test, n.Wrapper, gocode.HandlerName(e.h), h.Msg.Deref().Name, gocode.KeyPaths(e.h), h.Consumer, h.Table, e.migrationsDir()+"/", source))
 
 	d.item(fmt.Sprintf(
 		"concurrent_deliveries: %d deliveries of one message at once, the first held inside its transaction until the other %d wait on its claim in PostgreSQL, "+
@@ -347,28 +292,6 @@ func (e emitter) recvText() string {
 	return r.Type
 }
 
-// handlerName names the handler as Go documentation does: Charge,
-// Service.Charge or (*Service).Charge.
-func (e emitter) handlerName() string {
-	r := e.h.Recv
-	switch {
-	case r == nil:
-		return e.h.Func
-	case r.Pointer:
-		return "(*" + r.Type + ")." + e.h.Func
-	default:
-		return r.Type + "." + e.h.Func
-	}
-}
-
-func (e emitter) keyPaths() string {
-	paths := make([]string, len(e.h.Key))
-	for i, k := range e.h.Key {
-		paths[i] = k.Path
-	}
-	return strings.Join(paths, ", ")
-}
-
 // fixtureName suggests the name of a handler's fixture: Charge →
 // chargeFixture.
 func fixtureName(fn string) string {
@@ -385,43 +308,6 @@ func typeText(t model.Type, pkgPath string) string {
 		return t.Name
 	}
 	return t.PkgName + "." + t.Name
-}
-
-// receiverName is the constructor's parameter for the receiver: the type's
-// initial, lower-cased, as receivers are usually called.
-func receiverName(typeName string) string {
-	r := strings.ToLower(typeName[:1])
-	if r < "a" || r > "z" || r == "t" {
-		return "recv"
-	}
-	return r
-}
-
-func typeCode(t model.Type) jen.Code {
-	switch t.Kind {
-	case model.Pointer:
-		return jen.Op("*").Add(typeCode(*t.Elem))
-	case model.Slice:
-		return jen.Index().Add(typeCode(*t.Elem))
-	case model.Array:
-		return jen.Index(jen.Lit(int(t.Len))).Add(typeCode(*t.Elem))
-	case model.Map:
-		return jen.Map(typeCode(*t.Key)).Add(typeCode(*t.Elem))
-	}
-	var s *jen.Statement
-	if t.PkgPath == "" {
-		s = jen.Id(t.Name)
-	} else {
-		s = jen.Qual(t.PkgPath, t.Name)
-	}
-	if len(t.Args) > 0 {
-		args := make([]jen.Code, len(t.Args))
-		for i, a := range t.Args {
-			args[i] = typeCode(a)
-		}
-		s = s.Types(args...)
-	}
-	return s
 }
 
 // docText builds a doc comment of paragraphs, list items and code lines, in

@@ -5,7 +5,6 @@
 package gowrap
 
 import (
-	"bytes"
 	"fmt"
 	"maps"
 	"slices"
@@ -13,26 +12,15 @@ import (
 	"time"
 
 	"github.com/dave/jennifer/jen"
-	"golang.org/x/tools/imports"
 
+	"github.com/idemgen/idemgen/internal/emit/gocode"
 	"github.com/idemgen/idemgen/internal/emit/inboxsql"
 	"github.com/idemgen/idemgen/internal/model"
 )
 
-const (
-	idemPkg    = "github.com/idemgen/idemgen/idem"
-	pgxPkg     = "github.com/jackc/pgx/v5"
-	pgxpoolPkg = "github.com/jackc/pgx/v5/pgxpool"
-)
-
 // File renders idem_gen.go for pkg, which has at least one handler.
 func File(pkg model.Package) ([]byte, error) {
-	f := jen.NewFilePathName(pkg.Path, pkg.Name)
-	f.HeaderComment(strings.TrimPrefix(model.GoHeader, "// "))
-	f.ImportName(idemPkg, "idem")
-	f.ImportName(pgxPkg, "pgx")
-	f.ImportName(pgxpoolPkg, "pgxpool")
-	importTypes(f, pkg)
+	f := gocode.NewFile(pkg)
 
 	for i, h := range pkg.Handlers {
 		if i > 0 {
@@ -41,43 +29,7 @@ func File(pkg model.Package) ([]byte, error) {
 		e := emitter{pkg: pkg, h: h, n: h.Names()}
 		e.wrapper(f)
 	}
-	var b bytes.Buffer
-	if err := f.Render(&b); err != nil {
-		return nil, fmt.Errorf("render %s of %s: %w", model.WrapperFile, pkg.Path, err)
-	}
-	// jennifer lists imports in one block; group the standard library first,
-	// as goimports does and as reviewers expect.
-	src, err := imports.Process(model.WrapperFile, b.Bytes(), &imports.Options{FormatOnly: true, Comments: true, TabIndent: true, TabWidth: 8})
-	if err != nil {
-		return nil, fmt.Errorf("format %s of %s: %w", model.WrapperFile, pkg.Path, err)
-	}
-	return src, nil
-}
-
-// importTypes names the packages of the handlers' types as they are called,
-// so that jennifer does not guess (it would write v5 for a /v5 path).
-func importTypes(f *jen.File, pkg model.Package) {
-	var walk func(t model.Type)
-	walk = func(t model.Type) {
-		if t.PkgPath != "" && t.PkgPath != pkg.Path {
-			f.ImportName(t.PkgPath, t.PkgName)
-		}
-		for _, a := range t.Args {
-			walk(a)
-		}
-		if t.Elem != nil {
-			walk(*t.Elem)
-		}
-		if t.Key != nil {
-			walk(*t.Key)
-		}
-	}
-	for _, h := range pkg.Handlers {
-		walk(h.Msg)
-		if h.Result != nil {
-			walk(*h.Result)
-		}
-	}
+	return gocode.Render(f, model.WrapperFile, pkg)
 }
 
 type emitter struct {
@@ -88,31 +40,31 @@ type emitter struct {
 
 func (e emitter) wrapper(f *jen.File) {
 	h, n := e.h, e.n
-	msg := typeCode(h.Msg)
-	var result jen.Code = jen.Qual(idemPkg, "None")
+	msg := gocode.Type(h.Msg)
+	var result jen.Code = jen.Qual(gocode.IdemPkg, "None")
 	if h.Result != nil {
-		result = typeCode(*h.Result)
+		result = gocode.Type(*h.Result)
 	}
 
-	f.Comment(doc(fmt.Sprintf(
+	f.Comment(gocode.Doc(fmt.Sprintf(
 		"%s delivers %s messages to %s at most once per key (%s) for the consumer %q: "+
 			"the handler's writes commit together with the key's row in the inbox table %s, "+
 			"and a redelivered message gets the stored result back without running the handler again. "+
 			"Build it with %s.",
-		n.Wrapper, h.Msg.Deref().Name, e.handlerName(), e.keyPaths(), h.Consumer, h.Table, n.Constructor)))
+		n.Wrapper, h.Msg.Deref().Name, gocode.HandlerName(e.h), gocode.KeyPaths(e.h), h.Consumer, h.Table, n.Constructor)))
 	f.Type().Id(n.Wrapper).Struct(
-		jen.Id("inbox").Op("*").Qual(idemPkg, "Inbox").Types(msg, result),
+		jen.Id("inbox").Op("*").Qual(gocode.IdemPkg, "Inbox").Types(msg, result),
 	)
 	f.Line()
 
-	f.Comment(doc(fmt.Sprintf(
+	f.Comment(gocode.Doc(fmt.Sprintf(
 		"%s returns the idempotent wrapper of %s. db must reach the database that holds %s and the handler's own tables; "+
 			"opts choose the isolation level (idem.WithIsolation) and how long a concurrent delivery of the same key waits (idem.WithClaimWait).",
-		n.Constructor, e.handlerName(), h.Table)))
-	params := []jen.Code{jen.Id("db").Op("*").Qual(pgxpoolPkg, "Pool")}
+		n.Constructor, gocode.HandlerName(e.h), h.Table)))
+	params := []jen.Code{jen.Id("db").Op("*").Qual(gocode.PgxpoolPkg, "Pool")}
 	handler := jen.Id(h.Func)
 	if h.Recv != nil {
-		recv := receiverName(h.Recv.Type)
+		recv := gocode.ReceiverName(h.Recv.Type)
 		recvType := jen.Id(h.Recv.Type)
 		if h.Recv.Pointer {
 			recvType = jen.Op("*").Id(h.Recv.Type)
@@ -121,12 +73,12 @@ func (e emitter) wrapper(f *jen.File) {
 		handler = jen.Id(recv).Dot(h.Func)
 	}
 	if h.Result == nil {
-		handler = jen.Qual(idemPkg, "NoResult").Call(handler)
+		handler = jen.Qual(gocode.IdemPkg, "NoResult").Call(handler)
 	}
-	params = append(params, jen.Id("opts").Op("...").Qual(idemPkg, "Option"))
+	params = append(params, jen.Id("opts").Op("...").Qual(gocode.IdemPkg, "Option"))
 	f.Func().Id(n.Constructor).Params(params...).Op("*").Id(n.Wrapper).Block(
 		jen.Return(jen.Op("&").Id(n.Wrapper).Values(jen.Dict{
-			jen.Id("inbox"): jen.Qual(idemPkg, "NewInbox").Call(jen.Id("db"), jen.Id(n.TableVar), handler, jen.Id("opts").Op("...")),
+			jen.Id("inbox"): jen.Qual(gocode.IdemPkg, "NewInbox").Call(jen.Id("db"), jen.Id(n.TableVar), handler, jen.Id("opts").Op("...")),
 		})),
 	)
 	f.Line()
@@ -134,22 +86,22 @@ func (e emitter) wrapper(f *jen.File) {
 	ctx := jen.Id("ctx").Qual("context", "Context")
 	call := jen.Id("w").Dot("inbox").Dot("Handle").Call(jen.Id("ctx"), jen.Id("msg"))
 	if h.Result != nil {
-		f.Comment(doc(fmt.Sprintf(
+		f.Comment(gocode.Doc(fmt.Sprintf(
 			"Handle runs %s for msg in one transaction with the claim of its key, or, when the key was processed before, "+
 				"returns the stored result as idem.Duplicate without running it. Ack the message exactly when err is nil.",
 			h.Func)))
 		f.Func().Params(jen.Id("w").Op("*").Id(n.Wrapper)).Id("Handle").
-			Params(ctx, jen.Id("msg").Add(typeCode(h.Msg))).
-			Params(typeCode(*h.Result), jen.Qual(idemPkg, "Outcome"), jen.Error()).
+			Params(ctx, jen.Id("msg").Add(gocode.Type(h.Msg))).
+			Params(gocode.Type(*h.Result), jen.Qual(gocode.IdemPkg, "Outcome"), jen.Error()).
 			Block(jen.Return(call))
 	} else {
-		f.Comment(doc(fmt.Sprintf(
+		f.Comment(gocode.Doc(fmt.Sprintf(
 			"Handle runs %s for msg in one transaction with the claim of its key, or, when the key was processed before, "+
 				"returns idem.Duplicate without running it. Ack the message exactly when err is nil.",
 			h.Func)))
 		f.Func().Params(jen.Id("w").Op("*").Id(n.Wrapper)).Id("Handle").
-			Params(ctx, jen.Id("msg").Add(typeCode(h.Msg))).
-			Params(jen.Qual(idemPkg, "Outcome"), jen.Error()).
+			Params(ctx, jen.Id("msg").Add(gocode.Type(h.Msg))).
+			Params(jen.Qual(gocode.IdemPkg, "Outcome"), jen.Error()).
 			Block(
 				jen.List(jen.Id("_"), jen.Id("outcome"), jen.Err()).Op(":=").Add(call),
 				jen.Return(jen.Id("outcome"), jen.Err()),
@@ -157,7 +109,7 @@ func (e emitter) wrapper(f *jen.File) {
 	}
 	f.Line()
 
-	f.Comment(doc(fmt.Sprintf(
+	f.Comment(gocode.Doc(fmt.Sprintf(
 		"Purge deletes the rows of %s older than the retention of %s, in batches, and returns how many it deleted. "+
 			"Run it periodically.", h.Table, durationText(h.Retain))))
 	f.Func().Params(jen.Id("w").Op("*").Id(n.Wrapper)).Id("Purge").
@@ -182,7 +134,7 @@ func (e emitter) table(f *jen.File) {
 	for _, k := range h.Key {
 		fields = append(fields, jen.Lit(k.Path))
 	}
-	f.Comment(doc(fmt.Sprintf("%s is the inbox of the consumer %q.", n.TableVar, h.Consumer)))
+	f.Comment(gocode.Doc(fmt.Sprintf("%s is the inbox of the consumer %q.", n.TableVar, h.Consumer)))
 	pairs := []any{
 		"Consumer", jen.Lit(h.Consumer),
 		"Name", jen.Lit(h.Table),
@@ -205,7 +157,7 @@ func (e emitter) table(f *jen.File) {
 			"NullLookup", byNulls(st.NullLookup, len(h.Key)),
 		)
 	}
-	f.Var().Id(n.TableVar).Op("=").Qual(idemPkg, "Table").Types(typeCode(h.Msg)).Values(fieldList(pairs...)...)
+	f.Var().Id(n.TableVar).Op("=").Qual(gocode.IdemPkg, "Table").Types(gocode.Type(h.Msg)).Values(fieldList(pairs...)...)
 }
 
 // byNulls renders statement variants by null pattern, in pattern order, with
@@ -244,8 +196,8 @@ func (e emitter) keyFunc(f *jen.File) {
 			nulls = " (nil for a NULL part)"
 		}
 	}
-	f.Comment(doc(fmt.Sprintf("%s returns the key parts of msg in column order%s: %s.", n.KeyFunc, nulls, e.keyPaths())))
-	f.Func().Id(n.KeyFunc).Params(jen.Id("msg").Add(typeCode(h.Msg))).Params(jen.Index().Any(), jen.Error()).Block(body...)
+	f.Comment(gocode.Doc(fmt.Sprintf("%s returns the key parts of msg in column order%s: %s.", n.KeyFunc, nulls, gocode.KeyPaths(e.h))))
+	f.Func().Id(n.KeyFunc).Params(jen.Id("msg").Add(gocode.Type(h.Msg))).Params(jen.Index().Any(), jen.Error()).Block(body...)
 }
 
 // orderFunc emits the function that reads the stale-message guard's entity
@@ -258,8 +210,8 @@ func (e emitter) orderFunc(f *jen.File) {
 	version := x.part(g.Version, "version")
 	body := append(x.body, jen.Return(entity, version, jen.Nil()))
 
-	f.Comment(doc(fmt.Sprintf("%s returns the entity (%s) and the version (%s) of msg for the stale-message guard.", n.OrderFunc, g.Entity.Path, g.Version.Path)))
-	f.Func().Id(n.OrderFunc).Params(jen.Id("msg").Add(typeCode(h.Msg))).Params(jen.Any(), jen.Int64(), jen.Error()).Block(body...)
+	f.Comment(gocode.Doc(fmt.Sprintf("%s returns the entity (%s) and the version (%s) of msg for the stale-message guard.", n.OrderFunc, g.Entity.Path, g.Version.Path)))
+	f.Func().Id(n.OrderFunc).Params(jen.Id("msg").Add(gocode.Type(h.Msg))).Params(jen.Any(), jen.Int64(), jen.Error()).Block(body...)
 }
 
 // extractor builds the body of a function that reads fields of msg: nil
@@ -284,7 +236,7 @@ func (x *extractor) fail(err jen.Code) jen.Code {
 func (x *extractor) messageCheck(h model.Handler, first string) {
 	if h.Msg.Kind == model.Pointer {
 		x.body = append(x.body, jen.If(jen.Id("msg").Op("==").Nil()).Block(
-			x.fail(jen.Qual(idemPkg, "InvalidKey").Call(jen.Lit(first), jen.Lit("is missing: the message is nil"))),
+			x.fail(jen.Qual(gocode.IdemPkg, "InvalidKey").Call(jen.Lit(first), jen.Lit("is missing: the message is nil"))),
 		))
 	}
 }
@@ -303,7 +255,7 @@ func (x *extractor) part(k model.KeyPart, name string) jen.Code {
 		if i < len(k.Hops)-1 && hop.Pointer && !x.checked[expr] {
 			x.checked[expr] = true
 			x.body = append(x.body, jen.If(jen.Id(expr).Op("==").Nil()).Block(
-				x.fail(jen.Qual(idemPkg, "InvalidKey").Call(jen.Lit(k.Path), jen.Lit("is missing: "+strings.Join(shown, ".")+" is nil"))),
+				x.fail(jen.Qual(gocode.IdemPkg, "InvalidKey").Call(jen.Lit(k.Path), jen.Lit("is missing: "+strings.Join(shown, ".")+" is nil"))),
 			))
 		}
 	}
@@ -338,7 +290,7 @@ func (x *extractor) check(k model.KeyPart, value jen.Code) []jen.Code {
 		return nil
 	}
 	return []jen.Code{jen.If(
-		jen.Err().Op(":=").Qual(idemPkg, fn).Call(jen.Lit(k.Path), value),
+		jen.Err().Op(":=").Qual(gocode.IdemPkg, fn).Call(jen.Lit(k.Path), value),
 		jen.Err().Op("!=").Nil(),
 	).Block(x.fail(jen.Err()))}
 }
@@ -353,65 +305,6 @@ func convert(k model.KeyPart, value *jen.Statement) jen.Code {
 	default:
 		return jen.Id(k.GoValue).Parens(value)
 	}
-}
-
-// handlerName names the handler as Go documentation does: Charge,
-// Service.Charge or (*Service).Charge.
-func (e emitter) handlerName() string {
-	r := e.h.Recv
-	switch {
-	case r == nil:
-		return e.h.Func
-	case r.Pointer:
-		return "(*" + r.Type + ")." + e.h.Func
-	default:
-		return r.Type + "." + e.h.Func
-	}
-}
-
-func (e emitter) keyPaths() string {
-	paths := make([]string, len(e.h.Key))
-	for i, k := range e.h.Key {
-		paths[i] = k.Path
-	}
-	return strings.Join(paths, ", ")
-}
-
-// receiverName is the constructor's parameter for the receiver: the type's
-// initial, lower-cased, as receivers are usually called.
-func receiverName(typeName string) string {
-	r := strings.ToLower(typeName[:1])
-	if r < "a" || r > "z" || r == "w" {
-		return "recv"
-	}
-	return r
-}
-
-func typeCode(t model.Type) jen.Code {
-	switch t.Kind {
-	case model.Pointer:
-		return jen.Op("*").Add(typeCode(*t.Elem))
-	case model.Slice:
-		return jen.Index().Add(typeCode(*t.Elem))
-	case model.Array:
-		return jen.Index(jen.Lit(int(t.Len))).Add(typeCode(*t.Elem))
-	case model.Map:
-		return jen.Map(typeCode(*t.Key)).Add(typeCode(*t.Elem))
-	}
-	var s *jen.Statement
-	if t.PkgPath == "" {
-		s = jen.Id(t.Name)
-	} else {
-		s = jen.Qual(t.PkgPath, t.Name)
-	}
-	if len(t.Args) > 0 {
-		args := make([]jen.Code, len(t.Args))
-		for i, a := range t.Args {
-			args[i] = typeCode(a)
-		}
-		s = s.Types(args...)
-	}
-	return s
 }
 
 // durationCode spells d as a reader would: 720 * time.Hour.
@@ -443,23 +336,4 @@ func durationText(d time.Duration) string {
 		return fmt.Sprintf("%dm", int(d/time.Minute))
 	}
 	return d.String()
-}
-
-// doc wraps text into // comment lines of at most 80 columns.
-func doc(text string) string {
-	const width = 77
-	var lines []string
-	line := ""
-	for _, word := range strings.Fields(text) {
-		if line != "" && len(line)+1+len(word) > width {
-			lines = append(lines, line)
-			line = ""
-		}
-		if line != "" {
-			line += " "
-		}
-		line += word
-	}
-	lines = append(lines, line)
-	return "// " + strings.Join(lines, "\n// ")
 }

@@ -1,0 +1,159 @@
+// Package gocode holds what the Go emitters share: the import paths of the
+// runtime, how a model type and a handler are spelled, the file setup and
+// the final formatting.
+package gocode
+
+import (
+	"bytes"
+	"fmt"
+	"strings"
+
+	"github.com/dave/jennifer/jen"
+	"golang.org/x/tools/imports"
+
+	"github.com/idemgen/idemgen/internal/model"
+)
+
+// Import paths of the packages generated code uses.
+const (
+	IdemPkg     = "github.com/idemgen/idemgen/idem"
+	IdemtestPkg = "github.com/idemgen/idemgen/idem/idemtest"
+	PgxPkg      = "github.com/jackc/pgx/v5"
+	PgxpoolPkg  = "github.com/jackc/pgx/v5/pgxpool"
+)
+
+// NewFile starts a generated file of pkg: the header line, and the names of
+// the runtime's packages and of every package the handlers' types come from,
+// so that jennifer does not guess them (it would write v5 for a /v5 path).
+func NewFile(pkg model.Package) *jen.File {
+	f := jen.NewFilePathName(pkg.Path, pkg.Name)
+	f.HeaderComment(strings.TrimPrefix(model.GoHeader, "// "))
+	f.ImportName(IdemPkg, "idem")
+	f.ImportName(IdemtestPkg, "idemtest")
+	f.ImportName(PgxPkg, "pgx")
+	f.ImportName(PgxpoolPkg, "pgxpool")
+	var walk func(t model.Type)
+	walk = func(t model.Type) {
+		if t.PkgPath != "" && t.PkgPath != pkg.Path {
+			f.ImportName(t.PkgPath, t.PkgName)
+		}
+		for _, a := range t.Args {
+			walk(a)
+		}
+		if t.Elem != nil {
+			walk(*t.Elem)
+		}
+		if t.Key != nil {
+			walk(*t.Key)
+		}
+	}
+	for _, h := range pkg.Handlers {
+		walk(h.Msg)
+		if h.Result != nil {
+			walk(*h.Result)
+		}
+		for _, k := range h.Key {
+			walk(k.Type)
+			for _, hop := range k.Hops {
+				if hop.Elem != nil {
+					walk(*hop.Elem)
+				}
+			}
+		}
+	}
+	return f
+}
+
+// Render renders f, with its imports grouped the way goimports does (the
+// standard library first), as reviewers expect.
+func Render(f *jen.File, name string, pkg model.Package) ([]byte, error) {
+	var b bytes.Buffer
+	if err := f.Render(&b); err != nil {
+		return nil, fmt.Errorf("render %s of %s: %w", name, pkg.Path, err)
+	}
+	src, err := imports.Process(name, b.Bytes(), &imports.Options{FormatOnly: true, Comments: true, TabIndent: true, TabWidth: 8})
+	if err != nil {
+		return nil, fmt.Errorf("format %s of %s: %w", name, pkg.Path, err)
+	}
+	return src, nil
+}
+
+// Type spells a model type.
+func Type(t model.Type) jen.Code {
+	switch t.Kind {
+	case model.Pointer:
+		return jen.Op("*").Add(Type(*t.Elem))
+	case model.Slice:
+		return jen.Index().Add(Type(*t.Elem))
+	case model.Array:
+		return jen.Index(jen.Lit(int(t.Len))).Add(Type(*t.Elem))
+	case model.Map:
+		return jen.Map(Type(*t.Key)).Add(Type(*t.Elem))
+	}
+	var s *jen.Statement
+	if t.PkgPath == "" {
+		s = jen.Id(t.Name)
+	} else {
+		s = jen.Qual(t.PkgPath, t.Name)
+	}
+	if len(t.Args) > 0 {
+		args := make([]jen.Code, len(t.Args))
+		for i, a := range t.Args {
+			args[i] = Type(a)
+		}
+		s = s.Types(args...)
+	}
+	return s
+}
+
+// HandlerName names a handler as Go documentation does: Charge,
+// Service.Charge or (*Service).Charge.
+func HandlerName(h model.Handler) string {
+	switch r := h.Recv; {
+	case r == nil:
+		return h.Func
+	case r.Pointer:
+		return "(*" + r.Type + ")." + h.Func
+	default:
+		return r.Type + "." + h.Func
+	}
+}
+
+// KeyPaths lists a handler's key fields as the directive does.
+func KeyPaths(h model.Handler) string {
+	paths := make([]string, len(h.Key))
+	for i, k := range h.Key {
+		paths[i] = k.Path
+	}
+	return strings.Join(paths, ", ")
+}
+
+// ReceiverName is the parameter that holds a handler's receiver: the type's
+// initial, lower-cased, as receivers are usually called, unless that is
+// taken (w is the wrapper's receiver, t the test's *testing.T).
+func ReceiverName(typeName string) string {
+	r := strings.ToLower(typeName[:1])
+	if r < "a" || r > "z" || r == "w" || r == "t" {
+		return "recv"
+	}
+	return r
+}
+
+// Doc wraps text into // comment lines of at most 80 columns.
+func Doc(text string) string {
+	const width = 77
+	var lines []string
+	line := ""
+	for _, word := range strings.Fields(text) {
+		if line != "" && len(line)+1+len(word) > width {
+			lines = append(lines, line)
+			line = ""
+		}
+		if line != "" {
+			line += " "
+		}
+		line += word
+	}
+	lines = append(lines, line)
+	return "// " + strings.Join(lines, "\n// ")
+}
