@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/fstest"
@@ -114,7 +113,7 @@ func TestConcurrentDeliveriesProcessOnce(t *testing.T) {
 			db := idemtest.New(t, migrations)
 			ctx := context.Background()
 			const n = 16
-			warm(t, db.Pool, n)
+			idemtest.Warm(t, db.Pool, n)
 
 			var calls atomic.Int32
 			handler := func(ctx context.Context, tx pgx.Tx, msg deposit) (receipt, error) {
@@ -137,19 +136,10 @@ func TestConcurrentDeliveriesProcessOnce(t *testing.T) {
 				err error
 			}
 			results := make([]res, n)
-			var start, done sync.WaitGroup
-			start.Add(1)
-			for i := range n {
-				done.Add(1)
-				go func() {
-					defer done.Done()
-					start.Wait()
-					r, o, err := inbox.Handle(ctx, msg)
-					results[i] = res{r, o, err}
-				}()
-			}
-			start.Done()
-			done.Wait()
+			idemtest.AtOnce(n, func(i int) {
+				r, o, err := inbox.Handle(ctx, msg)
+				results[i] = res{r, o, err}
+			})
 
 			var processed, duplicate int
 			var first receipt
@@ -182,23 +172,6 @@ func TestConcurrentDeliveriesProcessOnce(t *testing.T) {
 				t.Errorf("balance %d, want 100 (the deposit applied once)", got)
 			}
 		})
-	}
-}
-
-// warm opens n connections and returns them to the pool, so that concurrent
-// deliveries do not queue behind connection setup.
-func warm(t *testing.T, pool *pgxpool.Pool, n int) {
-	t.Helper()
-	conns := make([]*pgxpool.Conn, n)
-	for i := range conns {
-		c, err := pool.Acquire(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
-		conns[i] = c
-	}
-	for _, c := range conns {
-		c.Release()
 	}
 }
 

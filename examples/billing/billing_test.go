@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -103,7 +102,7 @@ func TestChargeConcurrentDeliveries(t *testing.T) {
 	ctx := context.Background()
 	appName := "billing-concurrent-" + db.Schema
 	pool := namedPool(t, db, appName)
-	warm(t, pool, n)
+	idemtest.Warm(t, pool, n)
 	charge := billing.NewChargeIdem(pool, &billing.Service{})
 	msg := billing.OrderPlaced{OrderID: "ord-1", AccountID: "acc-1", AmountCents: 250}
 
@@ -114,23 +113,19 @@ func TestChargeConcurrentDeliveries(t *testing.T) {
 		err error
 	}
 	results := make([]result, n)
-	var start, done sync.WaitGroup
-	start.Add(1)
-	for i := range n {
-		done.Add(1)
-		go func() {
-			defer done.Done()
-			start.Wait()
+	delivered := make(chan struct{})
+	go func() {
+		defer close(delivered)
+		idemtest.AtOnce(n, func(i int) {
 			r, o, err := charge.Handle(ctx, msg)
 			results[i] = result{r, o, err}
-		}()
-	}
-	start.Done()
+		})
+	}()
 	// One delivery waits on the account lock inside its transaction, the
 	// other n-1 on its claim of the key.
 	waitFor(t, func() bool { return waitingOnLocks(t, db, appName) == n }, "all %d deliveries to wait inside the database", n)
 	hold.release()
-	done.Wait()
+	<-delivered
 
 	var processed []billing.Receipt
 	var duplicates int
@@ -338,23 +333,6 @@ func TestPurgeKeepsRecentRows(t *testing.T) {
 }
 
 // --- concurrency helpers ---
-
-// warm opens n connections, so that concurrent deliveries do not queue
-// behind connection setup (which would serialise them).
-func warm(t *testing.T, pool *pgxpool.Pool, n int) {
-	t.Helper()
-	conns := make([]*pgxpool.Conn, n)
-	for i := range conns {
-		c, err := pool.Acquire(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
-		conns[i] = c
-	}
-	for _, c := range conns {
-		c.Release()
-	}
-}
 
 type accountLock struct {
 	t  *testing.T

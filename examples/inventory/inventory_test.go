@@ -29,29 +29,8 @@ func query(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) int64 {
 // connections.
 func concurrently(t *testing.T, pool *pgxpool.Pool, n int, deliver func(i int)) {
 	t.Helper()
-	var conns []*pgxpool.Conn
-	for range n {
-		c, err := pool.Acquire(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
-		conns = append(conns, c)
-	}
-	for _, c := range conns {
-		c.Release()
-	}
-	var start, done sync.WaitGroup
-	start.Add(1)
-	for i := range n {
-		done.Add(1)
-		go func() {
-			defer done.Done()
-			start.Wait()
-			deliver(i)
-		}()
-	}
-	start.Done()
-	done.Wait()
+	idemtest.Warm(t, pool, n)
+	idemtest.AtOnce(n, deliver)
 }
 
 func event(source, id, sku string, qty int64) inventory.CloudEvent {

@@ -410,7 +410,7 @@ func (s Suite[V, M, R]) concurrent(t testing.TB, seen *fixtureSeen) {
 	t.Helper()
 	n := s.deliveries(t)
 	sc := s.start(t, seen, n)
-	warm(t, sc.pool, n)
+	Warm(t, sc.pool, n)
 
 	var returned atomic.Int64
 	var held *holdReport
@@ -424,22 +424,10 @@ func (s Suite[V, M, R]) concurrent(t testing.TB, seen *fixtureSeen) {
 	}
 
 	results := make([]delivery[R], n)
-	var ready, done sync.WaitGroup
-	start := make(chan struct{})
-	for i := range n {
-		ready.Add(1)
-		done.Add(1)
-		go func() {
-			defer done.Done()
-			ready.Done()
-			<-start
-			results[i] = sc.deliver(sc.handle, sc.fx.Message)
-			returned.Add(1)
-		}()
-	}
-	ready.Wait()
-	close(start)
-	done.Wait()
+	AtOnce(n, func(i int) {
+		results[i] = sc.deliver(sc.handle, sc.fx.Message)
+		returned.Add(1)
+	})
 
 	if held != nil && held.err != nil {
 		t.Errorf("the deliveries did not overlap: %v", held.err)
@@ -677,25 +665,6 @@ func openPool(t testing.TB, db *DB, app string, size int) *pgxpool.Pool {
 	}
 	t.Cleanup(pool.Close)
 	return pool
-}
-
-// warm opens n connections of pool, so that concurrent deliveries do not
-// queue behind connection setup, which would serialise them.
-func warm(t testing.TB, pool *pgxpool.Pool, n int) {
-	t.Helper()
-	conns := make([]*pgxpool.Conn, 0, n)
-	defer func() {
-		for _, c := range conns {
-			c.Release()
-		}
-	}()
-	for range n {
-		c, err := pool.Acquire(context.Background())
-		if err != nil {
-			t.Fatalf("idemtest: open %d connections: %v", n, err)
-		}
-		conns = append(conns, c)
-	}
 }
 
 // sameResult reports whether two results are equal as stored: a Duplicate

@@ -135,37 +135,18 @@ func TestNullableKeyParts(t *testing.T) {
 // connections, and counts the outcomes.
 func deliverConcurrently(t *testing.T, db *idemtest.DB, n int, deliver func() (idem.Outcome, error)) map[idem.Outcome]int {
 	t.Helper()
-	conns := make([]interface{ Release() }, min(n, idemtest.MaxConns))
-	for i := range conns {
-		c, err := db.Pool.Acquire(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
-		conns[i] = c
-	}
-	for _, c := range conns {
-		c.Release()
-	}
+	idemtest.Warm(t, db.Pool, min(n, idemtest.MaxConns))
 	var mu sync.Mutex
 	outcomes := map[idem.Outcome]int{}
-	var start, done sync.WaitGroup
-	start.Add(1)
-	for range n {
-		done.Add(1)
-		go func() {
-			defer done.Done()
-			start.Wait()
-			o, err := deliver()
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				t.Errorf("delivery: %v", err)
-			}
-			outcomes[o]++
-		}()
-	}
-	start.Done()
-	done.Wait()
+	idemtest.AtOnce(n, func(int) {
+		o, err := deliver()
+		mu.Lock()
+		defer mu.Unlock()
+		if err != nil {
+			t.Errorf("delivery: %v", err)
+		}
+		outcomes[o]++
+	})
 	return outcomes
 }
 
