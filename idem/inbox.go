@@ -84,8 +84,9 @@ const (
 // message exactly when err is nil.
 //
 // Errors are *Error values wrapping ErrInvalidKey, ErrKeyReused,
-// ErrInProgress, the handler's own error, or a database error; errors.Is(err,
-// ErrRetryable) reports a serialization failure or deadlock. In every error
+// ErrInProgress, ErrStale (a handler with a stale-message guard), the
+// handler's own error, or a database error; errors.Is(err, ErrRetryable)
+// reports a serialization failure or deadlock. In every error
 // case nothing was committed, except that an error from COMMIT itself leaves
 // the outcome unknown: the redelivery resolves it.
 func (in *Inbox[M, R]) Handle(ctx context.Context, msg M) (R, Outcome, error) {
@@ -102,13 +103,6 @@ func (in *Inbox[M, R]) Handle(ctx context.Context, msg M) (R, Outcome, error) {
 		return zero, 0, in.fail(key, err)
 	}
 
-	pooled, err := in.db.Acquire(ctx)
-	if err != nil {
-		return zero, 0, in.fail(key, fmt.Errorf("idem: acquire a connection: %w", err))
-	}
-	defer pooled.Release()
-	conn := pooled.Conn()
-
 	var order []any
 	if in.table.Order != nil {
 		entity, version, err := in.table.Order(msg)
@@ -117,6 +111,13 @@ func (in *Inbox[M, R]) Handle(ctx context.Context, msg M) (R, Outcome, error) {
 		}
 		order = []any{entity, version}
 	}
+
+	pooled, err := in.db.Acquire(ctx)
+	if err != nil {
+		return zero, 0, in.fail(key, fmt.Errorf("idem: acquire a connection: %w", err))
+	}
+	defer pooled.Release()
+	conn := pooled.Conn()
 
 	tx, claimed, fresh, err := in.claim(ctx, conn, key, fp, order)
 	switch {
