@@ -10,15 +10,20 @@
 //     encoding, or of [Fingerprinter]).
 //  2. In one round trip: BEGIN, bound the wait for a concurrent claim of the same
 //     key (lock_timeout, restored right after), and claim the key with
-//     INSERT ... ON CONFLICT DO NOTHING.
+//     INSERT ... ON CONFLICT DO NOTHING. With a stale-message guard the same
+//     statement records the entity's version if it is newer; a claimed but
+//     stale message is rolled back with [ErrStale].
 //  3. Not claimed: roll back and read the committed row in a fresh snapshot (one
 //     more round trip). Same fingerprint: [Duplicate] with the stored result;
 //     different: [ErrKeyReused]; still running: [ErrInProgress].
-//  4. Claimed: call the handler with the same transaction. An error or a panic
-//     rolls everything back (the panic is re-raised).
+//  4. Claimed: call the handler with the same transaction, then the
+//     [WithBeforeCommit] hook if there is one. An error or a panic rolls
+//     everything back (the panic is re-raised).
 //  5. In one round trip: store the result in the inbox row and COMMIT. Then
 //     return [Processed]; the caller acks.
 //
 // The caller acks a message exactly when the returned error is nil: both
-// [Processed] and [Duplicate] mean the message's effect is committed.
+// [Processed] and [Duplicate] mean the message's effect is committed. (A
+// message refused with [ErrStale] is obsolete: ack it too, or dead-letter
+// it for the record.)
 package idem
