@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/dave/jennifer/jen"
-	"golang.org/x/tools/imports"
 
 	"github.com/idemgen/idemgen/internal/emit/inboxsql"
 	"github.com/idemgen/idemgen/internal/model"
@@ -43,13 +42,46 @@ func File(pkg model.Package) ([]byte, error) {
 	if err := f.Render(&b); err != nil {
 		return nil, fmt.Errorf("render %s of %s: %w", model.WrapperFile, pkg.Path, err)
 	}
-	// jennifer lists imports in one block; group the standard library first,
-	// as goimports does and as reviewers expect.
-	src, err := imports.Process(model.WrapperFile, b.Bytes(), &imports.Options{FormatOnly: true, Comments: true, TabIndent: true, TabWidth: 8})
-	if err != nil {
-		return nil, fmt.Errorf("format %s of %s: %w", model.WrapperFile, pkg.Path, err)
+	return groupImports(b.Bytes()), nil
+}
+
+// groupImports splits the import block of src, which jennifer renders as one
+// sorted block of gofmt-ed lines, into the standard library's imports and the
+// others, separated by a blank line: what goimports does, and what reviewers
+// expect. It works on the text (each group stays sorted, and gofmt leaves
+// import lines unaligned), because formatting the file again would double
+// the cost of emitting it.
+func groupImports(src []byte) []byte {
+	const open, end = "\nimport (\n", "\n)\n"
+	start := bytes.Index(src, []byte(open))
+	if start < 0 {
+		return src
 	}
-	return src, nil
+	start += len(open)
+	n := bytes.Index(src[start:], []byte(end))
+	if n < 0 {
+		return src
+	}
+	var std, other [][]byte
+	for _, line := range bytes.Split(src[start:start+n], []byte("\n")) {
+		_, path, _ := bytes.Cut(line, []byte(`"`))
+		first, _, _ := bytes.Cut(path, []byte("/"))
+		if bytes.Contains(first, []byte(".")) {
+			other = append(other, line)
+		} else {
+			std = append(std, line)
+		}
+	}
+	if len(std) == 0 || len(other) == 0 {
+		return src
+	}
+	var out bytes.Buffer
+	out.Write(src[:start])
+	out.Write(bytes.Join(std, []byte("\n")))
+	out.WriteString("\n\n")
+	out.Write(bytes.Join(other, []byte("\n")))
+	out.Write(src[start+n:])
+	return out.Bytes()
 }
 
 // importTypes names the packages of the handlers' types as they are called,
