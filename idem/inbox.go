@@ -351,6 +351,9 @@ func withArg(key []any, arg any) []any {
 }
 
 func hasSQLState(err error, codes ...string) bool {
+	if err == nil {
+		return false // without the allocation of pgErr, which escapes
+	}
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) {
 		return false
