@@ -42,8 +42,10 @@ type Inbox[M, R any] struct {
 	table     Table[M]
 	handler   func(context.Context, pgx.Tx, M) (R, error)
 	txOptions pgx.TxOptions
-	lockWait  string
-	noResult  bool
+	// lockWaitArgs are the arguments of setClaimLockTimeout, boxed once:
+	// pgx only reads a queued query's arguments.
+	lockWaitArgs []any
+	noResult     bool
 }
 
 // NewInbox returns the Inbox of table that runs handler. db must reach the
@@ -56,12 +58,12 @@ func NewInbox[M, R any](db *pgxpool.Pool, table Table[M], handler func(ctx conte
 	var zero R
 	_, noResult := any(zero).(None)
 	return &Inbox[M, R]{
-		db:        db,
-		table:     table,
-		handler:   handler,
-		txOptions: pgx.TxOptions{IsoLevel: o.isolation},
-		lockWait:  o.lockTimeout(),
-		noResult:  noResult,
+		db:           db,
+		table:        table,
+		handler:      handler,
+		txOptions:    pgx.TxOptions{IsoLevel: o.isolation},
+		lockWaitArgs: []any{o.lockTimeout()},
+		noResult:     noResult,
 	}
 }
 
@@ -144,9 +146,9 @@ func (in *Inbox[M, R]) Handle(ctx context.Context, msg M) (R, Outcome, error) {
 // claim begins the transaction and claims the key, in one round trip. It
 // reports whether this delivery inserted the inbox row.
 func (in *Inbox[M, R]) claim(ctx context.Context, conn *pgx.Conn, key []any, fp []byte) (pgx.Tx, bool, error) {
-	b := &pgx.Batch{}
+	b := newBatch(4)
 	b.BeginTx(in.txOptions)
-	b.Queue(setClaimLockTimeout, in.lockWait)
+	b.Queue(setClaimLockTimeout, in.lockWaitArgs...)
 	b.Queue(in.table.Claim, withArg(key, fp)...)
 	b.Queue(restoreLockTimeout)
 	br := conn.SendBatch(ctx, b)
@@ -190,7 +192,7 @@ var errAborted = errors.New("idem: a statement of the handler failed but the han
 
 // complete stores the result in the inbox row and commits, in one round trip.
 func (in *Inbox[M, R]) complete(ctx context.Context, conn *pgx.Conn, key []any, result []byte) error {
-	b := &pgx.Batch{}
+	b := newBatch(2)
 	b.Queue(in.table.Complete, withArg(key, result)...)
 	b.Queue("commit")
 	br := conn.SendBatch(ctx, b)
@@ -226,7 +228,7 @@ func (in *Inbox[M, R]) readBack(ctx context.Context, conn *pgx.Conn, key []any, 
 		// only under REPEATABLE READ or SERIALIZABLE.)
 		rollback(ctx, conn)
 	}
-	b := &pgx.Batch{}
+	b := newBatch(2)
 	if conn.PgConn().TxStatus() != 'I' {
 		b.Queue("rollback")
 	}
@@ -340,6 +342,12 @@ func fingerprint(msg any) ([]byte, error) {
 	}
 	sum := sha256.Sum256(data)
 	return sum[:], nil
+}
+
+// newBatch returns a batch with room for n queries, so that queueing them
+// does not grow the slice step by step.
+func newBatch(n int) *pgx.Batch {
+	return &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, n)}
 }
 
 // withArg returns key followed by arg, without touching key's backing array.
