@@ -266,10 +266,7 @@ func (r *report) writeDB(w writer) {
 			if strings.HasPrefix(name, "pgbench") {
 				trips += "\\*"
 			}
-			server := "–"
-			if s.serverCPU >= 0 {
-				server = dur(s.serverCPU)
-			}
+			server := serverDur(s)
 			w("| %d | %s | %s | %s | %s | %s | %s | %s | %.0f%% | %s | %s |\n", n, name, thousands(s.rate), dur(s.p50), dur(s.p99), trips,
 				dur(s.clientCPU), server, 100*s.busy, ratio(s.rate/bare), ratio(s.rate/hand))
 		}
@@ -357,7 +354,7 @@ func (r *report) writeBounds(w writer) {
 	cpu := func(s summary) time.Duration { return s.clientCPU + max(s.serverCPU, 0) }
 	w("**CPU at %d workers.** The machine was %.0f%% busy during the generated cell (bare %.0f%%, hand-written %.0f%%), the other users of the machine included. ", n, 100*gen.busy, 100*bare.busy, 100*hand.busy)
 	w("Per message, client and server together spent %s for bare, %s for hand-written and %s for generated (server %s, %s and %s; Go client %s, %s and %s). ",
-		dur(cpu(bare)), dur(cpu(hand)), dur(cpu(gen)), dur(bare.serverCPU), dur(hand.serverCPU), dur(gen.serverCPU), dur(bare.clientCPU), dur(hand.clientCPU), dur(gen.clientCPU))
+		dur(cpu(bare)), dur(cpu(hand)), dur(cpu(gen)), serverDur(bare), serverDur(hand), serverDur(gen), dur(bare.clientCPU), dur(hand.clientCPU), dur(gen.clientCPU))
 	w("When the cores are saturated, throughput is the CPU available ÷ the CPU per message, so the CPU ratios bound the throughput ratios: bare/generated CPU = %s (measured generated/bare throughput %s), hand-written/generated CPU = %s (measured generated/hand-written throughput %s). ",
 		ratio(float64(cpu(bare))/float64(cpu(gen))), ratio(gen.rate/bare.rate), ratio(float64(cpu(hand))/float64(cpu(gen))), ratio(gen.rate/hand.rate))
 	w("Fewer round trips save latency and the per-round-trip work of client and server (a read, a write, a wake-up on each side), but not the work of the statements themselves: generated executes seven statements per message on the server (BEGIN, two `set_config` for the claim's lock_timeout, the claim INSERT into a table with two indexes, the UPDATE, the result UPDATE, COMMIT), hand-written five, bare one.\n\n")
@@ -521,6 +518,14 @@ func (r *report) writeRawDB(w writer) {
 	w("\n")
 }
 
+// serverDur is the server CPU per message, when it is known.
+func serverDur(s summary) string {
+	if s.serverCPU < 0 {
+		return "–"
+	}
+	return dur(s.serverCPU)
+}
+
 func ratio(x float64) string {
 	if math.IsNaN(x) || math.IsInf(x, 0) {
 		return "–"
@@ -531,7 +536,9 @@ func ratio(x float64) string {
 // dur prints a duration with three significant digits.
 func dur(d time.Duration) string {
 	switch {
-	case d <= 0:
+	case d < 0:
+		return "−" + dur(-d)
+	case d == 0:
 		return "0"
 	case d < time.Millisecond:
 		return fmt.Sprintf("%.3g µs", float64(d)/float64(time.Microsecond))
