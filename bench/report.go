@@ -343,6 +343,7 @@ func (r *report) writeBounds(w writer) {
 	n := r.maxWorkers()
 	s := func(name string, workers int) summary { return r.db.cell(name, workers).summary() }
 	gen, hand, bare, dup := s(scGenerated, n), s(scHand, n), s(scBare, n), s(scDuplicate, n)
+	one := slices.Min(r.cfg.workers)
 	g1, h1, b1, d1 := r.pairedP50(scGenerated), r.pairedP50(scHand), r.pairedP50(scBare), r.pairedP50(scDuplicate)
 
 	w("### What bounds the ratios\n\n")
@@ -360,14 +361,21 @@ func (r *report) writeBounds(w writer) {
 		dur(cpu(bare)), dur(cpu(hand)), dur(cpu(gen)), serverDur(bare), serverDur(hand), serverDur(gen), dur(bare.clientCPU), dur(hand.clientCPU), dur(gen.clientCPU))
 	w("When the cores are saturated, throughput is the CPU available ÷ the CPU per message, so the CPU ratios bound the throughput ratios: bare/generated CPU = %s (measured generated/bare throughput %s), hand-written/generated CPU = %s (measured generated/hand-written throughput %s). ",
 		ratio(float64(cpu(bare))/float64(cpu(gen))), ratio(gen.rate/bare.rate), ratio(float64(cpu(hand))/float64(cpu(gen))), ratio(gen.rate/hand.rate))
-	w("Fewer round trips save latency and the per-round-trip work of client and server (a read, a write, a wake-up on each side), but not the work of the statements themselves: generated executes seven statements per message on the server (BEGIN, two `set_config` for the claim's lock_timeout, the claim INSERT into a table with two indexes, the UPDATE, the result UPDATE, COMMIT), hand-written five, bare one.\n\n")
+	w("Fewer round trips save latency and the per-round-trip work of client and server (a read, a write, a wake-up on each side), but not the work of the statements themselves: generated executes seven statements per message on the server (BEGIN, two `set_config` for the claim's lock_timeout, the claim INSERT into a table with two indexes, the UPDATE, the result UPDATE, COMMIT), hand-written five, bare one. ")
+	if r.db.pgbench {
+		pb, pi := s(scPgBare, n), s(scPgInbox, n)
+		w("The client is not what sets this ceiling: pgbench, sending the hand-written inbox's SQL from C, reaches %s of its own bare UPDATE at %d workers, and the generated wrapper %s of pgbench's inbox.", ratio(pi.rate/pb.rate), n, ratio(gen.rate/pi.rate))
+	}
+	w("\n\n")
 
 	if dup.tripsPerMsg > targetDupTrips+0.005 {
 		w("**Duplicates: %.2f round trips, by design.** The design claims the key *inside* the transaction (`BEGIN; INSERT … ON CONFLICT DO NOTHING`, one batch), so a delivery learns that it is a duplicate only from the claim's answer; "+
 			"then the transaction must be rolled back and the stored row read in a fresh snapshot (correct under REPEATABLE READ and SERIALIZABLE), a second round trip. "+
 			"Reading the inbox row before the claim would make a duplicate one round trip but add one to every first delivery (4 instead of 3 here), which pays only when more than half of the messages are duplicates. "+
-			"A duplicate still costs less than a first delivery: no handler, no write, no WAL flush: %s faster message by message (median latency), %s more messages per second at %d workers.\n\n",
-			dup.tripsPerMsg, ratio(float64(g1)/float64(d1)), ratio(dup.rate/gen.rate), n)
+			"A duplicate costs less than a first delivery (no handler, no write, no WAL flush to wait for): %s faster at %d worker and %s message by message (median latency), %s more messages per second at %d workers. "+
+			"At %d workers the cores are the bound again: a duplicate still runs six statements on the server (BEGIN, the two `set_config`, the claim, ROLLBACK, the read of the row) and costs %s of CPU (server %s, client %s) against %s for a first delivery, a ratio of %s.\n\n",
+			dup.tripsPerMsg, ratio(float64(s(scGenerated, one).p50)/float64(s(scDuplicate, one).p50)), one, ratio(float64(g1)/float64(d1)), ratio(dup.rate/gen.rate), n,
+			n, dur(cpu(dup)), serverDur(dup), dur(dup.clientCPU), dur(cpu(gen)), ratio(float64(cpu(gen))/float64(cpu(dup))))
 	}
 }
 
@@ -468,7 +476,7 @@ func (r *report) writeGen(w writer) {
 	w("with the build cache warm for the dependencies and the package's generated output current (as in a re-run of `go generate`). ")
 	w("Before every timed run a file of the package changes, so that neither go vet's result cache nor the build cache answers for the package itself. ")
 	w("%d repetitions of each, alternating which runs first; medians. Wall time is what a user waits; CPU time (user + system, with child processes) is less disturbed by the other users of the machine. ", g.reps)
-	w("**go list** is the part of idemgen's wall time spent waiting for `go list`, which go/packages runs to find the files and the dependencies' export data (it compiles the package itself too, for `-export`).\n\n")
+	w("**go list** is the part of idemgen's wall time spent waiting for the go command, which go/packages runs twice: to list the package, then to get its imports' export data (as go vet, idemgen type-checks the package itself from source).\n\n")
 	w("| package | handlers | idemgen wall | go vet wall | ratio | idemgen CPU | go vet CPU | ratio | go list in idemgen |\n")
 	w("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 	for _, p := range g.packages {
