@@ -13,6 +13,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/idemgen/idemgen/internal/testmodule"
 )
 
 // genResults time idemgen against go vet on the same packages. Both load and
@@ -79,7 +81,7 @@ func runGen(ctx context.Context, cfg *config) (*genResults, error) {
 		return nil, err
 	}
 	mod := filepath.Join(tmp, "mod")
-	if err := writeModule(cfg.root, mod); err != nil {
+	if err := testmodule.Write(mod, "example.com/idembench", cfg.root); err != nil {
 		return nil, err
 	}
 	// The go command resolves modules from the cache only, and may record
@@ -187,33 +189,6 @@ func goCommandTime(stderr []byte) time.Duration {
 func perturb(dir, pkg string, run int) error {
 	src := fmt.Sprintf("package %s\n\n// benchRun changes before every timed run, so that no cache answers for the package.\nconst benchRun = %d\n", pkg, run)
 	return os.WriteFile(filepath.Join(dir, "zz_perturb.go"), []byte(src), 0o644)
-}
-
-// writeModule creates a module that requires this repository (replaced by the
-// working tree) and the same dependency versions, so that the go command
-// needs nothing beyond the module cache (like the golden tests' module).
-func writeModule(root, dir string) error {
-	gomod, err := os.ReadFile(filepath.Join(root, "go.mod"))
-	if err != nil {
-		return err
-	}
-	gosum, err := os.ReadFile(filepath.Join(root, "go.sum"))
-	if err != nil {
-		return err
-	}
-	var reqs []string
-	for _, block := range strings.Split(string(gomod), "require (")[1:] {
-		reqs = append(reqs, "require ("+strings.SplitAfter(block, ")")[0])
-	}
-	mod := fmt.Sprintf("module example.com/idembench\n\ngo 1.26\n\nrequire github.com/idemgen/idemgen v0.0.0\n\nreplace github.com/idemgen/idemgen => %s\n\n%s\n",
-		root, strings.Join(reqs, "\n\n"))
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(dir, "go.mod"), []byte(mod), 0o644); err != nil {
-		return err
-	}
-	return os.WriteFile(filepath.Join(dir, "go.sum"), gosum, 0o644)
 }
 
 // copyExample copies a package's non-test Go files and its migrations.
