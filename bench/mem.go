@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"runtime"
 	"runtime/metrics"
 	"sync"
 	"sync/atomic"
@@ -112,7 +111,6 @@ func runMem(ctx context.Context, cfg *config) (*memResults, error) {
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
 	}
-	runtime.KeepAlive(gen)
 	return res, nil
 }
 

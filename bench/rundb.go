@@ -51,7 +51,7 @@ func runDB(ctx context.Context, cfg *config) (*dbResults, error) {
 	names := res.names()
 	for _, n := range cfg.workers {
 		for _, name := range names {
-			res.cells[cellKey{name, n}] = &cell{scenario: name, workers: n}
+			res.cells[cellKey{name, n}] = &cell{}
 		}
 	}
 

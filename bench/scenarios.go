@@ -138,7 +138,7 @@ func processAll(ctx context.Context, gen *ledger.PostIdem, msgs []ledger.Deposit
 			for i := g; i < len(msgs); i += 8 {
 				if _, _, err := gen.Handle(ctx, msgs[i]); err != nil {
 					mu.Lock()
-					first = cmpErr(first, err)
+					first = keepFirst(first, err)
 					mu.Unlock()
 					return
 				}
@@ -149,7 +149,8 @@ func processAll(ctx context.Context, gen *ledger.PostIdem, msgs []ledger.Deposit
 	return first
 }
 
-func cmpErr(first, err error) error {
+// keepFirst returns the first of two errors that is not nil.
+func keepFirst(first, err error) error {
 	if first != nil {
 		return first
 	}
@@ -236,7 +237,7 @@ func runPhase(ctx context.Context, ws []*worker, d time.Duration, deliver delive
 				err := deliver(ctx, w)
 				if err != nil {
 					mu.Lock()
-					first = cmpErr(first, err)
+					first = keepFirst(first, err)
 					mu.Unlock()
 					return
 				}
@@ -278,9 +279,7 @@ func percentile(sorted []time.Duration, p float64) time.Duration {
 
 // cell is one scenario at one concurrency: a sample per round.
 type cell struct {
-	scenario string
-	workers  int
-	samples  []sample
+	samples []sample
 }
 
 // summary pools a cell's rounds: total messages over total time, latency
@@ -292,8 +291,6 @@ type summary struct {
 	clientCPU   time.Duration // per message
 	serverCPU   time.Duration // per message; -1 when unknown
 	busy        float64       // mean over the rounds
-	msgs        int64
-	rates       []float64 // per round
 }
 
 func (c *cell) summary() summary {
@@ -314,10 +311,8 @@ func (c *cell) summary() summary {
 		serverKnown = serverKnown && smp.serverCPU >= 0
 		s.busy += smp.busy / float64(len(c.samples))
 		lat = append(lat, smp.latencies...)
-		s.rates = append(s.rates, smp.rate())
 	}
 	slices.Sort(lat)
-	s.msgs = msgs
 	s.p50, s.p99 = percentile(lat, 50), percentile(lat, 99)
 	if elapsed > 0 && msgs > 0 {
 		s.rate = float64(msgs) / elapsed.Seconds()
