@@ -173,7 +173,7 @@ func (in *Inbox[M, R]) Handle(ctx context.Context, msg M) (R, Outcome, error) {
 func (in *Inbox[M, R]) claim(ctx context.Context, conn *pgx.Conn, key []any, fp []byte, order []any) (tx pgx.Tx, claimed, fresh bool, err error) {
 	args := make([]any, 0, len(key)+1+len(order))
 	args = append(append(append(args, key...), fp), order...)
-	b := &pgx.Batch{}
+	b := newBatch(4)
 	b.BeginTx(in.txOptions)
 	b.Queue(setClaimLockTimeout, in.lockWait)
 	b.Queue(in.table.Claim, args...)
@@ -226,7 +226,7 @@ var errAborted = errors.New("idem: a statement of the handler failed but the han
 // complete stores the result in the inbox row and commits, in one round trip.
 func (in *Inbox[M, R]) complete(ctx context.Context, conn *pgx.Conn, key []any, result []byte) error {
 	sql, args := in.table.statement(in.table.Complete, in.table.NullComplete, key)
-	b := &pgx.Batch{}
+	b := newBatch(2)
 	b.Queue(sql, append(args, result)...)
 	b.Queue("commit")
 	br := conn.SendBatch(ctx, b)
@@ -262,7 +262,7 @@ func (in *Inbox[M, R]) readBack(ctx context.Context, conn *pgx.Conn, key []any, 
 		// only under REPEATABLE READ or SERIALIZABLE.)
 		rollback(ctx, conn)
 	}
-	b := &pgx.Batch{}
+	b := newBatch(2)
 	if conn.PgConn().TxStatus() != 'I' {
 		b.Queue("rollback")
 	}
@@ -379,7 +379,16 @@ func fingerprint(msg any) ([]byte, error) {
 	return sum[:], nil
 }
 
+// newBatch returns a batch with room for n queries, so that queueing them
+// does not grow the slice step by step.
+func newBatch(n int) *pgx.Batch {
+	return &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, n)}
+}
+
 func hasSQLState(err error, codes ...string) bool {
+	if err == nil {
+		return false // without the allocation of pgErr, which escapes
+	}
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) {
 		return false

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/tools/txtar"
 
 	"github.com/idemgen/idemgen/idem/idemtest"
+	"github.com/idemgen/idemgen/internal/testmodule"
 )
 
 var update = flag.Bool("update", false, "rewrite the want sections of testdata/*.txtar from what idemgen does now")
@@ -283,25 +284,7 @@ func goldenModule(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gomod, err := os.ReadFile(filepath.Join(repo, "go.mod"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	gosum, err := os.ReadFile(filepath.Join(repo, "go.sum"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Keep the requirement blocks of the repository's go.mod.
-	var reqs []string
-	for _, block := range strings.Split(string(gomod), "require (")[1:] {
-		reqs = append(reqs, "require ("+strings.SplitAfter(block, ")")[0])
-	}
-	mod := fmt.Sprintf("module example.com/golden\n\ngo 1.26\n\nrequire github.com/idemgen/idemgen v0.0.0\n\nreplace github.com/idemgen/idemgen => %s\n\n%s\n",
-		repo, strings.Join(reqs, "\n\n"))
-	if err := os.WriteFile(filepath.Join(root, "go.mod"), []byte(mod), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(root, "go.sum"), gosum, 0o644); err != nil {
+	if err := testmodule.Write(root, "example.com/golden", repo); err != nil {
 		t.Fatal(err)
 	}
 	return root

@@ -79,40 +79,6 @@ func Load(cfg Config) (model.Program, *diag.List, error) {
 	return prog, diags, nil
 }
 
-const loadMode = packages.NeedName | packages.NeedFiles | packages.NeedCompiledGoFiles |
-	packages.NeedSyntax | packages.NeedTypes | packages.NeedTypesInfo | packages.NeedModule
-
-// loadPackages type-checks the packages. idemgen's own earlier output must
-// never stand in its way: when a package with an idem_gen.go has errors (the
-// file goes stale as soon as a handler's signature changes), the packages
-// are loaded again with every idem_gen.go replaced by an empty file.
-func loadPackages(cfg Config, patterns []string) ([]*packages.Package, error) {
-	pcfg := &packages.Config{Mode: loadMode, Dir: cfg.Dir, Env: cfg.Env}
-	pkgs, err := packages.Load(pcfg, patterns...)
-	if err != nil {
-		return nil, fmt.Errorf("load %s: %w", strings.Join(patterns, " "), err)
-	}
-	overlay := map[string][]byte{}
-	reload := false
-	for _, pkg := range pkgs {
-		for _, f := range pkg.GoFiles {
-			if filepath.Base(f) == model.WrapperFile {
-				overlay[f] = []byte("package " + pkg.Name + "\n")
-				reload = reload || len(pkg.Errors) > 0
-			}
-		}
-	}
-	if !reload {
-		return pkgs, nil
-	}
-	pcfg.Overlay = overlay
-	pkgs, err = packages.Load(pcfg, patterns...)
-	if err != nil {
-		return nil, fmt.Errorf("load %s: %w", strings.Join(patterns, " "), err)
-	}
-	return pkgs, nil
-}
-
 // loadPackage builds the model of one package. It reports false for a package
 // idemgen has nothing to do with: no directives and no generated file.
 func loadPackage(cfg Config, pkg *packages.Package, diags *diag.List) (model.Package, bool) {

@@ -9,7 +9,6 @@ import (
 	"strings"
 
 	"github.com/dave/jennifer/jen"
-	"golang.org/x/tools/imports"
 
 	"github.com/idemgen/idemgen/internal/model"
 )
@@ -64,18 +63,53 @@ func NewFile(pkg model.Package) *jen.File {
 	return f
 }
 
-// Render renders f, with its imports grouped the way goimports does (the
-// standard library first), as reviewers expect.
+// Render renders f (jennifer formats it with gofmt), with its imports
+// grouped the way goimports does: the standard library first.
 func Render(f *jen.File, name string, pkg model.Package) ([]byte, error) {
 	var b bytes.Buffer
 	if err := f.Render(&b); err != nil {
 		return nil, fmt.Errorf("render %s of %s: %w", name, pkg.Path, err)
 	}
-	src, err := imports.Process(name, b.Bytes(), &imports.Options{FormatOnly: true, Comments: true, TabIndent: true, TabWidth: 8})
-	if err != nil {
-		return nil, fmt.Errorf("format %s of %s: %w", name, pkg.Path, err)
+	return groupImports(b.Bytes()), nil
+}
+
+// groupImports splits the import block of src, which jennifer renders as one
+// sorted block of gofmt-ed lines, into the standard library's imports and the
+// others, separated by a blank line: what goimports does, and what reviewers
+// expect. It works on the text (each group stays sorted, and gofmt leaves
+// import lines unaligned), because formatting the file again would double
+// the cost of emitting it.
+func groupImports(src []byte) []byte {
+	const open, end = "\nimport (\n", "\n)\n"
+	start := bytes.Index(src, []byte(open))
+	if start < 0 {
+		return src
 	}
-	return src, nil
+	start += len(open)
+	n := bytes.Index(src[start:], []byte(end))
+	if n < 0 {
+		return src
+	}
+	var std, other [][]byte
+	for _, line := range bytes.Split(src[start:start+n], []byte("\n")) {
+		_, path, _ := bytes.Cut(line, []byte(`"`))
+		first, _, _ := bytes.Cut(path, []byte("/"))
+		if bytes.Contains(first, []byte(".")) {
+			other = append(other, line)
+		} else {
+			std = append(std, line)
+		}
+	}
+	if len(std) == 0 || len(other) == 0 {
+		return src
+	}
+	var out bytes.Buffer
+	out.Write(src[:start])
+	out.Write(bytes.Join(std, []byte("\n")))
+	out.WriteString("\n\n")
+	out.Write(bytes.Join(other, []byte("\n")))
+	out.Write(src[start+n:])
+	return out.Bytes()
 }
 
 // Type spells a model type.

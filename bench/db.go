@@ -1,0 +1,204 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/pressly/goose/v3"
+
+	"github.com/idemgen/idemgen/bench/ledger"
+)
+
+// schema is a fresh schema with the ledger's migrations applied and the
+// accounts created.
+type schema struct {
+	name string
+	base string // the database URL, without the schema
+}
+
+// newSchema creates a schema named after the cell, applies the migrations of
+// bench/ledger through goose and creates accounts 1 to n.
+func newSchema(ctx context.Context, base string, n int) (*schema, error) {
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	s := &schema{name: "idembench_" + hex.EncodeToString(b), base: base}
+	admin, err := pgx.Connect(ctx, base)
+	if err != nil {
+		return nil, err
+	}
+	defer admin.Close(ctx)
+	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+s.name); err != nil {
+		return nil, err
+	}
+
+	pool, _, err := s.pool(ctx, 1)
+	if err != nil {
+		s.drop()
+		return nil, err
+	}
+	defer pool.Close()
+	sqlDB := stdlib.OpenDBFromPool(pool)
+	defer sqlDB.Close()
+	provider, err := goose.NewProvider(goose.DialectPostgres, sqlDB, ledger.Migrations(), goose.WithDisableGlobalRegistry(true))
+	if err == nil {
+		_, err = provider.Up(ctx)
+	}
+	if err == nil {
+		_, err = pool.Exec(ctx, `INSERT INTO accounts (id) SELECT generate_series(1, $1::bigint)`, n)
+	}
+	if err == nil {
+		_, err = pool.Exec(ctx, `VACUUM ANALYZE accounts`)
+	}
+	if err != nil {
+		s.drop()
+		return nil, fmt.Errorf("prepare schema %s: %w", s.name, err)
+	}
+	return s, nil
+}
+
+// drop removes the schema; it runs even when the run was interrupted.
+func (s *schema) drop() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, s.base)
+	if err != nil {
+		logf("drop schema %s: %v", s.name, err)
+		return
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "DROP SCHEMA "+s.name+" CASCADE"); err != nil {
+		logf("drop schema %s: %v", s.name, err)
+	}
+}
+
+// pool opens a pool of up to size connections on the schema, whose round
+// trips the returned counter counts.
+func (s *schema) pool(ctx context.Context, size int) (*pgxpool.Pool, *tripCounter, error) {
+	cfg, err := pgxpool.ParseConfig(s.base)
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg.ConnConfig.RuntimeParams["search_path"] = s.name
+	cfg.MaxConns = int32(size)
+	counter := &tripCounter{}
+	dial := cfg.ConnConfig.DialFunc
+	cfg.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return &countedConn{Conn: c, counter: counter}, nil
+	}
+	cfg.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
+		return counter.addBackend(ctx, conn)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	return pool, counter, err
+}
+
+// tripCounter counts the round trips of a pool's connections, and knows the
+// server processes that serve them.
+type tripCounter struct {
+	trips atomic.Int64
+
+	mu       sync.Mutex
+	backends []int // PIDs of the connections' PostgreSQL backends
+	remote   bool  // a backend is not a process of this machine
+}
+
+// addBackend records the PID of conn's backend, if it is a postgres process
+// on this machine (the server CPU of a cell is read from /proc).
+func (c *tripCounter) addBackend(ctx context.Context, conn *pgx.Conn) error {
+	var pid int
+	if err := conn.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+		return err
+	}
+	comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err != nil || strings.TrimSpace(string(comm)) != "postgres" {
+		c.remote = true
+	}
+	c.backends = append(c.backends, pid)
+	return nil
+}
+
+// serverCPU returns the CPU time the connections' backends have used so far,
+// and false when it cannot be known (the server is elsewhere).
+func (c *tripCounter) serverCPU() (time.Duration, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.remote || len(c.backends) == 0 {
+		return 0, false
+	}
+	var total time.Duration
+	for _, pid := range c.backends {
+		d, ok := processCPU(pid)
+		if !ok {
+			return 0, false
+		}
+		total += d
+	}
+	return total, true
+}
+
+// processCPU reads the user and system time of a process from
+// /proc/PID/stat (fields 14 and 15, after the parenthesised command).
+func processCPU(pid int) (time.Duration, bool) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, false
+	}
+	_, rest, ok := strings.Cut(string(data), ") ")
+	fields := strings.Fields(rest)
+	if !ok || len(fields) < 13 {
+		return 0, false
+	}
+	utime, err1 := strconv.ParseInt(fields[11], 10, 64)
+	stime, err2 := strconv.ParseInt(fields[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, false
+	}
+	return time.Duration(utime+stime) * time.Second / userHz, true
+}
+
+func (c *tripCounter) reset()      { c.trips.Store(0) }
+func (c *tripCounter) load() int64 { return c.trips.Load() }
+
+// countedConn counts round trips on the wire, independently of the code that
+// sends the statements: a round trip is the client's writing followed by the
+// server's answer, so each read that returns data after one or more writes
+// counts one. Reads that continue an answer (a long result arriving in
+// pieces) do not count again.
+type countedConn struct {
+	net.Conn
+	counter *tripCounter
+	// wrote is set by a write and cleared by the first read that follows;
+	// pgconn may read on another goroutine while it writes.
+	wrote atomic.Bool
+}
+
+func (c *countedConn) Write(p []byte) (int, error) {
+	c.wrote.Store(true)
+	return c.Conn.Write(p)
+}
+
+func (c *countedConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if n > 0 && c.wrote.Swap(false) {
+		c.counter.trips.Add(1)
+	}
+	return n, err
+}

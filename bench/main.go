@@ -1,0 +1,208 @@
+// Command bench measures what idemgen costs and rewrites BENCHMARKS.md at the
+// root of the repository with the results:
+//
+//   - the consumer of package bench/ledger (one UPDATE per message) against
+//     the real PostgreSQL, side by side in one run, at 1, 4 and 16 concurrent
+//     workers: without deduplication ("bare"), through a hand-written inbox,
+//     through the generated wrapper, and through the generated wrapper fed
+//     only messages it has already processed; plus pgbench running the same
+//     SQL as a reference. Messages per second, median and p99 latency, round
+//     trips per message (counted on the wire) and the ratios;
+//   - what the wrapper allocates per message (go test -bench -benchmem), and
+//     its live heap over a long run;
+//   - idemgen's running time against go vet on the same packages, and how it
+//     grows with the number of handlers.
+//
+// Usage, from the repository root:
+//
+//	go run ./bench [flags]
+//
+// The database is -db, else IDEMGEN_TEST_DATABASE_URL, else DATABASE_URL, else
+// the local server's socket. Every cell of the table runs in a fresh schema,
+// dropped afterwards; nothing else in the database is touched.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+type config struct {
+	db        string
+	duration  time.Duration
+	warmup    time.Duration
+	rounds    int
+	workers   []int
+	accounts  int
+	pgbench   string
+	memRun    time.Duration
+	genReps   int
+	genSizes  []int
+	benchTime string
+	keep      bool
+	parts     map[string]bool
+	out       string
+	root      string
+	args      []string
+}
+
+// allParts are the parts of the run, in the order they run.
+var allParts = []string{"mem", "db", "alloc", "gen"}
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	cfg, err := parseFlags()
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+
+	rep := &report{cfg: cfg, started: time.Now()}
+	if err := rep.describeMachine(ctx); err != nil {
+		return err
+	}
+	// The long run first, so that the live heap it samples holds the
+	// wrapper, the pool and pgx's caches, not the results of the other parts.
+	if cfg.parts["mem"] {
+		if rep.mem, err = runMem(ctx, cfg); err != nil {
+			return err
+		}
+	}
+	if cfg.parts["db"] {
+		if rep.db, err = runDB(ctx, cfg); err != nil {
+			return err
+		}
+	}
+	if cfg.parts["alloc"] {
+		if rep.alloc, err = runAlloc(ctx, cfg); err != nil {
+			return err
+		}
+	}
+	if cfg.parts["gen"] {
+		if rep.gen, err = runGen(ctx, cfg); err != nil {
+			return err
+		}
+	}
+	rep.finished = time.Now()
+	rep.loadAfter = loadAverage()
+	out := cfg.out
+	if !filepath.IsAbs(out) {
+		out = filepath.Join(cfg.root, out)
+	}
+	if err := os.WriteFile(out, rep.markdown(), 0o644); err != nil {
+		return err
+	}
+	logf("wrote %s", out)
+	return nil
+}
+
+func parseFlags() (*config, error) {
+	cfg := &config{args: os.Args[1:]}
+	var workers, sizes, parts string
+	flag.StringVar(&cfg.db, "db", "", "PostgreSQL `URL` (default: $IDEMGEN_TEST_DATABASE_URL, $DATABASE_URL, the local socket)")
+	flag.DurationVar(&cfg.duration, "duration", 5*time.Second, "measured time of each cell")
+	flag.DurationVar(&cfg.warmup, "warmup", time.Second, "warm-up before each cell's measurement")
+	flag.IntVar(&cfg.rounds, "rounds", 2, "how many times every cell runs; the rounds interleave the scenarios")
+	flag.StringVar(&workers, "workers", "1,4,16", "concurrent workers of the cells, comma-separated")
+	flag.IntVar(&cfg.accounts, "accounts", 10000, "accounts the messages credit, at random")
+	flag.StringVar(&cfg.pgbench, "pgbench", "auto", "pgbench `binary` for the reference column; \"\" or \"off\" to skip")
+	flag.DurationVar(&cfg.memRun, "memrun", time.Minute, "length of the long run that samples the live heap")
+	flag.IntVar(&cfg.genReps, "genreps", 5, "repetitions of each idemgen and go vet timing")
+	flag.StringVar(&sizes, "gensizes", "50,100,250,500", "handlers in the synthetic packages, comma-separated")
+	flag.StringVar(&cfg.benchTime, "benchtime", "2s", "-benchtime of the go test -benchmem benchmarks")
+	flag.BoolVar(&cfg.keep, "keep", false, "keep the generator's temporary module (its path is logged)")
+	flag.StringVar(&parts, "parts", strings.Join(allParts, ","), "parts to run: mem (the long run), db (the scenarios), alloc, gen")
+	flag.StringVar(&cfg.out, "out", "BENCHMARKS.md", "results file, relative to the repository root")
+	flag.Parse()
+	if flag.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments %q", flag.Args())
+	}
+
+	var err error
+	if cfg.workers, err = intList(workers); err != nil {
+		return nil, fmt.Errorf("-workers: %w", err)
+	}
+	if cfg.genSizes, err = intList(sizes); err != nil {
+		return nil, fmt.Errorf("-gensizes: %w", err)
+	}
+	cfg.parts = map[string]bool{}
+	for _, p := range strings.Split(parts, ",") {
+		if !slices.Contains(allParts, p) {
+			return nil, fmt.Errorf("-parts: unknown part %q (want %s)", p, strings.Join(allParts, ","))
+		}
+		cfg.parts[p] = true
+	}
+	if cfg.rounds < 1 || cfg.duration < time.Second || cfg.accounts < 1 || cfg.genReps < 1 {
+		return nil, fmt.Errorf("-rounds, -accounts and -genreps must be positive and -duration at least 1s")
+	}
+	if cfg.db == "" {
+		cfg.db = defaultDB()
+	}
+	switch cfg.pgbench {
+	case "auto":
+		cfg.pgbench = findPgbench()
+	case "off":
+		cfg.pgbench = ""
+	}
+	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}").Output()
+	if err != nil {
+		return nil, fmt.Errorf("find the repository root (run go run ./bench inside it): %w", err)
+	}
+	cfg.root = strings.TrimSpace(string(out))
+	return cfg, nil
+}
+
+func defaultDB() string {
+	for _, name := range []string{"IDEMGEN_TEST_DATABASE_URL", "DATABASE_URL"} {
+		if u := os.Getenv(name); u != "" {
+			return u
+		}
+	}
+	return "postgres:///idemgen_test?host=/var/run/postgresql"
+}
+
+// findPgbench looks for pgbench on PATH, then in Debian's and the usual
+// PostgreSQL install directories.
+func findPgbench() string {
+	if p, err := exec.LookPath("pgbench"); err == nil {
+		return p
+	}
+	for _, pattern := range []string{"/usr/lib/postgresql/*/bin/pgbench", "/usr/pgsql-*/bin/pgbench", "/opt/homebrew/opt/postgresql@*/bin/pgbench"} {
+		if m, _ := filepath.Glob(pattern); len(m) > 0 {
+			return m[len(m)-1]
+		}
+	}
+	return ""
+}
+
+func intList(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("%q is not a positive integer", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+func logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "%s  %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
+}

@@ -1,0 +1,257 @@
+package load
+
+import (
+	"errors"
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/scanner"
+	"go/token"
+	"go/types"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+
+	"golang.org/x/tools/go/packages"
+
+	"github.com/idemgen/idemgen/internal/directive"
+	"github.com/idemgen/idemgen/internal/model"
+)
+
+// loadPackages lists the packages matching patterns and type-checks, from
+// source, those idemgen has business with (a directive, or an idem_gen.go)
+// and the matched packages they import; the others are only parsed.
+//
+// This is what go/packages does in NeedTypes mode, except for one step:
+// go/packages gets the dependencies' export data from `go list -export`,
+// which compiles the matched packages themselves too. Their export data is
+// never used (they are type-checked from source), and for a package of many
+// handlers the compile of idem_gen.go (an instantiation of the generic
+// idem.Inbox per handler) took nine tenths of idemgen's time. Here the
+// packages are listed without -export and only their imports are loaded
+// from export data, as go vet does.
+//
+// idemgen's own earlier output must never stand in its way: when a package
+// with an idem_gen.go has errors (the file goes stale as soon as a handler's
+// signature changes), the packages are type-checked again with every
+// idem_gen.go read as an empty file of its package.
+func loadPackages(cfg Config, patterns []string) ([]*packages.Package, error) {
+	const listMode = packages.NeedName | packages.NeedFiles | packages.NeedCompiledGoFiles |
+		packages.NeedImports | packages.NeedModule
+	pkgs, err := packages.Load(&packages.Config{Mode: listMode, Dir: cfg.Dir, Env: cfg.Env}, patterns...)
+	if err != nil {
+		return nil, fmt.Errorf("load %s: %w", strings.Join(patterns, " "), err)
+	}
+	fset := token.NewFileSet()
+	roots := map[string]*packages.Package{}
+	listErrors := map[*packages.Package][]packages.Error{}
+	for _, pkg := range pkgs {
+		roots[pkg.ID] = pkg
+		listErrors[pkg] = pkg.Errors
+		pkg.Fset = fset
+		pkg.Syntax, pkg.Errors = parseFiles(fset, pkg.CompiledGoFiles, false, pkg.Errors)
+	}
+
+	// The packages to type-check: those idemgen has business with and the
+	// matched packages they import, in dependency order.
+	var order []*packages.Package
+	checked := map[string]bool{}
+	var visit func(pkg *packages.Package)
+	visit = func(pkg *packages.Package) {
+		if checked[pkg.ID] {
+			return
+		}
+		checked[pkg.ID] = true
+		for _, id := range sortedImports(pkg) {
+			if r := roots[id]; r != nil {
+				visit(r)
+			}
+		}
+		order = append(order, pkg)
+	}
+	for _, pkg := range pkgs {
+		if concernsIdemgen(pkg) {
+			visit(pkg)
+		}
+	}
+	if len(order) == 0 {
+		return pkgs, nil
+	}
+
+	// Their other imports, from export data.
+	var paths []string
+	for _, pkg := range order {
+		for _, id := range sortedImports(pkg) {
+			if !checked[id] && id != "unsafe" && id != "C" && !slices.Contains(paths, id) {
+				paths = append(paths, id)
+			}
+		}
+	}
+	deps := map[string]*packages.Package{}
+	sizes := types.SizesFor("gc", runtime.GOARCH)
+	if len(paths) > 0 {
+		loaded, err := packages.Load(&packages.Config{
+			Mode: packages.NeedName | packages.NeedTypes | packages.NeedTypesSizes,
+			Dir:  cfg.Dir, Env: cfg.Env, Fset: fset,
+		}, paths...)
+		if err != nil {
+			return nil, fmt.Errorf("load the imports of %s: %w", strings.Join(patterns, " "), err)
+		}
+		for _, dep := range loaded {
+			deps[dep.ID] = dep
+			if dep.TypesSizes != nil {
+				sizes = dep.TypesSizes
+			}
+		}
+	}
+
+	check := func() (stale bool) {
+		for _, pkg := range order {
+			typeCheck(pkg, fset, sizes, func(id string) *packages.Package {
+				if checked[id] {
+					return roots[id]
+				}
+				return deps[id]
+			})
+			stale = stale || (hasGenerated(pkg) && len(pkg.Errors) > 0)
+		}
+		return stale
+	}
+	if check() {
+		for _, pkg := range order {
+			pkg.Syntax, pkg.Errors = parseFiles(fset, pkg.CompiledGoFiles, true, slices.Clone(listErrors[pkg]))
+		}
+		check()
+	}
+	return pkgs, nil
+}
+
+// concernsIdemgen reports whether pkg has an //idem: directive or a generated
+// file: the packages loadPackage does not skip.
+func concernsIdemgen(pkg *packages.Package) bool {
+	if hasGenerated(pkg) {
+		return true
+	}
+	for _, f := range pkg.Syntax {
+		for _, group := range f.Comments {
+			for _, c := range group.List {
+				if directive.Is(c.Text) {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+func hasGenerated(pkg *packages.Package) bool {
+	return slices.ContainsFunc(pkg.GoFiles, func(f string) bool { return filepath.Base(f) == model.WrapperFile })
+}
+
+// sortedImports returns the IDs of the packages pkg imports, sorted.
+func sortedImports(pkg *packages.Package) []string {
+	var ids []string
+	for _, imp := range pkg.Imports {
+		ids = append(ids, imp.ID)
+	}
+	slices.Sort(ids)
+	return slices.Compact(ids)
+}
+
+// parseFiles parses files as go/packages does, appending the problems to
+// errs. With stubGenerated, idem_gen.go is read as an empty file of its
+// package.
+func parseFiles(fset *token.FileSet, files []string, stubGenerated bool, errs []packages.Error) ([]*ast.File, []packages.Error) {
+	var syntax []*ast.File
+	for _, name := range files {
+		var src []byte
+		if stubGenerated && filepath.Base(name) == model.WrapperFile {
+			if f, err := parser.ParseFile(token.NewFileSet(), name, nil, parser.PackageClauseOnly); err == nil {
+				src = []byte("package " + f.Name.Name + "\n")
+			}
+		}
+		if src == nil {
+			var err error
+			if src, err = os.ReadFile(name); err != nil {
+				errs = append(errs, packages.Error{Pos: name + ":1", Msg: err.Error(), Kind: packages.ParseError})
+				continue
+			}
+		}
+		f, err := parser.ParseFile(fset, name, src, parser.AllErrors|parser.ParseComments|parser.SkipObjectResolution)
+		var list scanner.ErrorList
+		if errors.As(err, &list) {
+			for _, e := range list {
+				errs = append(errs, packages.Error{Pos: e.Pos.String(), Msg: e.Msg, Kind: packages.ParseError})
+			}
+		} else if err != nil {
+			errs = append(errs, packages.Error{Pos: name + ":1", Msg: err.Error(), Kind: packages.ParseError})
+		}
+		if f != nil {
+			syntax = append(syntax, f)
+		}
+	}
+	return syntax, errs
+}
+
+// typeCheck type-checks pkg's syntax, with the types of its imports from
+// lookup (by package ID), recording the types, the type information and the
+// errors in pkg as go/packages would.
+func typeCheck(pkg *packages.Package, fset *token.FileSet, sizes types.Sizes, lookup func(id string) *packages.Package) {
+	pkg.Types = types.NewPackage(pkg.PkgPath, pkg.Name)
+	pkg.TypesSizes = sizes
+	pkg.TypesInfo = &types.Info{
+		Types:        map[ast.Expr]types.TypeAndValue{},
+		Defs:         map[*ast.Ident]types.Object{},
+		Uses:         map[*ast.Ident]types.Object{},
+		Implicits:    map[ast.Node]types.Object{},
+		Instances:    map[*ast.Ident]types.Instance{},
+		Scopes:       map[ast.Node]*types.Scope{},
+		Selections:   map[*ast.SelectorExpr]*types.Selection{},
+		FileVersions: map[*ast.File]string{},
+	}
+	tc := &types.Config{
+		Importer: importerFunc(func(path string) (*types.Package, error) {
+			if path == "unsafe" {
+				return types.Unsafe, nil
+			}
+			imp := pkg.Imports[path]
+			if imp == nil {
+				return nil, fmt.Errorf("no metadata for %s", path)
+			}
+			dep := lookup(imp.ID)
+			switch {
+			case dep == nil:
+				return nil, fmt.Errorf("no metadata for %s", path)
+			case dep.Types != nil && dep.Types.Complete():
+				return dep.Types, nil
+			case len(dep.Errors) > 0:
+				return nil, errors.New(dep.Errors[0].Msg)
+			default:
+				return nil, fmt.Errorf("no export data for %s", path)
+			}
+		}),
+		Error: func(err error) {
+			var te types.Error
+			if errors.As(err, &te) {
+				pkg.Errors = append(pkg.Errors, packages.Error{Pos: te.Fset.Position(te.Pos).String(), Msg: te.Msg, Kind: packages.TypeError})
+				return
+			}
+			pkg.Errors = append(pkg.Errors, packages.Error{Pos: "-", Msg: err.Error(), Kind: packages.UnknownError})
+		},
+		Sizes: sizes,
+	}
+	if pkg.Module != nil && pkg.Module.GoVersion != "" {
+		tc.GoVersion = "go" + pkg.Module.GoVersion
+	}
+	errorsBefore := len(pkg.Errors)
+	if err := types.NewChecker(tc, fset, pkg.Types, pkg.TypesInfo).Files(pkg.Syntax); err != nil && len(pkg.Errors) == errorsBefore {
+		pkg.Errors = append(pkg.Errors, packages.Error{Pos: "-", Msg: err.Error(), Kind: packages.UnknownError})
+	}
+	pkg.IllTyped = len(pkg.Errors) > 0
+}
+
+type importerFunc func(path string) (*types.Package, error)
+
+func (f importerFunc) Import(path string) (*types.Package, error) { return f(path) }
