@@ -15,9 +15,8 @@ import (
 // Post, processes every Deposit at most once per key (MessageID) of the
 // consumer "bench.ledger", whose inbox table is idem_bench_ledger. Each
 // scenario is a subtest in a fresh schema with the goose migrations of
-// migrations/ applied; its message is built with random values in its key
-// fields and zero values elsewhere, and its receiver is none (a plain
-// function):
+// migrations/ applied; its receiver and message come from postFixture, called
+// once per scenario:
 //
 //   - concurrent_deliveries: 16 deliveries of one message at once, the first
 //     held inside its transaction until the other 15 wait on its claim in
@@ -30,17 +29,17 @@ import (
 //     ack, the redelivery to a new worker is idem.Duplicate with the stored
 //     result and does not run the handler;
 //   - key_reused: a message with the same key and another payload gets
-//     idem.ErrKeyReused and changes nothing; that message has Account changed;
+//     idem.ErrKeyReused and changes nothing; that message is the fixture's
+//     Variant or, without one, the message with Account changed;
 //   - sequential_duplicate: a second delivery of the message is idem.Duplicate
-//     with the first one's result.
+//     with the first one's result;
+//   - business_unique_violation, when postFixture supplies a Conflict: a unique
+//     violation of the handler's own write is its error, never idem.Duplicate,
+//     and records nothing.
 //
-// The business effect is not counted. A fixture can seed data, choose the
-// message, count the effect and supply a Variant (see idemtest.Fixture):
-// declare it in a _test.go file of package ledger,
-//
-//	func postFixture(t testing.TB, db *idemtest.DB) idemtest.Fixture[idemtest.NoReceiver, Deposit]
-//
-// and add fixture=postFixture to the //idem:handler directive of Post.
+// When postFixture supplies an Effect, its count of the business effect must be
+// exactly 1 after each scenario (0 after the abandoned delivery, and unchanged
+// by the failed one of business_unique_violation).
 //
 // Without IDEMGEN_TEST_DATABASE_URL (or DATABASE_URL) the test is skipped, and
 // with IDEMGEN_REQUIRE_DB set it fails instead; IDEMGEN_TEST_DELIVERIES sets
@@ -52,13 +51,7 @@ func TestPostIdem(t *testing.T) {
 		New: func(_ idemtest.NoReceiver, pool *pgxpool.Pool, opts ...idem.Option) idemtest.HandleFunc[Deposit, Posted] {
 			return NewPostIdem(pool, opts...).Handle
 		},
-		Fixture: func(t testing.TB, db *idemtest.DB) idemtest.Fixture[idemtest.NoReceiver, Deposit] {
-			msg := Deposit{}
-			msg.MessageID = idemtest.UniqueString[string]()
-			return idemtest.Fixture[idemtest.NoReceiver, Deposit]{
-				Message: msg,
-			}
-		},
+		Fixture: postFixture,
 		Variant: func(msg Deposit) Deposit {
 			msg.Account++
 			return msg

@@ -61,7 +61,7 @@ func Apply(ctx context.Context, db Execer, msg Deposit) (Posted, error) {
 
 // Post is the handler idemgen wraps: Apply in the inbox's transaction.
 //
-//idem:handler consumer=bench.ledger key=MessageID
+//idem:handler consumer=bench.ledger key=MessageID fixture=postFixture
 func Post(ctx context.Context, tx pgx.Tx, msg Deposit) (Posted, error) {
 	return Apply(ctx, tx, msg)
 }
