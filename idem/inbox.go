@@ -69,15 +69,6 @@ func NewInbox[M, R any](db *pgxpool.Pool, table Table[M], handler func(ctx conte
 	}
 }
 
-// The claim's lock_timeout is set for the claim alone: the session's value is
-// saved in a custom setting and restored right after, so the handler's
-// statements run with the timeout they would have had without idem.
-const (
-	setClaimLockTimeout = `WITH saved AS MATERIALIZED (SELECT set_config('idem.lock_timeout', current_setting('lock_timeout'), true)) ` +
-		`SELECT set_config('lock_timeout', $1, true) FROM saved`
-	restoreLockTimeout = `SELECT set_config('lock_timeout', current_setting('idem.lock_timeout'), true)`
-)
-
 // Handle delivers msg: it runs the handler and commits its writes together
 // with the inbox row (Processed), or returns the stored result of an earlier
 // delivery of the same key without calling the handler (Duplicate). Ack the
@@ -171,13 +162,13 @@ func (in *Inbox[M, R]) Handle(ctx context.Context, msg M) (R, Outcome, error) {
 // entity's last applied one (the claim statement records it in the same
 // statement, so that two concurrent versions cannot both win).
 func (in *Inbox[M, R]) claim(ctx context.Context, conn *pgx.Conn, key []any, fp []byte, order []any) (tx pgx.Tx, claimed, fresh bool, err error) {
-	args := make([]any, 0, len(key)+1+len(order))
-	args = append(append(append(args, key...), fp), order...)
-	b := newBatch(4)
+	// The claim statement bounds its own wait with lock_timeout and
+	// restores the session's value before it returns (see idem.Table).
+	args := make([]any, 0, len(key)+2+len(order))
+	args = append(append(append(args, key...), fp, in.lockWait), order...)
+	b := newBatch(2)
 	b.BeginTx(in.txOptions)
-	b.Queue(setClaimLockTimeout, in.lockWait)
 	b.Queue(in.table.Claim, args...)
-	b.Queue(restoreLockTimeout)
 	br := conn.SendBatch(ctx, b)
 	claimed, fresh, err = readClaim(br)
 	if closeErr := br.Close(); err == nil {
@@ -190,20 +181,16 @@ func (in *Inbox[M, R]) claim(ctx context.Context, conn *pgx.Conn, key []any, fp 
 // when it inserted the key; its one column says whether the message is fresh
 // (always true without a stale-message guard).
 func readClaim(br pgx.BatchResults) (claimed, fresh bool, err error) {
-	for range 2 { // BEGIN, then the claim's lock_timeout
-		if _, err := br.Exec(); err != nil {
-			return false, false, err
-		}
+	if _, err := br.Exec(); err != nil { // BEGIN
+		return false, false, err
 	}
 	switch err := br.QueryRow().Scan(&fresh); {
 	case errors.Is(err, pgx.ErrNoRows):
+		return false, false, nil
 	case err != nil:
 		return false, false, err
-	default:
-		claimed = true
 	}
-	_, err = br.Exec() // restore lock_timeout
-	return claimed, fresh, err
+	return true, fresh, nil
 }
 
 // call runs the handler. A panic rolls the transaction back before it goes on
@@ -223,15 +210,22 @@ func (in *Inbox[M, R]) call(ctx context.Context, conn *pgx.Conn, tx *handlerTx, 
 // although the handler returned no error.
 var errAborted = errors.New("idem: a statement of the handler failed but the handler returned nil; the transaction was rolled back")
 
-// complete stores the result in the inbox row and commits, in one round trip.
+// complete stores the result in the inbox row, if the handler has one, and
+// commits, in one round trip.
 func (in *Inbox[M, R]) complete(ctx context.Context, conn *pgx.Conn, key []any, result []byte) error {
-	sql, args := in.table.statement(in.table.Complete, in.table.NullComplete, key)
 	b := newBatch(2)
-	b.Queue(sql, append(args, result)...)
+	if !in.noResult {
+		// The claim inserted the row done; only a result is left to store.
+		sql, args := in.table.statement(in.table.Complete, in.table.NullComplete, key)
+		b.Queue(sql, append(args, result)...)
+	}
 	b.Queue("commit")
 	br := conn.SendBatch(ctx, b)
-	updated, err := br.Exec()
-	var committed pgconn.CommandTag
+	var updated, committed pgconn.CommandTag
+	var err error
+	if !in.noResult {
+		updated, err = br.Exec()
+	}
 	if err == nil {
 		committed, err = br.Exec()
 	}
@@ -245,7 +239,7 @@ func (in *Inbox[M, R]) complete(ctx context.Context, conn *pgx.Conn, key []any, 
 		// A failed COMMIT may or may not have committed: the redelivery
 		// finds out, as a Duplicate or by processing the message.
 		return fmt.Errorf("idem: store the result and commit: %w", err)
-	case updated.RowsAffected() != 1:
+	case !in.noResult && updated.RowsAffected() != 1:
 		return fmt.Errorf("idem: the inbox row was gone when the result was stored (%d rows updated); did the handler delete it?", updated.RowsAffected())
 	}
 	return nil

@@ -15,12 +15,16 @@ import (
 // out so that a reviewer sees exactly what runs.
 //
 // Placeholders: $1 to $n are the key parts in column order (n =
-// len(KeyFields)). Claim takes the fingerprint as $n+1, and for a table with a
-// stale-message guard the entity and version as $n+2 and $n+3; it returns one
-// boolean row when it inserted the key: true unless the guard found the
-// version stale. Complete takes the JSON result (or NULL) as the placeholder
-// after the key's; Lookup returns fingerprint, status and result; Purge takes
-// the retention in seconds as $1 and the batch size as $2.
+// len(KeyFields)). Claim takes the fingerprint as $n+1, the claim wait (a
+// lock_timeout value) as $n+2, and for a table with a stale-message guard
+// the entity and version as $n+3 and $n+4. It bounds its own wait for a
+// concurrent claim with that lock_timeout, restores the session's value
+// before it returns, and returns one boolean row when it inserted the key:
+// true unless the guard found the version stale. The row it inserts is done
+// (it becomes visible only with the commit); Complete stores the JSON result
+// (the placeholder after the key's) of a handler that has one. Lookup returns
+// fingerprint, status and result; Purge takes the retention in seconds as $1
+// and the batch size as $2.
 //
 // A key part that is NULL (a nil in Key's result) cannot be matched with =:
 // for keys with NULL parts, Complete and Lookup come from NullComplete and

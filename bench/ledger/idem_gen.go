@@ -47,8 +47,8 @@ var idemPostTable = idem.Table[Deposit]{
 	KeyFields: []string{"MessageID"},
 	Key:       idemPostKey,
 	Retain:    720 * time.Hour,
-	Claim:     "INSERT INTO idem_bench_ledger (key_message_id, fingerprint) VALUES ($1, $2) ON CONFLICT DO NOTHING RETURNING true",
-	Complete:  "UPDATE idem_bench_ledger SET status = 'done', result = $2, completed_at = now() WHERE key_message_id = $1",
+	Claim:     "WITH wait AS MATERIALIZED (SELECT set_config('lock_timeout', $3::text, true) FROM (SELECT set_config('idem.lock_timeout', current_setting('lock_timeout'), true) OFFSET 0) AS saved) INSERT INTO idem_bench_ledger (key_message_id, fingerprint) SELECT $1::text, $2::bytea FROM wait ON CONFLICT DO NOTHING RETURNING set_config('lock_timeout', current_setting('idem.lock_timeout'), true) IS NOT NULL",
+	Complete:  "UPDATE idem_bench_ledger SET result = $2 WHERE key_message_id = $1",
 	Lookup:    "SELECT fingerprint, status, result FROM idem_bench_ledger WHERE key_message_id = $1",
 	Purge:     "DELETE FROM idem_bench_ledger WHERE ctid = ANY (ARRAY(SELECT ctid FROM idem_bench_ledger WHERE created_at < now() - make_interval(secs => $1) LIMIT $2))",
 }

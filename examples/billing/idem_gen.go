@@ -48,8 +48,8 @@ var idemChargeTable = idem.Table[OrderPlaced]{
 	KeyFields: []string{"OrderID"},
 	Key:       idemChargeKey,
 	Retain:    720 * time.Hour,
-	Claim:     "INSERT INTO idem_billing_charge (key_order_id, fingerprint) VALUES ($1, $2) ON CONFLICT DO NOTHING RETURNING true",
-	Complete:  "UPDATE idem_billing_charge SET status = 'done', result = $2, completed_at = now() WHERE key_order_id = $1",
+	Claim:     "WITH wait AS MATERIALIZED (SELECT set_config('lock_timeout', $3::text, true) FROM (SELECT set_config('idem.lock_timeout', current_setting('lock_timeout'), true) OFFSET 0) AS saved) INSERT INTO idem_billing_charge (key_order_id, fingerprint) SELECT $1::text, $2::bytea FROM wait ON CONFLICT DO NOTHING RETURNING set_config('lock_timeout', current_setting('idem.lock_timeout'), true) IS NOT NULL",
+	Complete:  "UPDATE idem_billing_charge SET result = $2 WHERE key_order_id = $1",
 	Lookup:    "SELECT fingerprint, status, result FROM idem_billing_charge WHERE key_order_id = $1",
 	Purge:     "DELETE FROM idem_billing_charge WHERE ctid = ANY (ARRAY(SELECT ctid FROM idem_billing_charge WHERE created_at < now() - make_interval(secs => $1) LIMIT $2))",
 }
@@ -102,8 +102,8 @@ var idemBookPaymentTable = idem.Table[*PaymentReceived]{
 	KeyFields: []string{"Provider", "PaymentID"},
 	Key:       idemBookPaymentKey,
 	Retain:    2160 * time.Hour,
-	Claim:     "INSERT INTO idem_billing_payment (key_provider, key_payment_id, fingerprint) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING RETURNING true",
-	Complete:  "UPDATE idem_billing_payment SET status = 'done', result = $3, completed_at = now() WHERE key_provider = $1 AND key_payment_id = $2",
+	Claim:     "WITH wait AS MATERIALIZED (SELECT set_config('lock_timeout', $4::text, true) FROM (SELECT set_config('idem.lock_timeout', current_setting('lock_timeout'), true) OFFSET 0) AS saved) INSERT INTO idem_billing_payment (key_provider, key_payment_id, fingerprint) SELECT $1::text, $2::text, $3::bytea FROM wait ON CONFLICT DO NOTHING RETURNING set_config('lock_timeout', current_setting('idem.lock_timeout'), true) IS NOT NULL",
+	Complete:  "UPDATE idem_billing_payment SET result = $3 WHERE key_provider = $1 AND key_payment_id = $2",
 	Lookup:    "SELECT fingerprint, status, result FROM idem_billing_payment WHERE key_provider = $1 AND key_payment_id = $2",
 	Purge:     "DELETE FROM idem_billing_payment WHERE ctid = ANY (ARRAY(SELECT ctid FROM idem_billing_payment WHERE created_at < now() - make_interval(secs => $1) LIMIT $2))",
 }
@@ -161,8 +161,8 @@ var idemOpenAccountTable = idem.Table[OpenAccountRequested]{
 	KeyFields: []string{"RequestID"},
 	Key:       idemOpenAccountKey,
 	Retain:    720 * time.Hour,
-	Claim:     "INSERT INTO idem_billing_open_account (key_request_id, fingerprint) VALUES ($1, $2) ON CONFLICT DO NOTHING RETURNING true",
-	Complete:  "UPDATE idem_billing_open_account SET status = 'done', result = $2, completed_at = now() WHERE key_request_id = $1",
+	Claim:     "WITH wait AS MATERIALIZED (SELECT set_config('lock_timeout', $3::text, true) FROM (SELECT set_config('idem.lock_timeout', current_setting('lock_timeout'), true) OFFSET 0) AS saved) INSERT INTO idem_billing_open_account (key_request_id, fingerprint) SELECT $1::uuid, $2::bytea FROM wait ON CONFLICT DO NOTHING RETURNING set_config('lock_timeout', current_setting('idem.lock_timeout'), true) IS NOT NULL",
+	Complete:  "UPDATE idem_billing_open_account SET result = $2 WHERE key_request_id = $1",
 	Lookup:    "SELECT fingerprint, status, result FROM idem_billing_open_account WHERE key_request_id = $1",
 	Purge:     "DELETE FROM idem_billing_open_account WHERE ctid = ANY (ARRAY(SELECT ctid FROM idem_billing_open_account WHERE created_at < now() - make_interval(secs => $1) LIMIT $2))",
 }

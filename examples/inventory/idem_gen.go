@@ -50,8 +50,8 @@ var idemReceiveGoodsTable = idem.Table[CloudEvent]{
 	KeyFields: []string{"Source", "ID"},
 	Key:       idemReceiveGoodsKey,
 	Retain:    720 * time.Hour,
-	Claim:     "INSERT INTO idem_inventory_goods_received (key_source, key_id, fingerprint) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING RETURNING true",
-	Complete:  "UPDATE idem_inventory_goods_received SET status = 'done', result = $3, completed_at = now() WHERE key_source = $1 AND key_id = $2",
+	Claim:     "WITH wait AS MATERIALIZED (SELECT set_config('lock_timeout', $4::text, true) FROM (SELECT set_config('idem.lock_timeout', current_setting('lock_timeout'), true) OFFSET 0) AS saved) INSERT INTO idem_inventory_goods_received (key_source, key_id, fingerprint) SELECT $1::text, $2::text, $3::bytea FROM wait ON CONFLICT DO NOTHING RETURNING set_config('lock_timeout', current_setting('idem.lock_timeout'), true) IS NOT NULL",
+	Complete:  "UPDATE idem_inventory_goods_received SET result = $3 WHERE key_source = $1 AND key_id = $2",
 	Lookup:    "SELECT fingerprint, status, result FROM idem_inventory_goods_received WHERE key_source = $1 AND key_id = $2",
 	Purge:     "DELETE FROM idem_inventory_goods_received WHERE ctid = ANY (ARRAY(SELECT ctid FROM idem_inventory_goods_received WHERE created_at < now() - make_interval(secs => $1) LIMIT $2))",
 }
@@ -105,12 +105,12 @@ var idemBookReturnTable = idem.Table[ReturnReceived]{
 	KeyFields: []string{"OrderID", "RMA"},
 	Key:       idemBookReturnKey,
 	Retain:    720 * time.Hour,
-	Claim:     "INSERT INTO idem_inventory_return (key_order_id, key_rma, fingerprint) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING RETURNING true",
-	Complete:  "UPDATE idem_inventory_return SET status = 'done', result = $3, completed_at = now() WHERE key_order_id = $1 AND key_rma = $2",
+	Claim:     "WITH wait AS MATERIALIZED (SELECT set_config('lock_timeout', $4::text, true) FROM (SELECT set_config('idem.lock_timeout', current_setting('lock_timeout'), true) OFFSET 0) AS saved) INSERT INTO idem_inventory_return (key_order_id, key_rma, fingerprint) SELECT $1::text, $2::text, $3::bytea FROM wait ON CONFLICT DO NOTHING RETURNING set_config('lock_timeout', current_setting('idem.lock_timeout'), true) IS NOT NULL",
+	Complete:  "UPDATE idem_inventory_return SET result = $3 WHERE key_order_id = $1 AND key_rma = $2",
 	Lookup:    "SELECT fingerprint, status, result FROM idem_inventory_return WHERE key_order_id = $1 AND key_rma = $2",
 	Purge:     "DELETE FROM idem_inventory_return WHERE ctid = ANY (ARRAY(SELECT ctid FROM idem_inventory_return WHERE created_at < now() - make_interval(secs => $1) LIMIT $2))",
 	NullComplete: map[uint64]string{
-		0b10: "UPDATE idem_inventory_return SET status = 'done', result = $2, completed_at = now() WHERE key_order_id = $1 AND key_rma IS NULL",
+		0b10: "UPDATE idem_inventory_return SET result = $2 WHERE key_order_id = $1 AND key_rma IS NULL",
 	},
 	NullLookup: map[uint64]string{
 		0b10: "SELECT fingerprint, status, result FROM idem_inventory_return WHERE key_order_id = $1 AND key_rma IS NULL",
@@ -173,8 +173,8 @@ var idemApplyCountTable = idem.Table[StockCounted]{
 	Key:       idemApplyCountKey,
 	Order:     idemApplyCountOrder,
 	Retain:    720 * time.Hour,
-	Claim:     "WITH claim AS (INSERT INTO idem_inventory_count (key_count_id, fingerprint) VALUES ($1, $2) ON CONFLICT DO NOTHING RETURNING 1), fresh AS (INSERT INTO idem_inventory_count_versions (entity, version) SELECT $3::text, $4::bigint FROM claim ON CONFLICT (entity) DO UPDATE SET version = EXCLUDED.version, updated_at = now() WHERE idem_inventory_count_versions.version < EXCLUDED.version RETURNING 1) SELECT EXISTS (SELECT FROM fresh) FROM claim",
-	Complete:  "UPDATE idem_inventory_count SET status = 'done', result = $2, completed_at = now() WHERE key_count_id = $1",
+	Claim:     "WITH wait AS MATERIALIZED (SELECT set_config('lock_timeout', $3::text, true) FROM (SELECT set_config('idem.lock_timeout', current_setting('lock_timeout'), true) OFFSET 0) AS saved), claim AS (INSERT INTO idem_inventory_count (key_count_id, fingerprint) SELECT $1::uuid, $2::bytea FROM wait ON CONFLICT DO NOTHING RETURNING 1), fresh AS (INSERT INTO idem_inventory_count_versions (entity, version) SELECT $4::text, $5::bigint FROM claim ON CONFLICT (entity) DO UPDATE SET version = EXCLUDED.version, updated_at = now() WHERE idem_inventory_count_versions.version < EXCLUDED.version RETURNING set_config('lock_timeout', current_setting('idem.lock_timeout'), true)) SELECT EXISTS (SELECT FROM fresh) FROM claim",
+	Complete:  "UPDATE idem_inventory_count SET result = $2 WHERE key_count_id = $1",
 	Lookup:    "SELECT fingerprint, status, result FROM idem_inventory_count WHERE key_count_id = $1",
 	Purge:     "DELETE FROM idem_inventory_count WHERE ctid = ANY (ARRAY(SELECT ctid FROM idem_inventory_count WHERE created_at < now() - make_interval(secs => $1) LIMIT $2))",
 }

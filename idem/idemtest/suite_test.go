@@ -58,7 +58,7 @@ DROP TABLE accounts;
 CREATE TABLE inbox_transfer (
     key_id       text        PRIMARY KEY,
     fingerprint  bytea       NOT NULL,
-    status       text        NOT NULL DEFAULT 'running',
+    status       text        NOT NULL DEFAULT 'done',
     result       jsonb,
     attempts     integer     NOT NULL DEFAULT 1,
     created_at   timestamptz NOT NULL DEFAULT now(),
@@ -120,8 +120,12 @@ var transferTable = idem.Table[transfer]{
 		return []any{msg.ID}, nil
 	},
 	Retain:   time.Hour,
-	Claim:    `INSERT INTO inbox_transfer (key_id, fingerprint) VALUES ($1, $2) ON CONFLICT DO NOTHING RETURNING true`,
-	Complete: `UPDATE inbox_transfer SET status = 'done', result = $2, completed_at = now() WHERE key_id = $1`,
+	Claim: `WITH wait AS MATERIALIZED (SELECT set_config('lock_timeout', $3::text, true)
+		FROM (SELECT set_config('idem.lock_timeout', current_setting('lock_timeout'), true) OFFSET 0) AS saved)
+		INSERT INTO inbox_transfer (key_id, fingerprint) SELECT $1::text, $2::bytea FROM wait
+		ON CONFLICT DO NOTHING
+		RETURNING set_config('lock_timeout', current_setting('idem.lock_timeout'), true) IS NOT NULL`,
+	Complete: `UPDATE inbox_transfer SET result = $2 WHERE key_id = $1`,
 	Lookup:   `SELECT fingerprint, status, result FROM inbox_transfer WHERE key_id = $1`,
 	Purge:    `DELETE FROM inbox_transfer WHERE created_at < now() - make_interval(secs => $1) AND $2 > 0`,
 }

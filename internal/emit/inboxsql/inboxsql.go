@@ -46,18 +46,20 @@ type Statements struct {
 func StatementsFor(h model.Handler) Statements {
 	in := h.Inbox()
 	d := statementData{Table: in.Table}
-	var cols, params []string
+	var cols, values []string
 	for i, c := range in.Key {
 		cols = append(cols, c.Name)
-		params = append(params, fmt.Sprintf("$%d", i+1))
+		values = append(values, fmt.Sprintf("$%d::%s", i+1, c.Type))
 	}
+	n := len(in.Key)
 	d.KeyColumns = strings.Join(cols, ", ")
-	d.KeyParams = strings.Join(params, ", ")
-	d.Next = fmt.Sprintf("$%d", len(in.Key)+1)
+	d.KeyValues = strings.Join(values, ", ")
+	d.Fingerprint = fmt.Sprintf("$%d", n+1)
+	d.Wait = fmt.Sprintf("$%d", n+2)
 	if in.Guard != nil {
 		d.Versions = VersionsTable(in)
-		d.Entity = fmt.Sprintf("$%d", len(in.Key)+2)
-		d.Version = fmt.Sprintf("$%d", len(in.Key)+3)
+		d.Entity = fmt.Sprintf("$%d", n+3)
+		d.Version = fmt.Sprintf("$%d", n+4)
 		d.EntityType = in.Guard.Type
 	}
 	st := Statements{Claim: render("claim", d), Purge: render("purge", d)}
@@ -106,15 +108,17 @@ func match(key []model.Column, nulls uint64) (where, next string) {
 }
 
 type statementData struct {
-	Table      string
-	KeyColumns string // key_a, key_b
-	KeyParams  string // $1, $2
-	Next       string // the placeholder after the key's
-	Match      string // key_a = $1 AND key_b = $2
-	Versions   string // the guard's versions table, if any
-	Entity     string
-	Version    string
-	EntityType string
+	Table       string
+	KeyColumns  string // key_a, key_b
+	KeyValues   string // $1::text, $2::bigint
+	Fingerprint string // the claim's placeholders after the key's
+	Wait        string
+	Next        string // in Complete and Lookup, the placeholder after the key's
+	Match       string // key_a = $1 AND key_b = $2
+	Versions    string // the guard's versions table, if any
+	Entity      string
+	Version     string
+	EntityType  string
 }
 
 // Create renders the migration that creates the inbox in.
@@ -134,11 +138,11 @@ func Create(in model.Inbox) []byte {
 	}
 	cols = append(cols,
 		column{"fingerprint", "bytea", "NOT NULL"},
-		column{"status", "text", "NOT NULL DEFAULT 'running'"},
+		column{"status", "text", "NOT NULL DEFAULT 'done'"},
 		column{"result", "jsonb", ""},
 		column{"attempts", "integer", "NOT NULL DEFAULT 1"},
 		column{"created_at", "timestamptz", "NOT NULL DEFAULT now()"},
-		column{"completed_at", "timestamptz", ""},
+		column{"completed_at", "timestamptz", "DEFAULT now()"},
 	)
 	nameWidth, typeWidth := 0, 0
 	for _, c := range cols {
