@@ -119,7 +119,7 @@ var transferTable = idem.Table[transfer]{
 		}
 		return []any{msg.ID}, nil
 	},
-	Retain:   time.Hour,
+	Retain: time.Hour,
 	Claim: `WITH wait AS MATERIALIZED (SELECT set_config('lock_timeout', $3::text, true)
 		FROM (SELECT set_config('idem.lock_timeout', current_setting('lock_timeout'), true) OFFSET 0) AS saved)
 		INSERT INTO inbox_transfer (key_id, fingerprint) SELECT $1::text, $2::bytea FROM wait
