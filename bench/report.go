@@ -362,7 +362,7 @@ func (r *report) writeBounds(w writer) {
 		dur(cpu(bare)), dur(cpu(hand)), dur(cpu(gen)), serverDur(bare), serverDur(hand), serverDur(gen), dur(bare.clientCPU), dur(hand.clientCPU), dur(gen.clientCPU))
 	w("When the cores are saturated, throughput is the CPU available ÷ the CPU per message, so the CPU ratios bound the throughput ratios: bare/generated CPU = %s (measured generated/bare throughput %s), hand-written/generated CPU = %s (measured generated/hand-written throughput %s). ",
 		ratio(float64(cpu(bare))/float64(cpu(gen))), ratio(gen.rate/bare.rate), ratio(float64(cpu(hand))/float64(cpu(gen))), ratio(gen.rate/hand.rate))
-	w("Fewer round trips save latency and the per-round-trip work of client and server (a read, a write, a wake-up on each side), but not the work of the statements themselves: generated executes seven statements per message on the server (BEGIN, two `set_config` for the claim's lock_timeout, the claim INSERT into a table with two indexes, the UPDATE, the result UPDATE, COMMIT), hand-written five, bare one. ")
+	w("Fewer round trips save latency and the per-round-trip work of client and server (a read, a write, a wake-up on each side), but not the work of the statements themselves: generated executes five statements per message on the server (BEGIN; the claim, one statement that also sets and restores its lock_timeout; the UPDATE; the result UPDATE; COMMIT), like hand-written, whose claim waits without a bound; bare one. ")
 	if r.db.pgbench {
 		pb, pi := s(scPgBare, n), s(scPgInbox, n)
 		w("The client is not what sets this ceiling: pgbench, sending the hand-written inbox's SQL from C, reaches %s of its own bare UPDATE at %d workers, and the generated wrapper %s of pgbench's inbox.", ratio(pi.rate/pb.rate), n, ratio(gen.rate/pi.rate))
@@ -374,7 +374,7 @@ func (r *report) writeBounds(w writer) {
 			"then the transaction must be rolled back and the stored row read in a fresh snapshot (correct under REPEATABLE READ and SERIALIZABLE), a second round trip. "+
 			"Reading the inbox row before the claim would make a duplicate one round trip but add one to every first delivery (4 instead of 3 here), which pays only when more than half of the messages are duplicates. "+
 			"A duplicate costs less than a first delivery (no handler, no write, no WAL flush to wait for): %s faster at %d worker and %s message by message (median latency), %s more messages per second at %d workers. "+
-			"At %d workers the cores are the bound again: a duplicate still runs six statements on the server (BEGIN, the two `set_config`, the claim, ROLLBACK, the read of the row) and costs %s of CPU (server %s, client %s) against %s for a first delivery, a ratio of %s.\n\n",
+			"At %d workers the cores are the bound again: a duplicate still runs four statements on the server (BEGIN, the claim, ROLLBACK, the read of the row) and costs %s of CPU (server %s, client %s) against %s for a first delivery, a ratio of %s.\n\n",
 			dup.tripsPerMsg, ratio(float64(s(scGenerated, one).p50)/float64(s(scDuplicate, one).p50)), one, ratio(float64(g1)/float64(d1)), ratio(dup.rate/gen.rate), n,
 			n, dur(cpu(dup)), serverDur(dup), dur(dup.clientCPU), dur(cpu(gen)), ratio(float64(cpu(gen))/float64(cpu(dup))))
 	}
