@@ -191,21 +191,23 @@ func perturb(dir, pkg string, run int) error {
 	return os.WriteFile(filepath.Join(dir, "zz_perturb.go"), []byte(src), 0o644)
 }
 
-// copyExample copies a package's non-test Go files and its migrations.
+// copyExample copies a package's Go files, with the test files of the
+// package itself (its fixtures and generated tests; not those of package
+// x_test), and its migrations folder.
 func copyExample(src, dst string) error {
-	for _, pattern := range []string{"*.go", "migrations/*.sql"} {
+	for _, pattern := range []string{"*.go", "migrations/*.sql", "migrations/idemgen.sum"} {
 		files, err := filepath.Glob(filepath.Join(src, pattern))
 		if err != nil {
 			return err
 		}
 		for _, f := range files {
-			if strings.HasSuffix(f, "_test.go") {
-				continue
-			}
 			rel, _ := filepath.Rel(src, f)
 			data, err := os.ReadFile(f)
 			if err != nil {
 				return err
+			}
+			if strings.HasSuffix(f, "_test.go") && externalTest(data) {
+				continue
 			}
 			out := filepath.Join(dst, rel)
 			if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
@@ -217,6 +219,16 @@ func copyExample(src, dst string) error {
 		}
 	}
 	return nil
+}
+
+// externalTest reports whether a test file belongs to package x_test.
+func externalTest(src []byte) bool {
+	for _, line := range strings.Split(string(src), "\n") {
+		if name, ok := strings.CutPrefix(line, "package "); ok {
+			return strings.HasSuffix(strings.TrimSpace(name), "_test")
+		}
+	}
+	return false
 }
 
 // handlersPerFile is how the synthetic packages spread their handlers.
