@@ -243,6 +243,10 @@ func (f *folder) writeSum(recorded map[string]sumEntry, handlers []model.Handler
 	var entries []sumEntry
 	for _, name := range slices.Sorted(maps.Keys(f.content)) {
 		e := sumEntry{name: name, hash: hashOf(f.content[name]), consumer: f.consumer[name]}
+		if r, ok := recorded[name]; ok && f.reported[name] {
+			// An edited migration is refused, not recorded anew.
+			e.hash = r.hash
+		}
 		if e.consumer != "" {
 			e.pkgPath = cmp.Or(owner[e.consumer], recorded[name].pkgPath)
 			if e.pkgPath == "" {
