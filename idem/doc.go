@@ -9,8 +9,8 @@
 //  1. Validate the key and fingerprint the message (SHA-256 of its JSON
 //     encoding, or of [Fingerprinter]).
 //  2. In one round trip: BEGIN, bound the wait for a concurrent claim of the same
-//     key (lock_timeout, restored right after), and claim the key with
-//     INSERT ... ON CONFLICT DO NOTHING. With a stale-message guard the same
+//     key (lock_timeout, set and restored by the claim statement itself), and
+//     claim the key with INSERT ... ON CONFLICT DO NOTHING. With a stale-message guard the same
 //     statement records the entity's version if it is newer; a claimed but
 //     stale message is rolled back with [ErrStale].
 //  3. Not claimed: roll back and read the committed row in a fresh snapshot (one

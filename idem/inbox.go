@@ -42,7 +42,7 @@ type Inbox[M, R any] struct {
 	table     Table[M]
 	handler   func(context.Context, pgx.Tx, M) (R, error)
 	txOptions pgx.TxOptions
-	lockWait  string
+	lockWait  any // the claim's lock_timeout value, boxed once
 	noResult  bool
 
 	beforeCommit func(ctx context.Context, tx pgx.Tx) error
