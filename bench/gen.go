@@ -86,7 +86,7 @@ func runGen(ctx context.Context, cfg *config) (*genResults, error) {
 	}
 	// The go command resolves modules from the cache only, and may record
 	// what it resolves in the module's go.mod (as the golden tests do).
-	env := append(os.Environ(), "GOFLAGS=-mod=mod", "GOPROXY=off", "GOWORK=off")
+	env := append(os.Environ(), "GOFLAGS=-mod=mod", "GOWORK=off")
 
 	pkgs := []genPackage{{name: "billing", handlers: 3}}
 	if err := copyExample(filepath.Join(cfg.root, "examples", "billing"), filepath.Join(mod, "billing")); err != nil {
