@@ -12,9 +12,9 @@ import (
 
 // Write creates go.mod and go.sum of a module named path in dir. The module
 // requires this repository, replaced by the working tree at repo, and the
-// same dependency versions as repo's go.mod, so that the go command needs
-// nothing beyond the module cache (run it with GOFLAGS=-mod=mod; on a fresh machine the go command still
-// fetches the go.mod files of indirect requirements through the proxy).
+// same dependency versions as repo's go.mod. Run the go command in it with
+// GOFLAGS=-mod=mod and the configured module proxy: on a fresh machine it
+// still fetches the go.mod files of indirect requirements.
 func Write(dir, path, repo string) error {
 	gomod, err := os.ReadFile(filepath.Join(repo, "go.mod"))
 	if err != nil {
