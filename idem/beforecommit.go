@@ -15,12 +15,15 @@ func (in *Inbox[M, R]) callBeforeCommit(ctx context.Context, conn *pgx.Conn, tx 
 	if conn.PgConn().TxStatus() == 'E' {
 		return nil
 	}
-	htx := &handlerTx{Tx: tx}
+	htx := newHandlerTx(tx, conn)
 	defer func() {
-		htx.ended = true
+		htx.s.ended = true
 		if p := recover(); p != nil {
 			rollback(ctx, conn)
 			panic(p)
+		}
+		if htx.s.escaped != nil {
+			err = htx.s.escaped
 		}
 	}()
 	return in.beforeCommit(ctx, htx)

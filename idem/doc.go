@@ -6,8 +6,10 @@
 // of its table) and hands it to [NewInbox]; the protocol itself lives here,
 // once, for every handler:
 //
-//  1. Validate the key and fingerprint the message (SHA-256 of its JSON
-//     encoding, or of [Fingerprinter]).
+//  1. Validate the key and fingerprint the message: a scheme byte and the
+//     SHA-256 of its canonical encoding (fields sorted, zero fields left out,
+//     so that a type that gains a field keeps its fingerprints), or of
+//     [Fingerprinter]. Rows of the legacy 32-byte scheme still compare.
 //  2. In one round trip: BEGIN, bound the wait for a concurrent claim of the same
 //     key (lock_timeout, set and restored by the claim statement itself), and
 //     claim the key with INSERT ... ON CONFLICT DO NOTHING. With a stale-message guard the same
@@ -18,9 +20,18 @@
 //     different: [ErrKeyReused]; still running: [ErrInProgress].
 //  4. Claimed: call the handler with the same transaction, then the
 //     [WithBeforeCommit] hook if there is one. An error or a panic rolls
-//     everything back (the panic is re-raised).
+//     everything back (the panic is re-raised). A handler that ends the
+//     transaction through SQL (ROLLBACK, COMMIT) has every later statement
+//     refused and its delivery fails saying so; before the commit the
+//     connection must still be inside the transaction.
 //  5. In one round trip: store the result in the inbox row and COMMIT. Then
 //     return [Processed]; the caller acks.
+//
+// A stored result that no longer decodes is [ErrUndecodableResult]; a message
+// or result that cannot be encoded (NaN, ±Inf) is [ErrUnencodable]: both fail
+// the same way on every delivery, so dead-letter them. [NewInbox] panics on an
+// option that would make every delivery fail. Duplicates of a key in flight in
+// this process wait for a connection only within the claim wait.
 //
 // The caller acks a message exactly when the returned error is nil: both
 // [Processed] and [Duplicate] mean the message's effect is committed. (A

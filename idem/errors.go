@@ -29,6 +29,21 @@ var (
 	// (or dead-letter it for the record) rather than retry it.
 	ErrStale = errors.New("idem: a newer version of the entity was processed already")
 
+	// ErrUndecodableResult: the key was processed, but its stored result no
+	// longer decodes into the handler's result type (a field changed type
+	// across a deploy, say int64 to string). The message's effect is
+	// committed; what failed is replaying its result, and it fails the same
+	// way on every redelivery, so dead-letter it rather than retry it. The
+	// wrapped error is encoding/json's.
+	ErrUndecodableResult = errors.New("idem: the stored result of the processed key does not decode into the handler's result type")
+
+	// ErrUnencodable: the message or the handler's result cannot be encoded
+	// (NaN or ±Inf in a float, a cycle, a channel, a MarshalJSON that fails).
+	// It fails the same way on every delivery: dead-letter it. Nothing was
+	// committed. The wrapped error is encoding/json's (or, for the message's
+	// fingerprint, of the same types).
+	ErrUnencodable = errors.New("idem: cannot be encoded")
+
 	// ErrRetryable marks errors that a later attempt may not have: a
 	// serialization failure or deadlock (SQLSTATE 40001, 40P01), or a claim
 	// that conflicted with a row that was gone when read back. Nothing was

@@ -1,9 +1,7 @@
 package idem
 
 import (
-	"bytes"
 	"context"
-	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -27,9 +25,12 @@ func NoResult[M any](handler func(ctx context.Context, tx pgx.Tx, msg M) error) 
 
 // Fingerprinter lets a message type choose the bytes its payload fingerprint is
 // computed from. By default the fingerprint is the SHA-256 of the message's
-// JSON encoding; a message that carries fields which differ between
-// deliveries of the same message (a delivery count, a receive time) must
-// leave them out here, or every redelivery would be ErrKeyReused.
+// canonical encoding: its fields as encoding/json names them, sorted, with
+// every field at its zero value left out (so that a message type that gains a
+// field keeps its fingerprints while the field is zero). A message that
+// carries fields which differ between deliveries of the same message (a
+// delivery count, a receive time) must leave them out here, or every
+// redelivery would be ErrKeyReused.
 type Fingerprinter interface {
 	IdemFingerprint() []byte
 }
@@ -42,6 +43,7 @@ type Inbox[M, R any] struct {
 	table     Table[M]
 	handler   func(context.Context, pgx.Tx, M) (R, error)
 	txOptions pgx.TxOptions
+	claimWait time.Duration
 	lockWait  any // the claim's lock_timeout value, boxed once
 	noResult  bool
 
@@ -50,11 +52,16 @@ type Inbox[M, R any] struct {
 
 // NewInbox returns the Inbox of table that runs handler. db must reach the
 // database that holds both the inbox table and the handler's own tables.
+//
+// NewInbox panics on an option that would make every delivery fail (a claim
+// wait beyond PostgreSQL's lock_timeout range, an unknown isolation level),
+// naming the option, the value and the bound: call it at startup.
 func NewInbox[M, R any](db *pgxpool.Pool, table Table[M], handler func(ctx context.Context, tx pgx.Tx, msg M) (R, error), opts ...Option) *Inbox[M, R] {
 	o := options{claimWait: DefaultClaimWait}
 	for _, opt := range opts {
 		opt(&o)
 	}
+	o.validate(table.Consumer)
 	var zero R
 	_, noResult := any(zero).(None)
 	return &Inbox[M, R]{
@@ -62,6 +69,7 @@ func NewInbox[M, R any](db *pgxpool.Pool, table Table[M], handler func(ctx conte
 		table:     table,
 		handler:   handler,
 		txOptions: pgx.TxOptions{IsoLevel: o.isolation},
+		claimWait: o.claimWait,
 		lockWait:  o.lockTimeout(),
 		noResult:  noResult,
 
@@ -75,8 +83,9 @@ func NewInbox[M, R any](db *pgxpool.Pool, table Table[M], handler func(ctx conte
 // message exactly when err is nil.
 //
 // Errors are *Error values wrapping ErrInvalidKey, ErrKeyReused,
-// ErrInProgress, ErrStale (a handler with a stale-message guard), the
-// handler's own error, or a database error; errors.Is(err, ErrRetryable)
+// ErrInProgress, ErrStale (a handler with a stale-message guard),
+// ErrUndecodableResult, ErrUnencodable, the handler's own error, or a
+// database error; errors.Is(err, ErrRetryable)
 // reports a serialization failure or deadlock. In every error
 // case nothing was committed, except that an error from COMMIT itself leaves
 // the outcome unknown: the redelivery resolves it.
@@ -103,14 +112,17 @@ func (in *Inbox[M, R]) Handle(ctx context.Context, msg M) (R, Outcome, error) {
 		order = []any{entity, version}
 	}
 
-	pooled, err := in.db.Acquire(ctx)
+	flight := flightKey{db: in.db, consumer: in.table.Consumer, key: keyID(key)}
+	contended := enterFlight(flight)
+	defer leaveFlight(flight)
+	pooled, lockWait, err := in.acquire(ctx, contended)
 	if err != nil {
-		return zero, 0, in.fail(key, fmt.Errorf("idem: acquire a connection: %w", err))
+		return zero, 0, in.fail(key, err)
 	}
 	defer pooled.Release()
 	conn := pooled.Conn()
 
-	tx, claimed, fresh, err := in.claim(ctx, conn, key, fp, order)
+	tx, claimed, fresh, err := in.claim(ctx, conn, key, fp, lockWait, order)
 	switch {
 	case err == nil && claimed && !fresh:
 		// A version as new or newer of the entity was applied already.
@@ -122,7 +134,7 @@ func (in *Inbox[M, R]) Handle(ctx context.Context, msg M) (R, Outcome, error) {
 		// SERIALIZABLE a conflict with a row committed after our snapshot
 		// is a serialization failure rather than a silent DO NOTHING; either
 		// way the committed row decides, read in a fresh snapshot.
-		return in.readBack(ctx, conn, key, fp, err)
+		return in.readBack(ctx, conn, key, fp, msg, err)
 	case hasSQLState(err, "55P03"):
 		rollback(ctx, conn)
 		return zero, 0, in.fail(key, ErrInProgress)
@@ -131,7 +143,7 @@ func (in *Inbox[M, R]) Handle(ctx context.Context, msg M) (R, Outcome, error) {
 		return zero, 0, in.fail(key, fmt.Errorf("idem: claim: %w", err))
 	}
 
-	result, err := in.call(ctx, conn, &handlerTx{Tx: tx}, msg)
+	result, err := in.call(ctx, conn, newHandlerTx(tx, conn), msg)
 	if err != nil {
 		rollback(ctx, conn)
 		return zero, 0, in.fail(key, fmt.Errorf("idem: handler: %w", err))
@@ -142,11 +154,15 @@ func (in *Inbox[M, R]) Handle(ctx context.Context, msg M) (R, Outcome, error) {
 			return zero, 0, in.fail(key, fmt.Errorf("idem: before commit: %w", err))
 		}
 	}
+	if err := stillInTransaction(conn); err != nil {
+		rollback(ctx, conn)
+		return zero, 0, in.fail(key, err)
+	}
 	var encoded []byte
 	if !in.noResult {
 		if encoded, err = json.Marshal(result); err != nil {
 			rollback(ctx, conn)
-			return zero, 0, in.fail(key, fmt.Errorf("idem: encode the result: %w", err))
+			return zero, 0, in.fail(key, fmt.Errorf("%w: encode the result: %w", ErrUnencodable, err))
 		}
 	}
 	if err := in.complete(ctx, conn, key, encoded); err != nil {
@@ -161,11 +177,11 @@ func (in *Inbox[M, R]) Handle(ctx context.Context, msg M) (R, Outcome, error) {
 // a stale-message guard, whether the message's version is newer than the
 // entity's last applied one (the claim statement records it in the same
 // statement, so that two concurrent versions cannot both win).
-func (in *Inbox[M, R]) claim(ctx context.Context, conn *pgx.Conn, key []any, fp []byte, order []any) (tx pgx.Tx, claimed, fresh bool, err error) {
+func (in *Inbox[M, R]) claim(ctx context.Context, conn *pgx.Conn, key []any, fp []byte, lockWait any, order []any) (tx pgx.Tx, claimed, fresh bool, err error) {
 	// The claim statement bounds its own wait with lock_timeout and
 	// restores the session's value before it returns (see idem.Table).
 	args := make([]any, 0, len(key)+2+len(order))
-	args = append(append(append(args, key...), fp, in.lockWait), order...)
+	args = append(append(append(args, key...), fp, lockWait), order...)
 	b := newBatch(2)
 	b.BeginTx(in.txOptions)
 	b.Queue(in.table.Claim, args...)
@@ -194,13 +210,18 @@ func readClaim(br pgx.BatchResults) (claimed, fresh bool, err error) {
 }
 
 // call runs the handler. A panic rolls the transaction back before it goes on
-// up the stack.
+// up the stack. A handler that ended the transaction through SQL fails with
+// what it did, whatever it returned.
 func (in *Inbox[M, R]) call(ctx context.Context, conn *pgx.Conn, tx *handlerTx, msg M) (result R, err error) {
 	defer func() {
-		tx.ended = true
+		tx.s.ended = true
 		if p := recover(); p != nil {
 			rollback(ctx, conn)
 			panic(p)
+		}
+		if tx.s.escaped != nil {
+			var zero R
+			result, err = zero, tx.s.escaped
 		}
 	}()
 	return in.handler(ctx, tx, msg)
@@ -247,7 +268,7 @@ func (in *Inbox[M, R]) complete(ctx context.Context, conn *pgx.Conn, key []any, 
 
 // readBack resolves a claim that this delivery did not win: it rolls back and
 // reads the key's committed row in a fresh snapshot, in one round trip.
-func (in *Inbox[M, R]) readBack(ctx context.Context, conn *pgx.Conn, key []any, fp []byte, claimErr error) (R, Outcome, error) {
+func (in *Inbox[M, R]) readBack(ctx context.Context, conn *pgx.Conn, key []any, fp []byte, msg M, claimErr error) (R, Outcome, error) {
 	var zero R
 	if conn.PgConn().TxStatus() == 'E' {
 		// A failed claim aborted the transaction, and an aborted transaction
@@ -288,7 +309,11 @@ func (in *Inbox[M, R]) readBack(ctx context.Context, conn *pgx.Conn, key []any, 
 	case err != nil:
 		rollback(ctx, conn)
 		return zero, 0, in.fail(key, fmt.Errorf("idem: read the processed row: %w", err))
-	case !bytes.Equal(storedFP, fp):
+	}
+	switch same, err := sameFingerprint(storedFP, fp, msg); {
+	case err != nil:
+		return zero, 0, in.fail(key, err)
+	case !same:
 		return zero, 0, in.fail(key, ErrKeyReused)
 	case status != "done":
 		return zero, 0, in.fail(key, ErrInProgress)
@@ -296,7 +321,7 @@ func (in *Inbox[M, R]) readBack(ctx context.Context, conn *pgx.Conn, key []any, 
 	var result R
 	if !in.noResult && stored != nil {
 		if err := json.Unmarshal(stored, &result); err != nil {
-			return zero, 0, in.fail(key, fmt.Errorf("idem: decode the stored result: %w", err))
+			return zero, 0, in.fail(key, fmt.Errorf("%w (%T): %w; the message was processed, only its stored result cannot be replayed", ErrUndecodableResult, result, err))
 		}
 	}
 	return result, Duplicate, nil
@@ -354,23 +379,6 @@ func rollback(ctx context.Context, conn *pgx.Conn) {
 	if _, err := conn.Exec(ctx, "rollback"); err != nil {
 		_ = conn.Close(ctx)
 	}
-}
-
-// fingerprint returns the SHA-256 of the message's payload: its
-// Fingerprinter bytes, or else its JSON encoding (deterministic: struct fields
-// in declaration order, map keys sorted).
-func fingerprint(msg any) ([]byte, error) {
-	var data []byte
-	if f, ok := msg.(Fingerprinter); ok {
-		data = f.IdemFingerprint()
-	} else {
-		var err error
-		if data, err = json.Marshal(msg); err != nil {
-			return nil, fmt.Errorf("idem: fingerprint the message: %w", err)
-		}
-	}
-	sum := sha256.Sum256(data)
-	return sum[:], nil
 }
 
 // newBatch returns a batch with room for n queries, so that queueing them

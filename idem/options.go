@@ -2,6 +2,7 @@ package idem
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"time"
 
@@ -23,7 +24,8 @@ type options struct {
 }
 
 // WithIsolation runs the handler's transaction at the given isolation level
-// instead of the server's default_transaction_isolation.
+// instead of the server's default_transaction_isolation. NewInbox panics on a
+// value that is none of pgx's four levels.
 func WithIsolation(level pgx.TxIsoLevel) Option {
 	return func(o *options) { o.isolation = level }
 }
@@ -32,7 +34,13 @@ func WithIsolation(level pgx.TxIsoLevel) Option {
 // the same key to commit or roll back (a lock_timeout on the claim only; the
 // handler's own statements keep the session's setting). When the bound
 // passes, Handle returns ErrInProgress and holds the connection no longer.
-// d <= 0 means do not wait at all.
+// d <= 0 means do not wait at all; d may be at most 2147483647ms (about 596
+// hours, PostgreSQL's bound for lock_timeout): NewInbox panics beyond it.
+//
+// The bound covers the wait for a connection too when another delivery of
+// the same key is in flight in this process through the same pool: such a
+// delivery gets ErrInProgress within the claim wait even when the pool's
+// connections are all taken by the key's other deliveries.
 func WithClaimWait(d time.Duration) Option {
 	return func(o *options) { o.claimWait = d }
 }
@@ -56,10 +64,32 @@ func WithBeforeCommit(hook func(ctx context.Context, tx pgx.Tx) error) Option {
 	return func(o *options) { o.beforeCommit = hook }
 }
 
+// maxClaimWait is the longest claim wait: PostgreSQL's lock_timeout takes at
+// most 2147483647 milliseconds (INT_MAX).
+const maxClaimWait = 2147483647 * time.Millisecond
+
+// validate panics on an option value that would make every delivery fail:
+// like a bad regexp in regexp.MustCompile, it is a programmer error, and
+// NewInbox runs at startup, where it is seen at once.
+func (o options) validate(consumer string) {
+	if o.claimWait > maxClaimWait {
+		panic(fmt.Sprintf("idem.NewInbox (consumer %s): idem.WithClaimWait(%v) is out of range: the claim wait becomes PostgreSQL's lock_timeout, which takes at most %v (2147483647ms); use a shorter wait (a delivery that waits that long holds a connection all along)",
+			consumer, o.claimWait, maxClaimWait))
+	}
+	switch o.isolation {
+	case "", pgx.Serializable, pgx.RepeatableRead, pgx.ReadCommitted, pgx.ReadUncommitted:
+	default:
+		panic(fmt.Sprintf("idem.NewInbox (consumer %s): idem.WithIsolation(%q) is not an isolation level; want one of pgx.Serializable, pgx.RepeatableRead, pgx.ReadCommitted or pgx.ReadUncommitted (%q, %q, %q, %q)",
+			consumer, string(o.isolation), pgx.Serializable, pgx.RepeatableRead, pgx.ReadCommitted, pgx.ReadUncommitted))
+	}
+}
+
 // lockTimeout renders the claim wait as a lock_timeout value. PostgreSQL reads
 // 0 as "no timeout", so "do not wait" becomes the smallest timeout it has.
-func (o options) lockTimeout() string {
-	ms := o.claimWait.Milliseconds()
+func (o options) lockTimeout() string { return lockTimeout(o.claimWait) }
+
+func lockTimeout(d time.Duration) string {
+	ms := d.Milliseconds()
 	if ms < 1 {
 		ms = 1
 	}

@@ -3,6 +3,7 @@ package idem
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -16,86 +17,282 @@ var errTxOwned = errors.New("idem: the inbox commits or rolls back the handler's
 // handlerTx is the pgx.Tx a handler receives. It refuses Commit and Rollback,
 // and once the inbox has ended the transaction every method fails with
 // pgx.ErrTxClosed, so a handler that keeps the Tx beyond its return cannot
-// write through a connection that is back in the pool. Nested transactions
-// (savepoints) and large objects are those of the real pgx transaction.
+// write through a connection that is back in the pool.
+//
+// A handler can still end the transaction through SQL (tx.Exec(ctx,
+// "ROLLBACK"), COMMIT, END, ABORT): after every statement handlerTx looks at
+// the connection's transaction status, which pgx tracks from the server's
+// replies, and once the connection is outside the transaction it refuses
+// every statement, so that nothing the handler writes afterwards commits on
+// its own, and the delivery fails saying what the handler did. Nested
+// transactions (savepoints, through Begin) are checked the same way; large
+// objects are those of the real pgx transaction.
 type handlerTx struct {
 	pgx.Tx
+	conn      *pgx.Conn
+	s         *txState
+	savepoint bool // a nested transaction: Commit and Rollback are its own
+}
+
+// txState is shared by a handler's Tx and the savepoints it begins.
+type txState struct {
+	// ended: the inbox ended the transaction (the handler returned).
 	ended bool
+	// escaped: the handler ended it; what it did.
+	escaped error
+}
+
+func newHandlerTx(tx pgx.Tx, conn *pgx.Conn) *handlerTx {
+	return &handlerTx{Tx: tx, conn: conn, s: &txState{}}
+}
+
+// before is checked before every statement: the Tx is usable only while the
+// inbox's transaction is open and the connection is inside it.
+func (t *handlerTx) before() error {
+	switch {
+	case t.s.ended:
+		return pgx.ErrTxClosed
+	case t.s.escaped != nil:
+		return t.s.escaped
+	case !t.conn.IsClosed() && t.conn.PgConn().TxStatus() == 'I':
+		// Ended by a statement that did not go through this Tx (through
+		// tx.Conn(), say).
+		t.s.escaped = errors.New("idem: the connection was outside the inbox's transaction before a statement of the handler: a statement sent around the handler's Tx (through tx.Conn()) ended it; " + escapeAdvice)
+		return t.s.escaped
+	}
+	return nil
+}
+
+const escapeAdvice = "the inbox's transaction must commit the inbox row with the handler's writes, so every later statement of the handler was refused and the delivery fails (return an error to roll back; use tx.Begin for a savepoint)"
+
+// after is checked after every statement: a statement that left the
+// connection outside any transaction (or began a new one, as "ROLLBACK;
+// BEGIN" does) ended the inbox's transaction.
+func (t *handlerTx) after(sql string, tag pgconn.CommandTag) {
+	if t.s.escaped != nil || t.conn.IsClosed() {
+		return
+	}
+	outside := t.conn.PgConn().TxStatus() == 'I'
+	began := tag.String() == "BEGIN" || tag.String() == "START TRANSACTION"
+	if !outside && !began {
+		return
+	}
+	var what string
+	switch {
+	case began:
+		what = "began a transaction of its own (a BEGIN inside the inbox's transaction is either a mistake or follows a statement that ended it): nothing of it is committed"
+	case tag.String() == "COMMIT":
+		what = "committed the inbox's transaction: what the handler wrote before it is committed, with the inbox row but without the result, and the redelivery will be a Duplicate"
+	case tag.String() == "ROLLBACK":
+		what = "rolled the inbox's transaction back: nothing of it is committed"
+	default:
+		what = "left the connection outside the inbox's transaction"
+	}
+	t.s.escaped = fmt.Errorf("idem: the handler's statement %s %s; %s", quoteSQL(sql), what, escapeAdvice)
+}
+
+// quoteSQL quotes a statement for an error message, shortened.
+func quoteSQL(sql string) string {
+	const max = 80
+	if len(sql) > max {
+		return fmt.Sprintf("%q...", sql[:max])
+	}
+	return fmt.Sprintf("%q", sql)
 }
 
 func (t *handlerTx) Begin(ctx context.Context) (pgx.Tx, error) {
-	if t.ended {
-		return nil, pgx.ErrTxClosed
+	if err := t.before(); err != nil {
+		return nil, err
 	}
-	return t.Tx.Begin(ctx)
+	sp, err := t.Tx.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &handlerTx{Tx: sp, conn: t.conn, s: t.s, savepoint: true}, nil
 }
 
-func (t *handlerTx) Commit(context.Context) error {
-	if t.ended {
+func (t *handlerTx) Commit(ctx context.Context) error {
+	if t.s.ended {
 		return pgx.ErrTxClosed
 	}
-	return errTxOwned
+	if !t.savepoint {
+		return errTxOwned
+	}
+	if err := t.before(); err != nil {
+		return err
+	}
+	err := t.Tx.Commit(ctx)
+	t.after("RELEASE SAVEPOINT", pgconn.CommandTag{})
+	return err
 }
 
-func (t *handlerTx) Rollback(context.Context) error {
-	if t.ended {
+func (t *handlerTx) Rollback(ctx context.Context) error {
+	if t.s.ended {
 		return pgx.ErrTxClosed
 	}
-	return errTxOwned
+	if !t.savepoint {
+		return errTxOwned
+	}
+	if err := t.before(); err != nil {
+		return err
+	}
+	err := t.Tx.Rollback(ctx)
+	t.after("ROLLBACK TO SAVEPOINT", pgconn.CommandTag{})
+	return err
 }
 
 func (t *handlerTx) CopyFrom(ctx context.Context, table pgx.Identifier, columns []string, src pgx.CopyFromSource) (int64, error) {
-	if t.ended {
-		return 0, pgx.ErrTxClosed
+	if err := t.before(); err != nil {
+		return 0, err
 	}
-	return t.Tx.CopyFrom(ctx, table, columns, src)
+	n, err := t.Tx.CopyFrom(ctx, table, columns, src)
+	t.after("COPY "+table.Sanitize(), pgconn.CommandTag{})
+	if err == nil {
+		err = t.s.escaped
+	}
+	return n, err
 }
 
 func (t *handlerTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
-	if t.ended {
-		return pgx.FailedBatchResults(b, pgx.ErrTxClosed)
+	if err := t.before(); err != nil {
+		return pgx.FailedBatchResults(b, err)
 	}
-	return t.Tx.SendBatch(ctx, b)
+	return &checkedBatch{BatchResults: t.Tx.SendBatch(ctx, b), t: t}
 }
 
 func (t *handlerTx) Prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription, error) {
-	if t.ended {
-		return nil, pgx.ErrTxClosed
+	if err := t.before(); err != nil {
+		return nil, err
 	}
 	return t.Tx.Prepare(ctx, name, sql)
 }
 
 func (t *handlerTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
-	if t.ended {
-		return pgconn.CommandTag{}, pgx.ErrTxClosed
+	if err := t.before(); err != nil {
+		return pgconn.CommandTag{}, err
 	}
-	return t.Tx.Exec(ctx, sql, args...)
+	tag, err := t.Tx.Exec(ctx, sql, args...)
+	t.after(sql, tag)
+	if err == nil {
+		err = t.s.escaped
+	}
+	return tag, err
 }
 
 func (t *handlerTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
-	if t.ended {
-		return closedRows{}, pgx.ErrTxClosed
+	if err := t.before(); err != nil {
+		return errRows{err}, err
 	}
-	return t.Tx.Query(ctx, sql, args...)
+	rows, err := t.Tx.Query(ctx, sql, args...)
+	if err != nil {
+		t.after(sql, pgconn.CommandTag{})
+		return rows, err
+	}
+	return &checkedRows{Rows: rows, t: t, sql: sql}, nil
 }
 
 func (t *handlerTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	if t.ended {
-		return closedRows{}
+	if err := t.before(); err != nil {
+		return errRows{err}
 	}
-	return t.Tx.QueryRow(ctx, sql, args...)
+	rows, err := t.Query(ctx, sql, args...)
+	if err != nil {
+		return errRows{err}
+	}
+	return checkedRow{rows.(*checkedRows)}
 }
 
-// closedRows is what Query and QueryRow return once the transaction ended.
-type closedRows struct{}
+// checkedRows checks the transaction status once the statement's rows are
+// read (the status arrives with the end of the statement).
+type checkedRows struct {
+	pgx.Rows
+	t   *handlerTx
+	sql string
+}
 
-func (closedRows) Close()                                       {}
-func (closedRows) Err() error                                   { return pgx.ErrTxClosed }
-func (closedRows) CommandTag() pgconn.CommandTag                { return pgconn.CommandTag{} }
-func (closedRows) FieldDescriptions() []pgconn.FieldDescription { return nil }
-func (closedRows) Next() bool                                   { return false }
-func (closedRows) Scan(...any) error                            { return pgx.ErrTxClosed }
-func (closedRows) Values() ([]any, error)                       { return nil, pgx.ErrTxClosed }
-func (closedRows) RawValues() [][]byte                          { return nil }
-func (closedRows) Conn() *pgx.Conn                              { return nil }
-func (closedRows) TypeMap() *pgtype.Map                         { return nil }
+func (r *checkedRows) Next() bool {
+	if r.Rows.Next() {
+		return true
+	}
+	r.t.after(r.sql, r.Rows.CommandTag())
+	return false
+}
+
+func (r *checkedRows) Close() {
+	r.Rows.Close()
+	r.t.after(r.sql, r.Rows.CommandTag())
+}
+
+func (r *checkedRows) Err() error {
+	if err := r.Rows.Err(); err != nil {
+		return err
+	}
+	return r.t.s.escaped
+}
+
+// checkedRow is QueryRow's row: pgx's Row semantics over checkedRows.
+type checkedRow struct{ rows *checkedRows }
+
+func (r checkedRow) Scan(dest ...any) error {
+	rows := r.rows
+	defer rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	if !rows.Next() {
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		return pgx.ErrNoRows
+	}
+	if err := rows.Scan(dest...); err != nil {
+		return err
+	}
+	rows.Close()
+	return rows.Err()
+}
+
+// checkedBatch checks the transaction status when the batch is closed.
+type checkedBatch struct {
+	pgx.BatchResults
+	t      *handlerTx
+	closed bool
+}
+
+func (b *checkedBatch) Close() error {
+	err := b.BatchResults.Close()
+	if !b.closed {
+		b.closed = true
+		b.t.after("a statement of the batch", pgconn.CommandTag{})
+	}
+	if err == nil {
+		err = b.t.s.escaped
+	}
+	return err
+}
+
+// stillInTransaction verifies, before the commit, that the connection is
+// still inside the delivery's transaction (even when something ended it
+// around the handler's Tx, through tx.Conn()): committing whatever
+// transaction it is in now would commit the handler's later writes without
+// the inbox row.
+func stillInTransaction(conn *pgx.Conn) error {
+	if s := conn.PgConn().TxStatus(); s != 'T' && s != 'E' && !conn.IsClosed() {
+		return errors.New("idem: the connection was outside the inbox's transaction before the commit: the handler ended it through SQL sent around its Tx (through tx.Conn()); nothing was committed by the inbox")
+	}
+	return nil
+}
+
+// errRows is what Query and QueryRow return once the Tx refuses statements.
+type errRows struct{ err error }
+
+func (errRows) Close()                                       {}
+func (r errRows) Err() error                                 { return r.err }
+func (errRows) CommandTag() pgconn.CommandTag                { return pgconn.CommandTag{} }
+func (errRows) FieldDescriptions() []pgconn.FieldDescription { return nil }
+func (errRows) Next() bool                                   { return false }
+func (r errRows) Scan(...any) error                          { return r.err }
+func (r errRows) Values() ([]any, error)                     { return nil, r.err }
+func (errRows) RawValues() [][]byte                          { return nil }
+func (errRows) Conn() *pgx.Conn                              { return nil }
+func (errRows) TypeMap() *pgtype.Map                         { return nil }

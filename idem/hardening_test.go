@@ -1,0 +1,354 @@
+package idem_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/idem/idemtest"
+)
+
+// tableFor is depositTable for another message type with the same key: what
+// the generated code declares after the message type changed.
+func tableFor[M any](key func(M) (string, int64)) idem.Table[M] {
+	t := depositTable
+	return idem.Table[M]{
+		Consumer: t.Consumer, Name: t.Name, KeyFields: t.KeyFields, Retain: t.Retain,
+		Key: func(msg M) ([]any, error) {
+			account, ref := key(msg)
+			if err := idem.CheckString("Account", account); err != nil {
+				return nil, err
+			}
+			return []any{account, ref}, nil
+		},
+		Claim: t.Claim, Complete: t.Complete, Lookup: t.Lookup, Purge: t.Purge,
+	}
+}
+
+// depositV2 is deposit after a deploy that added fields.
+type depositV2 struct {
+	Account string            `json:"account"`
+	Ref     int64             `json:"ref"`
+	Amount  int64             `json:"amount"`
+	Memo    string            `json:"memo"`
+	Tags    []string          `json:"tags"`
+	Meta    struct{ By int }  `json:"meta"`
+	Extra   map[string]string `json:"extra"`
+}
+
+func v2Key(m depositV2) (string, int64) { return m.Account, m.Ref }
+
+// insertLegacyRow writes the inbox row that idem wrote before fingerprints
+// carried their scheme: the SHA-256 of the message's json.Marshal.
+func insertLegacyRow(t *testing.T, db *idemtest.DB, msg deposit, result string) {
+	t.Helper()
+	data, err := json.Marshal(msg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fp := sha256.Sum256(data)
+	if _, err := db.Pool.Exec(context.Background(),
+		`INSERT INTO idem_test_deposit (key_account, key_ref, fingerprint, result, completed_at) VALUES ($1, $2, $3, $4, now())`,
+		msg.Account, msg.Ref, fp[:], result); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func notCalled[M any](t *testing.T) func(context.Context, pgx.Tx, M) (receipt, error) {
+	return func(context.Context, pgx.Tx, M) (receipt, error) {
+		t.Error("the handler ran for a processed key")
+		return receipt{}, nil
+	}
+}
+
+// Item 12: a message type that gains a field left at zero keeps the
+// fingerprint of the messages processed before, rows of the legacy scheme
+// included; a field that changed in value is still ErrKeyReused.
+func TestFingerprintSurvivesAddedZeroField(t *testing.T) {
+	ctx := context.Background()
+	t.Run("legacy row", func(t *testing.T) {
+		db := idemtest.New(t, migrations)
+		old := deposit{Account: "acc-l", Ref: 1, Amount: 0} // a zero field the old type had: it stays in the old JSON
+		insertLegacyRow(t, db, old, `{"balance":7,"note":"legacy"}`)
+
+		same := idem.NewInbox(db.Pool, depositTable, notCalled[deposit](t))
+		if r, o, err := same.Handle(ctx, old); err != nil || o != idem.Duplicate || r.Balance != 7 {
+			t.Fatalf("the same type: %+v, %v, %v; want Duplicate with the stored result", r, o, err)
+		}
+		grown := idem.NewInbox(db.Pool, tableFor(v2Key), notCalled[depositV2](t))
+		if r, o, err := grown.Handle(ctx, depositV2{Account: "acc-l", Ref: 1}); err != nil || o != idem.Duplicate || r.Balance != 7 {
+			t.Fatalf("a type with added zero fields: %+v, %v, %v; want Duplicate with the stored result", r, o, err)
+		}
+		for _, changed := range []depositV2{{Account: "acc-l", Ref: 1, Amount: 5}, {Account: "acc-l", Ref: 1, Memo: "x"}} {
+			if _, o, err := grown.Handle(ctx, changed); !errors.Is(err, idem.ErrKeyReused) {
+				t.Errorf("%+v: %v, %v; want ErrKeyReused", changed, o, err)
+			}
+		}
+	})
+	t.Run("current scheme", func(t *testing.T) {
+		db := idemtest.New(t, migrations)
+		first := idem.NewInbox(db.Pool, depositTable, credit)
+		if _, o, err := first.Handle(ctx, deposit{Account: "acc-n", Ref: 1, Amount: 3}); err != nil || o != idem.Processed {
+			t.Fatalf("first delivery: %v, %v", o, err)
+		}
+		var n int
+		if err := db.Pool.QueryRow(ctx, `SELECT length(fingerprint) FROM idem_test_deposit`).Scan(&n); err != nil || n != 33 {
+			t.Fatalf("stored fingerprint is %d bytes (%v); want 33, the scheme byte first", n, err)
+		}
+		grown := idem.NewInbox(db.Pool, tableFor(v2Key), notCalled[depositV2](t))
+		if r, o, err := grown.Handle(ctx, depositV2{Account: "acc-n", Ref: 1, Amount: 3}); err != nil || o != idem.Duplicate || r.Balance != 3 {
+			t.Fatalf("a type with added zero fields: %+v, %v, %v; want Duplicate", r, o, err)
+		}
+		if _, o, err := grown.Handle(ctx, depositV2{Account: "acc-n", Ref: 1, Amount: 3, Tags: []string{"a"}}); !errors.Is(err, idem.ErrKeyReused) {
+			t.Errorf("a new field set: %v, %v; want ErrKeyReused", o, err)
+		}
+		if _, o, err := grown.Handle(ctx, depositV2{Account: "acc-n", Ref: 1, Amount: 4}); !errors.Is(err, idem.ErrKeyReused) {
+			t.Errorf("a field changed in value: %v, %v; want ErrKeyReused", o, err)
+		}
+	})
+	t.Run("unknown scheme", func(t *testing.T) {
+		db := idemtest.New(t, migrations)
+		if _, err := db.Pool.Exec(ctx, `INSERT INTO idem_test_deposit (key_account, key_ref, fingerprint) VALUES ('acc-u', 1, '\x09' || sha256('x'))`); err != nil {
+			t.Fatal(err)
+		}
+		in := idem.NewInbox(db.Pool, depositTable, notCalled[deposit](t))
+		_, _, err := in.Handle(ctx, deposit{Account: "acc-u", Ref: 1})
+		if err == nil || errors.Is(err, idem.ErrKeyReused) || !strings.Contains(err.Error(), "scheme 9") {
+			t.Errorf("a row of a newer scheme: %v; want an error naming the scheme, not ErrKeyReused", err)
+		}
+	})
+}
+
+// Item 12: a stored result that no longer decodes is ErrUndecodableResult,
+// not an error retried forever.
+func TestStoredResultOfAnotherShapeIsUndecodable(t *testing.T) {
+	db := idemtest.New(t, migrations)
+	ctx := context.Background()
+	if _, _, err := idem.NewInbox(db.Pool, depositTable, credit).Handle(ctx, deposit{Account: "acc-r", Ref: 1, Amount: 2}); err != nil {
+		t.Fatal(err)
+	}
+	// After a deploy, the result's Balance is a string.
+	type receiptV2 struct {
+		Balance string `json:"balance"`
+	}
+	in := idem.NewInbox(db.Pool, depositTable, func(context.Context, pgx.Tx, deposit) (receiptV2, error) {
+		t.Error("the handler ran for a processed key")
+		return receiptV2{}, nil
+	})
+	_, o, err := in.Handle(ctx, deposit{Account: "acc-r", Ref: 1, Amount: 2})
+	var typeErr *json.UnmarshalTypeError
+	if !errors.Is(err, idem.ErrUndecodableResult) || !errors.As(err, &typeErr) || errors.Is(err, idem.ErrRetryable) || o != 0 {
+		t.Fatalf("got %v, %v; want ErrUndecodableResult wrapping the json error, not retryable", o, err)
+	}
+}
+
+type measured struct {
+	Account string  `json:"account"`
+	Ref     int64   `json:"ref"`
+	Value   float64 `json:"value"`
+}
+
+type ratio struct {
+	Value float64 `json:"value"`
+}
+
+// Item 13: NaN or Inf in a message or a result is ErrUnencodable, and
+// nothing is committed.
+func TestNaNAndInfAreUnencodable(t *testing.T) {
+	db := idemtest.New(t, migrations)
+	ctx := context.Background()
+	table := tableFor(func(m measured) (string, int64) { return m.Account, m.Ref })
+	for _, bad := range []float64{math.NaN(), math.Inf(1), math.Inf(-1)} {
+		calls := 0
+		msgIn := idem.NewInbox(db.Pool, table, func(context.Context, pgx.Tx, measured) (ratio, error) {
+			calls++
+			return ratio{}, nil
+		})
+		_, _, err := msgIn.Handle(ctx, measured{Account: "acc-f", Ref: 1, Value: bad})
+		var unsupported *json.UnsupportedValueError
+		if !errors.Is(err, idem.ErrUnencodable) || !errors.As(err, &unsupported) || errors.Is(err, idem.ErrRetryable) || calls != 0 {
+			t.Errorf("message with %v: %v (handler ran %d times); want ErrUnencodable wrapping json's error, before the handler", bad, err, calls)
+		}
+
+		resIn := idem.NewInbox(db.Pool, table, func(ctx context.Context, tx pgx.Tx, m measured) (ratio, error) {
+			_, err := tx.Exec(ctx, `INSERT INTO accounts (id, balance) VALUES ($1, 1)`, m.Account)
+			return ratio{Value: bad}, err
+		})
+		_, _, err = resIn.Handle(ctx, measured{Account: "acc-f", Ref: 2, Value: 1})
+		if !errors.Is(err, idem.ErrUnencodable) || !errors.As(err, &unsupported) || errors.Is(err, idem.ErrRetryable) {
+			t.Errorf("result with %v: %v; want ErrUnencodable wrapping json's error", bad, err)
+		}
+	}
+	if n := inboxRows(t, db); n != 0 || balance(t, db, "acc-f") != 0 {
+		t.Errorf("%d inbox rows, balance %d after unencodable deliveries; want nothing committed", n, balance(t, db, "acc-f"))
+	}
+}
+
+// Item 14: options that would make every claim fail panic in NewInbox,
+// naming the option, the value and the bound.
+func TestOptionsOutOfRangePanicAtConstruction(t *testing.T) {
+	db := idemtest.New(t, migrations)
+	for _, c := range []struct {
+		opt  idem.Option
+		want []string
+	}{
+		{idem.WithClaimWait(720 * time.Hour), []string{"WithClaimWait(720h0m0s)", "596h31m23.647s", "2147483647ms", "test.deposit"}},
+		{idem.WithIsolation("snapshot"), []string{`WithIsolation("snapshot")`, "serializable", "read committed"}},
+	} {
+		func() {
+			defer func() {
+				p := recover()
+				msg, _ := p.(string)
+				for _, w := range c.want {
+					if !strings.Contains(msg, w) {
+						t.Errorf("panic %v does not say %q", p, w)
+					}
+				}
+			}()
+			idem.NewInbox(db.Pool, depositTable, credit, c.opt)
+			t.Errorf("NewInbox accepted %v", c.want[0])
+		}()
+	}
+	// The bound itself works: a claim with the longest lock_timeout.
+	in := idem.NewInbox(db.Pool, depositTable, credit, idem.WithClaimWait(2147483647*time.Millisecond), idem.WithIsolation(pgx.ReadCommitted))
+	if _, o, err := in.Handle(context.Background(), deposit{Account: "acc-o", Ref: 1, Amount: 1}); err != nil || o != idem.Processed {
+		t.Errorf("the longest claim wait: %v, %v; want Processed", o, err)
+	}
+}
+
+// Item 15: with a pool smaller than the number of duplicates of a slow
+// message, every duplicate still returns within the claim wait.
+func TestDuplicatesWithSmallPoolReturnWithinClaimWait(t *testing.T) {
+	db := idemtest.New(t, migrations)
+	ctx := context.Background()
+	cfg, err := pgxpool.ParseConfig(db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = 4
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+
+	const (
+		n         = 8
+		claimWait = 500 * time.Millisecond
+		handler   = 3 * time.Second
+		slack     = 300 * time.Millisecond
+	)
+	entered := make(chan struct{})
+	var once sync.Once
+	in := idem.NewInbox(pool, depositTable, func(ctx context.Context, tx pgx.Tx, msg deposit) (receipt, error) {
+		once.Do(func() { close(entered) })
+		time.Sleep(handler)
+		return credit(ctx, tx, msg)
+	}, idem.WithClaimWait(claimWait))
+	msg := deposit{Account: "acc-p", Ref: 1, Amount: 1}
+	first := make(chan error)
+	go func() {
+		_, _, err := in.Handle(ctx, msg)
+		first <- err
+	}()
+	<-entered
+
+	took := make([]time.Duration, n)
+	errs := make([]error, n)
+	idemtest.AtOnce(n, func(i int) {
+		began := time.Now()
+		_, _, errs[i] = in.Handle(ctx, msg)
+		took[i] = time.Since(began)
+	})
+	for i := range n {
+		if !errors.Is(errs[i], idem.ErrInProgress) || took[i] > claimWait+slack {
+			t.Errorf("duplicate %d: %v after %v; want ErrInProgress within the claim wait %v (+%v)", i, errs[i], took[i].Round(time.Millisecond), claimWait, slack)
+		}
+	}
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	if _, o, err := in.Handle(ctx, msg); err != nil || o != idem.Duplicate {
+		t.Errorf("after the first delivery: %v, %v; want Duplicate", o, err)
+	}
+}
+
+// Item 10: a handler that ends the transaction through SQL, then writes,
+// never commits an effect twice, and its delivery fails saying what it did.
+func TestHandlerEndingTheTransactionThroughSQL(t *testing.T) {
+	write := func(ctx context.Context, tx pgx.Tx, msg deposit) {
+		_, _ = tx.Exec(ctx, `INSERT INTO accounts (id, balance) VALUES ($1, 100)
+			ON CONFLICT (id) DO UPDATE SET balance = accounts.balance + 100`, msg.Account)
+	}
+	for _, c := range []struct {
+		name string
+		end  func(ctx context.Context, tx pgx.Tx)
+		want string
+	}{
+		{"Exec ROLLBACK", func(ctx context.Context, tx pgx.Tx) { _, _ = tx.Exec(ctx, "ROLLBACK") }, `statement "ROLLBACK" rolled the inbox's transaction back`},
+		{"Exec abort", func(ctx context.Context, tx pgx.Tx) { _, _ = tx.Exec(ctx, "abort") }, `statement "abort" rolled`},
+		{"Exec COMMIT", func(ctx context.Context, tx pgx.Tx) { _, _ = tx.Exec(ctx, "COMMIT") }, `statement "COMMIT" committed the inbox's transaction`},
+		{"Exec END", func(ctx context.Context, tx pgx.Tx) { _, _ = tx.Exec(ctx, "END") }, `statement "END" committed`},
+		{"Exec ROLLBACK; BEGIN", func(ctx context.Context, tx pgx.Tx) { _, _ = tx.Exec(ctx, "ROLLBACK; BEGIN") }, "began a transaction of its own"},
+		{"Query ROLLBACK", func(ctx context.Context, tx pgx.Tx) {
+			rows, _ := tx.Query(ctx, "ROLLBACK")
+			rows.Close()
+		}, `statement "ROLLBACK" rolled`},
+		{"QueryRow ROLLBACK", func(ctx context.Context, tx pgx.Tx) { _ = tx.QueryRow(ctx, "ROLLBACK").Scan() }, `statement "ROLLBACK" rolled`},
+		{"SendBatch ROLLBACK", func(ctx context.Context, tx pgx.Tx) {
+			b := &pgx.Batch{}
+			b.Queue("SELECT 1")
+			b.Queue("ROLLBACK")
+			_ = tx.SendBatch(ctx, b).Close()
+		}, "a statement of the batch"},
+		{"savepoint Exec ROLLBACK", func(ctx context.Context, tx pgx.Tx) {
+			sp, _ := tx.Begin(ctx)
+			_, _ = sp.Exec(ctx, "ROLLBACK")
+		}, `statement "ROLLBACK" rolled`},
+		{"ROLLBACK through tx.Conn()", func(ctx context.Context, tx pgx.Tx) { _, _ = tx.Conn().Exec(ctx, "ROLLBACK") }, "sent around the handler's Tx"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			db := idemtest.New(t, migrations)
+			ctx := context.Background()
+			in := idem.NewInbox(db.Pool, depositTable, idem.NoResult(func(ctx context.Context, tx pgx.Tx, msg deposit) error {
+				c.end(ctx, tx)
+				write(ctx, tx, msg) // its error ignored, as a careless handler does
+				return nil
+			}))
+			msg := deposit{Account: "acc-x", Ref: 1}
+			var outcomes []string
+			for range 3 {
+				_, o, err := in.Handle(ctx, msg)
+				switch {
+				case err == nil:
+					outcomes = append(outcomes, o.String())
+				case strings.Contains(err.Error(), c.want):
+					outcomes = append(outcomes, "refused")
+				default:
+					t.Errorf("error %v does not say %q", err, c.want)
+				}
+			}
+			if got := balance(t, db, "acc-x"); got > 0 {
+				t.Errorf("three deliveries (%v) committed the handler's write %d times; want none (the write came after the transaction ended)", outcomes, got/100)
+			}
+			if outcomes[0] != "refused" {
+				t.Errorf("the first delivery was %s; want it refused", outcomes[0])
+			}
+			if s := db.Pool.Stat(); s.AcquiredConns() != 0 {
+				t.Errorf("%d connections still acquired", s.AcquiredConns())
+			}
+			t.Log(fmt.Sprint(outcomes))
+		})
+	}
+}
