@@ -105,6 +105,16 @@ func CheckUUID(path string, v [16]byte) error {
 	return nil
 }
 
+// CheckInt validates an integer key part: not 0, which is what an unset
+// field holds, so that two messages without an id do not collide. A part for
+// which 0 is a real value is listed in the directive's zero= and not checked.
+func CheckInt[T int64 | uint64](path string, v T) error {
+	if v == 0 {
+		return InvalidKey(path, "is zero (an unset field? if 0 is a real value of it, list it in the directive's zero=)")
+	}
+	return nil
+}
+
 // checkKeySize rejects keys whose string parts together exceed MaxKeyBytes.
 func checkKeySize(fields []string, key []any) error {
 	total := 0

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/idemgen/idemgen/internal/diag"
 	"github.com/idemgen/idemgen/internal/generate"
@@ -58,6 +59,7 @@ func run(dir string, args []string, stdout, stderr io.Writer) int {
 	verbose := fs.Bool("v", false, "list the files written or deleted")
 	postgres := fs.Int("postgres", 0, "the oldest PostgreSQL major `version` the migrations run on; from 15 on, nullable key parts get UNIQUE NULLS NOT DISTINCT instead of partial indexes")
 	rehash := fs.Bool("rehash", false, "record the migrations folders in their "+model.SumFile+" as they are (after checking them yourself)")
+	acceptResults := fs.String("accept-result-change", "", "comma-separated `consumers` whose result type may change in a way the results stored before cannot be decoded through (their duplicates will be dead-lettered); once, on purpose")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, usage)
 		fs.PrintDefaults()
@@ -80,7 +82,7 @@ func run(dir string, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "idemgen:", err)
 		return ExitFail
 	}
-	set, genDiags := generate.Generate(prog, generate.Options{Rehash: *rehash})
+	set, genDiags := generate.Generate(prog, generate.Options{Rehash: *rehash, AcceptResultChange: splitList(*acceptResults)})
 	for _, d := range genDiags.Sorted() {
 		diags.Add(d)
 	}
@@ -138,4 +140,12 @@ func check(dir string, set *output.Set, diags *diag.List, stdout, stderr io.Writ
 		return ExitFail
 	}
 	return ExitOK
+}
+
+// splitList splits a comma-separated flag value; "" is none.
+func splitList(s string) []string {
+	if s == "" {
+		return nil
+	}
+	return strings.Split(s, ",")
 }

@@ -25,7 +25,9 @@ var update = flag.Bool("update", false, "rewrite the want sections of testdata/*
 
 // TestGolden runs idemgen on each testdata/*.txtar case. A case holds input
 // files, optionally the command line (-- args --; default "-migrations
-// migrations ."), and what must come out: -- want:PATH -- for every file
+// migrations ."; one run per line, in order, for a case of several runs, such
+// as packages generated one after the other), and what must come out (of
+// the runs together, with one exit code per run): -- want:PATH -- for every file
 // written, -- deleted -- listing files removed, -- want:stdout --,
 // -- want:stderr -- and -- want:exit --. Each case is a package directory in
 // one temporary module that requires this repository, and every case that
@@ -101,13 +103,18 @@ func runCase(t *testing.T, file, dir string) (ok, goTest bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	args := []string{"-migrations", "migrations", "."}
+	runs := [][]string{{"-migrations", "migrations", "."}}
 	inputs := map[string][]byte{}
 	var wantDeleted []string
 	for _, f := range archive.Files {
 		switch {
 		case f.Name == "args":
-			args = strings.Fields(string(f.Data))
+			runs = nil
+			for _, line := range strings.Split(string(f.Data), "\n") {
+				if args := strings.Fields(line); len(args) > 0 {
+					runs = append(runs, args)
+				}
+			}
 		case f.Name == "go-test":
 			goTest = true
 		case f.Name == "deleted":
@@ -125,13 +132,18 @@ func runCase(t *testing.T, file, dir string) (ok, goTest bool) {
 		}
 	}
 
-	var stdout, stderr bytes.Buffer
-	code := run(dir, args, &stdout, &stderr)
+	var stdout, stderr, exits bytes.Buffer
+	code := 0
+	for _, args := range runs {
+		c := run(dir, args, &stdout, &stderr)
+		exits.WriteString(strconv.Itoa(c) + "\n")
+		code = max(code, c)
+	}
 
 	got := map[string][]byte{
 		"want:stdout": stdout.Bytes(),
 		"want:stderr": stderr.Bytes(),
-		"want:exit":   []byte(strconv.Itoa(code) + "\n"),
+		"want:exit":   exits.Bytes(),
 	}
 	var deleted []string
 	for name := range inputs {
@@ -159,8 +171,10 @@ func runCase(t *testing.T, file, dir string) (ok, goTest bool) {
 		t.Fatal(err)
 	}
 
-	if code == 0 && args[0] != "check" {
-		rerun(t, dir, args)
+	for _, args := range runs {
+		if code == 0 && args[0] != "check" {
+			rerun(t, dir, args)
+		}
 	}
 	if *update {
 		rewrite(t, file, archive, got, deleted)

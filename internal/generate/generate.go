@@ -20,6 +20,11 @@ type Options struct {
 	// Rehash records the folders' migrations in their checksum files as
 	// they are, instead of refusing edited or out-of-order ones.
 	Rehash bool
+	// AcceptResultChange lists the consumers whose result type may change
+	// in a way the results stored before cannot be decoded through: their
+	// record of result shapes is replaced, and those results' duplicates
+	// will be dead-lettered.
+	AcceptResultChange []string
 }
 
 // Generate returns the files of prog. Errors in the returned list mean the

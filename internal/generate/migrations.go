@@ -66,9 +66,13 @@ func (f *folder) plan() {
 	chains := f.chains()
 	handlers := f.handlers()
 	for _, h := range handlers {
+		if f.ownedElsewhere(h, chains[h.Consumer], recorded) {
+			continue
+		}
 		f.evolve(h, chains[h.Consumer])
 	}
 	f.removedConsumers(chains, handlers, recorded)
+	f.results(handlers)
 	f.writeSum(recorded, handlers)
 }
 
@@ -207,6 +211,31 @@ func (f *folder) evolve(h model.Handler, chain []model.MigrationFile) {
 	f.consumer[name] = h.Consumer
 }
 
+// ownedElsewhere refuses h when the folder records its consumer for another
+// package that this run did not load and that has not retired it: two
+// packages that share a migrations folder, each generated on its own, would
+// otherwise both use the one inbox (and take its ownership in turns).
+func (f *folder) ownedElsewhere(h model.Handler, chain []model.MigrationFile, recorded map[string]sumEntry) bool {
+	if len(chain) == 0 {
+		return false
+	}
+	e, ok := recorded[chain[0].Name]
+	if !ok || e.pkgPath == h.Package || e.pkgPath == "unknown" || e.retired {
+		return false
+	}
+	for _, pkg := range f.prog.Packages {
+		if pkg.Path == e.pkgPath {
+			// Loaded in this run: it declares the consumer too (an error
+			// of its own) or gave it up, and h takes it over.
+			return false
+		}
+	}
+	f.diags.Errorf(h.Pos, "consumer %s belongs to package %s, whose inbox migration %s this migrations folder records (%s); a consumer name is one inbox, so two packages cannot share it. "+
+		"Give this handler another consumer name; or, to move the consumer here, retire it in %s with \"//idem:retired consumer=%s\" and run idemgen there first",
+		h.Consumer, e.pkgPath, chain[0].Name, model.SumFile, e.pkgPath, h.Consumer)
+	return true
+}
+
 // removedConsumers refuses to go on when a consumer that a loaded package
 // owns has lost its handler without being retired: its inbox would be
 // forgotten while it may still answer redeliveries.
@@ -240,6 +269,12 @@ func (f *folder) writeSum(recorded map[string]sumEntry, handlers []model.Handler
 	for _, h := range handlers {
 		owner[h.Consumer] = h.Package
 	}
+	retiredBy := map[string]string{}
+	for _, pkg := range f.prog.Packages {
+		for _, r := range pkg.Retired {
+			retiredBy[r.Consumer] = pkg.Path
+		}
+	}
 	var entries []sumEntry
 	for _, name := range slices.Sorted(maps.Keys(f.content)) {
 		e := sumEntry{name: name, hash: hashOf(f.content[name]), consumer: f.consumer[name]}
@@ -252,6 +287,9 @@ func (f *folder) writeSum(recorded map[string]sumEntry, handlers []model.Handler
 			if e.pkgPath == "" {
 				e.pkgPath = "unknown"
 			}
+			// Retired by its owner, it may be taken over; declared
+			// again, it is owned again.
+			e.retired = owner[e.consumer] == "" && (recorded[name].retired || retiredBy[e.consumer] == e.pkgPath)
 		}
 		entries = append(entries, e)
 	}

@@ -18,11 +18,15 @@ import (
 //	00003_idem_billing_charge.sql h1:<hash> consumer=billing.charge package=example.com/billing
 //
 // The consumer and package of an inbox migration record which package owns
-// the consumer, so that a handler removed from it is noticed.
+// the consumer, so that a handler removed from it is noticed, and a handler
+// of another package that takes the same consumer name is refused. A
+// trailing "retired" records that the owner retired the consumer
+// (//idem:retired), so that another package may take it over.
 
 type sumEntry struct {
 	name, hash        string
 	consumer, pkgPath string
+	retired           bool
 }
 
 func hashOf(data []byte) string {
@@ -36,6 +40,9 @@ func formatSum(entries []sumEntry) []byte {
 		body.WriteString(e.name + " " + e.hash)
 		if e.consumer != "" {
 			body.WriteString(" consumer=" + e.consumer + " package=" + e.pkgPath)
+			if e.retired {
+				body.WriteString(" retired")
+			}
 		}
 		body.WriteByte('\n')
 	}
@@ -61,8 +68,13 @@ func parseSum(data []byte) ([]sumEntry, error) {
 		}
 		e := sumEntry{name: fields[0], hash: fields[1]}
 		for _, f := range fields[2:] {
-			k, v, _ := strings.Cut(f, "=")
+			k, v, hasValue := strings.Cut(f, "=")
 			switch k {
+			case "retired":
+				if hasValue {
+					return nil, fmt.Errorf("line %d has a malformed field %q", i+2, f)
+				}
+				e.retired = true
 			case "consumer":
 				e.consumer = v
 			case "package":

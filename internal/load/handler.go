@@ -22,7 +22,7 @@ import (
 // but are not implemented by this version; they are refused with that
 // explanation rather than as unknown.
 var (
-	handlerOptions = []string{"consumer", "key", "table", "retain", "order", "version", "stable", "fixture"}
+	handlerOptions = []string{"consumer", "key", "table", "retain", "order", "version", "stable", "zero", "fixture"}
 	laterOptions   = []string{"mode", "lease"}
 )
 
@@ -133,6 +133,9 @@ func (c *checker) handler(fd *ast.FuncDecl, d directive.Directive) (model.Handle
 	if msgOK {
 		h.Guard = c.guard(d, msg)
 	}
+	if msgOK && hasKey {
+		c.zero(d, &h)
+	}
 	if msgOK {
 		h.Vary, h.NoVary = c.vary(msg, h)
 	}
@@ -153,6 +156,41 @@ func (c *checker) checkNullable(o directive.Option, parts []model.KeyPart) {
 	if n > MaxNullable {
 		c.errorf(o.ValuePos, "the key has %d nullable parts, more than %d: each null pattern needs its own partial unique index (%d here, all maintained by every claim) and its own lookup; make some parts required, or split the consumer",
 			n, MaxNullable, 1<<n)
+	}
+}
+
+// zero reads zero=, the integer key parts (and order= entity) for which 0 is
+// a real value. The others reject 0, which is what an unset field holds.
+func (c *checker) zero(d directive.Directive, h *model.Handler) {
+	o, ok := d.Lookup("zero")
+	if !ok {
+		return
+	}
+	parts := map[string]*model.KeyPart{}
+	for i := range h.Key {
+		parts[h.Key[i].Path] = &h.Key[i]
+	}
+	if h.Guard != nil {
+		parts[h.Guard.Entity.Path] = &h.Guard.Entity
+	}
+	offset := 0
+	for _, path := range strings.Split(o.Value, ",") {
+		pos := o.ValuePos
+		pos.Col += offset
+		offset += len(path) + 1
+		part, ok := parts[path]
+		switch {
+		case path == "":
+			c.errorf(pos, "zero= has an empty field path")
+		case !ok:
+			c.errorf(pos, "zero=%s names no key part: zero= lists the integer parts of key= (or the order= field) for which 0 is a real value", path)
+		case part.Kind != model.KeyInt:
+			c.errorf(pos, "zero=%s names a key part of type %s; zero= is for integer parts, for which 0 is otherwise refused as unset", path, typeName(part.Type))
+		case part.AllowZero:
+			c.errorf(pos, "zero=%s is listed twice", path)
+		default:
+			part.AllowZero = true
+		}
 	}
 }
 
@@ -181,6 +219,8 @@ func (c *checker) guard(d directive.Directive, msg types.Type) *model.Guard {
 		return nil
 	}
 	entity.Column = "entity"
+	// A version may start at 0; only the entity is an identity.
+	ver.AllowZero = true
 	return &model.Guard{Entity: entity, Version: ver}
 }
 
@@ -320,10 +360,11 @@ func (c *checker) signature(fd *ast.FuncDecl, sig *types.Signature, h *model.Han
 	case results.Len() == 1 && types.Identical(results.At(0).Type(), errorType):
 	case results.Len() == 2 && types.Identical(results.At(1).Type(), errorType):
 		r := results.At(0).Type()
-		if problem := jsonProblem(r, true); problem != "" {
-			c.errorf(c.resultPos(fd), "the result type %s of handler %s cannot be stored and replayed: %s", c.typeString(r), h.Func, problem)
+		rpos := c.pos(fd.Type.Results.List[0].Type)
+		if shape, problem := jsonShape(r, true, c.qualifier); problem != "" {
+			c.errorf(rpos, "the result type %s of handler %s cannot be stored and replayed: %s", c.typeString(r), h.Func, problem)
 		} else if t, ok := c.modelType(r, c.resultPos(fd)); ok {
-			h.Result = &t
+			h.Result, h.ResultShape, h.ResultPos = &t, shape, rpos
 		}
 	default:
 		c.errorf(c.resultPos(fd), "handler %s must return (R, error) or error; %s", h.Func, want)
@@ -346,7 +387,7 @@ func (c *checker) signature(fd *ast.FuncDecl, sig *types.Signature, h *model.Han
 		return nil, false
 	}
 	if !hasMethod(named, "IdemFingerprint") {
-		if problem := jsonProblem(named, false); problem != "" {
+		if problem := jsonProblem(named, false, c.qualifier); problem != "" {
 			c.errorf(mpos, "the message type %s of handler %s cannot be fingerprinted: %s (or give it an IdemFingerprint method, see idem.Fingerprinter)",
 				c.typeString(mt), h.Func, problem)
 		}
@@ -672,12 +713,14 @@ func (c *checker) elemType(kind model.TypeKind, elem types.Type, pos diag.Pos) (
 // typeString spells t as the package's own code would: local names bare,
 // others qualified by package name.
 func (c *checker) typeString(t types.Type) string {
-	return types.TypeString(t, func(p *types.Package) string {
-		if p == c.pkg.Types {
-			return ""
-		}
-		return p.Name()
-	})
+	return types.TypeString(t, c.qualifier)
+}
+
+func (c *checker) qualifier(p *types.Package) string {
+	if p == c.pkg.Types {
+		return ""
+	}
+	return p.Name()
 }
 
 func (c *checker) describe(t types.Type, prefix string) string {
@@ -685,70 +728,6 @@ func (c *checker) describe(t types.Type, prefix string) string {
 		return "message type " + c.typeString(t)
 	}
 	return prefix + " (" + c.typeString(t) + ")"
-}
-
-// jsonProblem says why values of t cannot be encoded as JSON (decode: and
-// decoded back into a t), or "" when they can.
-func jsonProblem(t types.Type, decode bool) string {
-	return jsonWalk(t, decode, map[types.Type]bool{}, "")
-}
-
-func jsonWalk(t types.Type, decode bool, seen map[types.Type]bool, where string) string {
-	t = types.Unalias(t)
-	if seen[t] {
-		return ""
-	}
-	seen[t] = true
-	at := func(msg string) string {
-		if where == "" {
-			return msg
-		}
-		return where + ": " + msg
-	}
-	if hasMethod(t, "MarshalJSON") || hasMethod(t, "MarshalText") {
-		return ""
-	}
-	switch u := t.Underlying().(type) {
-	case *types.Basic:
-		if u.Info()&types.IsComplex != 0 || u.Kind() == types.UnsafePointer {
-			return at(fmt.Sprintf("%s has no JSON encoding", u))
-		}
-	case *types.Pointer:
-		return jsonWalk(u.Elem(), decode, seen, where)
-	case *types.Slice:
-		return jsonWalk(u.Elem(), decode, seen, where)
-	case *types.Array:
-		return jsonWalk(u.Elem(), decode, seen, where)
-	case *types.Map:
-		k := u.Key().Underlying()
-		b, ok := k.(*types.Basic)
-		if !(ok && (b.Kind() == types.String || b.Info()&types.IsInteger != 0)) && !hasMethod(u.Key(), "MarshalText") {
-			return at("a map with " + u.Key().String() + " keys has no JSON encoding")
-		}
-		return jsonWalk(u.Elem(), decode, seen, where)
-	case *types.Struct:
-		for i := range u.NumFields() {
-			f := u.Field(i)
-			tag := reflectTag(u.Tag(i), "json")
-			if (!f.Exported() && !f.Embedded()) || tag == "-" {
-				continue
-			}
-			if p := jsonWalk(f.Type(), decode, seen, joinWhere(where, "field "+f.Name())); p != "" {
-				return p
-			}
-		}
-	case *types.Interface:
-		if decode {
-			return at("a stored result cannot be decoded back into an interface type")
-		}
-	case *types.Chan:
-		return at("a channel has no JSON encoding")
-	case *types.Signature:
-		return at("a func has no JSON encoding")
-	case *types.TypeParam:
-		return at("a type parameter has no known encoding")
-	}
-	return ""
 }
 
 func joinWhere(where, next string) string {

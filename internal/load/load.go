@@ -405,6 +405,13 @@ func readMigrationDir(dir string) (model.MigrationDir, error) {
 	case !os.IsNotExist(err):
 		return md, err
 	}
+	results, err := os.ReadFile(filepath.Join(dir, model.ResultsFile))
+	switch {
+	case err == nil:
+		md.Results = results
+	case !os.IsNotExist(err):
+		return md, err
+	}
 	return md, nil
 }
 

@@ -58,6 +58,10 @@ type Handler struct {
 	Msg Type
 	// Result is the handler's result type, nil when it returns only error.
 	Result *Type
+	// ResultShape is the JSON shape of Result's values, as stored in the
+	// inbox, and ResultPos where the result type is written.
+	ResultShape *Shape
+	ResultPos   diag.Pos
 
 	Consumer string
 	Table    string // SQL name, optionally schema-qualified
@@ -185,6 +189,9 @@ type KeyPart struct {
 	// Null says how a nullable part represents NULL; nil for a required
 	// part.
 	Null *Null
+	// AllowZero: 0 is a real value of this integer part (zero= in the
+	// directive); otherwise 0, what an unset field holds, is an invalid key.
+	AllowZero bool
 }
 
 // Null describes a nullable key part: a pointer, a database/sql Null type or
@@ -252,6 +259,9 @@ type MigrationDir struct {
 	// Sum is the content of the folder's checksum file, nil when it has
 	// none.
 	Sum []byte
+	// Results is the content of the folder's record of result shapes
+	// (ResultsFile), nil when it has none.
+	Results []byte
 }
 
 // MigrationFile is one .sql file of a migrations folder.
@@ -429,6 +439,9 @@ const (
 	WrapperFile = "idem_gen.go"
 	// SumFile is the checksum file of a migrations folder.
 	SumFile = "idemgen.sum"
+	// ResultsFile records, in a migrations folder, the JSON shape of the
+	// results each consumer's inbox stores.
+	ResultsFile = "idemgen.results"
 	// TestFile is the generated test file of a package, beside WrapperFile.
 	TestFile = "idem_gen_test.go"
 )

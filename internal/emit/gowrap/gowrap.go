@@ -278,14 +278,17 @@ func (x *extractor) part(k model.KeyPart, name string) jen.Code {
 	return jen.Id(name)
 }
 
-// check validates a string or UUID value.
+// check validates a string, UUID or integer value (an integer may be 0 only
+// when the directive says so with zero=).
 func (x *extractor) check(k model.KeyPart, value jen.Code) []jen.Code {
 	var fn string
-	switch k.Kind {
-	case model.KeyString:
+	switch {
+	case k.Kind == model.KeyString:
 		fn = "CheckString"
-	case model.KeyUUID:
+	case k.Kind == model.KeyUUID:
 		fn = "CheckUUID"
+	case k.Kind == model.KeyInt && !k.AllowZero:
+		fn = "CheckInt"
 	default:
 		return nil
 	}
