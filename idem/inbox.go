@@ -181,7 +181,13 @@ func (in *Inbox[M, R]) claim(ctx context.Context, conn *pgx.Conn, key []any, fp 
 	// The claim statement bounds its own wait with lock_timeout and
 	// restores the session's value before it returns (see idem.Table).
 	args := make([]any, 0, len(key)+2+len(order))
-	args = append(append(append(args, key...), fp, lockWait), order...)
+	for _, part := range key {
+		args = append(args, param(part))
+	}
+	args = append(args, fp, lockWait)
+	for _, v := range order {
+		args = append(args, param(v))
+	}
 	b := newBatch(2)
 	b.BeginTx(in.txOptions)
 	b.Queue(in.table.Claim, args...)
@@ -237,8 +243,14 @@ func (in *Inbox[M, R]) complete(ctx context.Context, conn *pgx.Conn, key []any, 
 	b := newBatch(2)
 	if !in.noResult {
 		// The claim inserted the row done; only a result is left to store.
+		// The result goes as text, never as []byte: pgx sends a []byte
+		// of unknown parameter type as bytea ('\x7b...'), which json
+		// refuses, whenever it does not describe the statement first
+		// (QueryExecModeExec and QueryExecModeSimpleProtocol, what
+		// poolers such as PgBouncer and RDS Proxy need). As text, the
+		// server reads it as the column's type in every mode.
 		sql, args := in.table.statement(in.table.Complete, in.table.NullComplete, key)
-		b.Queue(sql, append(args, result)...)
+		b.Queue(sql, append(args, string(result))...)
 	}
 	b.Queue("commit")
 	br := conn.SendBatch(ctx, b)

@@ -46,7 +46,7 @@ CREATE TABLE idem_test_deposit (
     key_ref      bigint      NOT NULL,
     fingerprint  bytea       NOT NULL,
     status       text        NOT NULL DEFAULT 'done',
-    result       jsonb,
+    result       json,
     attempts     integer     NOT NULL DEFAULT 1,
     created_at   timestamptz NOT NULL DEFAULT now(),
     completed_at timestamptz,

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 // Table describes one consumer's inbox table: how a message's key is taken
@@ -67,12 +69,24 @@ func (t *Table[M]) statement(plain string, byNulls map[uint64]string, key []any)
 			nulls |= 1 << i
 			continue
 		}
-		args = append(args, part)
+		args = append(args, param(part))
 	}
 	if nulls == 0 {
 		return plain, args
 	}
 	return byNulls[nulls], args
+}
+
+// param returns a key part or entity as it is sent. A UUID ([16]byte) goes as
+// a pgtype.UUID: pgx has no encoding of a bare [16]byte for a parameter whose
+// type it has not asked the server for (QueryExecModeExec and
+// QueryExecModeSimpleProtocol, what poolers such as PgBouncer need), while
+// pgtype.UUID encodes in every mode.
+func param(v any) any {
+	if u, ok := v.([16]byte); ok {
+		return pgtype.UUID{Bytes: u, Valid: true}
+	}
+	return v
 }
 
 // MaxKeyBytes bounds the total size of a key's string parts. PostgreSQL cannot

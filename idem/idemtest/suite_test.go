@@ -59,7 +59,7 @@ CREATE TABLE inbox_transfer (
     key_id       text        PRIMARY KEY,
     fingerprint  bytea       NOT NULL,
     status       text        NOT NULL DEFAULT 'done',
-    result       jsonb,
+    result       json,
     attempts     integer     NOT NULL DEFAULT 1,
     created_at   timestamptz NOT NULL DEFAULT now(),
     completed_at timestamptz
@@ -210,7 +210,7 @@ func uniqueViolationIsDuplicate(_ idemtest.NoReceiver, pool *pgxpool.Pool, _ ...
 			if r, err = post(ctx, tx, msg); err != nil {
 				return err
 			}
-			if _, err := tx.Exec(ctx, `UPDATE inbox_transfer SET status = 'done', result = $2 WHERE key_id = $1`, msg.ID, r); err != nil {
+			if _, err := tx.Exec(ctx, `UPDATE inbox_transfer SET status = 'done', result = $2 WHERE key_id = $1`, msg.ID, resultJSON(r)); err != nil {
 				return err
 			}
 			return idemtest.BeforeCommit(ctx, tx)
@@ -247,8 +247,16 @@ func stored(ctx context.Context, pool *pgxpool.Pool, msg transfer) (r receipt, o
 
 func record(ctx context.Context, tx pgx.Tx, msg transfer, r receipt) error {
 	_, err := tx.Exec(ctx, `INSERT INTO inbox_transfer (key_id, fingerprint, status, result, completed_at) VALUES ($1, $2, 'done', $3, now())`,
-		msg.ID, fingerprint(msg), r)
+		msg.ID, fingerprint(msg), resultJSON(r))
 	return err
+}
+
+// resultJSON is r as JSON text, the form a json column takes in every
+// pgx.QueryExecMode: a struct has no text encoding for a parameter of unknown
+// type (exec and simple_protocol modes do not describe the statement).
+func resultJSON(r receipt) string {
+	data, _ := json.Marshal(r)
+	return string(data)
 }
 
 func fingerprint(msg transfer) []byte {

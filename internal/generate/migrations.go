@@ -195,6 +195,11 @@ func (f *folder) evolve(h model.Handler, chain []model.MigrationFile) {
 		name, content = inboxsql.FileName(want, f.last, ""), inboxsql.Create(want)
 	} else {
 		current := *chain[len(chain)-1].Schema
+		if h.Result == nil && current.ResultType() == model.ResultJSONB {
+			// A handler without a result stores none: its jsonb column
+			// is fine, and changing the type would rewrite the table.
+			want.Result = model.ResultJSONB
+		}
 		if current.Equal(want) {
 			return
 		}

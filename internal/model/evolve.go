@@ -24,6 +24,9 @@ type Change struct {
 	ReplaceUnique bool
 	// AddGuard: the stale-message guard's versions table is created.
 	AddGuard bool
+	// ResultJSON: the result column changes from jsonb to json, which
+	// holds every result encoding/json writes (jsonb refuses \u0000).
+	ResultJSON bool
 }
 
 // Describe names the change for a migration file name.
@@ -40,6 +43,9 @@ func (c Change) Describe() string {
 	}
 	if c.AddGuard {
 		parts = append(parts, "guard")
+	}
+	if c.ResultJSON {
+		parts = append(parts, "result_json")
 	}
 	if len(parts) == 0 {
 		parts = append(parts, "unique")
@@ -113,6 +119,13 @@ func Evolve(prev, next Inbox) (Change, error) {
 	case prev.Guard != nil && *prev.Guard != *next.Guard:
 		return c, fmt.Errorf("the entity of its stale-message guard changed type from %s to %s, which would reinterpret the versions recorded so far; %s",
 			prev.Guard.Type, next.Guard.Type, fresh)
+	}
+	switch prev, next := prev.ResultType(), next.ResultType(); {
+	case prev == next:
+	case prev == ResultJSONB && next == ResultJSON:
+		c.ResultJSON = true
+	default:
+		return c, fmt.Errorf("its result column would change type from %s to %s, which cannot hold every result recorded so far; keep %s", prev, next, prev)
 	}
 	return c, nil
 }

@@ -288,6 +288,26 @@ type Inbox struct {
 	// Guard is the entity column of the stale-message guard's versions
 	// table, nil without a guard.
 	Guard *Column
+	// Result is the SQL type of the result column: ResultJSON (also when
+	// empty), or ResultJSONB in an inbox created before idemgen stored
+	// results as json, whose schema line has no result= field.
+	Result string
+}
+
+// The types of an inbox's result column. json keeps the text encoding/json
+// wrote, so it holds every result (jsonb refuses \u0000, which a Go string
+// with a NUL character encodes to).
+const (
+	ResultJSON  = "json"
+	ResultJSONB = "jsonb"
+)
+
+// ResultType is the SQL type of the result column.
+func (in Inbox) ResultType() string {
+	if in.Result == "" {
+		return ResultJSON
+	}
+	return in.Result
 }
 
 // Column is a column of an inbox's key.
@@ -313,7 +333,7 @@ const (
 
 // Inbox returns the schema h needs.
 func (h Handler) Inbox() Inbox {
-	in := Inbox{Consumer: h.Consumer, Table: h.Table, Unique: PrimaryKey}
+	in := Inbox{Consumer: h.Consumer, Table: h.Table, Unique: PrimaryKey, Result: ResultJSON}
 	for _, k := range h.Key {
 		in.Key = append(in.Key, Column{Name: k.Column, Type: k.SQLType, Nullable: k.Null != nil})
 		if k.Null != nil {
@@ -351,9 +371,11 @@ const SchemaMarker = "-- idemgen:schema "
 
 // Marker renders the schema as the line a migration records it in:
 //
-//	-- idemgen:schema table=idem_a key=key_id:text,key_ref:bigint? unique=partial guard=entity:text
+//	-- idemgen:schema table=idem_a key=key_id:text,key_ref:bigint? unique=partial guard=entity:text result=json
 //
-// A "?" marks a nullable column; types contain no spaces or commas.
+// A "?" marks a nullable column; types contain no spaces or commas. A jsonb
+// result column has no result= field: that is how idemgen wrote the lines of
+// the inboxes it created before it stored results as json.
 func (in Inbox) Marker() string {
 	var b strings.Builder
 	b.WriteString(SchemaMarker + "table=" + in.Table + " key=")
@@ -370,12 +392,15 @@ func (in Inbox) Marker() string {
 	if in.Guard != nil {
 		b.WriteString(" guard=" + in.Guard.Name + ":" + in.Guard.Type)
 	}
+	if t := in.ResultType(); t != ResultJSONB {
+		b.WriteString(" result=" + t)
+	}
 	return b.String()
 }
 
 // ParseInbox reads a schema line written by Marker.
 func ParseInbox(consumer, line string) (Inbox, error) {
-	in := Inbox{Consumer: consumer}
+	in := Inbox{Consumer: consumer, Result: ResultJSONB}
 	rest, ok := strings.CutPrefix(line, SchemaMarker)
 	if !ok {
 		return in, fmt.Errorf("not a schema line: %q", line)
@@ -404,6 +429,11 @@ func ParseInbox(consumer, line string) (Inbox, error) {
 				return in, err
 			}
 			in.Guard = &c
+		case "result":
+			if value != ResultJSON && value != ResultJSONB {
+				return in, fmt.Errorf("unknown result=%s", value)
+			}
+			in.Result = value
 		default:
 			return in, fmt.Errorf("unknown field %q", field)
 		}

@@ -139,7 +139,7 @@ func Create(in model.Inbox) []byte {
 	cols = append(cols,
 		column{"fingerprint", "bytea", "NOT NULL"},
 		column{"status", "text", "NOT NULL DEFAULT 'done'"},
-		column{"result", "jsonb", ""},
+		column{"result", in.ResultType(), ""},
 		column{"attempts", "integer", "NOT NULL DEFAULT 1"},
 		column{"created_at", "timestamptz", "NOT NULL DEFAULT now()"},
 		column{"completed_at", "timestamptz", "DEFAULT now()"},
@@ -207,7 +207,16 @@ func Alter(prev, next model.Inbox, c model.Change) []byte {
 		d.Up = append(d.Up, versionsDDL(next))
 		summary = append(summary, "adds the stale-message guard's versions table")
 	}
+	if c.ResultJSON {
+		d.Up = append(d.Up, fmt.Sprintf("ALTER TABLE %s ALTER COLUMN result TYPE json", t))
+		summary = append(summary, "stores results as json instead of jsonb, which refuses a result holding a NUL character (\\u0000) after the handler ran, on every redelivery. "+
+			"The type change rewrites the table under an ACCESS EXCLUSIVE lock, which stops every delivery of the consumer until it is done: "+
+			"apply it in a quiet hour, or purge old rows first. Going down fails while a stored result holds \\u0000")
+	}
 
+	if c.ResultJSON {
+		d.Down = append(d.Down, fmt.Sprintf("ALTER TABLE %s ALTER COLUMN result TYPE jsonb", t))
+	}
 	if c.AddGuard {
 		d.Down = append(d.Down, "DROP TABLE "+VersionsTable(next))
 	}
