@@ -7,8 +7,14 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"golang.org/x/mod/modfile"
 
 	"github.com/idemgen/idemgen/internal/diag"
+	"github.com/idemgen/idemgen/internal/directive"
 	"github.com/idemgen/idemgen/internal/generate"
 	"github.com/idemgen/idemgen/internal/load"
 	"github.com/idemgen/idemgen/internal/model"
@@ -31,7 +37,8 @@ Usage:
   idemgen vet [flags] [packages]          report every problem and doubt about the
                                           handlers and their keys; write nothing
 
-Packages are go/packages patterns; the default is ".".
+Packages are go/packages patterns: directories (., ./..., ./billing) or import
+paths; the default is ".". A pattern that matches no package is an error.
 
 Flags:
 `
@@ -47,10 +54,20 @@ func Run(args []string, stdout, stderr io.Writer) int {
 	return run(dir, args, stdout, stderr)
 }
 
+// commands are idemgen's subcommands.
+var commands = []string{"generate", "check", "vet", "help"}
+
 func run(dir string, args []string, stdout, stderr io.Writer) int {
 	cmd := "generate"
-	if len(args) > 0 && (args[0] == "generate" || args[0] == "check" || args[0] == "vet" || args[0] == "help") {
-		cmd, args = args[0], args[1:]
+	if len(args) > 0 {
+		switch {
+		case slices.Contains(commands, args[0]):
+			cmd, args = args[0], args[1:]
+		case !isPattern(dir, args[0]):
+			fmt.Fprintln(stderr, unknownCommand(dir, args[0]))
+			fmt.Fprintln(stderr, "Run 'idemgen help' for usage.")
+			return ExitUsage
+		}
 	}
 	fs := flag.NewFlagSet("idemgen "+cmd, flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -96,6 +113,78 @@ func run(dir string, args []string, stdout, stderr io.Writer) int {
 		return check(dir, set, diags, stdout, stderr)
 	default:
 		return write(dir, set, diags, *verbose, stderr)
+	}
+}
+
+// isPattern reports whether arg, the first argument, is a flag or a package
+// pattern rather than a subcommand: a flag, a path (., .., ./x, /x), a
+// pattern with a wildcard, an import path (with a dot or a slash), one of the
+// go command's reserved patterns, or the path of the main module when it is
+// a single word. Any other word is a misspelled or unknown subcommand.
+func isPattern(dir, arg string) bool {
+	switch {
+	case arg == "" || strings.HasPrefix(arg, "-"):
+		return true
+	case strings.ContainsAny(arg, `./\`) || filepath.IsAbs(arg):
+		return true
+	case arg == "all" || arg == "std" || arg == "cmd" || arg == "tool":
+		return true
+	}
+	return arg == mainModulePath(dir)
+}
+
+// unknownCommand says that word is not a subcommand, and what was probably
+// meant.
+func unknownCommand(dir, word string) string {
+	msg := fmt.Sprintf("idemgen: unknown command %q", word)
+	if s := directive.Suggest(word, commands); s != "" {
+		msg += fmt.Sprintf(" (did you mean %s?)", s)
+	} else {
+		msg += "; the commands are generate (the default), check, vet and help"
+	}
+	if info, err := os.Stat(filepath.Join(dir, word)); err == nil && info.IsDir() {
+		msg += fmt.Sprintf("; for the package in directory %s, write ./%s", word, word)
+	}
+	return msg
+}
+
+// mainModulePath returns the module path in the go.mod that governs dir, or
+// "" when there is none.
+func mainModulePath(dir string) string {
+	gomod, data := findGoMod(dir)
+	if gomod == "" {
+		return ""
+	}
+	return modfile.ModulePath(data)
+}
+
+// findGoMod returns the path and contents of the go.mod of the module dir
+// belongs to, or "" when there is none.
+func findGoMod(dir string) (string, []byte) {
+	path := findUp(dir, "go.mod")
+	if path == "" {
+		return "", nil
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return "", nil
+	}
+	return path, data
+}
+
+// findUp returns the path of the file called name in dir or the nearest of
+// its parents, or "".
+func findUp(dir, name string) string {
+	for d := dir; ; {
+		path := filepath.Join(d, name)
+		if info, err := os.Stat(path); err == nil && !info.IsDir() {
+			return path
+		}
+		parent := filepath.Dir(d)
+		if parent == d {
+			return ""
+		}
+		d = parent
 	}
 }
 

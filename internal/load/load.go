@@ -55,6 +55,7 @@ func Load(cfg Config) (model.Program, *diag.List, error) {
 	if err != nil {
 		return model.Program{}, diags, err
 	}
+	checkPatterns(cfg, patterns, pkgs, diags)
 
 	var prog model.Program
 	migrationDirs := map[string]bool{}
