@@ -222,6 +222,9 @@ func typeCheck(pkg *packages.Package, fset *token.FileSet, sizes types.Sizes, lo
 			if imp == nil {
 				return nil, fmt.Errorf("no metadata for %s", path)
 			}
+			if problem := missingModule(imp); problem != "" {
+				return nil, errors.New(problem)
+			}
 			dep := lookup(imp.ID)
 			switch {
 			case dep == nil:
@@ -252,6 +255,25 @@ func typeCheck(pkg *packages.Package, fset *token.FileSet, sizes types.Sizes, lo
 		pkg.Errors = append(pkg.Errors, packages.Error{Pos: "-", Msg: err.Error(), Kind: packages.UnknownError})
 	}
 	pkg.IllTyped = len(pkg.Errors) > 0
+}
+
+// missingModule says what to run when the go command found no module for
+// the imported package imp (its go.mod lacks the requirement, or go.sum its
+// checksum), or returns "". Without it, the type checker's report is
+// "invalid package name", which says nothing of the cause.
+func missingModule(imp *packages.Package) string {
+	for _, e := range imp.Errors {
+		if e.Kind != packages.ListError {
+			continue
+		}
+		switch msg := e.Msg; {
+		case strings.Contains(msg, "no required module provides package"), strings.Contains(msg, "cannot find module providing package"):
+			return fmt.Sprintf("no module in go.mod provides it; run go get %s", imp.PkgPath)
+		case strings.Contains(msg, "missing go.sum entry"):
+			return fmt.Sprintf("go.sum lacks the checksum of its module; run go get %s", imp.PkgPath)
+		}
+	}
+	return ""
 }
 
 type importerFunc func(path string) (*types.Package, error)
