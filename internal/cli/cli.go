@@ -2,14 +2,28 @@
 package cli
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
+	"go/parser"
+	"go/token"
 	"io"
+	"maps"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime/debug"
+	"slices"
+	"strconv"
 	"strings"
 
+	"golang.org/x/mod/modfile"
+
 	"github.com/idemgen/idemgen/internal/diag"
+	"github.com/idemgen/idemgen/internal/directive"
 	"github.com/idemgen/idemgen/internal/generate"
 	"github.com/idemgen/idemgen/internal/load"
 	"github.com/idemgen/idemgen/internal/model"
@@ -32,7 +46,8 @@ Usage:
   idemgen vet [flags] [packages]          report every problem and doubt about the
                                           handlers and their keys; write nothing
 
-Packages are go/packages patterns; the default is ".".
+Packages are go/packages patterns: directories (., ./..., ./billing) or import
+paths; the default is ".". A pattern that matches no package is an error.
 
 Flags:
 `
@@ -48,10 +63,20 @@ func Run(args []string, stdout, stderr io.Writer) int {
 	return run(dir, args, stdout, stderr)
 }
 
+// commands are idemgen's subcommands.
+var commands = []string{"generate", "check", "vet", "help"}
+
 func run(dir string, args []string, stdout, stderr io.Writer) int {
 	cmd := "generate"
-	if len(args) > 0 && (args[0] == "generate" || args[0] == "check" || args[0] == "vet" || args[0] == "help") {
-		cmd, args = args[0], args[1:]
+	if len(args) > 0 {
+		switch {
+		case slices.Contains(commands, args[0]):
+			cmd, args = args[0], args[1:]
+		case !isPattern(dir, args[0]):
+			fmt.Fprintln(stderr, unknownCommand(dir, args[0]))
+			fmt.Fprintln(stderr, "Run 'idemgen help' for usage.")
+			return ExitUsage
+		}
 	}
 	fs := flag.NewFlagSet("idemgen "+cmd, flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -101,6 +126,78 @@ func run(dir string, args []string, stdout, stderr io.Writer) int {
 	}
 }
 
+// isPattern reports whether arg, the first argument, is a flag or a package
+// pattern rather than a subcommand: a flag, a path (., .., ./x, /x), a
+// pattern with a wildcard, an import path (with a dot or a slash), one of the
+// go command's reserved patterns, or the path of the main module when it is
+// a single word. Any other word is a misspelled or unknown subcommand.
+func isPattern(dir, arg string) bool {
+	switch {
+	case arg == "" || strings.HasPrefix(arg, "-"):
+		return true
+	case strings.ContainsAny(arg, `./\`) || filepath.IsAbs(arg):
+		return true
+	case arg == "all" || arg == "std" || arg == "cmd" || arg == "tool":
+		return true
+	}
+	return arg == mainModulePath(dir)
+}
+
+// unknownCommand says that word is not a subcommand, and what was probably
+// meant.
+func unknownCommand(dir, word string) string {
+	msg := fmt.Sprintf("idemgen: unknown command %q", word)
+	if s := directive.Suggest(word, commands); s != "" {
+		msg += fmt.Sprintf(" (did you mean %s?)", s)
+	} else {
+		msg += "; the commands are generate (the default), check, vet and help"
+	}
+	if info, err := os.Stat(filepath.Join(dir, word)); err == nil && info.IsDir() {
+		msg += fmt.Sprintf("; for the package in directory %s, write ./%s", word, word)
+	}
+	return msg
+}
+
+// mainModulePath returns the module path in the go.mod that governs dir, or
+// "" when there is none.
+func mainModulePath(dir string) string {
+	gomod, data := findGoMod(dir)
+	if gomod == "" {
+		return ""
+	}
+	return modfile.ModulePath(data)
+}
+
+// findGoMod returns the path and contents of the go.mod of the module dir
+// belongs to, or "" when there is none.
+func findGoMod(dir string) (string, []byte) {
+	path := findUp(dir, "go.mod")
+	if path == "" {
+		return "", nil
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return "", nil
+	}
+	return path, data
+}
+
+// findUp returns the path of the file called name in dir or the nearest of
+// its parents, or "".
+func findUp(dir, name string) string {
+	for d := dir; ; {
+		path := filepath.Join(d, name)
+		if info, err := os.Stat(path); err == nil && !info.IsDir() {
+			return path
+		}
+		parent := filepath.Dir(d)
+		if parent == d {
+			return ""
+		}
+		d = parent
+	}
+}
+
 func write(dir string, set *output.Set, diags *diag.List, verbose bool, stderr io.Writer) int {
 	diags.Print(stderr, dir)
 	if diags.HasErrors() {
@@ -112,6 +209,17 @@ func write(dir string, set *output.Set, diags *diag.List, verbose bool, stderr i
 		fmt.Fprintln(stderr, "idemgen:", err)
 		return ExitFail
 	}
+	written := map[string][]byte{}
+	for _, c := range changes {
+		if c.Kind != output.Orphan && filepath.Ext(c.Path) == ".go" {
+			written[c.Path] = c.New
+		}
+	}
+	if len(written) > 0 {
+		if note := moduleNote(dir, written); note != "" {
+			fmt.Fprintln(stderr, note)
+		}
+	}
 	if verbose {
 		for _, c := range changes {
 			verb := "wrote"
@@ -122,6 +230,158 @@ func write(dir string, set *output.Set, diags *diag.List, verbose bool, stderr i
 		}
 	}
 	return ExitOK
+}
+
+// moduleNote checks that the go command can build the packages of the Go
+// files just written, and their tests: the generated code imports the
+// runtime and its test suite, which may need modules the go.mod does not
+// require yet, or checksums go.sum lacks. go vet and go test fail until then,
+// so the note names the missing modules and what to run; "" when nothing is
+// missing. written maps the paths of the Go files written to their content.
+func moduleNote(dir string, written map[string][]byte) string {
+	var pkgDirs []string
+	for _, path := range slices.Sorted(maps.Keys(written)) {
+		if d := filepath.Dir(path); !slices.Contains(pkgDirs, d) {
+			pkgDirs = append(pkgDirs, d)
+		}
+	}
+	gomod, data := findGoMod(pkgDirs[0])
+	if gomod == "" {
+		return ""
+	}
+	mf, err := modfile.ParseLax(gomod, data, nil)
+	if err != nil || mf.Module == nil {
+		return ""
+	}
+	required := func(mod string) bool {
+		return mod == mf.Module.Mod.Path || slices.ContainsFunc(mf.Require, func(r *modfile.Require) bool { return r.Mod.Path == mod })
+	}
+	var missing []string
+	addMissing := func(importPath string) {
+		mod := importPath
+		if i := slices.IndexFunc(generatedModules, within(importPath)); i >= 0 {
+			mod = generatedModules[i]
+		}
+		missing = append(missing, mod)
+	}
+
+	// Imports of modules go.mod does not mention at all.
+	for path, src := range written {
+		file, err := parser.ParseFile(token.NewFileSet(), path, src, parser.ImportsOnly)
+		if err != nil {
+			continue
+		}
+		for _, imp := range file.Imports {
+			ip, err := strconv.Unquote(imp.Path.Value)
+			if err != nil || !strings.Contains(strings.Split(ip, "/")[0], ".") {
+				continue // the standard library
+			}
+			if !required(ip) && !slices.ContainsFunc(mf.Require, func(r *modfile.Require) bool { return within(ip)(r.Mod.Path) }) &&
+				!within(ip)(mf.Module.Mod.Path) {
+				addMissing(ip)
+			}
+		}
+	}
+	getIdem := slices.Contains(missing, idemgenModule)
+
+	// What the go command finds missing, down the imports: modules known
+	// to go.mod only through other modules' requirements, checksums.
+	args := []string{"list", "-e", "-test", "-json=ImportPath,Error,DepsErrors"}
+	// Report what is missing instead of recording it (GOFLAGS may say
+	// -mod=mod); a vendored module keeps its vendor mode.
+	if _, err := os.Stat(filepath.Join(filepath.Dir(gomod), "vendor", "modules.txt")); err != nil {
+		args = append(args, "-mod=readonly")
+	}
+	cmd := exec.Command("go", append(args, pkgDirs...)...)
+	cmd.Dir = dir
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err = cmd.Run()
+	for dec := json.NewDecoder(&stdout); ; {
+		var pkg struct {
+			Error      *struct{ Err string }
+			DepsErrors []struct{ Err string }
+		}
+		if dec.Decode(&pkg) != nil {
+			break
+		}
+		errs := pkg.DepsErrors
+		if pkg.Error != nil {
+			errs = append(errs, *pkg.Error)
+		}
+		for _, e := range errs {
+			if m := missingPackage.FindStringSubmatch(e.Err); m != nil {
+				addMissing(m[2])
+			}
+		}
+	}
+	needTidy := err != nil && strings.Contains(stderr.String(), "updates to go.mod needed")
+	if len(missing) == 0 && !needTidy {
+		return ""
+	}
+	if len(missing) == 0 {
+		missing = tidyAdds(gomod, mf)
+	}
+	slices.Sort(missing)
+	missing = slices.Compact(missing)
+	what := "all the modules the generated code needs"
+	if len(missing) > 0 {
+		what = "modules the generated code needs (" + strings.Join(missing, ", ") + ")"
+	}
+	run := "go mod tidy"
+	if getIdem {
+		run = "go get " + idemPackage() + ", then go mod tidy"
+	}
+	return fmt.Sprintf("idemgen: note: %s does not yet require %s; go vet and go test fail until you run %s",
+		diag.Rel(dir, gomod), what, run)
+}
+
+// missingPackage matches the go command's report of an import that no
+// module in go.mod provides, or whose module's checksum go.sum lacks.
+var missingPackage = regexp.MustCompile(`^(no required module provides package|cannot find module providing package|missing go.sum entry for module providing package) ([^\s;:]+)`)
+
+const idemgenModule = "github.com/idemgen/idemgen"
+
+// generatedModules are the modules whose packages generated code imports,
+// by module path, to name the module of a missing package.
+var generatedModules = []string{idemgenModule, "github.com/jackc/pgx/v5", "github.com/pressly/goose/v3", "github.com/google/uuid"}
+
+// within returns a test of whether module path mod provides importPath.
+func within(importPath string) func(mod string) bool {
+	return func(mod string) bool { return importPath == mod || strings.HasPrefix(importPath, mod+"/") }
+}
+
+// tidyAdds returns the modules go mod tidy would add to gomod, whose parsed
+// content is current (go mod tidy -diff changes nothing), or nil when it
+// cannot tell.
+func tidyAdds(gomod string, current *modfile.File) []string {
+	cmd := exec.Command("go", "mod", "tidy", "-diff")
+	cmd.Dir = filepath.Dir(gomod)
+	out, _ := cmd.Output() // exit status 1 when there is a diff
+	diff, _, _ := strings.Cut(string(out), "diff current/go.sum")
+	var mods []string
+	for _, line := range strings.Split(diff, "\n") {
+		if !strings.HasPrefix(line, "+") || strings.HasPrefix(line, "+++") {
+			continue
+		}
+		f := strings.Fields(strings.TrimPrefix(strings.TrimPrefix(line, "+"), "require "))
+		if len(f) < 2 || !strings.Contains(f[0], ".") || slices.ContainsFunc(current.Require, func(r *modfile.Require) bool { return r.Mod.Path == f[0] }) {
+			continue
+		}
+		mods = append(mods, f[0])
+	}
+	return mods
+}
+
+// idemPackage is the runtime's package to go get: at the version of this
+// idemgen when it was built from a module version.
+func idemPackage() string {
+	const idem = idemgenModule + "/idem"
+	if info, ok := debug.ReadBuildInfo(); ok && info.Main.Path == idemgenModule &&
+		info.Main.Version != "" && info.Main.Version != "(devel)" {
+		return idem + "@" + info.Main.Version
+	}
+	return idem
 }
 
 func check(dir string, set *output.Set, diags *diag.List, stdout, stderr io.Writer) int {

@@ -10,6 +10,7 @@
 package directive
 
 import (
+	"regexp"
 	"strings"
 
 	"github.com/idemgen/idemgen/internal/diag"
@@ -47,9 +48,85 @@ func (d Directive) Lookup(name string) (Option, bool) {
 // Is reports whether a comment's text is an idemgen directive.
 func Is(text string) bool { return strings.HasPrefix(text, Prefix) }
 
+// Names are the directives idemgen knows.
+var Names = []string{"handler", "retired"}
+
+// nearMiss matches the text of a comment, after its // or /*, that was
+// probably meant as a directive: spaces, a case or a prefix off, then a word
+// and the options.
+var nearMiss = regexp.MustCompile(`^([ \t]*)((?i:go:|\+)?)((?i:idem)(?i:gen)?)([ \t]*:[ \t]*)([A-Za-z_]+)(.*)$`)
+
+// NearMiss reports whether a comment's text (// or /* */ included) that is
+// not a directive (Is is false) looks like one gone wrong, such as
+// "// idem:handler", "//IDEM:handler" or "/*idem:handler*/". It returns what
+// is wrong and the directive as it should be written. Prose that merely
+// mentions idem is not a near miss: the word after the colon must be a
+// directive name or close to one.
+func NearMiss(text string) (problem, fix string, ok bool) {
+	var body string
+	var block bool
+	switch {
+	case strings.HasPrefix(text, "//"):
+		body = text[2:]
+	case strings.HasPrefix(text, "/*"):
+		body, block = strings.TrimSuffix(text[2:], "*/"), true
+		if i := strings.IndexByte(body, '\n'); i >= 0 {
+			body = body[:i]
+		}
+	default:
+		return "", "", false
+	}
+	m := nearMiss.FindStringSubmatch(body)
+	if m == nil {
+		return "", "", false
+	}
+	space, before, idem, colon, word, rest := m[1], m[2], m[3], m[4], m[5], strings.TrimRight(m[6], " \t")
+	name := strings.ToLower(word)
+	if !contains(Names, name) {
+		name = Suggest(name, Names)
+		if name == "" {
+			return "", "", false
+		}
+	}
+	var problems []string
+	if block {
+		problems = append(problems, "a directive is a // line comment, not a /* */ block")
+	}
+	if space != "" {
+		problems = append(problems, "a directive has no space after //")
+	}
+	if before != "" || len(idem) > len("idem") {
+		problems = append(problems, "the prefix is "+Prefix+", not //"+before+idem+":")
+	} else if idem != "idem" {
+		problems = append(problems, "the prefix is lower case")
+	}
+	if colon != ":" {
+		problems = append(problems, "a directive has no space around the colon")
+	}
+	if word != name {
+		problems = append(problems, "the directive is "+Prefix+name+", not "+word)
+	}
+	return strings.Join(problems, "; "), corrected(name + rest), true
+}
+
+// corrected is the directive Prefix+s, its options separated by single
+// spaces.
+func corrected(s string) string { return Prefix + strings.Join(strings.Fields(s), " ") }
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
 // Parse parses the comment text, which starts with Prefix, found at pos.
 // Syntax errors are recorded in diags; the options that parsed are returned
-// all the same, so that one run reports every problem of a directive.
+// all the same, so that one run reports every problem of a directive. A
+// directive whose name is malformed has the empty Name, and its error is
+// recorded.
 func Parse(text string, pos diag.Pos, diags *diag.List) Directive {
 	at := func(offset int) diag.Pos {
 		return diag.Pos{File: pos.File, Line: pos.Line, Col: pos.Col + offset}
@@ -61,7 +138,16 @@ func Parse(text string, pos diag.Pos, diags *diag.List) Directive {
 	}
 	d := Directive{Name: rest[:nameEnd], Pos: pos}
 	if !isName(d.Name) {
-		diags.Errorf(at(len(Prefix)), "malformed directive %q: want %sname followed by name=value options", text, Prefix)
+		word, _, _ := strings.Cut(strings.TrimLeft(rest, " \t"), " ")
+		switch {
+		case d.Name == "" && isName(strings.ToLower(word)):
+			diags.Errorf(at(len(Prefix)), "malformed directive %q: no space after %s; write %s", text, Prefix, corrected(strings.TrimLeft(rest, " \t")))
+		case isName(strings.ToLower(d.Name)):
+			diags.Errorf(at(len(Prefix)), "malformed directive %q: directive names are lower case; write %s", text, corrected(strings.ToLower(d.Name)+rest[nameEnd:]))
+		default:
+			diags.Errorf(at(len(Prefix)), "malformed directive %q: want %sname followed by name=value options", text, Prefix)
+		}
+		d.Name = ""
 		return d
 	}
 

@@ -50,3 +50,27 @@ func TestSuggest(t *testing.T) {
 		}
 	}
 }
+
+func TestNearMiss(t *testing.T) {
+	for text, want := range map[string]string{
+		"// idem:handler consumer=a key=ID":     "a directive has no space after // => //idem:handler consumer=a key=ID",
+		"//IDEM:handler consumer=a key=ID":      "the prefix is lower case => //idem:handler consumer=a key=ID",
+		"/*idem:handler consumer=a  key=ID */":  "a directive is a // line comment, not a /* */ block => //idem:handler consumer=a key=ID",
+		"//idemgen:retired consumer=a":          "the prefix is //idem:, not //idemgen: => //idem:retired consumer=a",
+		"// Idem : Handler key=ID":              "a directive has no space after //; the prefix is lower case; a directive has no space around the colon; the directive is //idem:handler, not Handler => //idem:handler key=ID",
+		"// idem:handlr key=ID":                 "a directive has no space after //; the directive is //idem:handler, not handlr => //idem:handler key=ID",
+		"// idem: this package is about it":     "",
+		"// Handle is an idem:handler function": "",
+		"//go:generate go run ./cmd/idemgen":    "",
+		"//	//idem:handler key=ID":              "",
+	} {
+		problem, fix, ok := NearMiss(text)
+		got := ""
+		if ok {
+			got = problem + " => " + fix
+		}
+		if got != want {
+			t.Errorf("NearMiss(%q) = %q, want %q", text, got, want)
+		}
+	}
+}

@@ -88,15 +88,19 @@ func (c *checker) handler(fd *ast.FuncDecl, d directive.Directive) (model.Handle
 
 	if o, ok := d.Lookup("consumer"); !ok {
 		c.errorf(d.Pos, "%shandler needs consumer=: a stable name such as billing.charge", directive.Prefix)
-	} else if !consumerRE.MatchString(o.Value) || len(o.Value) > MaxConsumer {
+	} else if !consumerRE.MatchString(o.Value) {
 		c.errorf(o.ValuePos, "consumer %q is not a safe name: want lower-case letters, digits, '_', '.' and '-', starting with a letter, at most %d bytes", o.Value, MaxConsumer)
+	} else if len(o.Value) > MaxConsumer {
+		c.errorf(o.ValuePos, "consumer %q is %d bytes long, more than %d: the inbox table and its indexes are named after it, within PostgreSQL's 63-byte identifiers; use a shorter name", o.Value, len(o.Value), MaxConsumer)
 	} else {
 		h.Consumer = o.Value
 		h.Table = "idem_" + strings.NewReplacer(".", "_", "-", "_").Replace(o.Value)
 	}
 	if o, ok := d.Lookup("table"); ok {
-		if !tableRE.MatchString(o.Value) || longestPart(o.Value) > 63 {
+		if !tableRE.MatchString(o.Value) {
 			c.errorf(o.ValuePos, "table %q is not a plain PostgreSQL name: want lower-case letters, digits and '_' (optionally schema.table), at most 63 bytes each", o.Value)
+		} else if n := longestPart(o.Value); n > 63 {
+			c.errorf(o.ValuePos, "table %q has a name of %d bytes, more than PostgreSQL's 63-byte identifiers (which would cut it short); use a shorter name", o.Value, n)
 		} else {
 			h.Table = o.Value
 		}
@@ -343,7 +347,13 @@ func (c *checker) signature(fd *ast.FuncDecl, sig *types.Signature, h *model.Han
 	const want = "want func(ctx context.Context, tx pgx.Tx, msg M) (R, error) or (...) error, with M a named struct type or a pointer to one"
 	params, results := sig.Params(), sig.Results()
 	at := c.pos(fd.Type)
-	if params.Len() != 3 || sig.Variadic() {
+	if sig.Variadic() {
+		last := params.At(params.Len() - 1)
+		c.errorf(c.paramPos(fd, params.Len()-1), "handler %s is variadic (its last parameter %s is ...%s): one delivery is one message; %s",
+			h.Func, last.Name(), c.typeString(last.Type().(*types.Slice).Elem()), want)
+		return nil, false
+	}
+	if params.Len() != 3 {
 		c.errorf(at, "handler %s has %d parameters; %s", h.Func, params.Len(), want)
 		return nil, false
 	}
@@ -475,8 +485,16 @@ func (c *checker) keyPart(pos diag.Pos, path string, msg types.Type, allowNull b
 		obj, index, _ := types.LookupFieldOrMethod(base, false, c.pkg.Types, name)
 		field, isField := obj.(*types.Var)
 		switch {
+		case obj == nil && index != nil:
+			c.errorf(pos, "key field %s: %s is ambiguous in %s: %s; name the one to key on by its full path",
+				path, name, c.describe(base, prefix), strings.Join(c.ambiguous(base, name, joinPath(prefix)), " and "))
+			return part, false
 		case obj == nil:
-			c.errorf(pos, "key field %s: %s has no field %s", path, c.describe(base, prefix), name)
+			msg := fmt.Sprintf("key field %s: %s has no field %s", path, c.describe(base, prefix), name)
+			if s := c.suggestField(base, name, joinPath(prefix)); s != "" {
+				msg += fmt.Sprintf(" (did you mean %s?)", s)
+			}
+			c.errorf(pos, "%s", msg)
 			return part, false
 		case !isField:
 			c.errorf(pos, "key field %s: %s is a method, not a field", path, name)
@@ -505,8 +523,12 @@ func (c *checker) keyPart(pos diag.Pos, path string, msg types.Type, allowNull b
 		return part, false
 	}
 	column := "key_" + snake(strings.Join(elems, "_"))
-	if !columnRE.MatchString(column) || len(column) > 63 {
-		c.errorf(pos, "key field %s cannot be named as a column (%q): use ASCII field names", path, column)
+	switch {
+	case !columnRE.MatchString(column):
+		c.errorf(pos, "key field %s cannot be named as a column (%q): idemgen names key columns after the field path in lower-case ASCII letters, digits and '_'; use ASCII field names", path, column)
+		return part, false
+	case len(column) > 63:
+		c.errorf(pos, "key field %s would be stored in column %s, %d bytes long, more than PostgreSQL's 63-byte identifiers; key on a field with a shorter name (or path)", path, column, len(column))
 		return part, false
 	}
 	part.Column = column
@@ -721,6 +743,112 @@ func (c *checker) qualifier(p *types.Package) string {
 		return ""
 	}
 	return p.Name()
+}
+
+// ambiguous lists, for a field name that LookupFieldOrMethod found more than
+// once at the shallowest depth, the full paths it is reached by.
+func (c *checker) ambiguous(t types.Type, name, prefix string) []string {
+	type node struct {
+		t    types.Type
+		path string
+	}
+	level := []node{{t: t}}
+	seen := map[types.Type]bool{}
+	for len(level) > 0 {
+		var found []string
+		var next []node
+		for _, n := range level {
+			base := n.t
+			if p, ok := base.Underlying().(*types.Pointer); ok {
+				base = p.Elem()
+			}
+			st, ok := base.Underlying().(*types.Struct)
+			if !ok || seen[base] {
+				continue
+			}
+			seen[base] = true
+			for i := range st.NumFields() {
+				f := st.Field(i)
+				if f.Name() == name && n.path != "" {
+					found = append(found, prefix+n.path+name)
+				}
+				if f.Embedded() {
+					next = append(next, node{t: f.Type(), path: n.path + f.Name() + "."})
+				}
+			}
+		}
+		if len(found) > 1 {
+			return found
+		}
+		level = next
+	}
+	return []string{"it is promoted from more than one embedded struct at the same depth"}
+}
+
+// suggestField returns the path of the field of t (promoted ones included)
+// whose name differs from name only in case, or is a likely typo of it: the
+// bare name when it is unambiguous, else its full paths.
+func (c *checker) suggestField(t types.Type, name, prefix string) string {
+	st, ok := t.Underlying().(*types.Struct)
+	if !ok {
+		return ""
+	}
+	var names []string
+	for _, f := range fieldsOf(st, map[*types.Struct]bool{}) {
+		if f.Exported() && !f.Embedded() && !slices.Contains(names, f.Name()) {
+			names = append(names, f.Name())
+		}
+	}
+	best := ""
+	for _, n := range names {
+		if strings.EqualFold(n, name) {
+			best = n
+			break
+		}
+	}
+	if best == "" {
+		best = directive.Suggest(name, names)
+	}
+	if best == "" {
+		return ""
+	}
+	if obj, index, _ := types.LookupFieldOrMethod(t, false, c.pkg.Types, best); obj == nil && index != nil {
+		return strings.Join(c.ambiguous(t, best, prefix), " or ")
+	}
+	return prefix + best
+}
+
+// fieldsOf returns the fields of st and those promoted through its embedded
+// structs.
+func fieldsOf(st *types.Struct, seen map[*types.Struct]bool) []*types.Var {
+	if seen[st] {
+		return nil
+	}
+	seen[st] = true
+	var out []*types.Var
+	for i := range st.NumFields() {
+		f := st.Field(i)
+		out = append(out, f)
+		if !f.Embedded() {
+			continue
+		}
+		t := f.Type()
+		if p, ok := t.Underlying().(*types.Pointer); ok {
+			t = p.Elem()
+		}
+		if inner, ok := t.Underlying().(*types.Struct); ok {
+			out = append(out, fieldsOf(inner, seen)...)
+		}
+	}
+	return out
+}
+
+// joinPath returns prefix with a trailing dot, or "" for the message itself.
+func joinPath(prefix string) string {
+	if prefix == "" {
+		return ""
+	}
+	return prefix + "."
 }
 
 func (c *checker) describe(t types.Type, prefix string) string {

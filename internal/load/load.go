@@ -4,6 +4,7 @@
 package load
 
 import (
+	"bytes"
 	"cmp"
 	"fmt"
 	"go/ast"
@@ -54,6 +55,7 @@ func Load(cfg Config) (model.Program, *diag.List, error) {
 	if err != nil {
 		return model.Program{}, diags, err
 	}
+	checkPatterns(cfg, patterns, pkgs, diags)
 
 	var prog model.Program
 	migrationDirs := map[string]bool{}
@@ -94,6 +96,7 @@ func loadPackage(cfg Config, pkg *packages.Package, diags *diag.List) (model.Pac
 		mp.Generated = append(mp.Generated, model.TestFile)
 	}
 
+	checkUnreadFiles(pkg, diags)
 	decls, retired := findDirectives(pkg, diags)
 	mp.Retired = retired
 	if len(decls) == 0 && len(mp.Generated) == 0 && len(retired) == 0 {
@@ -166,10 +169,16 @@ func findDirectives(pkg *packages.Package, diags *diag.List) ([]annotated, []mod
 		for _, group := range file.Comments {
 			for _, c := range group.List {
 				if !directive.Is(c.Text) {
+					if problem, fix, ok := directive.NearMiss(c.Text); ok {
+						diags.Warnf(position(pkg.Fset, c.Pos()), "this comment is not read as a directive (%s); write %s", problem, fix)
+					}
 					continue
 				}
 				pos := position(pkg.Fset, c.Pos())
 				d := directive.Parse(c.Text, pos, diags)
+				if d.Name == "" {
+					continue // malformed, reported by Parse
+				}
 				if d.Name == "retired" {
 					if r, ok := retiredDirective(d, diags); ok {
 						retired = append(retired, r)
@@ -178,7 +187,7 @@ func findDirectives(pkg *packages.Package, diags *diag.List) ([]annotated, []mod
 				}
 				if d.Name != "handler" {
 					msg := fmt.Sprintf("unknown directive %s%s", directive.Prefix, d.Name)
-					if s := directive.Suggest(d.Name, []string{"handler", "retired"}); s != "" {
+					if s := directive.Suggest(d.Name, directive.Names); s != "" {
 						msg += fmt.Sprintf(" (did you mean %s%s?)", directive.Prefix, s)
 					}
 					diags.Errorf(pos, "%s", msg)
@@ -198,6 +207,53 @@ func findDirectives(pkg *packages.Package, diags *diag.List) ([]annotated, []mod
 		}
 	}
 	return out, retired
+}
+
+// checkUnreadFiles warns about directives in the files of pkg's directory
+// that idemgen does not read: its _test.go files (packages are loaded
+// without their tests) and the files build constraints exclude. A directive
+// there is ignored, and its handler would silently get no wrapper.
+func checkUnreadFiles(pkg *packages.Package, diags *diag.List) {
+	dir := packageDir(pkg)
+	var files []string
+	if dir != "" {
+		entries, _ := os.ReadDir(dir)
+		for _, e := range entries {
+			if name := e.Name(); !e.IsDir() && strings.HasSuffix(name, "_test.go") && name != model.TestFile {
+				files = append(files, filepath.Join(dir, name))
+			}
+		}
+	}
+	for _, f := range pkg.IgnoredFiles {
+		if strings.HasSuffix(f, ".go") && !strings.HasSuffix(f, "_test.go") {
+			files = append(files, f)
+		}
+	}
+	slices.Sort(files)
+	for _, name := range slices.Compact(files) {
+		src, err := os.ReadFile(name)
+		if err != nil || !bytes.Contains(bytes.ToLower(src), []byte("idem")) {
+			continue
+		}
+		fset := token.NewFileSet()
+		file, _ := parser.ParseFile(fset, name, src, parser.ParseComments|parser.SkipObjectResolution)
+		if file == nil {
+			continue
+		}
+		why := "it is in a _test.go file, and idemgen does not read the package's tests: a handler there gets no wrapper; move it to a file of the package itself"
+		if !strings.HasSuffix(name, "_test.go") {
+			why = "its file is excluded from the build by build constraints (for this GOOS, GOARCH and tags), and idemgen reads only the files the build uses"
+		}
+		for _, group := range file.Comments {
+			for _, c := range group.List {
+				if directive.Is(c.Text) {
+					diags.Warnf(position(fset, c.Pos()), "directive ignored: %s", why)
+				} else if _, fix, ok := directive.NearMiss(c.Text); ok {
+					diags.Warnf(position(fset, c.Pos()), "this comment looks like %s, which would be ignored: %s", strings.Fields(fix)[0], why)
+				}
+			}
+		}
+	}
 }
 
 // retiredDirective checks //idem:retired consumer=NAME: the consumer's

@@ -10,12 +10,14 @@ import (
 	"go/types"
 	"os"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"slices"
 	"strings"
 
 	"golang.org/x/tools/go/packages"
 
+	"github.com/idemgen/idemgen/internal/diag"
 	"github.com/idemgen/idemgen/internal/directive"
 	"github.com/idemgen/idemgen/internal/model"
 )
@@ -220,6 +222,9 @@ func typeCheck(pkg *packages.Package, fset *token.FileSet, sizes types.Sizes, lo
 			if imp == nil {
 				return nil, fmt.Errorf("no metadata for %s", path)
 			}
+			if problem := missingModule(imp); problem != "" {
+				return nil, errors.New(problem)
+			}
 			dep := lookup(imp.ID)
 			switch {
 			case dep == nil:
@@ -252,6 +257,111 @@ func typeCheck(pkg *packages.Package, fset *token.FileSet, sizes types.Sizes, lo
 	pkg.IllTyped = len(pkg.Errors) > 0
 }
 
+// missingModule says what to run when the go command found no module for
+// the imported package imp (its go.mod lacks the requirement, or go.sum its
+// checksum), or returns "". Without it, the type checker's report is
+// "invalid package name", which says nothing of the cause.
+func missingModule(imp *packages.Package) string {
+	for _, e := range imp.Errors {
+		if e.Kind != packages.ListError {
+			continue
+		}
+		switch msg := e.Msg; {
+		case strings.Contains(msg, "no required module provides package"), strings.Contains(msg, "cannot find module providing package"):
+			return fmt.Sprintf("no module in go.mod provides it; run go get %s", imp.PkgPath)
+		case strings.Contains(msg, "missing go.sum entry"):
+			return fmt.Sprintf("go.sum lacks the checksum of its module; run go get %s", imp.PkgPath)
+		}
+	}
+	return ""
+}
+
 type importerFunc func(path string) (*types.Package, error)
 
 func (f importerFunc) Import(path string) (*types.Package, error) { return f(path) }
+
+// checkPatterns reports the patterns that match no package: a directory
+// that does not exist or has no Go files, a wildcard that matches nothing,
+// an import path that no module provides. go/packages returns such a
+// pattern as a package without files, or not at all.
+func checkPatterns(cfg Config, patterns []string, pkgs []*packages.Package, diags *diag.List) {
+	hasFiles := func(pkg *packages.Package) bool { return len(pkg.GoFiles)+len(pkg.CompiledGoFiles) > 0 }
+	for _, pattern := range patterns {
+		if pattern == "all" || pattern == "std" || pattern == "cmd" || pattern == "tool" {
+			continue
+		}
+		local := isLocalPattern(pattern)
+		abs := pattern
+		if local && !filepath.IsAbs(abs) {
+			abs = filepath.Join(cfg.Dir, pattern)
+		}
+		abs = filepath.Clean(abs)
+		var matched []*packages.Package
+		if strings.Contains(pattern, "...") {
+			match := matchPattern(filepath.ToSlash(abs))
+			for _, pkg := range pkgs {
+				if hasFiles(pkg) && ((local && match(filepath.ToSlash(pkg.Dir))) || (!local && match(pkg.PkgPath))) {
+					matched = append(matched, pkg)
+				}
+			}
+		} else {
+			for _, pkg := range pkgs {
+				if pkg.ID == pattern || pkg.PkgPath == pattern || (local && pkg.Dir != "" && filepath.Clean(pkg.Dir) == abs) {
+					matched = append(matched, pkg)
+				}
+			}
+		}
+		if slices.ContainsFunc(matched, hasFiles) {
+			continue
+		}
+		msg := fmt.Sprintf("pattern %s matches no package", pattern)
+		switch {
+		case strings.Contains(pattern, "..."):
+		case local:
+			rel := diag.Rel(cfg.Dir, abs)
+			if info, err := os.Stat(abs); err != nil || !info.IsDir() {
+				msg += fmt.Sprintf(": directory %s does not exist", rel)
+			} else if tests, _ := filepath.Glob(filepath.Join(abs, "*_test.go")); len(tests) > 0 {
+				msg += fmt.Sprintf(": directory %s has only test files, and idemgen reads no tests", rel)
+			} else {
+				msg += fmt.Sprintf(": directory %s has no Go files (for this GOOS, GOARCH and build tags)", rel)
+			}
+		case slices.Contains([]string{"generate", "check", "vet", "help"}, pattern):
+			msg += fmt.Sprintf("; a command comes before the flags: idemgen %s [flags] [packages]", pattern)
+		case !strings.Contains(pattern, "."):
+			msg += fmt.Sprintf(": there is no package %s", pattern)
+			if info, err := os.Stat(filepath.Join(cfg.Dir, pattern)); err == nil && info.IsDir() {
+				msg += fmt.Sprintf(" (for the directory, write ./%s)", pattern)
+			}
+		default:
+			for _, pkg := range matched {
+				for _, e := range pkg.Errors {
+					if e.Kind == packages.ListError {
+						msg += ": " + strings.Join(strings.Fields(e.Msg), " ")
+						break
+					}
+				}
+			}
+		}
+		diags.Errorf(diag.Pos{}, "%s", msg)
+	}
+}
+
+// isLocalPattern reports whether pattern names directories rather than
+// import paths, as the go command decides.
+func isLocalPattern(pattern string) bool {
+	return pattern == "." || pattern == ".." || strings.HasPrefix(pattern, "./") || strings.HasPrefix(pattern, "../") ||
+		filepath.IsAbs(pattern) || (filepath.Separator != '/' && strings.HasPrefix(pattern, "."+string(filepath.Separator)))
+}
+
+// matchPattern returns a matcher for a pattern with "..." wildcards, which
+// match any string; "x/..." matches x itself too (the go command's rule).
+func matchPattern(pattern string) func(string) bool {
+	re := regexp.QuoteMeta(pattern)
+	re = strings.ReplaceAll(re, `\.\.\.`, `.*`)
+	if strings.HasSuffix(re, `/.*`) {
+		re = re[:len(re)-len(`/.*`)] + `(/.*)?`
+	}
+	reg := regexp.MustCompile(`^` + re + `$`)
+	return reg.MatchString
+}
