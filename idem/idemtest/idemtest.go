@@ -69,11 +69,27 @@ const MaxConns = 32
 // New creates a fresh schema for the test, applies the goose migrations in
 // migrations (a directory of NNNNN_name.sql files; nil for none) and returns
 // the schema with a pool. The schema and the pool go away when the test ends.
+//
+// Migrations of schema-qualified inboxes (table=app.inbox) create tables
+// outside the fresh schema, which its DROP does not remove and which every
+// test would create anew. For those (see NamedSchemas), New first takes a
+// lock on each named schema that every idemtest test of the database waits
+// for, also in other test processes, and migrates down to 0 when the test
+// ends, before it releases the lock: one test at a time uses a named schema,
+// and each leaves it as it found it.
 func New(t testing.TB, migrations fs.FS) *DB {
 	t.Helper()
 	base := DatabaseURL(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+
+	named, err := NamedSchemas(migrations)
+	if err != nil {
+		t.Fatalf("idemtest: read migrations: %v", err)
+	}
+	if len(named) > 0 {
+		lockSchemas(t, base, named)
+	}
 
 	admin, err := pgx.Connect(ctx, base)
 	if err != nil {
@@ -111,8 +127,11 @@ func New(t testing.TB, migrations fs.FS) *DB {
 
 	if migrations != nil {
 		provider := db.Migrations(t, migrations)
+		if len(named) > 0 {
+			downAtCleanup(t, provider, named)
+		}
 		if _, err := provider.Up(ctx); err != nil {
-			t.Fatalf("idemtest: apply migrations: %v", err)
+			t.Fatalf("idemtest: apply migrations: %v%s", err, namedSchemaHint(err, named))
 		}
 	}
 	return db

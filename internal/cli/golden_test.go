@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"context"
 	"flag"
 	"fmt"
 	"io/fs"
@@ -75,6 +76,11 @@ func TestGolden(t *testing.T) {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("the generated code of the passing cases does not compile:\n%s", out)
 	}
+	t.Run("migrations", func(t *testing.T) {
+		for _, dir := range migrationDirs(t, root, passing) {
+			t.Run(dir, func(t *testing.T) { applyMigrations(t, filepath.Join(root, dir)) })
+		}
+	})
 	if len(goTest) == 0 {
 		return
 	}
@@ -94,6 +100,48 @@ func TestGolden(t *testing.T) {
 			t.Fatalf("the generated tests did not all run:\n%s", out)
 		}
 	})
+}
+
+// migrationDirs returns the folders of the passing cases (./name/...
+// patterns below root) that hold .sql files, relative to root.
+func migrationDirs(t *testing.T, root string, passing []string) []string {
+	t.Helper()
+	var dirs []string
+	for _, pattern := range passing {
+		caseDir := filepath.Join(root, strings.TrimSuffix(pattern, "/..."))
+		err := filepath.WalkDir(caseDir, func(path string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() || filepath.Ext(path) != ".sql" {
+				return err
+			}
+			rel, err := filepath.Rel(root, filepath.Dir(path))
+			if err == nil && !slices.Contains(dirs, filepath.ToSlash(rel)) {
+				dirs = append(dirs, filepath.ToSlash(rel))
+			}
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	slices.Sort(dirs)
+	return dirs
+}
+
+// applyMigrations applies the goose migrations in dir to a fresh schema of
+// the test database, then migrates down to 0 and up again, as the generated
+// tests' migrations are applied: a migration that goose or PostgreSQL
+// refuses fails here even in a case whose tests are not run.
+func applyMigrations(t *testing.T, dir string) {
+	fsys := os.DirFS(dir)
+	db := idemtest.New(t, fsys) // up
+	provider := db.Migrations(t, fsys)
+	ctx := context.Background()
+	if _, err := provider.DownTo(ctx, 0); err != nil {
+		t.Fatalf("migrate down to 0: %v", err)
+	}
+	if _, err := provider.Up(ctx); err != nil {
+		t.Fatalf("migrate up after down to 0: %v", err)
+	}
 }
 
 // runCase runs one case in dir and reports whether it exited 0, and whether

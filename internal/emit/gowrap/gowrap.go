@@ -137,7 +137,7 @@ func (e emitter) table(f *jen.File) {
 	f.Comment(gocode.Doc(fmt.Sprintf("%s is the inbox of the consumer %q.", n.TableVar, h.Consumer)))
 	pairs := []any{
 		"Consumer", jen.Lit(h.Consumer),
-		"Name", jen.Lit(h.Table),
+		"Name", jen.Lit(inboxsql.TableName(h.Table)),
 		"KeyFields", jen.Index().String().Values(fields...),
 		"Key", jen.Id(n.KeyFunc),
 	}

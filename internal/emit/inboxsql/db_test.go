@@ -312,3 +312,89 @@ func TestAdditiveChangesMigrate(t *testing.T) {
 		t.Fatalf("up again: %v", err)
 	}
 }
+
+// TestKeywordsCoverTheServer: every keyword that the test server's parser
+// does not accept as a bare name everywhere (pg_get_keywords' categories R,
+// T and C) is quoted.
+func TestKeywordsCoverTheServer(t *testing.T) {
+	db := idemtest.New(t, nil)
+	rows, err := db.Pool.Query(context.Background(), `SELECT word FROM pg_get_keywords() WHERE catcode IN ('R', 'T', 'C') ORDER BY word`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	words, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil || len(words) < 100 {
+		t.Fatalf("pg_get_keywords: %d words, %v", len(words), err)
+	}
+	for _, w := range words {
+		if Quote(w) == w {
+			t.Errorf("keyword %q is written bare", w)
+		}
+	}
+}
+
+// TestReservedNamesApply creates, evolves, migrates down and up, and uses
+// inboxes whose table, schema and columns are keywords or need quotes for
+// another reason.
+func TestReservedNamesApply(t *testing.T) {
+	for _, table := range []string{"order", "user", "select", "between", "Weird.Table", "user.order"} {
+		t.Run(table, func(t *testing.T) {
+			in := model.Inbox{Consumer: "reserved", Table: table, Unique: model.PartialIndexes, Key: []model.Column{
+				{Name: "order", Type: "text"},
+				{Name: "Key Part", Type: "bigint", Nullable: true},
+			}, Guard: &model.Column{Name: "entity", Type: "text"}}
+			next := in
+			next.Key = append(slices.Clone(in.Key), model.Column{Name: "user", Type: "text", Nullable: true})
+			change := model.Change{AddColumns: next.Key[2:], ReplaceUnique: true}
+			files := fstest.MapFS{
+				"00002_create.sql": {Data: Create(in)},
+				"00003_alter.sql":  {Data: Alter(in, next, change)},
+			}
+			if schema, _ := split(table); schema != "" {
+				files["00001_schema.sql"] = &fstest.MapFile{Data: []byte("-- +goose Up\nCREATE SCHEMA IF NOT EXISTS " + Quote(schema) +
+					";\n-- +goose Down\nDROP SCHEMA " + Quote(schema) + ";\n")}
+			}
+			db := idemtest.New(t, files)
+			provider := db.Migrations(t, files)
+			ctx := context.Background()
+			if _, err := provider.DownTo(ctx, 0); err != nil {
+				t.Fatalf("down to 0: %v", err)
+			}
+			if _, err := provider.Up(ctx); err != nil {
+				t.Fatalf("up again: %v", err)
+			}
+
+			st := StatementsFor(handlerOf(next))
+			var fresh bool
+			if err := db.Pool.QueryRow(ctx, st.Claim, "o", int64(1), "u", []byte("fp"), "1s", "e", int64(1)).Scan(&fresh); err != nil || !fresh {
+				t.Fatalf("claim: %v, %v", fresh, err)
+			}
+			if _, err := db.Pool.Exec(ctx, st.Complete, "o", int64(1), "u", `{}`); err != nil {
+				t.Fatalf("complete: %v", err)
+			}
+			var status string
+			var fp []byte
+			var result []byte
+			if err := db.Pool.QueryRow(ctx, st.NullLookup[0b110], "o").Scan(&fp, &status, &result); !errors.Is(err, pgx.ErrNoRows) {
+				t.Fatalf("lookup of (o, NULL, NULL): %v, want no row", err)
+			}
+			if err := db.Pool.QueryRow(ctx, st.Lookup, "o", int64(1), "u").Scan(&fp, &status, &result); err != nil || status != "done" {
+				t.Fatalf("lookup: %q, %v", status, err)
+			}
+			if _, err := db.Pool.Exec(ctx, st.Purge, 0, 10); err != nil {
+				t.Fatalf("purge: %v", err)
+			}
+		})
+	}
+}
+
+// TestNamedSchemasReadsTheMigration: idemtest finds the schema of a
+// schema-qualified inbox in the line its migration records the schema in.
+func TestNamedSchemasReadsTheMigration(t *testing.T) {
+	a := model.Inbox{Consumer: "a", Table: "app.inbox_a", Unique: model.PrimaryKey, Key: []model.Column{{Name: "key_id", Type: "text"}}}
+	b := model.Inbox{Consumer: "b", Table: "idem_b", Unique: model.PrimaryKey, Key: []model.Column{{Name: "key_id", Type: "text"}}}
+	got, err := idemtest.NamedSchemas(fstest.MapFS{"00001_a.sql": {Data: Create(a)}, "00002_b.sql": {Data: Create(b)}})
+	if err != nil || !slices.Equal(got, []string{"app"}) {
+		t.Errorf("NamedSchemas = %q, %v; want [app]", got, err)
+	}
+}

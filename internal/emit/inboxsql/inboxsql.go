@@ -5,8 +5,6 @@ package inboxsql
 
 import (
 	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"strings"
 	"text/template"
@@ -45,21 +43,22 @@ type Statements struct {
 // StatementsFor renders the statements of h's inbox.
 func StatementsFor(h model.Handler) Statements {
 	in := h.Inbox()
-	d := statementData{Table: in.Table}
+	n := names(in)
+	d := statementData{Table: n.table}
 	var cols, values []string
 	for i, c := range in.Key {
-		cols = append(cols, c.Name)
+		cols = append(cols, Quote(c.Name))
 		values = append(values, fmt.Sprintf("$%d::%s", i+1, c.Type))
 	}
-	n := len(in.Key)
+	parts := len(in.Key)
 	d.KeyColumns = strings.Join(cols, ", ")
 	d.KeyValues = strings.Join(values, ", ")
-	d.Fingerprint = fmt.Sprintf("$%d", n+1)
-	d.Wait = fmt.Sprintf("$%d", n+2)
+	d.Fingerprint = fmt.Sprintf("$%d", parts+1)
+	d.Wait = fmt.Sprintf("$%d", parts+2)
 	if in.Guard != nil {
-		d.Versions = VersionsTable(in)
-		d.Entity = fmt.Sprintf("$%d", n+3)
-		d.Version = fmt.Sprintf("$%d", n+4)
+		d.Versions = n.versionsTable
+		d.Entity = fmt.Sprintf("$%d", parts+3)
+		d.Version = fmt.Sprintf("$%d", parts+4)
 		d.EntityType = in.Guard.Type
 	}
 	st := Statements{Claim: render("claim", d), Purge: render("purge", d)}
@@ -98,11 +97,11 @@ func match(key []model.Column, nulls uint64) (where, next string) {
 	n := 0
 	for i, c := range key {
 		if nulls&(1<<i) != 0 {
-			conds = append(conds, c.Name+" IS NULL")
+			conds = append(conds, Quote(c.Name)+" IS NULL")
 			continue
 		}
 		n++
-		conds = append(conds, fmt.Sprintf("%s = $%d", c.Name, n))
+		conds = append(conds, fmt.Sprintf("%s = $%d", Quote(c.Name), n))
 	}
 	return strings.Join(conds, " AND "), fmt.Sprintf("$%d", n+1)
 }
@@ -123,9 +122,9 @@ type statementData struct {
 
 // Create renders the migration that creates the inbox in.
 func Create(in model.Inbox) []byte {
-	d := createData{Consumer: in.Consumer, Table: in.Table, Schema: in.Marker()}
 	n := names(in)
-	d.CreatedIndex = n.createdIndex
+	d := createData{Consumer: in.Consumer, Table: n.table, Schema: in.Marker()}
+	d.CreatedIndex = Quote(n.createdIndex)
 
 	type column struct{ name, typ, rest string }
 	var cols []column
@@ -134,7 +133,7 @@ func Create(in model.Inbox) []byte {
 		if c.Nullable {
 			rest = ""
 		}
-		cols = append(cols, column{c.Name, c.Type, rest})
+		cols = append(cols, column{Quote(c.Name), c.Type, rest})
 	}
 	cols = append(cols,
 		column{"fingerprint", "bytea", "NOT NULL"},
@@ -158,17 +157,17 @@ func Create(in model.Inbox) []byte {
 	} else {
 		d.Lines = append(d.Lines, "CONSTRAINT "+uniqueConstraint(in, n))
 	}
-	d.Lines = append(d.Lines, "CONSTRAINT "+n.statusCheck+" CHECK (status IN ('running', 'done'))")
+	d.Lines = append(d.Lines, "CONSTRAINT "+Quote(n.statusCheck)+" CHECK (status IN ('running', 'done'))")
 	if in.Guard != nil {
-		d.Versions = versionsDDL(in)
-		d.VersionsTable = VersionsTable(in)
+		d.Versions = versionsDDL(in, n)
+		d.VersionsTable = n.versionsTable
 	}
 	return []byte(render("inbox.sql.tmpl", d))
 }
 
 type createData struct {
 	Consumer      string
-	Table         string
+	Table         string // as SQL writes it: quoted where needed, qualified
 	Schema        string // the idemgen:schema line
 	Lines         []string
 	UniqueIndexes []string
@@ -180,21 +179,21 @@ type createData struct {
 // Alter renders the migration that makes the change c from prev to next.
 func Alter(prev, next model.Inbox, c model.Change) []byte {
 	d := alterData{Consumer: next.Consumer, Table: next.Table, Schema: next.Marker()}
-	t := next.Table
+	t := TableName(next.Table)
 	var summary []string
 	if c.ReplaceUnique {
 		d.Up = append(d.Up, dropUnique(prev)...)
 	}
 	for _, col := range c.AddColumns {
-		d.Up = append(d.Up, fmt.Sprintf("ALTER TABLE %s ADD COLUMN %s %s", t, col.Name, col.Type))
+		d.Up = append(d.Up, fmt.Sprintf("ALTER TABLE %s ADD COLUMN %s %s", t, Quote(col.Name), col.Type))
 		summary = append(summary, "adds the nullable key part "+col.Name+" (recorded rows hold NULL there, the key they had)")
 	}
 	for _, col := range c.DropNotNull {
-		d.Up = append(d.Up, fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s DROP NOT NULL", t, col.Name))
+		d.Up = append(d.Up, fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s DROP NOT NULL", t, Quote(col.Name)))
 		summary = append(summary, "makes the key part "+col.Name+" nullable")
 	}
 	for _, col := range c.Widen {
-		d.Up = append(d.Up, fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s TYPE %s", t, col.Name, col.Type))
+		d.Up = append(d.Up, fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s TYPE %s", t, Quote(col.Name), col.Type))
 		summary = append(summary, fmt.Sprintf("widens the key part %s from %s to %s", col.Name, c.Old[col.Name].Type, col.Type))
 	}
 	if c.ReplaceUnique {
@@ -204,7 +203,7 @@ func Alter(prev, next model.Inbox, c model.Change) []byte {
 		}
 	}
 	if c.AddGuard {
-		d.Up = append(d.Up, versionsDDL(next))
+		d.Up = append(d.Up, versionsDDL(next, names(next)))
 		summary = append(summary, "adds the stale-message guard's versions table")
 	}
 	if c.ResultJSON {
@@ -218,19 +217,19 @@ func Alter(prev, next model.Inbox, c model.Change) []byte {
 		d.Down = append(d.Down, fmt.Sprintf("ALTER TABLE %s ALTER COLUMN result TYPE jsonb", t))
 	}
 	if c.AddGuard {
-		d.Down = append(d.Down, "DROP TABLE "+VersionsTable(next))
+		d.Down = append(d.Down, "DROP TABLE "+names(next).versionsTable)
 	}
 	if c.ReplaceUnique {
 		d.Down = append(d.Down, dropUnique(next)...)
 	}
 	for _, col := range c.Widen {
-		d.Down = append(d.Down, fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s TYPE %s", t, col.Name, c.Old[col.Name].Type))
+		d.Down = append(d.Down, fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s TYPE %s", t, Quote(col.Name), c.Old[col.Name].Type))
 	}
 	for _, col := range c.DropNotNull {
-		d.Down = append(d.Down, fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s SET NOT NULL", t, col.Name))
+		d.Down = append(d.Down, fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s SET NOT NULL", t, Quote(col.Name)))
 	}
 	for _, col := range c.AddColumns {
-		d.Down = append(d.Down, fmt.Sprintf("ALTER TABLE %s DROP COLUMN %s", t, col.Name))
+		d.Down = append(d.Down, fmt.Sprintf("ALTER TABLE %s DROP COLUMN %s", t, Quote(col.Name)))
 	}
 	if c.ReplaceUnique {
 		d.Down = append(d.Down, createUnique(prev)...)
@@ -266,45 +265,10 @@ func FileName(in model.Inbox, version int64, change string) string {
 	return fmt.Sprintf("%05d_%s.sql", version, name)
 }
 
-// VersionsTable is the name of the guard's versions table of in.
-func VersionsTable(in model.Inbox) string {
-	schema, base := split(in.Table)
-	return schema + Identifier(base, "versions")
-}
-
-// inboxNames are the names of an inbox's constraints and indexes.
-type inboxNames struct {
-	schema       string // "schema." or ""
-	base         string
-	pkey         string
-	unique       string
-	statusCheck  string
-	createdIndex string
-}
-
-func names(in model.Inbox) inboxNames {
-	schema, base := split(in.Table)
-	return inboxNames{
-		schema:       schema,
-		base:         base,
-		pkey:         Identifier(base, "pkey"),
-		unique:       Identifier(base, "key"),
-		statusCheck:  Identifier(base, "status_check"),
-		createdIndex: Identifier(base, "created_at_idx"),
-	}
-}
-
-func split(table string) (schema, base string) {
-	if i := strings.LastIndexByte(table, '.'); i >= 0 {
-		return table[:i+1], table[i+1:]
-	}
-	return "", table
-}
-
 func keyColumns(in model.Inbox) string {
 	cols := make([]string, len(in.Key))
 	for i, c := range in.Key {
-		cols[i] = c.Name
+		cols[i] = Quote(c.Name)
 	}
 	return strings.Join(cols, ", ")
 }
@@ -313,9 +277,9 @@ func keyColumns(in model.Inbox) string {
 // nulls-not-distinct inbox.
 func uniqueConstraint(in model.Inbox, n inboxNames) string {
 	if in.Unique == model.NullsNotDistinct {
-		return n.unique + " UNIQUE NULLS NOT DISTINCT (" + keyColumns(in) + ")"
+		return Quote(n.unique) + " UNIQUE NULLS NOT DISTINCT (" + keyColumns(in) + ")"
 	}
-	return n.pkey + " PRIMARY KEY (" + keyColumns(in) + ")"
+	return Quote(n.pkey) + " PRIMARY KEY (" + keyColumns(in) + ")"
 }
 
 // partialIndexes returns one unique index per null pattern of the nullable
@@ -326,35 +290,29 @@ func partialIndexes(in model.Inbox, n inboxNames) []string {
 	var out []string
 	for pattern := range 1 << len(nullable) {
 		isNull := map[string]bool{}
-		var nullNames []string
 		for j, c := range nullable {
 			if pattern&(1<<j) != 0 {
 				isNull[c.Name] = true
-				nullNames = append(nullNames, strings.TrimPrefix(c.Name, "key_"))
 			}
 		}
 		var cols, preds []string
 		for _, c := range in.Key {
 			if !isNull[c.Name] {
-				cols = append(cols, c.Name)
+				cols = append(cols, Quote(c.Name))
 			}
 			switch {
 			case isNull[c.Name]:
-				preds = append(preds, c.Name+" IS NULL")
+				preds = append(preds, Quote(c.Name)+" IS NULL")
 			case c.Nullable:
-				preds = append(preds, c.Name+" IS NOT NULL")
+				preds = append(preds, Quote(c.Name)+" IS NOT NULL")
 			}
 		}
 		target := strings.Join(cols, ", ")
 		if target == "" {
 			target = "(true)" // every part NULL: at most one such row
 		}
-		suffix := "key_idx"
-		if len(nullNames) > 0 {
-			suffix = "key_null_" + strings.Join(nullNames, "_") + "_idx"
-		}
 		out = append(out, fmt.Sprintf("CREATE UNIQUE INDEX %s ON %s (%s) WHERE %s",
-			Identifier(n.base, suffix), in.Table, target, strings.Join(preds, " AND ")))
+			Quote(n.partial[pattern]), n.table, target, strings.Join(preds, " AND ")))
 	}
 	return out
 }
@@ -364,7 +322,7 @@ func createUnique(in model.Inbox) []string {
 	if in.Unique == model.PartialIndexes {
 		return partialIndexes(in, n)
 	}
-	return []string{"ALTER TABLE " + in.Table + " ADD CONSTRAINT " + uniqueConstraint(in, n)}
+	return []string{"ALTER TABLE " + n.table + " ADD CONSTRAINT " + uniqueConstraint(in, n)}
 }
 
 func dropUnique(in model.Inbox) []string {
@@ -372,39 +330,22 @@ func dropUnique(in model.Inbox) []string {
 	switch in.Unique {
 	case model.PartialIndexes:
 		var out []string
-		for _, idx := range partialIndexes(in, n) {
-			name := strings.Fields(idx)[3] // CREATE UNIQUE INDEX name ...
-			out = append(out, "DROP INDEX "+n.schema+name)
+		for _, name := range n.partial {
+			out = append(out, "DROP INDEX "+qualify(n.schema, name))
 		}
 		return out
 	case model.NullsNotDistinct:
-		return []string{"ALTER TABLE " + in.Table + " DROP CONSTRAINT " + n.unique}
+		return []string{"ALTER TABLE " + n.table + " DROP CONSTRAINT " + Quote(n.unique)}
 	default:
-		return []string{"ALTER TABLE " + in.Table + " DROP CONSTRAINT " + n.pkey}
+		return []string{"ALTER TABLE " + n.table + " DROP CONSTRAINT " + Quote(n.pkey)}
 	}
 }
 
 // versionsDDL creates the guard's table: the last applied version of each
 // entity.
-func versionsDDL(in model.Inbox) string {
+func versionsDDL(in model.Inbox, n inboxNames) string {
 	return fmt.Sprintf("CREATE TABLE %s (\n    entity     %s NOT NULL PRIMARY KEY,\n    version    bigint NOT NULL,\n    updated_at timestamptz NOT NULL DEFAULT now()\n)",
-		VersionsTable(in), in.Guard.Type)
-}
-
-// MaxIdentifier is PostgreSQL's limit on identifier length, in bytes.
-const MaxIdentifier = 63
-
-// Identifier joins base and suffix with "_". A name over PostgreSQL's limit
-// would be truncated silently by the server, so it is shortened here instead,
-// keeping it unique with a hash of the full name.
-func Identifier(base, suffix string) string {
-	name := base + "_" + suffix
-	if len(name) <= MaxIdentifier {
-		return name
-	}
-	sum := sha256.Sum256([]byte(name))
-	tail := "_" + hex.EncodeToString(sum[:4]) + "_" + suffix
-	return base[:MaxIdentifier-len(tail)] + tail
+		n.versionsTable, in.Guard.Type)
 }
 
 func render(name string, d any) string {
