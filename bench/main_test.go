@@ -34,7 +34,6 @@ func TestDatabaseURLCreatesAMissingDatabase(t *testing.T) {
 	_, _ = rand.Read(b)
 	fresh := "idemgen_benchtest_" + hex.EncodeToString(b)
 	t.Setenv(testdb.EnvURL, "")
-	t.Setenv("DATABASE_URL", "")
 	t.Setenv("PGUSER", server.User)
 	t.Setenv("PGPORT", "")
 	if server.Port != 5432 {

@@ -99,7 +99,7 @@ func TestPgenvNeverUsesDATABASE_URL(t *testing.T) {
 	}, "pgenv.sh")
 	// pgenv may find the local server, start a throwaway one or, on a
 	// machine with neither, fail; what it must never do is take DATABASE_URL.
-	if strings.Contains(stdout, "pgenv_from_DATABASE_URL") || strings.Contains(stderr, "DATABASE_URL is set") {
+	if strings.Contains(stdout, "pgenv_from_DATABASE_URL") || strings.Contains(stderr, "pgenv: DATABASE_URL is set") {
 		t.Fatalf("with only DATABASE_URL set, pgenv.sh used it (err %v):\nstdout:\n%s\nstderr:\n%s", err, stdout, stderr)
 	}
 	if err == nil && !strings.Contains(stdout, idemtest.EnvURL+"=postgres") {
