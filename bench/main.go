@@ -17,8 +17,9 @@
 //
 //	go run ./bench [flags]
 //
-// The database is -db, else IDEMGEN_TEST_DATABASE_URL, else DATABASE_URL, else
-// the local server's socket. Every cell of the table runs in a fresh schema,
+// The database is -db, else the one the tests use, found the same way
+// (internal/testdb): IDEMGEN_TEST_DATABASE_URL, else the local server's
+// socket, database idemgen_test, created if missing. Every cell of the table runs in a fresh schema,
 // dropped afterwards; nothing else in the database is touched.
 package main
 
@@ -34,6 +35,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/idemgen/idemgen/internal/testdb"
 )
 
 type config struct {
@@ -115,7 +118,7 @@ func run() error {
 func parseFlags() (*config, error) {
 	cfg := &config{args: os.Args[1:]}
 	var workers, sizes, parts string
-	flag.StringVar(&cfg.db, "db", "", "PostgreSQL `URL` (default: $IDEMGEN_TEST_DATABASE_URL, $DATABASE_URL, the local socket)")
+	flag.StringVar(&cfg.db, "db", "", "PostgreSQL `URL` (default: $IDEMGEN_TEST_DATABASE_URL, else database idemgen_test on the local socket, created if missing)")
 	flag.DurationVar(&cfg.duration, "duration", 5*time.Second, "measured time of each cell")
 	flag.DurationVar(&cfg.warmup, "warmup", time.Second, "warm-up before each cell's measurement")
 	flag.IntVar(&cfg.rounds, "rounds", 2, "how many times every cell runs; the rounds interleave the scenarios")
@@ -151,8 +154,8 @@ func parseFlags() (*config, error) {
 	if cfg.rounds < 1 || cfg.duration < time.Second || cfg.accounts < 1 || cfg.genReps < 1 {
 		return nil, fmt.Errorf("-rounds, -accounts and -genreps must be positive and -duration at least 1s")
 	}
-	if cfg.db == "" {
-		cfg.db = defaultDB()
+	if cfg.db, err = databaseURL(context.Background(), cfg.db, testdb.Options{}); err != nil {
+		return nil, err
 	}
 	switch cfg.pgbench {
 	case "auto":
@@ -168,13 +171,18 @@ func parseFlags() (*config, error) {
 	return cfg, nil
 }
 
-func defaultDB() string {
-	for _, name := range []string{"IDEMGEN_TEST_DATABASE_URL", "DATABASE_URL"} {
-		if u := os.Getenv(name); u != "" {
-			return u
-		}
+// databaseURL returns flagDB if set, else the test database, found (and
+// created if missing) as the tests find it.
+func databaseURL(ctx context.Context, flagDB string, opts testdb.Options) (string, error) {
+	if flagDB != "" {
+		return flagDB, nil
 	}
-	return "postgres:///idemgen_test?host=/var/run/postgresql"
+	opts.Note = func(msg string) { logf("%s", msg) }
+	u, err := testdb.Find(ctx, opts)
+	if err != nil {
+		return "", fmt.Errorf("find the database (or pass -db URL): %w", err)
+	}
+	return u, nil
 }
 
 // findPgbench looks for pgbench on PATH, then in Debian's and the usual

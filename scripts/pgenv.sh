@@ -9,16 +9,20 @@
 # Don't source it from an interactive shell: on failure it exits, and it
 # cleans up only when the shell exits.
 #
-# Where the database comes from (first match wins):
-#   1. IDEMGEN_TEST_DATABASE_URL, then 2. DATABASE_URL: used as given. If that
-#      server does not answer, we stop: a configured database that is down is a
+# Where the database comes from (first match wins; steps 1 and 2 are Go code,
+# internal/testdb, that the benchmark and the demo share, run here through
+# internal/pgping -find):
+#   1. IDEMGEN_TEST_DATABASE_URL: used as given. If that server does not
+#      answer, we stop: a configured database that is down is a
 #      misconfiguration, not a reason to start another server.
-#   3. The local server's Unix socket (/var/run/postgresql, then /tmp), as
+#   2. The local server's Unix socket (/var/run/postgresql, then /tmp), as
 #      PGUSER or the OS user (the same user libpq would pick), database
 #      idemgen_test (created if missing, so the tests get a database of their own).
-#   4. A throwaway cluster (initdb) in a temp dir. It listens only on a Unix
+#   3. A throwaway cluster (initdb) in a temp dir. It listens only on a Unix
 #      socket in that dir, so it never collides with a port. It is stopped and
 #      deleted on exit.
+# DATABASE_URL is never read: a developer's shell often points it at a real
+# database, and the tests create and drop schemas.
 #
 # Afterwards these are exported:
 #   IDEMGEN_TEST_DATABASE_URL  the database URL chosen
@@ -27,9 +31,10 @@
 #   PGENV_PGPING   the built internal/pgping binary (ping, -create, -exec)
 #   PGENV_TMPDIR   a private scratch dir, removed on exit
 #
-# It installs an EXIT trap that does the cleanup. A sourcing script that
-# needs its own temporary files should put them in $PGENV_TMPDIR rather than
-# replace the trap.
+# It installs an EXIT trap that does the cleanup and then runs the EXIT trap
+# the sourcing script had set before, if any. A sourcing script that needs
+# its own temporary files should put them in $PGENV_TMPDIR, or set its own
+# trap before sourcing this, rather than replace the trap afterwards.
 #
 # Settings that override the defaults, mainly for testing this script:
 #   IDEMGEN_PGENV_SOCKET_DIRS  colon-separated socket directories to try
@@ -76,6 +81,9 @@ _pgenv_cleanup() {
 	if [[ -n ${PGENV_TMPDIR:-} ]]; then
 		rm -rf "$PGENV_TMPDIR"
 	fi
+	if [[ -n ${_pgenv_prev_trap:-} ]]; then
+		eval "$_pgenv_prev_trap"
+	fi
 }
 
 # Prints PREFIX<version>SUFFIX directories that exist, newest version first
@@ -112,8 +120,7 @@ _pgenv_install_help() {
 	local dirs
 	dirs=$(_pgenv_bin_candidates | sed '/^$/d' | tr '\n' ' ')
 	cat <<-EOF
-		pgenv: no PostgreSQL server answers on a Unix socket in: ${_pgenv_dirs[*]-(none)}
-		and no initdb/pg_ctl was found to start a throwaway one (searched PATH, then: ${dirs:-nothing else})
+		pgenv: and no initdb/pg_ctl was found to start a throwaway one (searched PATH, then: ${dirs:-nothing else})
 		Install the PostgreSQL server programs:
 		  Debian/Ubuntu:  sudo apt-get install postgresql
 		                  (initdb and pg_ctl land in /usr/lib/postgresql/<version>/bin, found automatically)
@@ -172,7 +179,14 @@ _pgenv_start_cluster() {
 }
 
 _pgenv_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd) || _pgenv_die "cannot find the repository root"
-# The trap goes first so that nothing created below can be left behind.
+# The trap goes first so that nothing created below can be left behind. The
+# caller's EXIT trap, if any, still runs, after ours: `trap -p EXIT` prints
+# `trap -- 'CMD' EXIT`, and the eval of it as words gives CMD back.
+_pgenv_prev_trap=
+if _pgenv_t=$(trap -p EXIT) && [[ -n $_pgenv_t ]]; then
+	eval "_pgenv_words=($_pgenv_t)"
+	_pgenv_prev_trap=${_pgenv_words[2]}
+fi
 trap _pgenv_cleanup EXIT
 PGENV_TMPDIR=$(mktemp -d "${TMPDIR:-/tmp}/idemgen-pgenv.XXXXXX") || _pgenv_die "mktemp failed"
 
@@ -181,41 +195,15 @@ PGENV_PGPING=$PGENV_TMPDIR/pgping
 (cd "$_pgenv_root" && go build -o "$PGENV_PGPING" ./internal/pgping) ||
 	_pgenv_die "could not build internal/pgping (see the go output above)"
 
-_pgenv_url=
-_pgenv_var=
-if [[ -n ${IDEMGEN_TEST_DATABASE_URL:-} ]]; then
-	_pgenv_var=IDEMGEN_TEST_DATABASE_URL
-elif [[ -n ${DATABASE_URL:-} ]]; then
-	_pgenv_var=DATABASE_URL
-fi
-
-if [[ -n $_pgenv_var ]]; then
-	_pgenv_url=${!_pgenv_var}
-	if ! _pgenv_err=$("$PGENV_PGPING" "$_pgenv_url" 2>&1); then
-		_pgenv_die "$_pgenv_var is set, but that database does not answer:" "$_pgenv_err" \
-			"Start that server, fix $_pgenv_var, or unset it to use the local server (or a throwaway one)."
-	fi
-else
-	# libpq's default user: PGUSER, else the OS user. Left out of the URL if
-	# neither is known (pgx then falls back the same way).
-	_pgenv_user=${PGUSER:-$(id -un 2>/dev/null || true)}
-	IFS=: read -r -a _pgenv_dirs <<<"${IDEMGEN_PGENV_SOCKET_DIRS-/var/run/postgresql:/tmp}"
-	for _pgenv_d in ${_pgenv_dirs[@]+"${_pgenv_dirs[@]}"}; do
-		# Skip dirs without a server socket; pgx reads PGPORT just like this.
-		[[ -S $_pgenv_d/.s.PGSQL.${PGPORT:-5432} ]] || continue
-		_pgenv_try="postgres://${_pgenv_user:+$_pgenv_user@}/idemgen_test?host=$_pgenv_d"
-		if _pgenv_err=$("$PGENV_PGPING" -create idemgen_test "$_pgenv_try" 2>&1); then
-			_pgenv_url=$_pgenv_try
-			break
-		fi
-		# A server is there but unusable (role missing, no CREATEDB...): say why we pass it by.
-		printf 'pgenv: not using the server at %s: %s\n' "$_pgenv_d" "$_pgenv_err" >&2
-	done
-	if [[ -z $_pgenv_url ]]; then
-		_pgenv_start_cluster
-		_pgenv_err=$("$PGENV_PGPING" "$_pgenv_url" 2>&1) ||
-			_pgenv_die "the throwaway server does not answer:" "$_pgenv_err"
-	fi
+# Steps 1 and 2; status 3 means there is no server to use, so start one.
+_pgenv_rc=0
+_pgenv_url=$("$PGENV_PGPING" -find) || _pgenv_rc=$?
+if [[ $_pgenv_rc -eq 3 ]]; then
+	_pgenv_start_cluster
+	_pgenv_err=$("$PGENV_PGPING" "$_pgenv_url" 2>&1) ||
+		_pgenv_die "the throwaway server does not answer:" "$_pgenv_err"
+elif [[ $_pgenv_rc -ne 0 ]]; then
+	exit 1 # pgping said why
 fi
 
 export IDEMGEN_TEST_DATABASE_URL=$_pgenv_url

@@ -5,8 +5,10 @@
 // crash after it, a reused key, a duplicate, a business unique violation);
 // the tests idemgen generates in idem_gen_test.go are one Suite per handler.
 //
-// The database comes from IDEMGEN_TEST_DATABASE_URL, then DATABASE_URL.
-// Without either, tests are skipped with a message that names the variable;
+// The database comes from IDEMGEN_TEST_DATABASE_URL only, never from
+// DATABASE_URL: a developer's shell often points that at a real database, and
+// these tests create and drop schemas. Without it, tests are skipped with a
+// message that names the variable;
 // when IDEMGEN_REQUIRE_DB is set (as the repository's test script and CI do)
 // they fail instead, so that no database test is skipped unnoticed.
 package idemtest
@@ -29,21 +31,22 @@ import (
 
 // The environment variables idemtest reads.
 const (
-	EnvURL     = "IDEMGEN_TEST_DATABASE_URL"
-	EnvURLAlt  = "DATABASE_URL"
+	// EnvURL names the variable that holds the test database's URL.
+	EnvURL = "IDEMGEN_TEST_DATABASE_URL"
+	// EnvRequire names the variable that turns a missing EnvURL into a
+	// failure instead of a skip.
 	EnvRequire = "IDEMGEN_REQUIRE_DB"
 )
 
-// DatabaseURL returns the URL of the test database, or skips the test (fails it
-// when IDEMGEN_REQUIRE_DB is set) when none is configured.
+// DatabaseURL returns the URL of the test database (IDEMGEN_TEST_DATABASE_URL),
+// or skips the test (fails it when IDEMGEN_REQUIRE_DB is set) when it is not
+// set.
 func DatabaseURL(t testing.TB) string {
 	t.Helper()
-	for _, name := range []string{EnvURL, EnvURLAlt} {
-		if u := os.Getenv(name); u != "" {
-			return u
-		}
+	if u := os.Getenv(EnvURL); u != "" {
+		return u
 	}
-	const msg = "no test database: set " + EnvURL + " (or " + EnvURLAlt + ") to a PostgreSQL URL, or run ./scripts/test.sh"
+	const msg = "no test database: set " + EnvURL + " to a PostgreSQL URL, or run ./scripts/test.sh (DATABASE_URL is never used: the tests create and drop schemas)"
 	if os.Getenv(EnvRequire) != "" {
 		t.Fatal(msg + " (" + EnvRequire + " is set, so this is a failure, not a skip)")
 	}

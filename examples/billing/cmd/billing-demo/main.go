@@ -2,59 +2,91 @@
 // the service's migrations (its own tables and the inboxes idemgen generated)
 // in a fresh schema, delivers messages through the generated wrappers,
 // duplicates included, and prints what happened and what a consumer would do
-// with each delivery.
+// with each delivery. The schema is dropped when the demo ends, also on an
+// error or an interrupt (SIGINT, SIGTERM); only a SIGKILL leaves it behind,
+// as billing_demo_<hex>.
 //
-//	go run ./examples/billing/cmd/billing-demo -db 'postgres:///postgres?host=/var/run/postgresql'
+//	go run ./examples/billing/cmd/billing-demo [-db URL]
 //
-// The database defaults to $DATABASE_URL. The demo works in the schema
-// billing_demo, which it drops and recreates on every run.
+// The database is -db, else the one the tests use, found the same way
+// (internal/testdb): IDEMGEN_TEST_DATABASE_URL, else database idemgen_test
+// on the local server's socket, created if missing. DATABASE_URL is not read.
 package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
-	"net/url"
+	"io"
 	"os"
+	"os/signal"
 	"sync"
+	"syscall"
 	"text/tabwriter"
+	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
 
 	"github.com/idemgen/idemgen/examples/billing"
 	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/internal/testdb"
 )
 
-const schema = "billing_demo"
-
 func main() {
-	dbURL := flag.String("db", os.Getenv("DATABASE_URL"), "PostgreSQL URL (default $DATABASE_URL)")
+	dbURL := flag.String("db", "", "PostgreSQL `URL` (default: $IDEMGEN_TEST_DATABASE_URL, else database idemgen_test on the local socket, created if missing)")
 	flag.Parse()
-	if *dbURL == "" {
-		fmt.Fprintln(os.Stderr, "billing-demo: no database: pass -db URL or set DATABASE_URL, e.g. -db 'postgres:///postgres?host=/var/run/postgresql'")
+	if flag.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "billing-demo: unexpected arguments %q\n", flag.Args())
 		os.Exit(2)
 	}
-	if err := run(context.Background(), *dbURL); err != nil {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	go func() {
+		// After the first signal the demo stops and drops its schema; a
+		// second one kills it.
+		<-ctx.Done()
+		stop()
+	}()
+	if err := start(ctx, *dbURL); err != nil {
 		fmt.Fprintln(os.Stderr, "billing-demo:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, dbURL string) error {
-	pool, err := openSchema(ctx, dbURL)
+func start(ctx context.Context, dbURL string) error {
+	if dbURL == "" {
+		var err error
+		dbURL, err = testdb.Find(ctx, testdb.Options{Note: func(msg string) { fmt.Fprintln(os.Stderr, "billing-demo:", msg) }})
+		if err != nil {
+			return fmt.Errorf("find the database (or pass -db URL): %w", err)
+		}
+	}
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	return run(ctx, dbURL, "billing_demo_"+hex.EncodeToString(b), os.Stdout)
+}
+
+// run creates schema, runs the demo in it, printing to w, and drops the
+// schema again, whatever happened.
+func run(ctx context.Context, dbURL, schema string, w io.Writer) (err error) {
+	pool, drop, err := openSchema(ctx, dbURL, schema, w)
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
+	defer func() {
+		pool.Close()
+		err = errors.Join(err, drop())
+	}()
 
-	out := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	defer out.Flush()
+	out := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(out, "DELIVERY\tOUTCOME\tTHE CONSUMER\tRESULT OR ERROR")
-
 	svc := &billing.Service{}
 	open := billing.NewOpenAccountIdem(pool)
 	book := billing.NewBookPaymentIdem(pool, svc)
@@ -69,7 +101,7 @@ func run(ctx context.Context, dbURL string) error {
 	payment := &billing.PaymentReceived{Provider: "stripe", PaymentID: "pay-1", AccountID: "acc-1", AmountCents: 5000}
 	for _, label := range []string{"payment stripe/pay-1 +5000", "the same payment again"} {
 		outcome, err := book.Handle(ctx, payment)
-		report(out, label, outcome, "", err)
+		report(out, label, outcome, nil, err)
 	}
 
 	order := billing.OrderPlaced{OrderID: "ord-1", AccountID: "acc-1", AmountCents: 1200}
@@ -106,26 +138,32 @@ func run(ctx context.Context, dbURL string) error {
 	reused := order
 	reused.AmountCents = 9999
 	_, outcome, err := charge.Handle(ctx, reused)
-	report(out, "order ord-1 with another amount", outcome, "", err)
+	report(out, "order ord-1 with another amount", outcome, nil, err)
 
 	_, outcome, err = charge.Handle(ctx, billing.OrderPlaced{AccountID: "acc-1", AmountCents: 1})
-	report(out, "an order without an id", outcome, "", err)
+	report(out, "an order without an id", outcome, nil, err)
 
 	_, outcome, err = charge.Handle(ctx, billing.OrderPlaced{OrderID: "ord-3", AccountID: "acc-1", AmountCents: 100000})
-	report(out, "charge ord-3 -100000", outcome, "", err)
-	out.Flush()
+	report(out, "charge ord-3 -100000", outcome, nil, err)
+	if err := out.Flush(); err != nil {
+		return err
+	}
 
 	var balance, charges int64
 	if err := pool.QueryRow(ctx, `SELECT balance_cents, (SELECT count(*) FROM charges) FROM accounts WHERE id = 'acc-1'`).Scan(&balance, &charges); err != nil {
 		return err
 	}
-	fmt.Printf("\nacc-1: balance %d cents after %d charges (5000 - 1200 - 300 = 3500: each message applied once)\n", balance, charges)
+	fmt.Fprintf(w, "\nacc-1: balance %d cents after %d charges (5000 - 1200 - 300 = 3500: each message applied once)\n", balance, charges)
 	return nil
 }
 
 // report prints one delivery and what a consumer does with it: ack exactly
 // when err is nil; otherwise the error says whether to retry or dead-letter.
 func report(out *tabwriter.Writer, label string, outcome idem.Outcome, result any, err error) {
+	if err == nil && result == nil {
+		fmt.Fprintf(out, "%s\t%s\tacks\t(no result)\n", label, outcome)
+		return
+	}
 	if err == nil {
 		fmt.Fprintf(out, "%s\t%s\tacks\t%+v\n", label, outcome, result)
 		return
@@ -140,41 +178,60 @@ func report(out *tabwriter.Writer, label string, outcome idem.Outcome, result an
 	fmt.Fprintf(out, "%s\terror\t%s\t%v\n", label, action, err)
 }
 
-// openSchema recreates the demo schema, applies the migrations with goose and
-// returns a pool whose connections use the schema.
-func openSchema(ctx context.Context, dbURL string) (*pgxpool.Pool, error) {
+// openSchema creates schema, applies the migrations with goose and returns a
+// pool whose connections use the schema, and the function that drops it.
+// Once the schema exists, it is dropped on every way out, errors included.
+func openSchema(ctx context.Context, dbURL, schema string, w io.Writer) (*pgxpool.Pool, func() error, error) {
+	quoted := pgx.Identifier{schema}.Sanitize()
 	admin, err := pgxpool.New(ctx, dbURL)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer admin.Close()
-	if _, err := admin.Exec(ctx, "DROP SCHEMA IF EXISTS "+schema+" CASCADE; CREATE SCHEMA "+schema); err != nil {
-		return nil, fmt.Errorf("create schema %s: %w", schema, err)
+	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+quoted); err != nil {
+		return nil, nil, fmt.Errorf("create schema %s: %w", schema, err)
+	}
+	drop := func() error {
+		// Not ctx: after an interrupt it is cancelled, and the schema must
+		// still go.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, dbURL)
+		if err == nil {
+			defer conn.Close(ctx)
+			_, err = conn.Exec(ctx, "DROP SCHEMA "+quoted+" CASCADE")
+		}
+		if err != nil {
+			return fmt.Errorf("drop schema %s (drop it yourself): %w", schema, err)
+		}
+		return nil
 	}
 
-	u, err := url.Parse(dbURL)
+	pool, err := openPool(ctx, dbURL, schema)
 	if err != nil {
-		return nil, err
-	}
-	q := u.Query()
-	q.Set("search_path", schema)
-	u.RawQuery = q.Encode()
-	pool, err := pgxpool.New(ctx, u.String())
-	if err != nil {
-		return nil, err
+		return nil, nil, errors.Join(err, drop())
 	}
 	db := stdlib.OpenDBFromPool(pool)
 	defer db.Close()
-	provider, err := goose.NewProvider(goose.DialectPostgres, db, billing.Migrations())
+	provider, err := goose.NewProvider(goose.DialectPostgres, db, billing.Migrations(), goose.WithDisableGlobalRegistry(true))
+	var results []*goose.MigrationResult
+	if err == nil {
+		results, err = provider.Up(ctx)
+	}
 	if err != nil {
 		pool.Close()
+		return nil, nil, errors.Join(fmt.Errorf("migrate: %w", err), drop())
+	}
+	fmt.Fprintf(w, "%d migrations applied with goose, in a fresh schema that is dropped at the end\n\n", len(results))
+	return pool, drop, nil
+}
+
+// openPool opens a pool whose connections have schema as their search_path.
+func openPool(ctx context.Context, dbURL, schema string) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(dbURL)
+	if err != nil {
 		return nil, err
 	}
-	results, err := provider.Up(ctx)
-	if err != nil {
-		pool.Close()
-		return nil, fmt.Errorf("migrate: %w", err)
-	}
-	fmt.Printf("schema %s: applied %d migrations with goose\n\n", schema, len(results))
-	return pool, nil
+	cfg.ConnConfig.RuntimeParams["search_path"] = schema
+	return pgxpool.NewWithConfig(ctx, cfg)
 }
