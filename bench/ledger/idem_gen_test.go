@@ -41,9 +41,9 @@ import (
 // exactly 1 after each scenario (0 after the abandoned delivery, and unchanged
 // by the failed one of business_unique_violation).
 //
-// Without IDEMGEN_TEST_DATABASE_URL (or DATABASE_URL) the test is skipped, and
-// with IDEMGEN_REQUIRE_DB set it fails instead; IDEMGEN_TEST_DELIVERIES sets
-// another number of concurrent deliveries than 16.
+// Without IDEMGEN_TEST_DATABASE_URL (DATABASE_URL is never used) the test is
+// skipped, and with IDEMGEN_REQUIRE_DB set it fails instead;
+// IDEMGEN_TEST_DELIVERIES sets another number of concurrent deliveries than 16.
 func TestPostIdem(t *testing.T) {
 	idemtest.Suite[idemtest.NoReceiver, Deposit, Posted]{
 		Migrations: os.DirFS("migrations"),

@@ -41,9 +41,9 @@ import (
 // be exactly 1 after each scenario (0 after the abandoned delivery, and
 // unchanged by the failed one of business_unique_violation).
 //
-// Without IDEMGEN_TEST_DATABASE_URL (or DATABASE_URL) the test is skipped, and
-// with IDEMGEN_REQUIRE_DB set it fails instead; IDEMGEN_TEST_DELIVERIES sets
-// another number of concurrent deliveries than 16.
+// Without IDEMGEN_TEST_DATABASE_URL (DATABASE_URL is never used) the test is
+// skipped, and with IDEMGEN_REQUIRE_DB set it fails instead;
+// IDEMGEN_TEST_DELIVERIES sets another number of concurrent deliveries than 16.
 func TestChargeIdem(t *testing.T) {
 	idemtest.Suite[*Service, OrderPlaced, Receipt]{
 		Migrations: os.DirFS("migrations"),
@@ -89,9 +89,9 @@ func TestChargeIdem(t *testing.T) {
 // must be exactly 1 after each scenario (0 after the abandoned delivery, and
 // unchanged by the failed one of business_unique_violation).
 //
-// Without IDEMGEN_TEST_DATABASE_URL (or DATABASE_URL) the test is skipped, and
-// with IDEMGEN_REQUIRE_DB set it fails instead; IDEMGEN_TEST_DELIVERIES sets
-// another number of concurrent deliveries than 16.
+// Without IDEMGEN_TEST_DATABASE_URL (DATABASE_URL is never used) the test is
+// skipped, and with IDEMGEN_REQUIRE_DB set it fails instead;
+// IDEMGEN_TEST_DELIVERIES sets another number of concurrent deliveries than 16.
 func TestBookPaymentIdem(t *testing.T) {
 	idemtest.Suite[*Service, *PaymentReceived, idem.None]{
 		Migrations: os.DirFS("migrations"),
@@ -138,9 +138,9 @@ func TestBookPaymentIdem(t *testing.T) {
 // must be exactly 1 after each scenario (0 after the abandoned delivery, and
 // unchanged by the failed one of business_unique_violation).
 //
-// Without IDEMGEN_TEST_DATABASE_URL (or DATABASE_URL) the test is skipped, and
-// with IDEMGEN_REQUIRE_DB set it fails instead; IDEMGEN_TEST_DELIVERIES sets
-// another number of concurrent deliveries than 16.
+// Without IDEMGEN_TEST_DATABASE_URL (DATABASE_URL is never used) the test is
+// skipped, and with IDEMGEN_REQUIRE_DB set it fails instead;
+// IDEMGEN_TEST_DELIVERIES sets another number of concurrent deliveries than 16.
 func TestOpenAccountIdem(t *testing.T) {
 	idemtest.Suite[idemtest.NoReceiver, OpenAccountRequested, Account]{
 		Migrations: os.DirFS("migrations"),

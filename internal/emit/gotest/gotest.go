@@ -261,7 +261,7 @@ func (e emitter) doc() string {
 		d.code(fmt.Sprintf("func %s(t testing.TB, db *idemtest.DB) idemtest.Fixture[%s, %s]", fixtureName(h.Func), e.recvText(), typeText(h.Msg, e.pkg.Path)))
 		d.para(fmt.Sprintf("and add fixture=%s to the //idem:handler directive of %s.", fixtureName(h.Func), h.Func))
 	}
-	d.para("Without IDEMGEN_TEST_DATABASE_URL (or DATABASE_URL) the test is skipped, and with IDEMGEN_REQUIRE_DB set it fails instead; " +
+	d.para("Without IDEMGEN_TEST_DATABASE_URL (DATABASE_URL is never used) the test is skipped, and with IDEMGEN_REQUIRE_DB set it fails instead; " +
 		fmt.Sprintf("IDEMGEN_TEST_DELIVERIES sets another number of concurrent deliveries than %d.", Deliveries))
 	return d.String()
 }
