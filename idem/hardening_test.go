@@ -317,6 +317,9 @@ func TestHandlerEndingTheTransactionThroughSQL(t *testing.T) {
 			_, _ = sp.Exec(ctx, "ROLLBACK")
 		}, `statement "ROLLBACK" rolled`},
 		{"ROLLBACK through tx.Conn()", func(ctx context.Context, tx pgx.Tx) { _, _ = tx.Conn().Exec(ctx, "ROLLBACK") }, "sent around the handler's Tx"},
+		// The connection is in a transaction again, so no check on the
+		// client sees it; the check queued before the COMMIT does.
+		{"ROLLBACK; BEGIN through tx.Conn()", func(ctx context.Context, tx pgx.Tx) { _, _ = tx.Conn().Exec(ctx, "ROLLBACK; BEGIN") }, "in another transaction than the one that claimed the key"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			db := idemtest.New(t, migrations)

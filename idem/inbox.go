@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -237,10 +238,33 @@ func (in *Inbox[M, R]) call(ctx context.Context, conn *pgx.Conn, tx *handlerTx, 
 // although the handler returned no error.
 var errAborted = errors.New("idem: a statement of the handler failed but the handler returned nil; the transaction was rolled back")
 
-// complete stores the result in the inbox row, if the handler has one, and
+// claimCheck runs right before the COMMIT, in the same round trip. It fails,
+// and so turns the COMMIT queued after it into a rollback, unless the
+// connection is still inside the transaction that the claim began: the claim
+// statement sets idem.lock_timeout for its transaction only (see Table), so
+// the setting is empty in any other transaction. That catches what no check
+// on the client can see: a handler that sent "ROLLBACK; BEGIN; ..." around
+// its Tx, which leaves the connection inside a transaction again, but one
+// without the inbox row. The ELSE branch reads the setting so that the
+// planner cannot fold it into a constant error.
+const claimCheck = "SELECT CASE WHEN coalesce(current_setting('idem.lock_timeout', true), '') <> '' THEN true " +
+	"ELSE ('idem: not the transaction of the claim' || coalesce(current_setting('idem.lock_timeout', true), ''))::boolean END"
+
+// errClaimLost is what a failed claimCheck means.
+var errClaimLost = errors.New("idem: at the commit the connection was in another transaction than the one that claimed the key: the handler ended the inbox's transaction through SQL sent around its Tx (through tx.Conn()) and began another; that transaction was rolled back")
+
+// isClaimCheckFailure reports whether err is claimCheck's own error (an
+// invalid boolean whose text is claimCheck's).
+func isClaimCheckFailure(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "22P02" && strings.Contains(pgErr.Message, "idem: not the transaction of the claim")
+}
+
+// complete stores the result in the inbox row, if the handler has one,
+// checks that the connection is still in the claim's transaction, and
 // commits, in one round trip.
 func (in *Inbox[M, R]) complete(ctx context.Context, conn *pgx.Conn, key []any, result []byte) error {
-	b := newBatch(2)
+	b := newBatch(3)
 	if !in.noResult {
 		// The claim inserted the row done; only a result is left to store.
 		// The result goes as text, never as []byte: pgx sends a []byte
@@ -252,6 +276,7 @@ func (in *Inbox[M, R]) complete(ctx context.Context, conn *pgx.Conn, key []any, 
 		sql, args := in.table.statement(in.table.Complete, in.table.NullComplete, key)
 		b.Queue(sql, append(args, string(result))...)
 	}
+	b.Queue(claimCheck)
 	b.Queue("commit")
 	br := conn.SendBatch(ctx, b)
 	var updated, committed pgconn.CommandTag
@@ -260,12 +285,19 @@ func (in *Inbox[M, R]) complete(ctx context.Context, conn *pgx.Conn, key []any, 
 		updated, err = br.Exec()
 	}
 	if err == nil {
+		if _, err = br.Exec(); isClaimCheckFailure(err) {
+			err = errClaimLost
+		}
+	}
+	if err == nil {
 		committed, err = br.Exec()
 	}
 	if closeErr := br.Close(); err == nil {
 		err = closeErr
 	}
 	switch {
+	case errors.Is(err, errClaimLost):
+		return err
 	case hasSQLState(err, "25P02") || (err == nil && committed.String() == "ROLLBACK"):
 		return errAborted
 	case err != nil:
