@@ -152,7 +152,7 @@ func (c *checker) guard(d directive.Directive, msg types.Type) *model.Guard {
 	}
 	entity, okE := c.keyPart(order.ValuePos, order.Value, msg, false)
 	ver, okV := c.keyPart(version.ValuePos, version.Value, msg, false)
-	if okV && (ver.Kind != model.KeyInt || ver.SQLType == "numeric(20)") {
+	if okV && (!ver.FitsInt64()) {
 		c.errorf(version.ValuePos, "version field %s has type %s; it must be a signed integer (or uint8 to uint32): versions are compared as bigint",
 			version.Value, typeName(ver.Type))
 		okV = false

@@ -9,8 +9,9 @@ import (
 	"github.com/idemgen/idemgen/internal/model"
 )
 
-// keyType classifies the key field's type and records its column type and
-// the Go type its value is sent as. A nullable wrapper of a key type (a
+// keyType classifies the key field's type and records its Go facts (kind,
+// integer width and signedness, nullability) and the Go type its value is
+// sent as. A nullable wrapper of a key type (a
 // pointer, a database/sql Null type, a pgtype type) makes the part nullable
 // when allowNull is set.
 func (c *checker) keyType(pos diag.Pos, path string, t types.Type, part *model.KeyPart, allowNull bool) bool {
@@ -34,12 +35,12 @@ func (c *checker) keyType(pos diag.Pos, path string, t types.Type, part *model.K
 	case *types.Basic:
 		switch {
 		case u.Kind() == types.String:
-			part.Kind, part.SQLType, part.GoValue = model.KeyString, "text", convert("string", types.Typ[types.String])
+			part.Kind, part.GoValue = model.KeyString, convert("string", types.Typ[types.String])
 			return true
 		case u.Info()&types.IsInteger != 0:
 			part.Kind = model.KeyInt
-			part.SQLType, part.GoValue = integerColumn(u.Kind())
-			if part.GoValue == "int64" {
+			part.Bits, part.Unsigned = integerWidth(u.Kind())
+			if part.FitsInt64() {
 				part.GoValue = convert("int64", types.Typ[types.Int64])
 			} else {
 				part.GoValue = convert("uint64", types.Typ[types.Uint64])
@@ -54,7 +55,7 @@ func (c *checker) keyType(pos diag.Pos, path string, t types.Type, part *model.K
 		}
 	case *types.Array:
 		if b, ok := u.Elem().Underlying().(*types.Basic); ok && b.Kind() == types.Byte && u.Len() == 16 {
-			part.Kind, part.SQLType = model.KeyUUID, "uuid"
+			part.Kind = model.KeyUUID
 			part.GoValue = convert("[16]byte", types.NewArray(types.Typ[types.Byte], 16))
 			return true
 		}
@@ -129,17 +130,26 @@ func unwrapNullable(t types.Type) (inner types.Type, null *model.Null, problem s
 	return t, nil, "its value field " + field + " is missing"
 }
 
-// integerColumn maps an integer kind to its column type and the Go type its
-// values are sent as (int64 or uint64).
-func integerColumn(k types.BasicKind) (sqlType, goType string) {
+// integerWidth returns the width in bits and the signedness of an integer
+// kind. int, uint and uintptr count as 64 bits, whatever the build's word
+// size, so that an inbox's columns are the same on every platform.
+func integerWidth(k types.BasicKind) (bits int, unsigned bool) {
 	switch k {
-	case types.Int8, types.Int16, types.Uint8:
-		return "smallint", "int64"
-	case types.Int32, types.Uint16:
-		return "integer", "int64"
-	case types.Int, types.Int64, types.Uint32:
-		return "bigint", "int64"
+	case types.Int8:
+		return 8, false
+	case types.Int16:
+		return 16, false
+	case types.Int32:
+		return 32, false
+	case types.Int, types.Int64:
+		return 64, false
+	case types.Uint8:
+		return 8, true
+	case types.Uint16:
+		return 16, true
+	case types.Uint32:
+		return 32, true
 	default: // uint, uint64, uintptr
-		return "numeric(20)", "uint64"
+		return 64, true
 	}
 }
