@@ -114,6 +114,8 @@ func joinPath(prefix string) string {
 	return prefix + "."
 }
 
+// describe names, in messages, the struct a field is looked up in: the
+// message type, or the path prefix and its type.
 func (c *checker) describe(t types.Type, prefix string) string {
 	if prefix == "" {
 		return "message type " + c.typeString(t)

@@ -2,7 +2,6 @@ package load
 
 import (
 	"slices"
-	"strings"
 
 	"github.com/idemgen/idemgen/internal/directive"
 )
@@ -26,6 +25,7 @@ var unstableWords = []struct {
 		"a random value"},
 }
 
+// hasAny matches field names that have one of words as a word.
 func hasAny(words ...string) func([]string) bool {
 	return func(ws []string) bool {
 		for _, w := range ws {
@@ -37,6 +37,8 @@ func hasAny(words ...string) func([]string) bool {
 	}
 }
 
+// hasPair matches field names with a word of first followed by a word of
+// second.
 func hasPair(first, second []string) func([]string) bool {
 	return func(ws []string) bool {
 		for i := 0; i+1 < len(ws); i++ {
@@ -60,8 +62,7 @@ func (c *checker) hygiene(d directive.Directive, keyOpt directive.Option) {
 	}
 	for _, item := range keyOpt.List() {
 		path, pos := item.Text, item.Pos
-		elems := strings.Split(path, ".")
-		words := strings.Split(snake(elems[len(elems)-1]), "_")
+		words := fieldWords(path)
 		for _, u := range unstableWords {
 			if !u.match(words) {
 				continue

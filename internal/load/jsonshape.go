@@ -273,6 +273,7 @@ func (w *jsonWalker) fields(st *types.Struct, depth int, prefix string, seen map
 	}
 }
 
+// joinWhere extends the description of where in a type a JSON problem is.
 func joinWhere(where, next string) string {
 	if where == "" {
 		return next

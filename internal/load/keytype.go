@@ -72,6 +72,7 @@ func (c *checker) keyType(pos diag.Pos, path string, t types.Type, part *model.K
 	return false
 }
 
+// kindName names the kind of a map, slice or interface type for messages.
 func kindName(t types.Type) string {
 	switch t.(type) {
 	case *types.Map:

@@ -82,6 +82,12 @@ func snake(s string) string {
 	return b.String()
 }
 
+// fieldWords splits the last element of a field path into its lower-case
+// words: Meta.DeliveryCount → delivery, count.
+func fieldWords(path string) []string {
+	return strings.Split(snake(path[strings.LastIndexByte(path, '.')+1:]), "_")
+}
+
 // longestPart is the length of the longest of the dot-separated parts of a
 // name.
 func longestPart(name string) int {

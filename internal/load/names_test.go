@@ -2,6 +2,7 @@ package load
 
 import (
 	"go/types"
+	"slices"
 	"strings"
 	"testing"
 
@@ -25,6 +26,25 @@ func TestSnake(t *testing.T) {
 	} {
 		if got := snake(c.in); got != c.want {
 			t.Errorf("snake(%q) = %q, want %q", c.in, got, c.want)
+		}
+	}
+}
+
+// TestFieldWords: key hygiene reads the words of a path's last element.
+func TestFieldWords(t *testing.T) {
+	for _, c := range []struct {
+		path string
+		want []string
+	}{
+		{"RetryCount", []string{"retry", "count"}},
+		{"Meta.DeliveryTag", []string{"delivery", "tag"}},
+		{"Envelope.Meta.ReceivedAt", []string{"received", "at"}},
+		{"TraceID", []string{"trace", "id"}},
+		{"ID", []string{"id"}},
+		{"Meta.", []string{""}},
+	} {
+		if got := fieldWords(c.path); !slices.Equal(got, c.want) {
+			t.Errorf("fieldWords(%q) = %q, want %q", c.path, got, c.want)
 		}
 	}
 }

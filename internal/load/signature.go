@@ -8,6 +8,8 @@ import (
 	"github.com/idemgen/idemgen/internal/model"
 )
 
+// receiver records a method's receiver type; a generic handler or one with
+// a generic or unnamed receiver is refused.
 func (c *checker) receiver(fd *ast.FuncDecl, sig *types.Signature, h *model.Handler) {
 	if sig.TypeParams().Len() > 0 {
 		c.errorf(h.Pos, "handler %s is generic; idemgen needs concrete message and result types", h.Func)
@@ -98,6 +100,8 @@ func (c *checker) signature(fd *ast.FuncDecl, sig *types.Signature, h *model.Han
 	return named, true
 }
 
+// paramPos is the position of the i-th parameter's name, or of its type
+// when it has none.
 func (c *checker) paramPos(fd *ast.FuncDecl, i int) diag.Pos {
 	n := 0
 	for _, field := range fd.Type.Params.List {
@@ -113,6 +117,8 @@ func (c *checker) paramPos(fd *ast.FuncDecl, i int) diag.Pos {
 	return c.pos(fd.Type)
 }
 
+// resultPos is the position of the results, or of the signature when there
+// are none.
 func (c *checker) resultPos(fd *ast.FuncDecl) diag.Pos {
 	if fd.Type.Results != nil {
 		return c.pos(fd.Type.Results)

@@ -51,6 +51,7 @@ func (c *checker) modelType(t types.Type, pos diag.Pos) (model.Type, bool) {
 	return model.Type{}, false
 }
 
+// elemType is a pointer, slice, array or map type of elem.
 func (c *checker) elemType(kind model.TypeKind, elem types.Type, pos diag.Pos) (model.Type, bool) {
 	e, ok := c.modelType(elem, pos)
 	return model.Type{Kind: kind, Elem: &e}, ok
@@ -69,6 +70,7 @@ func (c *checker) qualifier(p *types.Package) string {
 	return p.Name()
 }
 
+// typeName spells a model type as messages name it: pkg.Name or Name.
 func typeName(t model.Type) string {
 	if t.PkgName != "" {
 		return t.PkgName + "." + t.Name
@@ -84,6 +86,7 @@ func hasMethod(t types.Type, name string) bool {
 	return types.NewMethodSet(t).Lookup(nil, name) != nil
 }
 
+// isNamed reports whether t is the named type pkgPath.name.
 func isNamed(t types.Type, pkgPath, name string) bool {
 	n, ok := types.Unalias(t).(*types.Named)
 	return ok && n.Obj().Pkg() != nil && n.Obj().Pkg().Path() == pkgPath && n.Obj().Name() == name
