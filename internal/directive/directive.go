@@ -11,6 +11,7 @@ package directive
 
 import (
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/idemgen/idemgen/internal/diag"
@@ -34,6 +35,33 @@ type Option struct {
 	Pos      diag.Pos // of the name
 	ValuePos diag.Pos // of the value
 }
+
+// Item is one element of a comma-separated option value, such as one field
+// path of key=OrderID,Meta.ID.
+type Item struct {
+	Text string
+	// Pos is where Text starts in the comment; for an empty item, where it
+	// would start.
+	Pos diag.Pos
+}
+
+// List splits the option's value at commas into its items, each with its
+// position. Empty items (key=A,,B or key=A,) are kept, so that the caller
+// can report them where they are.
+func (o Option) List() []Item {
+	var items []Item
+	col := o.ValuePos.Col
+	for _, text := range strings.Split(o.Value, ",") {
+		pos := o.ValuePos
+		pos.Col = col
+		items = append(items, Item{Text: text, Pos: pos})
+		col += len(text) + 1
+	}
+	return items
+}
+
+// Texts returns the texts of the option's items: List without positions.
+func (o Option) Texts() []string { return strings.Split(o.Value, ",") }
 
 // Lookup returns the option called name.
 func (d Directive) Lookup(name string) (Option, bool) {
@@ -82,7 +110,7 @@ func NearMiss(text string) (problem, fix string, ok bool) {
 	}
 	space, before, idem, colon, word, rest := m[1], m[2], m[3], m[4], m[5], strings.TrimRight(m[6], " \t")
 	name := strings.ToLower(word)
-	if !contains(Names, name) {
+	if !slices.Contains(Names, name) {
 		name = Suggest(name, Names)
 		if name == "" {
 			return "", "", false
@@ -112,15 +140,6 @@ func NearMiss(text string) (problem, fix string, ok bool) {
 // corrected is the directive Prefix+s, its options separated by single
 // spaces.
 func corrected(s string) string { return Prefix + strings.Join(strings.Fields(s), " ") }
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
-}
 
 // Parse parses the comment text, which starts with Prefix, found at pos.
 // Syntax errors are recorded in diags; the options that parsed are returned

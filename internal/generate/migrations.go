@@ -187,7 +187,7 @@ func (f *folder) handlers() []model.Handler {
 
 // evolve gives h's consumer the migration it lacks, if any.
 func (f *folder) evolve(h model.Handler, chain []model.MigrationFile) {
-	want := h.Inbox()
+	want := inboxsql.Schema(h)
 	var content []byte
 	var name string
 	if len(chain) == 0 {

@@ -3,6 +3,7 @@ package load
 import (
 	"fmt"
 	"go/types"
+	"reflect"
 	"slices"
 	"strings"
 
@@ -234,7 +235,7 @@ func (w *jsonWalker) fields(st *types.Struct, depth int, prefix string, seen map
 	defer delete(seen, st)
 	for i := range st.NumFields() {
 		f := st.Field(i)
-		tag := structTagLookup(st.Tag(i), "json")
+		tag := reflect.StructTag(st.Tag(i)).Get("json")
 		if tag == "-" {
 			continue
 		}
@@ -270,4 +271,12 @@ func (w *jsonWalker) fields(st *types.Struct, depth int, prefix string, seen map
 		}
 		*out = append(*out, jf)
 	}
+}
+
+// joinWhere extends the description of where in a type a JSON problem is.
+func joinWhere(where, next string) string {
+	if where == "" {
+		return next
+	}
+	return where + "." + strings.TrimPrefix(next, "field ")
 }

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"strings"
 
@@ -46,7 +47,7 @@ func (c *checker) vary(msg types.Type, h model.Handler) (*model.VaryField, strin
 	st := msg.Underlying().(*types.Struct)
 	for i := range st.NumFields() {
 		f := st.Field(i)
-		if !f.Exported() || f.Embedded() || key[f.Name()] || structTagLookup(st.Tag(i), "json") == "-" ||
+		if !f.Exported() || f.Embedded() || key[f.Name()] || reflect.StructTag(st.Tag(i)).Get("json") == "-" ||
 			hasMethod(f.Type(), "MarshalJSON") || hasMethod(f.Type(), "MarshalText") {
 			continue
 		}

@@ -91,10 +91,10 @@ type Handler struct {
 // is greater than the last applied one is processed.
 type Guard struct {
 	// Entity is the field that names the entity; it is stored like a
-	// key part (Column, SQLType).
+	// key part, in Column.
 	Entity KeyPart
-	// Version is the monotonically increasing integer field; its value is
-	// sent as an int64.
+	// Version is the monotonically increasing integer field, one whose
+	// values fit an int64 (FitsInt64); its value is sent as an int64.
 	Version KeyPart
 }
 
@@ -180,12 +180,16 @@ type KeyPart struct {
 	// Type is the key field's Go type.
 	Type Type
 	Kind KeyKind
+	// Bits and Unsigned are the width and signedness of a KeyInt part's Go
+	// type (int, uint and uintptr count as 64 bits); zero for other kinds.
+	Bits     int
+	Unsigned bool
 	// GoValue is the Go type the value is converted to before it is sent
 	// (string, int64, uint64, [16]byte); empty when Type is that already.
 	GoValue string
-	// Column and SQLType describe the inbox column.
-	Column  string
-	SQLType string
+	// Column is the name of the inbox column the part is stored in; the SQL
+	// emitter decides its type from the Go facts above.
+	Column string
 	// Null says how a nullable part represents NULL; nil for a required
 	// part.
 	Null *Null
@@ -193,6 +197,10 @@ type KeyPart struct {
 	// directive); otherwise 0, what an unset field holds, is an invalid key.
 	AllowZero bool
 }
+
+// FitsInt64 reports whether every value of an integer part fits an int64:
+// the signed integers and uint8 to uint32.
+func (p KeyPart) FitsInt64() bool { return p.Kind == KeyInt && !(p.Unsigned && p.Bits >= 64) }
 
 // Null describes a nullable key part: a pointer, a database/sql Null type or
 // a pgtype type.
@@ -310,7 +318,9 @@ func (in Inbox) ResultType() string {
 	return in.Result
 }
 
-// Column is a column of an inbox's key.
+// Column is a column of an inbox's key. Type is its SQL type as migrations
+// record it (text, bigint, uuid, ...), which the SQL emitter derives from the
+// key part's Go facts.
 type Column struct {
 	Name     string
 	Type     string
@@ -330,24 +340,6 @@ const (
 	// (PostgreSQL 15 and newer).
 	NullsNotDistinct Unique = "nulls-not-distinct"
 )
-
-// Inbox returns the schema h needs.
-func (h Handler) Inbox() Inbox {
-	in := Inbox{Consumer: h.Consumer, Table: h.Table, Unique: PrimaryKey, Result: ResultJSON}
-	for _, k := range h.Key {
-		in.Key = append(in.Key, Column{Name: k.Column, Type: k.SQLType, Nullable: k.Null != nil})
-		if k.Null != nil {
-			in.Unique = PartialIndexes
-			if h.NullsNotDistinct {
-				in.Unique = NullsNotDistinct
-			}
-		}
-	}
-	if h.Guard != nil {
-		in.Guard = &Column{Name: h.Guard.Entity.Column, Type: h.Guard.Entity.SQLType}
-	}
-	return in
-}
 
 // Nullable returns the key columns that may be NULL.
 func (in Inbox) Nullable() []Column {

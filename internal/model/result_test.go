@@ -8,9 +8,9 @@ import (
 // TestResultColumnInSchemaLine: a schema line without result= (written before
 // idemgen stored results as json) reads as a jsonb result column, and
 // evolving it to a handler's inbox changes the column to json once: the new
-// line records result=json and reads back equal to what the handler wants.
+// line records result=json and reads back equal to what the handler wants
+// (the inbox a handler keyed on a string needs, as the SQL emitter maps it).
 func TestResultColumnInSchemaLine(t *testing.T) {
-	h := Handler{Consumer: "app.a", Table: "idem_app_a", Key: []KeyPart{{Path: "ID", Column: "key_id", SQLType: "text"}}}
 	legacy, err := ParseInbox("app.a", "-- idemgen:schema table=idem_app_a key=key_id:text unique=pkey")
 	if err != nil || legacy.ResultType() != ResultJSONB {
 		t.Fatalf("legacy line: %+v, %v; want a jsonb result column", legacy, err)
@@ -18,7 +18,7 @@ func TestResultColumnInSchemaLine(t *testing.T) {
 	if legacy.Marker() != "-- idemgen:schema table=idem_app_a key=key_id:text unique=pkey" {
 		t.Errorf("legacy line renders as %q; it must render as written, or its migration reads as edited", legacy.Marker())
 	}
-	want := h.Inbox()
+	want := Inbox{Consumer: "app.a", Table: "idem_app_a", Key: []Column{{Name: "key_id", Type: "text"}}, Unique: PrimaryKey, Result: ResultJSON}
 	change, err := Evolve(legacy, want)
 	if err != nil || !change.ResultJSON || change.Describe() != "result_json" {
 		t.Fatalf("Evolve(jsonb, json) = %+v (%q), %v; want the result column changed", change, change.Describe(), err)

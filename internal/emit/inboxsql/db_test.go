@@ -32,8 +32,8 @@ func shipmentHandler(nullsNotDistinct bool) model.Handler {
 	return model.Handler{
 		Consumer: "test.shipment", Table: "idem_test_shipment", NullsNotDistinct: nullsNotDistinct,
 		Key: []model.KeyPart{
-			{Path: "Carrier", Column: "key_carrier", SQLType: "text"},
-			{Path: "Parcel", Column: "key_parcel", SQLType: "bigint", Null: &model.Null{Pointer: true}},
+			{Path: "Carrier", Column: "key_carrier", Kind: model.KeyString},
+			{Path: "Parcel", Column: "key_parcel", Kind: model.KeyInt, Bits: 64, Null: &model.Null{Pointer: true}},
 		},
 	}
 }
@@ -93,7 +93,7 @@ func TestNullableKeyParts(t *testing.T) {
 	}{{"partial_indexes", false}, {"nulls_not_distinct", true}} {
 		t.Run(strategy.name, func(t *testing.T) {
 			h := shipmentHandler(strategy.nullsNotDistinct)
-			db := idemtest.New(t, migrations(Create(h.Inbox())))
+			db := idemtest.New(t, migrations(Create(Schema(h))))
 			ctx := context.Background()
 			inbox := idem.NewInbox(db.Pool, shipmentTable(h), recordEffect)
 
@@ -161,8 +161,8 @@ type priced struct {
 func TestStaleGuardUnderConcurrentOutOfOrderDeliveries(t *testing.T) {
 	h := model.Handler{
 		Consumer: "test.price", Table: "idem_test_price",
-		Key:   []model.KeyPart{{Path: "Event", Column: "key_event", SQLType: "text"}},
-		Guard: &model.Guard{Entity: model.KeyPart{Path: "SKU", Column: "entity", SQLType: "text"}, Version: model.KeyPart{Path: "Version", SQLType: "bigint"}},
+		Key:   []model.KeyPart{{Path: "Event", Column: "key_event", Kind: model.KeyString}},
+		Guard: &model.Guard{Entity: model.KeyPart{Path: "SKU", Column: "entity", Kind: model.KeyString}, Version: model.KeyPart{Path: "Version", Kind: model.KeyInt, Bits: 64}},
 	}
 	prices := []byte(`-- +goose Up
 CREATE TABLE prices (sku text PRIMARY KEY, version bigint NOT NULL);
@@ -171,7 +171,7 @@ CREATE TABLE applied (seq bigint GENERATED ALWAYS AS IDENTITY, sku text, version
 DROP TABLE applied;
 DROP TABLE prices;
 `)
-	fsys := migrations(Create(h.Inbox()))
+	fsys := migrations(Create(Schema(h)))
 	fsys["00003_prices.sql"] = &fstest.MapFile{Data: prices}
 	db := idemtest.New(t, fsys)
 	ctx := context.Background()

@@ -152,14 +152,10 @@ func renderAll(in model.Inbox) []string {
 func handlerOf(in model.Inbox) model.Handler {
 	h := model.Handler{Consumer: in.Consumer, Table: in.Table, NullsNotDistinct: in.Unique == model.NullsNotDistinct}
 	for _, c := range in.Key {
-		part := model.KeyPart{Column: c.Name, SQLType: c.Type}
-		if c.Nullable {
-			part.Null = &model.Null{Pointer: true}
-		}
-		h.Key = append(h.Key, part)
+		h.Key = append(h.Key, partOf(c))
 	}
 	if in.Guard != nil {
-		h.Guard = &model.Guard{Entity: model.KeyPart{Column: in.Guard.Name, SQLType: in.Guard.Type}}
+		h.Guard = &model.Guard{Entity: partOf(*in.Guard)}
 	}
 	return h
 }

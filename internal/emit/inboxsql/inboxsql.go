@@ -42,7 +42,7 @@ type Statements struct {
 
 // StatementsFor renders the statements of h's inbox.
 func StatementsFor(h model.Handler) Statements {
-	in := h.Inbox()
+	in := Schema(h)
 	n := names(in)
 	d := statementData{Table: n.table}
 	var cols, values []string

@@ -56,7 +56,7 @@ type echoed struct {
 
 var noteHandler = model.Handler{
 	Consumer: "test.note", Table: "idem_test_note",
-	Key: []model.KeyPart{{Path: "ID", Column: "key_id", SQLType: "text"}},
+	Key: []model.KeyPart{{Path: "ID", Column: "key_id", Kind: model.KeyString}},
 }
 
 func noteTable() idem.Table[note] {
@@ -82,7 +82,7 @@ var hostileTexts = []string{"a\x00b", "\x00", "line\u2028sep\\\"quote'", "\ufffd
 // every exec mode. With a jsonb result column the store failed with 22P05
 // after the handler ran, on every redelivery.
 func TestNULResultStoredAndReplayed(t *testing.T) {
-	db := idemtest.New(t, migrations(Create(noteHandler.Inbox())))
+	db := idemtest.New(t, migrations(Create(Schema(noteHandler))))
 	ctx := context.Background()
 	for _, mode := range execModes {
 		t.Run(mode.String(), func(t *testing.T) {
@@ -118,9 +118,9 @@ func TestNULResultStoredAndReplayed(t *testing.T) {
 // its results through the migration that changes the column to json, which
 // then stores a NUL result; down to 0 and up again work.
 func TestResultColumnEvolvesFromJSONB(t *testing.T) {
-	legacy := noteHandler.Inbox()
+	legacy := Schema(noteHandler)
 	legacy.Result = model.ResultJSONB
-	current := noteHandler.Inbox()
+	current := Schema(noteHandler)
 	change, err := model.Evolve(legacy, current)
 	if err != nil || !change.ResultJSON {
 		t.Fatalf("Evolve(jsonb, json) = %+v, %v; want the result column changed", change, err)

@@ -1,0 +1,127 @@
+package load
+
+import (
+	"go/ast"
+	"go/types"
+
+	"github.com/idemgen/idemgen/internal/diag"
+	"github.com/idemgen/idemgen/internal/model"
+)
+
+// receiver records a method's receiver type; a generic handler or one with
+// a generic or unnamed receiver is refused.
+func (c *checker) receiver(fd *ast.FuncDecl, sig *types.Signature, h *model.Handler) {
+	if sig.TypeParams().Len() > 0 {
+		c.errorf(h.Pos, "handler %s is generic; idemgen needs concrete message and result types", h.Func)
+	}
+	recv := sig.Recv()
+	if recv == nil {
+		return
+	}
+	t, pointer := recv.Type(), false
+	if p, ok := t.(*types.Pointer); ok {
+		t, pointer = p.Elem(), true
+	}
+	named, ok := types.Unalias(t).(*types.Named)
+	if !ok || named.TypeParams().Len() > 0 {
+		c.errorf(c.pos(fd.Recv), "handler %s has a generic or unnamed receiver; use a method of a plain named type", h.Func)
+		return
+	}
+	_, isStruct := named.Underlying().(*types.Struct)
+	h.Recv = &model.Recv{Type: named.Obj().Name(), Pointer: pointer, Struct: isStruct}
+}
+
+// signature checks the parameters and results and returns the message's
+// struct type.
+func (c *checker) signature(fd *ast.FuncDecl, sig *types.Signature, h *model.Handler) (types.Type, bool) {
+	const want = "want func(ctx context.Context, tx pgx.Tx, msg M) (R, error) or (...) error, with M a named struct type or a pointer to one"
+	params, results := sig.Params(), sig.Results()
+	at := c.pos(fd.Type)
+	if sig.Variadic() {
+		last := params.At(params.Len() - 1)
+		c.errorf(c.paramPos(fd, params.Len()-1), "handler %s is variadic (its last parameter %s is ...%s): one delivery is one message; %s",
+			h.Func, last.Name(), c.typeString(last.Type().(*types.Slice).Elem()), want)
+		return nil, false
+	}
+	if params.Len() != 3 {
+		c.errorf(at, "handler %s has %d parameters; %s", h.Func, params.Len(), want)
+		return nil, false
+	}
+	if !isNamed(params.At(0).Type(), "context", "Context") {
+		c.errorf(c.paramPos(fd, 0), "the first parameter of handler %s must be context.Context, not %s", h.Func, c.typeString(params.At(0).Type()))
+	}
+	if !isNamed(params.At(1).Type(), pgxPath, "Tx") {
+		c.errorf(c.paramPos(fd, 1), "the second parameter of handler %s must be pgx.Tx (%s), not %s: the business change must use the inbox's transaction",
+			h.Func, pgxPath, c.typeString(params.At(1).Type()))
+	}
+
+	errorType := types.Universe.Lookup("error").Type()
+	switch {
+	case results.Len() == 1 && types.Identical(results.At(0).Type(), errorType):
+	case results.Len() == 2 && types.Identical(results.At(1).Type(), errorType):
+		r := results.At(0).Type()
+		rpos := c.pos(fd.Type.Results.List[0].Type)
+		if shape, problem := jsonShape(r, true, c.qualifier); problem != "" {
+			c.errorf(rpos, "the result type %s of handler %s cannot be stored and replayed: %s", c.typeString(r), h.Func, problem)
+		} else if t, ok := c.modelType(r, c.resultPos(fd)); ok {
+			h.Result, h.ResultShape, h.ResultPos = &t, shape, rpos
+		}
+	default:
+		c.errorf(c.resultPos(fd), "handler %s must return (R, error) or error; %s", h.Func, want)
+	}
+
+	mt := params.At(2).Type()
+	named := mt
+	if p, ok := mt.(*types.Pointer); ok {
+		named = p.Elem()
+	}
+	n, isNamedType := types.Unalias(named).(*types.Named)
+	_, isStruct := named.Underlying().(*types.Struct)
+	mpos := c.paramPos(fd, 2)
+	switch {
+	case !isNamedType || !isStruct:
+		c.errorf(mpos, "the message parameter of handler %s has type %s; want a named struct type or a pointer to one", h.Func, c.typeString(mt))
+		return nil, false
+	case n.TypeParams().Len() > 0 || n.TypeArgs().Len() > 0:
+		c.errorf(mpos, "the message type %s of handler %s is generic; use a plain named struct type", c.typeString(mt), h.Func)
+		return nil, false
+	}
+	if !hasMethod(named, "IdemFingerprint") {
+		if problem := jsonProblem(named, false, c.qualifier); problem != "" {
+			c.errorf(mpos, "the message type %s of handler %s cannot be fingerprinted: %s (or give it an IdemFingerprint method, see idem.Fingerprinter)",
+				c.typeString(mt), h.Func, problem)
+		}
+	}
+	t, ok := c.modelType(mt, mpos)
+	if !ok {
+		return nil, false
+	}
+	h.Msg = t
+	return named, true
+}
+
+// paramPos is the position of the i-th parameter's name, or of its type
+// when it has none.
+func (c *checker) paramPos(fd *ast.FuncDecl, i int) diag.Pos {
+	n := 0
+	for _, field := range fd.Type.Params.List {
+		names := max(len(field.Names), 1)
+		if i < n+names {
+			if len(field.Names) > 0 {
+				return c.pos(field.Names[i-n])
+			}
+			return c.pos(field.Type)
+		}
+		n += names
+	}
+	return c.pos(fd.Type)
+}
+
+// resultPos is the position of the results, or of the signature when there
+// are none.
+func (c *checker) resultPos(fd *ast.FuncDecl) diag.Pos {
+	if fd.Type.Results != nil {
+		return c.pos(fd.Type.Results)
+	}
+	return c.pos(fd.Type)
+}
