@@ -143,7 +143,7 @@ func (r *report) markdown() []byte {
 	w("# Benchmarks\n\n")
 	w("Written by `%s` on %s (%s); run it again to replace this file. ", args, r.started.UTC().Format("2006-01-02 15:04 MST"), r.finished.Sub(r.started).Round(time.Second))
 	w("Every number below comes from that one run on one shared machine, so compare them as ratios: ")
-	w("the scenarios ran side by side, interleaved, against the same PostgreSQL. See the README's *Benchmarks* section for what each part measures.\n\n")
+	w("the scenarios ran side by side, interleaved, against the same PostgreSQL. See docs/benchmarks.md for what each part measures.\n\n")
 
 	r.writeTargets(w)
 	r.writeMachine(w)

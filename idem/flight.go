@@ -81,7 +81,7 @@ func (in *Inbox[M, R]) acquire(ctx context.Context, contended bool) (*pgxpool.Co
 	cancel()
 	switch {
 	case err != nil && timedOut:
-		return nil, nil, fmt.Errorf("%w (waited %v for a connection while another delivery of the key, in this process, held one; see the README on sizing the pool)",
+		return nil, nil, fmt.Errorf("%w (waited %v for a connection while another delivery of the key, in this process, held one; see docs/poolers.md, Sizing the pool)",
 			ErrInProgress, wait)
 	case err != nil:
 		return nil, nil, fmt.Errorf("idem: acquire a connection: %w", err)

@@ -1,7 +1,8 @@
 // Command idemgen generates idempotent message consumers for PostgreSQL from
 // //idem:handler directives: a transactional wrapper per handler, and an
 // inbox migration per consumer for goose. Run it with go generate; see the
-// repository's README for the directive reference.
+// repository's docs/directive.md for the directive reference and docs/cli.md
+// for the commands and flags.
 package main
 
 import (
