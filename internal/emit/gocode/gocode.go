@@ -63,6 +63,31 @@ func NewFile(pkg model.Package) *jen.File {
 	return f
 }
 
+// Emitter is what a Go emitter writes one handler's code from: the
+// handler, its package and the names derived from it. The emitters embed it
+// in their own type, which carries their methods.
+type Emitter struct {
+	Pkg model.Package
+	H   model.Handler
+	N   model.Names
+}
+
+// File renders the generated file name of pkg, which has at least one
+// handler: the setup of NewFile, then what emit writes for each handler, in
+// the package's order and a blank line apart, then Render. Every Go emitter
+// builds its file this way, so that the header, the import names and the
+// formatting are the same in all of them.
+func File(pkg model.Package, name string, emit func(f *jen.File, e Emitter)) ([]byte, error) {
+	f := NewFile(pkg)
+	for i, h := range pkg.Handlers {
+		if i > 0 {
+			f.Line()
+		}
+		emit(f, Emitter{Pkg: pkg, H: h, N: h.Names()})
+	}
+	return Render(f, name, pkg)
+}
+
 // Render renders f (jennifer formats it with gofmt), with its imports
 // grouped the way goimports does: the standard library first.
 func Render(f *jen.File, name string, pkg model.Package) ([]byte, error) {
