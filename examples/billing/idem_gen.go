@@ -10,6 +10,14 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
+// This is a compile-time assertion that this file was generated for the runtime
+// contract of the idem package it is built with. If it fails to compile, the
+// idemgen that wrote this file and the idem package in go.mod are of different
+// versions: regenerate it with the idemgen of idem's version (go generate ./...
+// with go run github.com/idemgen/idemgen/cmd/idemgen or go tool idemgen, which
+// build the version go.mod requires).
+const _ = idem.SupportPackageIsVersion1
+
 // ChargeIdem delivers OrderPlaced messages to (*Service).Charge at most once
 // per key (OrderID) for the consumer "billing.charge": the handler's writes
 // commit together with the key's row in the inbox table idem_billing_charge,

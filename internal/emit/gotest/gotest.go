@@ -22,7 +22,7 @@ const Deliveries = 16
 
 // File renders idem_gen_test.go for pkg, which has at least one handler.
 func File(pkg model.Package) ([]byte, error) {
-	return gocode.File(pkg, model.TestFile, func(f *jen.File, e gocode.Emitter) {
+	return gocode.File(pkg, model.TestFile, nil, func(f *jen.File, e gocode.Emitter) {
 		emitter{e}.test(f)
 	})
 }

@@ -18,9 +18,10 @@ import (
 	"github.com/idemgen/idemgen/internal/model"
 )
 
-// File renders idem_gen.go for pkg, which has at least one handler.
+// File renders idem_gen.go for pkg, which has at least one handler: the line
+// that names the runtime contract it is written for, then each handler's code.
 func File(pkg model.Package) ([]byte, error) {
-	return gocode.File(pkg, model.WrapperFile, func(f *jen.File, e gocode.Emitter) {
+	return gocode.File(pkg, model.WrapperFile, gocode.Contract, func(f *jen.File, e gocode.Emitter) {
 		emitter{e}.wrapper(f)
 	})
 }
