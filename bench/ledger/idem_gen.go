@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/idemgen/idemgen/idem"
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // This is a compile-time assertion that this file was generated for the runtime
@@ -31,7 +30,7 @@ type PostIdem struct {
 // database that holds idem_bench_ledger and the handler's own tables; opts
 // choose the isolation level (idem.WithIsolation) and how long a concurrent
 // delivery of the same key waits (idem.WithClaimWait).
-func NewPostIdem(db *pgxpool.Pool, opts ...idem.Option) *PostIdem {
+func NewPostIdem(db idem.DB, opts ...idem.Option) *PostIdem {
 	return &PostIdem{inbox: idem.NewInbox(db, idemPostTable, Post, opts...)}
 }
 

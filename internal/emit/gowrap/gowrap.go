@@ -52,7 +52,7 @@ func (e emitter) wrapper(f *jen.File) {
 		"%s returns the idempotent wrapper of %s. db must reach the database that holds %s and the handler's own tables; "+
 			"opts choose the isolation level (idem.WithIsolation) and how long a concurrent delivery of the same key waits (idem.WithClaimWait).",
 		n.Constructor, gocode.HandlerName(e.H), h.Table)))
-	params := []jen.Code{jen.Id("db").Op("*").Qual(gocode.PgxpoolPkg, "Pool")}
+	params := []jen.Code{jen.Id("db").Qual(gocode.IdemPkg, "DB")}
 	handler := jen.Id(h.Func)
 	if h.Recv != nil {
 		recv := gocode.ReceiverName(h.Recv.Type)
