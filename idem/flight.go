@@ -17,8 +17,10 @@ import (
 // as the first delivery's handler: they take their connection within the
 // claim wait, and the claim wait is what is left of it (see acquire).
 
+// A flight is keyed by the DB (Inbox.flightDB) as well as the key, since
+// the wait it bounds is for a connection of that DB.
 type flightKey struct {
-	db       *pgxpool.Pool
+	db       any
 	consumer string
 	key      string
 }

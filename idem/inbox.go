@@ -5,12 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // None is the result type of handlers that return only an error: their inbox
@@ -40,7 +40,8 @@ type Fingerprinter interface {
 // transaction with the inbox row that records the key. It is safe for
 // concurrent use; generated wrappers hold one.
 type Inbox[M, R any] struct {
-	db        *pgxpool.Pool
+	db        DB
+	flightDB  any // db, or the Inbox itself when db is not comparable: see flightKey
 	table     Table[M]
 	handler   func(context.Context, pgx.Tx, M) (R, error)
 	txOptions pgx.TxOptions
@@ -51,13 +52,14 @@ type Inbox[M, R any] struct {
 	beforeCommit func(ctx context.Context, tx pgx.Tx) error
 }
 
-// NewInbox returns the Inbox of table that runs handler. db must reach the
-// database that holds both the inbox table and the handler's own tables.
+// NewInbox returns the Inbox of table that runs handler. db (a
+// *pgxpool.Pool, or any [DB]) must reach the database that holds both the
+// inbox table and the handler's own tables.
 //
 // NewInbox panics on an option that would make every delivery fail (a claim
 // wait beyond PostgreSQL's lock_timeout range, an unknown isolation level),
 // naming the option, the value and the bound: call it at startup.
-func NewInbox[M, R any](db *pgxpool.Pool, table Table[M], handler func(ctx context.Context, tx pgx.Tx, msg M) (R, error), opts ...Option) *Inbox[M, R] {
+func NewInbox[M, R any](db DB, table Table[M], handler func(ctx context.Context, tx pgx.Tx, msg M) (R, error), opts ...Option) *Inbox[M, R] {
 	o := options{claimWait: DefaultClaimWait}
 	for _, opt := range opts {
 		opt(&o)
@@ -65,8 +67,9 @@ func NewInbox[M, R any](db *pgxpool.Pool, table Table[M], handler func(ctx conte
 	o.validate(table.Consumer)
 	var zero R
 	_, noResult := any(zero).(None)
-	return &Inbox[M, R]{
+	in := &Inbox[M, R]{
 		db:        db,
+		flightDB:  db,
 		table:     table,
 		handler:   handler,
 		txOptions: pgx.TxOptions{IsoLevel: o.isolation},
@@ -76,6 +79,10 @@ func NewInbox[M, R any](db *pgxpool.Pool, table Table[M], handler func(ctx conte
 
 		beforeCommit: o.beforeCommit,
 	}
+	if !reflect.ValueOf(db).Comparable() {
+		in.flightDB = in
+	}
+	return in
 }
 
 // Handle delivers msg: it runs the handler and commits its writes together
@@ -113,7 +120,7 @@ func (in *Inbox[M, R]) Handle(ctx context.Context, msg M) (R, Outcome, error) {
 		order = []any{entity, version}
 	}
 
-	flight := flightKey{db: in.db, consumer: in.table.Consumer, key: keyID(key)}
+	flight := flightKey{db: in.flightDB, consumer: in.table.Consumer, key: keyID(key)}
 	contended := enterFlight(flight)
 	defer leaveFlight(flight)
 	pooled, lockWait, err := in.acquire(ctx, contended)
@@ -381,7 +388,7 @@ const purgeBatch = 1000
 func (in *Inbox[M, R]) Purge(ctx context.Context) (int64, error) {
 	var total int64
 	for {
-		tag, err := in.db.Exec(ctx, in.table.Purge, in.table.Retain.Seconds(), purgeBatch)
+		tag, err := exec(ctx, in.db, in.table.Purge, in.table.Retain.Seconds(), purgeBatch)
 		if err != nil {
 			return total, in.fail(nil, fmt.Errorf("idem: purge %s: %w", in.table.Name, err))
 		}

@@ -7,8 +7,15 @@ import (
 	"time"
 
 	"github.com/idemgen/idemgen/idem"
-	"github.com/jackc/pgx/v5/pgxpool"
 )
+
+// This is a compile-time assertion that this file was generated for the runtime
+// contract of the idem package it is built with. If it fails to compile, the
+// idemgen that wrote this file and the idem package in go.mod are of different
+// versions: regenerate it with the idemgen of idem's version (go generate ./...
+// with go run github.com/idemgen/idemgen/cmd/idemgen or go tool idemgen, which
+// build the version go.mod requires).
+const _ = idem.SupportPackageIsVersion1
 
 // PostIdem delivers Deposit messages to Post at most once per key (MessageID)
 // for the consumer "bench.ledger": the handler's writes commit together with
@@ -23,7 +30,7 @@ type PostIdem struct {
 // database that holds idem_bench_ledger and the handler's own tables; opts
 // choose the isolation level (idem.WithIsolation) and how long a concurrent
 // delivery of the same key waits (idem.WithClaimWait).
-func NewPostIdem(db *pgxpool.Pool, opts ...idem.Option) *PostIdem {
+func NewPostIdem(db idem.DB, opts ...idem.Option) *PostIdem {
 	return &PostIdem{inbox: idem.NewInbox(db, idemPostTable, Post, opts...)}
 }
 

@@ -7,8 +7,15 @@ import (
 	"time"
 
 	"github.com/idemgen/idemgen/idem"
-	"github.com/jackc/pgx/v5/pgxpool"
 )
+
+// This is a compile-time assertion that this file was generated for the runtime
+// contract of the idem package it is built with. If it fails to compile, the
+// idemgen that wrote this file and the idem package in go.mod are of different
+// versions: regenerate it with the idemgen of idem's version (go generate ./...
+// with go run github.com/idemgen/idemgen/cmd/idemgen or go tool idemgen, which
+// build the version go.mod requires).
+const _ = idem.SupportPackageIsVersion1
 
 // ChargeIdem delivers OrderPlaced messages to (*Service).Charge at most once
 // per key (OrderID) for the consumer "billing.charge": the handler's writes
@@ -23,7 +30,7 @@ type ChargeIdem struct {
 // reach the database that holds idem_billing_charge and the handler's own
 // tables; opts choose the isolation level (idem.WithIsolation) and how long a
 // concurrent delivery of the same key waits (idem.WithClaimWait).
-func NewChargeIdem(db *pgxpool.Pool, s *Service, opts ...idem.Option) *ChargeIdem {
+func NewChargeIdem(db idem.DB, s *Service, opts ...idem.Option) *ChargeIdem {
 	return &ChargeIdem{inbox: idem.NewInbox(db, idemChargeTable, s.Charge, opts...)}
 }
 
@@ -76,7 +83,7 @@ type BookPaymentIdem struct {
 // db must reach the database that holds idem_billing_payment and the handler's
 // own tables; opts choose the isolation level (idem.WithIsolation) and how long
 // a concurrent delivery of the same key waits (idem.WithClaimWait).
-func NewBookPaymentIdem(db *pgxpool.Pool, s *Service, opts ...idem.Option) *BookPaymentIdem {
+func NewBookPaymentIdem(db idem.DB, s *Service, opts ...idem.Option) *BookPaymentIdem {
 	return &BookPaymentIdem{inbox: idem.NewInbox(db, idemBookPaymentTable, idem.NoResult(s.BookPayment), opts...)}
 }
 
@@ -136,7 +143,7 @@ type OpenAccountIdem struct {
 // reach the database that holds idem_billing_open_account and the handler's own
 // tables; opts choose the isolation level (idem.WithIsolation) and how long a
 // concurrent delivery of the same key waits (idem.WithClaimWait).
-func NewOpenAccountIdem(db *pgxpool.Pool, opts ...idem.Option) *OpenAccountIdem {
+func NewOpenAccountIdem(db idem.DB, opts ...idem.Option) *OpenAccountIdem {
 	return &OpenAccountIdem{inbox: idem.NewInbox(db, idemOpenAccountTable, OpenAccount, opts...)}
 }
 

@@ -7,8 +7,15 @@ import (
 	"time"
 
 	"github.com/idemgen/idemgen/idem"
-	"github.com/jackc/pgx/v5/pgxpool"
 )
+
+// This is a compile-time assertion that this file was generated for the runtime
+// contract of the idem package it is built with. If it fails to compile, the
+// idemgen that wrote this file and the idem package in go.mod are of different
+// versions: regenerate it with the idemgen of idem's version (go generate ./...
+// with go run github.com/idemgen/idemgen/cmd/idemgen or go tool idemgen, which
+// build the version go.mod requires).
+const _ = idem.SupportPackageIsVersion1
 
 // ReceiveGoodsIdem delivers CloudEvent messages to ReceiveGoods at most once
 // per key (Source, ID) for the consumer "inventory.goods-received": the
@@ -24,7 +31,7 @@ type ReceiveGoodsIdem struct {
 // reach the database that holds idem_inventory_goods_received and the handler's
 // own tables; opts choose the isolation level (idem.WithIsolation) and how long
 // a concurrent delivery of the same key waits (idem.WithClaimWait).
-func NewReceiveGoodsIdem(db *pgxpool.Pool, opts ...idem.Option) *ReceiveGoodsIdem {
+func NewReceiveGoodsIdem(db idem.DB, opts ...idem.Option) *ReceiveGoodsIdem {
 	return &ReceiveGoodsIdem{inbox: idem.NewInbox(db, idemReceiveGoodsTable, ReceiveGoods, opts...)}
 }
 
@@ -80,7 +87,7 @@ type BookReturnIdem struct {
 // the database that holds idem_inventory_return and the handler's own tables;
 // opts choose the isolation level (idem.WithIsolation) and how long a
 // concurrent delivery of the same key waits (idem.WithClaimWait).
-func NewBookReturnIdem(db *pgxpool.Pool, opts ...idem.Option) *BookReturnIdem {
+func NewBookReturnIdem(db idem.DB, opts ...idem.Option) *BookReturnIdem {
 	return &BookReturnIdem{inbox: idem.NewInbox(db, idemBookReturnTable, BookReturn, opts...)}
 }
 
@@ -146,7 +153,7 @@ type ApplyCountIdem struct {
 // the database that holds idem_inventory_count and the handler's own tables;
 // opts choose the isolation level (idem.WithIsolation) and how long a
 // concurrent delivery of the same key waits (idem.WithClaimWait).
-func NewApplyCountIdem(db *pgxpool.Pool, opts ...idem.Option) *ApplyCountIdem {
+func NewApplyCountIdem(db idem.DB, opts ...idem.Option) *ApplyCountIdem {
 	return &ApplyCountIdem{inbox: idem.NewInbox(db, idemApplyCountTable, idem.NoResult(ApplyCount), opts...)}
 }
 

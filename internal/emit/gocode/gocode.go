@@ -21,6 +21,22 @@ const (
 	PgxpoolPkg  = "github.com/jackc/pgx/v5/pgxpool"
 )
 
+// RuntimeContract is the constant of the idem package that names the
+// runtime contract the emitted code is written for (see
+// idem.SupportPackageIsVersion1): bump it together with the runtime's.
+const RuntimeContract = "SupportPackageIsVersion1"
+
+// Contract writes the line that makes code generated for another runtime
+// contract than idem's fail to compile, with what to do about it right
+// above, where the compiler's error points.
+func Contract(f *jen.File) {
+	f.Comment(Doc("This is a compile-time assertion that this file was generated for the runtime contract of the idem package it is built with. " +
+		"If it fails to compile, the idemgen that wrote this file and the idem package in go.mod are of different versions: " +
+		"regenerate it with the idemgen of idem's version (go generate ./... with go run github.com/idemgen/idemgen/cmd/idemgen or go tool idemgen, " +
+		"which build the version go.mod requires)."))
+	f.Const().Id("_").Op("=").Qual(IdemPkg, RuntimeContract)
+}
+
 // NewFile starts a generated file of pkg: the header line, and the names of
 // the runtime's packages and of every package the handlers' types come from,
 // so that jennifer does not guess them (it would write v5 for a /v5 path).
@@ -61,6 +77,35 @@ func NewFile(pkg model.Package) *jen.File {
 		}
 	}
 	return f
+}
+
+// Emitter is what a Go emitter writes one handler's code from: the
+// handler, its package and the names derived from it. The emitters embed it
+// in their own type, which carries their methods.
+type Emitter struct {
+	Pkg model.Package
+	H   model.Handler
+	N   model.Names
+}
+
+// File renders the generated file name of pkg, which has at least one
+// handler: the setup of NewFile, then what intro writes (when not nil), then
+// what emit writes for each handler, in the package's order and a blank line
+// apart, then Render. Every Go emitter builds its file this way, so that the
+// header, the import names and the formatting are the same in all of them.
+func File(pkg model.Package, name string, intro func(f *jen.File), emit func(f *jen.File, e Emitter)) ([]byte, error) {
+	f := NewFile(pkg)
+	if intro != nil {
+		intro(f)
+		f.Line()
+	}
+	for i, h := range pkg.Handlers {
+		if i > 0 {
+			f.Line()
+		}
+		emit(f, Emitter{Pkg: pkg, H: h, N: h.Names()})
+	}
+	return Render(f, name, pkg)
 }
 
 // Render renders f (jennifer formats it with gofmt), with its imports

@@ -22,25 +22,16 @@ const Deliveries = 16
 
 // File renders idem_gen_test.go for pkg, which has at least one handler.
 func File(pkg model.Package) ([]byte, error) {
-	f := gocode.NewFile(pkg)
-	for i, h := range pkg.Handlers {
-		if i > 0 {
-			f.Line()
-		}
-		e := emitter{pkg: pkg, h: h, n: h.Names()}
-		e.test(f)
-	}
-	return gocode.Render(f, model.TestFile, pkg)
+	return gocode.File(pkg, model.TestFile, nil, func(f *jen.File, e gocode.Emitter) {
+		emitter{e}.test(f)
+	})
 }
 
-type emitter struct {
-	pkg model.Package
-	h   model.Handler
-	n   model.Names
-}
+// emitter writes the test of one handler.
+type emitter struct{ gocode.Emitter }
 
 func (e emitter) test(f *jen.File) {
-	h := e.h
+	h := e.H
 	recv, msg, result := e.recvType(), gocode.Type(h.Msg), e.resultType()
 
 	suite := []jen.Code{
@@ -59,7 +50,7 @@ func (e emitter) test(f *jen.File) {
 	fields = append(fields, jen.Line())
 
 	f.Comment(e.doc())
-	f.Func().Id(e.n.Test).Params(jen.Id("t").Op("*").Qual("testing", "T")).Block(
+	f.Func().Id(e.N.Test).Params(jen.Id("t").Op("*").Qual("testing", "T")).Block(
 		jen.Qual(gocode.IdemtestPkg, "Suite").Types(recv, msg, result).Values(fields...).Dot("Run").Call(jen.Id("t")),
 	)
 }
@@ -70,7 +61,7 @@ func (e emitter) test(f *jen.File) {
 //		return NewChargeIdem(pool, s, opts...).Handle
 //	}
 func (e emitter) newFunc() jen.Code {
-	h := e.h
+	h := e.H
 	args := []jen.Code{jen.Id("pool")}
 	var recvParam jen.Code
 	if h.Recv != nil {
@@ -81,7 +72,7 @@ func (e emitter) newFunc() jen.Code {
 		recvParam = jen.Id("_").Add(e.recvType())
 	}
 	args = append(args, jen.Id("opts").Op("..."))
-	handle := jen.Id(e.n.Constructor).Call(args...).Dot("Handle")
+	handle := jen.Id(e.N.Constructor).Call(args...).Dot("Handle")
 	if h.Result == nil {
 		handle = jen.Qual(gocode.IdemtestPkg, "NoResult").Call(handle)
 	}
@@ -95,7 +86,7 @@ func (e emitter) newFunc() jen.Code {
 // fixture is the fixture= function, or else a function that builds a
 // message with random values in its key fields and zero values elsewhere.
 func (e emitter) fixture() jen.Code {
-	h := e.h
+	h := e.H
 	if h.Fixture != "" {
 		return jen.Id(h.Fixture)
 	}
@@ -151,7 +142,7 @@ func (e emitter) fixture() jen.Code {
 // zeroReceiver spells the zero value of the receiver type: &Service{} for a
 // pointer receiver; nil when the Fixture's zero value is it already.
 func (e emitter) zeroReceiver() jen.Code {
-	r := e.h.Recv
+	r := e.H.Recv
 	switch {
 	case r == nil:
 		return nil
@@ -167,7 +158,7 @@ func (e emitter) zeroReceiver() jen.Code {
 
 // variant changes the Vary field of a copy of the message.
 func (e emitter) variant() jen.Code {
-	h := e.h
+	h := e.H
 	v := "msg"
 	var body []jen.Code
 	if h.Msg.Kind == model.Pointer {
@@ -192,7 +183,7 @@ func (e emitter) variant() jen.Code {
 }
 
 func (e emitter) recvType() jen.Code {
-	r := e.h.Recv
+	r := e.H.Recv
 	switch {
 	case r == nil:
 		return jen.Qual(gocode.IdemtestPkg, "NoReceiver")
@@ -203,25 +194,25 @@ func (e emitter) recvType() jen.Code {
 }
 
 func (e emitter) resultType() jen.Code {
-	if e.h.Result == nil {
+	if e.H.Result == nil {
 		return jen.Qual(gocode.IdemPkg, "None")
 	}
-	return gocode.Type(*e.h.Result)
+	return gocode.Type(*e.H.Result)
 }
 
 // migrationsDir is the handler's migrations folder relative to the package,
 // where go test runs the test.
 func (e emitter) migrationsDir() string {
-	rel, err := filepath.Rel(e.pkg.Dir, e.h.MigrationsDir)
+	rel, err := filepath.Rel(e.Pkg.Dir, e.H.MigrationsDir)
 	if err != nil {
-		rel = e.h.MigrationsDir
+		rel = e.H.MigrationsDir
 	}
 	return filepath.ToSlash(rel)
 }
 
 // doc says what the test proves, against which table, with which N.
 func (e emitter) doc() string {
-	h, n := e.h, e.n
+	h, n := e.H, e.N
 	d := &docText{}
 	source := "its receiver and message come from " + h.Fixture + ", called once per scenario"
 	if h.Fixture == "" {
@@ -230,7 +221,7 @@ func (e emitter) doc() string {
 	d.para(fmt.Sprintf(
 		"%s proves against a real PostgreSQL that %s, the wrapper of %s, processes every %s at most once per key (%s) of the consumer %q, "+
 			"whose inbox table is %s. Each scenario is a subtest in a fresh schema with the goose migrations of %s applied; %s:",
-		n.Test, n.Wrapper, gocode.HandlerName(e.h), h.Msg.Deref().Name, gocode.KeyPaths(e.h), h.Consumer, h.Table, e.migrationsDir()+"/", source))
+		n.Test, n.Wrapper, gocode.HandlerName(e.H), h.Msg.Deref().Name, gocode.KeyPaths(e.H), h.Consumer, h.Table, e.migrationsDir()+"/", source))
 
 	d.item(fmt.Sprintf(
 		"concurrent_deliveries: %d deliveries of one message at once, the first held inside its transaction until the other %d wait on its claim in PostgreSQL, "+
@@ -257,8 +248,8 @@ func (e emitter) doc() string {
 			d.para("key_reused is not run: " + h.NoVary + ".")
 		}
 		d.para(fmt.Sprintf("The business effect is not counted. A fixture can seed data, choose the message, count the effect and supply a Variant "+
-			"(see idemtest.Fixture): declare it in a _test.go file of package %s,", e.pkg.Name))
-		d.code(fmt.Sprintf("func %s(t testing.TB, db *idemtest.DB) idemtest.Fixture[%s, %s]", fixtureName(h.Func), e.recvText(), typeText(h.Msg, e.pkg.Path)))
+			"(see idemtest.Fixture): declare it in a _test.go file of package %s,", e.Pkg.Name))
+		d.code(fmt.Sprintf("func %s(t testing.TB, db *idemtest.DB) idemtest.Fixture[%s, %s]", fixtureName(h.Func), e.recvText(), typeText(h.Msg, e.Pkg.Path)))
 		d.para(fmt.Sprintf("and add fixture=%s to the //idem:handler directive of %s.", fixtureName(h.Func), h.Func))
 	}
 	d.para("Without IDEMGEN_TEST_DATABASE_URL (DATABASE_URL is never used) the test is skipped, and with IDEMGEN_REQUIRE_DB set it fails instead; " +
@@ -267,7 +258,7 @@ func (e emitter) doc() string {
 }
 
 func (e emitter) zeroReceiverText() string {
-	r := e.h.Recv
+	r := e.H.Recv
 	switch {
 	case r == nil:
 		return "none (a plain function)"
@@ -282,7 +273,7 @@ func (e emitter) zeroReceiverText() string {
 }
 
 func (e emitter) recvText() string {
-	r := e.h.Recv
+	r := e.H.Recv
 	switch {
 	case r == nil:
 		return "idemtest.NoReceiver"

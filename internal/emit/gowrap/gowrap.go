@@ -18,28 +18,19 @@ import (
 	"github.com/idemgen/idemgen/internal/model"
 )
 
-// File renders idem_gen.go for pkg, which has at least one handler.
+// File renders idem_gen.go for pkg, which has at least one handler: the line
+// that names the runtime contract it is written for, then each handler's code.
 func File(pkg model.Package) ([]byte, error) {
-	f := gocode.NewFile(pkg)
-
-	for i, h := range pkg.Handlers {
-		if i > 0 {
-			f.Line()
-		}
-		e := emitter{pkg: pkg, h: h, n: h.Names()}
-		e.wrapper(f)
-	}
-	return gocode.Render(f, model.WrapperFile, pkg)
+	return gocode.File(pkg, model.WrapperFile, gocode.Contract, func(f *jen.File, e gocode.Emitter) {
+		emitter{e}.wrapper(f)
+	})
 }
 
-type emitter struct {
-	pkg model.Package
-	h   model.Handler
-	n   model.Names
-}
+// emitter writes the wrapper of one handler.
+type emitter struct{ gocode.Emitter }
 
 func (e emitter) wrapper(f *jen.File) {
-	h, n := e.h, e.n
+	h, n := e.H, e.N
 	msg := gocode.Type(h.Msg)
 	var result jen.Code = jen.Qual(gocode.IdemPkg, "None")
 	if h.Result != nil {
@@ -51,7 +42,7 @@ func (e emitter) wrapper(f *jen.File) {
 			"the handler's writes commit together with the key's row in the inbox table %s, "+
 			"and a redelivered message gets the stored result back without running the handler again. "+
 			"Build it with %s.",
-		n.Wrapper, h.Msg.Deref().Name, gocode.HandlerName(e.h), gocode.KeyPaths(e.h), h.Consumer, h.Table, n.Constructor)))
+		n.Wrapper, h.Msg.Deref().Name, gocode.HandlerName(e.H), gocode.KeyPaths(e.H), h.Consumer, h.Table, n.Constructor)))
 	f.Type().Id(n.Wrapper).Struct(
 		jen.Id("inbox").Op("*").Qual(gocode.IdemPkg, "Inbox").Types(msg, result),
 	)
@@ -60,8 +51,8 @@ func (e emitter) wrapper(f *jen.File) {
 	f.Comment(gocode.Doc(fmt.Sprintf(
 		"%s returns the idempotent wrapper of %s. db must reach the database that holds %s and the handler's own tables; "+
 			"opts choose the isolation level (idem.WithIsolation) and how long a concurrent delivery of the same key waits (idem.WithClaimWait).",
-		n.Constructor, gocode.HandlerName(e.h), h.Table)))
-	params := []jen.Code{jen.Id("db").Op("*").Qual(gocode.PgxpoolPkg, "Pool")}
+		n.Constructor, gocode.HandlerName(e.H), h.Table)))
+	params := []jen.Code{jen.Id("db").Qual(gocode.IdemPkg, "DB")}
 	handler := jen.Id(h.Func)
 	if h.Recv != nil {
 		recv := gocode.ReceiverName(h.Recv.Type)
@@ -83,30 +74,29 @@ func (e emitter) wrapper(f *jen.File) {
 	)
 	f.Line()
 
-	ctx := jen.Id("ctx").Qual("context", "Context")
+	// Handle returns what the Inbox's Handle does; without a result, only
+	// the outcome and the error.
 	call := jen.Id("w").Dot("inbox").Dot("Handle").Call(jen.Id("ctx"), jen.Id("msg"))
+	results := []jen.Code{jen.Qual(gocode.IdemPkg, "Outcome"), jen.Error()}
+	body := []jen.Code{jen.Return(call)}
+	duplicate := "returns idem.Duplicate"
 	if h.Result != nil {
-		f.Comment(gocode.Doc(fmt.Sprintf(
-			"Handle runs %s for msg in one transaction with the claim of its key, or, when the key was processed before, "+
-				"returns the stored result as idem.Duplicate without running it. Ack the message exactly when err is nil.",
-			h.Func)))
-		f.Func().Params(jen.Id("w").Op("*").Id(n.Wrapper)).Id("Handle").
-			Params(ctx, jen.Id("msg").Add(gocode.Type(h.Msg))).
-			Params(gocode.Type(*h.Result), jen.Qual(gocode.IdemPkg, "Outcome"), jen.Error()).
-			Block(jen.Return(call))
+		results = append([]jen.Code{gocode.Type(*h.Result)}, results...)
+		duplicate = "returns the stored result as idem.Duplicate"
 	} else {
-		f.Comment(gocode.Doc(fmt.Sprintf(
-			"Handle runs %s for msg in one transaction with the claim of its key, or, when the key was processed before, "+
-				"returns idem.Duplicate without running it. Ack the message exactly when err is nil.",
-			h.Func)))
-		f.Func().Params(jen.Id("w").Op("*").Id(n.Wrapper)).Id("Handle").
-			Params(ctx, jen.Id("msg").Add(gocode.Type(h.Msg))).
-			Params(jen.Qual(gocode.IdemPkg, "Outcome"), jen.Error()).
-			Block(
-				jen.List(jen.Id("_"), jen.Id("outcome"), jen.Err()).Op(":=").Add(call),
-				jen.Return(jen.Id("outcome"), jen.Err()),
-			)
+		body = []jen.Code{
+			jen.List(jen.Id("_"), jen.Id("outcome"), jen.Err()).Op(":=").Add(call),
+			jen.Return(jen.Id("outcome"), jen.Err()),
+		}
 	}
+	f.Comment(gocode.Doc(fmt.Sprintf(
+		"Handle runs %s for msg in one transaction with the claim of its key, or, when the key was processed before, "+
+			"%s without running it. Ack the message exactly when err is nil.",
+		h.Func, duplicate)))
+	f.Func().Params(jen.Id("w").Op("*").Id(n.Wrapper)).Id("Handle").
+		Params(jen.Id("ctx").Qual("context", "Context"), jen.Id("msg").Add(gocode.Type(h.Msg))).
+		Params(results...).
+		Block(body...)
 	f.Line()
 
 	f.Comment(gocode.Doc(fmt.Sprintf(
@@ -128,7 +118,7 @@ func (e emitter) wrapper(f *jen.File) {
 }
 
 func (e emitter) table(f *jen.File) {
-	h, n := e.h, e.n
+	h, n := e.H, e.N
 	st := inboxsql.StatementsFor(h)
 	var fields []jen.Code
 	for _, k := range h.Key {
@@ -181,7 +171,7 @@ func fieldList(pairs ...any) []jen.Code {
 	return append(items, jen.Line())
 }
 func (e emitter) keyFunc(f *jen.File) {
-	h, n := e.h, e.n
+	h, n := e.H, e.N
 	x := &extractor{nils: 2}
 	x.messageCheck(h, h.Key[0].Path)
 	var values []jen.Code
@@ -196,14 +186,14 @@ func (e emitter) keyFunc(f *jen.File) {
 			nulls = " (nil for a NULL part)"
 		}
 	}
-	f.Comment(gocode.Doc(fmt.Sprintf("%s returns the key parts of msg in column order%s: %s.", n.KeyFunc, nulls, gocode.KeyPaths(e.h))))
+	f.Comment(gocode.Doc(fmt.Sprintf("%s returns the key parts of msg in column order%s: %s.", n.KeyFunc, nulls, gocode.KeyPaths(e.H))))
 	f.Func().Id(n.KeyFunc).Params(jen.Id("msg").Add(gocode.Type(h.Msg))).Params(jen.Index().Any(), jen.Error()).Block(body...)
 }
 
 // orderFunc emits the function that reads the stale-message guard's entity
 // and version from a message.
 func (e emitter) orderFunc(f *jen.File) {
-	h, n, g := e.h, e.n, e.h.Guard
+	h, n, g := e.H, e.N, e.H.Guard
 	x := &extractor{nils: 3}
 	x.messageCheck(h, g.Entity.Path)
 	entity := x.part(g.Entity, "entity")

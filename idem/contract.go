@@ -1,0 +1,29 @@
+package idem
+
+// SupportPackageIsVersion1 names the contract between this package and the
+// code idemgen generates for it: the names, signatures and meaning of what a
+// generated wrapper calls and declares ([Table] and its statements'
+// placeholders, [NewInbox], [Inbox] and its methods, [NoResult], [None],
+// [InvalidKey], [CheckString], [CheckUUID], [CheckInt], [Option]) and of
+// what the generated tests call in idem/idemtest.
+//
+// Every generated idem_gen.go references it in a line of its own,
+//
+//	const _ = idem.SupportPackageIsVersion1
+//
+// as generated gRPC code references grpc.SupportPackageIsVersionN: code
+// generated for another contract than the one of the idem package it is
+// built with fails to compile on that line, with a comment above it that
+// says to regenerate with the idemgen of the same module version as idem
+// (go run github.com/idemgen/idemgen/cmd/idemgen, which builds the version
+// go.mod requires), rather than compiling and misbehaving.
+//
+// It is bumped, to SupportPackageIsVersion2 and so on, with the old name
+// removed, whenever a change to this package or to idemtest would make code
+// generated before it wrong or fail to compile: a parameter added to a
+// statement of [Table], a field whose meaning changes, a function generated
+// code calls that changes its signature or goes away. Changes that code
+// generated before still works with (a new option, a fix inside the protocol)
+// keep the version. idemgen emits the name of the version it generates for,
+// and its golden tests compile what it emits against this package.
+const SupportPackageIsVersion1 = true
