@@ -163,6 +163,11 @@ func ParseSchemaLine(consumer, line string) (model.Inbox, error) {
 			if err != nil {
 				return in, err
 			}
+			if c.Nullable {
+				// SchemaLine writes no "?" there: the entity of a
+				// guard is never NULL.
+				return in, fmt.Errorf("nullable guard column %q", value)
+			}
 			in.Guard = &c
 		case "result":
 			if value != model.ResultJSON && value != model.ResultJSONB {
