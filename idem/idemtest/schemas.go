@@ -18,7 +18,7 @@ import (
 )
 
 // schemaMarker starts the line of an idemgen inbox migration that records
-// the schema it leaves behind (internal/model.SchemaMarker, whose test keeps
+// the schema it leaves behind (internal/migrate.SchemaMarker, whose test keeps
 // the two equal).
 const schemaMarker = "-- idemgen:schema "
 

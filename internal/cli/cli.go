@@ -26,7 +26,7 @@ import (
 	"github.com/idemgen/idemgen/internal/directive"
 	"github.com/idemgen/idemgen/internal/generate"
 	"github.com/idemgen/idemgen/internal/load"
-	"github.com/idemgen/idemgen/internal/model"
+	"github.com/idemgen/idemgen/internal/migrate"
 	"github.com/idemgen/idemgen/internal/output"
 )
 
@@ -83,7 +83,7 @@ func run(dir string, args []string, stdout, stderr io.Writer) int {
 	migrations := fs.String("migrations", "", "write inbox migrations to `DIR` (default: a migrations folder in each handler's package)")
 	verbose := fs.Bool("v", false, "list the files written or deleted")
 	postgres := fs.Int("postgres", 0, "the oldest PostgreSQL major `version` the migrations run on; from 15 on, nullable key parts get UNIQUE NULLS NOT DISTINCT instead of partial indexes")
-	rehash := fs.Bool("rehash", false, "record the migrations folders in their "+model.SumFile+" as they are (after checking them yourself)")
+	rehash := fs.Bool("rehash", false, "record the migrations folders in their "+migrate.SumFile+" as they are (after checking them yourself)")
 	acceptResults := fs.String("accept-result-change", "", "comma-separated `consumers` whose result type may change in a way the results stored before cannot be decoded through (their duplicates will be dead-lettered); once, on purpose")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, usage)
@@ -107,7 +107,16 @@ func run(dir string, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "idemgen:", err)
 		return ExitFail
 	}
-	set, genDiags := generate.Generate(prog, generate.Options{Rehash: *rehash, AcceptResultChange: splitList(*acceptResults)})
+	var dirs []migrate.Dir
+	for _, path := range prog.MigrationsDirs() {
+		d, err := migrate.ReadDir(path)
+		if err != nil {
+			diags.Errorf(diag.Pos{}, "read migrations folder: %v", err)
+			continue
+		}
+		dirs = append(dirs, d)
+	}
+	set, genDiags := generate.Generate(prog, dirs, generate.Options{Rehash: *rehash, AcceptResultChange: splitList(*acceptResults)})
 	for _, d := range genDiags.Sorted() {
 		diags.Add(d)
 	}

@@ -1,7 +1,9 @@
 // Package generate turns the model into the output set: idem_gen.go and
-// idem_gen_test.go for every package with handlers, an inbox migration for
-// every consumer that has none yet, and the generated files no longer needed. It is a pure function of
-// the model; writing and checking are the output package's.
+// idem_gen_test.go for every package with handlers, the migrations each
+// migrations folder lacks, and the generated files no longer needed. It is a
+// pure function of the model and the folders as read; writing and checking
+// are the output package's, and the folders are the migrate package's, which
+// generate gives the emitters' renderers.
 package generate
 
 import (
@@ -11,6 +13,8 @@ import (
 	"github.com/idemgen/idemgen/internal/diag"
 	"github.com/idemgen/idemgen/internal/emit/gotest"
 	"github.com/idemgen/idemgen/internal/emit/gowrap"
+	"github.com/idemgen/idemgen/internal/emit/inboxsql"
+	"github.com/idemgen/idemgen/internal/migrate"
 	"github.com/idemgen/idemgen/internal/model"
 	"github.com/idemgen/idemgen/internal/output"
 )
@@ -27,9 +31,17 @@ type Options struct {
 	AcceptResultChange []string
 }
 
-// Generate returns the files of prog. Errors in the returned list mean the
-// set must not be written (it is still complete enough to diff).
-func Generate(prog model.Program, opts Options) (*output.Set, *diag.List) {
+// inboxes is the kind of a consumer's inbox chain, rendered by inboxsql.
+var inboxes = migrate.InboxKind{Create: inboxsql.Create, Alter: inboxsql.Alter}
+
+// kinds are the kinds of chain a migrations folder holds, in the order their
+// new migrations take versions.
+var kinds = []migrate.Kind{inboxes}
+
+// Generate returns the files of prog. dirs are its migrations folders
+// (prog.MigrationsDirs) as read. Errors in the returned list mean the set
+// must not be written (it is still complete enough to diff).
+func Generate(prog model.Program, dirs []migrate.Dir, opts Options) (*output.Set, *diag.List) {
 	set, diags := output.NewSet(), &diag.List{}
 	for _, pkg := range prog.Packages {
 		emitters := []struct {
@@ -56,9 +68,38 @@ func Generate(prog model.Program, opts Options) (*output.Set, *diag.List) {
 		}
 	}
 
-	for _, dir := range prog.MigrationDirs {
-		f := folder{dir: dir, prog: prog, set: set, diags: diags, opts: opts}
-		f.plan()
+	for _, dir := range dirs {
+		dir.Plan(request(prog, dir.Path, opts), set, diags)
 	}
 	return set, diags
+}
+
+// request is what prog wants of the migrations folder at path.
+func request(prog model.Program, path string, opts Options) migrate.Request {
+	req := migrate.Request{Kinds: kinds, Rehash: opts.Rehash, AcceptResultChange: opts.AcceptResultChange}
+	for _, pkg := range prog.Packages {
+		req.Packages = append(req.Packages, pkg.Path)
+		for _, r := range pkg.Retired {
+			req.Retired = append(req.Retired, migrate.Retired{Consumer: r.Consumer, Package: pkg.Path})
+		}
+		for _, h := range pkg.Handlers {
+			if h.MigrationsDir != path {
+				continue
+			}
+			req.Wants = append(req.Wants, migrate.Want{Kind: inboxes, Name: h.Consumer, State: inboxOf(h), Owner: h.Package, Pos: h.Pos})
+			req.Results = append(req.Results, migrate.Result{Consumer: h.Consumer, Shape: h.ResultShape, Pos: h.ResultPos})
+		}
+	}
+	return req
+}
+
+// inboxOf is the inbox schema h needs: the one place generate maps a handler
+// to its schema. A handler without a result leaves the result column's type
+// open: an inbox that has one keeps it (migrate.InboxKind.Evolve).
+func inboxOf(h model.Handler) model.Inbox {
+	in := inboxsql.Schema(h)
+	if h.Result == nil {
+		in.Result = ""
+	}
+	return in
 }

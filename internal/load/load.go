@@ -10,7 +10,6 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
-	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -58,26 +57,15 @@ func Load(cfg Config) (model.Program, *diag.List, error) {
 	checkPatterns(cfg, patterns, pkgs, diags)
 
 	var prog model.Program
-	migrationDirs := map[string]bool{}
 	for _, pkg := range pkgs {
 		mp, ok := loadPackage(cfg, pkg, diags)
 		if !ok {
 			continue
 		}
-		migrationDirs[mp.MigrationsDir] = true
 		prog.Packages = append(prog.Packages, mp)
 	}
 	slices.SortFunc(prog.Packages, func(a, b model.Package) int { return cmp.Compare(a.Path, b.Path) })
 	checkAcrossPackages(prog, diags)
-
-	for _, dir := range slices.Sorted(maps.Keys(migrationDirs)) {
-		md, err := readMigrationDir(dir)
-		if err != nil {
-			diags.Errorf(diag.Pos{}, "read migrations folder: %v", err)
-			continue
-		}
-		prog.MigrationDirs = append(prog.MigrationDirs, md)
-	}
 	return prog, diags, nil
 }
 
@@ -430,77 +418,4 @@ func parsePos(s string) diag.Pos {
 		p.Col = nums[1]
 	}
 	return p
-}
-
-// readMigrationDir reads the .sql files of dir; a missing folder is empty.
-func readMigrationDir(dir string) (model.MigrationDir, error) {
-	md := model.MigrationDir{Path: dir}
-	entries, err := os.ReadDir(dir)
-	if os.IsNotExist(err) {
-		return md, nil
-	}
-	if err != nil {
-		return md, err
-	}
-	for _, e := range entries {
-		if e.IsDir() || filepath.Ext(e.Name()) != ".sql" {
-			continue
-		}
-		data, err := os.ReadFile(filepath.Join(dir, e.Name()))
-		if err != nil {
-			return md, err
-		}
-		mf := model.MigrationFile{Name: e.Name(), Version: versionOf(e.Name()), Content: data}
-		readInboxHeader(&mf)
-		md.Files = append(md.Files, mf)
-	}
-	sum, err := os.ReadFile(filepath.Join(dir, model.SumFile))
-	switch {
-	case err == nil:
-		md.Sum = sum
-	case !os.IsNotExist(err):
-		return md, err
-	}
-	results, err := os.ReadFile(filepath.Join(dir, model.ResultsFile))
-	switch {
-	case err == nil:
-		md.Results = results
-	case !os.IsNotExist(err):
-		return md, err
-	}
-	return md, nil
-}
-
-// versionOf returns the goose version of a migration file name: its leading
-// digits before "_".
-func versionOf(name string) int64 {
-	digits, _, ok := strings.Cut(name, "_")
-	if !ok {
-		return 0
-	}
-	v, err := strconv.ParseInt(digits, 10, 64)
-	if err != nil || v < 0 {
-		return 0
-	}
-	return v
-}
-
-// readInboxHeader reads the consumer and the schema from an inbox migration's
-// header: the generated-code line, the consumer line, the schema line.
-func readInboxHeader(mf *model.MigrationFile) {
-	lines := strings.SplitN(string(mf.Content), "\n", 4)
-	if len(lines) < 2 || lines[0] != model.SQLHeader || !strings.HasPrefix(lines[1], model.InboxMarker) {
-		return
-	}
-	mf.Consumer = strings.TrimSpace(strings.TrimPrefix(lines[1], model.InboxMarker))
-	if len(lines) < 3 {
-		mf.SchemaErr = "it has no schema line"
-		return
-	}
-	schema, err := model.ParseInbox(mf.Consumer, strings.TrimSpace(lines[2]))
-	if err != nil {
-		mf.SchemaErr = err.Error()
-		return
-	}
-	mf.Schema = &schema
 }

@@ -1,11 +1,11 @@
 // Package model is the plain data idemgen generates from: packages, their
-// annotated handlers, key parts and types, and the state of each migrations
-// folder. It holds no go/ast or go/types values; the loader fills it, the
-// emitters read it.
+// annotated handlers, key parts and types, and the inbox schemas they need.
+// It holds no go/ast or go/types values; the loader fills it, the emitters
+// and the migrate package read it.
 package model
 
 import (
-	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -16,9 +16,16 @@ import (
 type Program struct {
 	// Packages are sorted by import path.
 	Packages []Package
-	// MigrationDirs are the folders the run's handlers write migrations to,
-	// sorted by path.
-	MigrationDirs []MigrationDir
+}
+
+// MigrationsDirs returns the migrations folders of p's packages, sorted.
+func (p Program) MigrationsDirs() []string {
+	var dirs []string
+	for _, pkg := range p.Packages {
+		dirs = append(dirs, pkg.MigrationsDir)
+	}
+	slices.Sort(dirs)
+	return slices.Compact(dirs)
 }
 
 // Package is one loaded Go package.
@@ -259,33 +266,6 @@ func (t Type) Deref() Type {
 	return t
 }
 
-// MigrationDir is the state of one migrations folder.
-type MigrationDir struct {
-	Path string // absolute
-	// Files are the folder's .sql files, sorted by name.
-	Files []MigrationFile
-	// Sum is the content of the folder's checksum file, nil when it has
-	// none.
-	Sum []byte
-	// Results is the content of the folder's record of result shapes
-	// (ResultsFile), nil when it has none.
-	Results []byte
-}
-
-// MigrationFile is one .sql file of a migrations folder.
-type MigrationFile struct {
-	Name    string // base name
-	Version int64  // from the NNNNN_ prefix; 0 when the name has none
-	Content []byte
-	// Consumer is set for the inbox migrations idemgen wrote, from their
-	// header, and Schema to the inbox schema the migration leaves behind
-	// (nil when its schema line is missing or unreadable: SchemaErr says
-	// why).
-	Consumer  string
-	Schema    *Inbox
-	SchemaErr string
-}
-
 // Inbox is the schema of a consumer's inbox as migrations leave it: what
 // decides whether a new handler definition needs a new migration.
 type Inbox struct {
@@ -298,7 +278,9 @@ type Inbox struct {
 	Guard *Column
 	// Result is the SQL type of the result column: ResultJSON (also when
 	// empty), or ResultJSONB in an inbox created before idemgen stored
-	// results as json, whose schema line has no result= field.
+	// results as json, whose schema line has no result= field. In the
+	// schema a handler without a result wants, it is empty: a new inbox
+	// gets json, an existing one keeps its column.
 	Result string
 }
 
@@ -352,118 +334,13 @@ func (in Inbox) Nullable() []Column {
 	return cols
 }
 
-// Equal reports whether two schemas are the same.
-func (in Inbox) Equal(other Inbox) bool {
-	return in.Marker() == other.Marker()
-}
-
-// SchemaMarker starts the line of a migration that records the inbox schema
-// the migration leaves behind.
-const SchemaMarker = "-- idemgen:schema "
-
-// Marker renders the schema as the line a migration records it in:
-//
-//	-- idemgen:schema table=idem_a key=key_id:text,key_ref:bigint? unique=partial guard=entity:text result=json
-//
-// A "?" marks a nullable column; types contain no spaces or commas. A jsonb
-// result column has no result= field: that is how idemgen wrote the lines of
-// the inboxes it created before it stored results as json.
-func (in Inbox) Marker() string {
-	var b strings.Builder
-	b.WriteString(SchemaMarker + "table=" + in.Table + " key=")
-	for i, c := range in.Key {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString(c.Name + ":" + c.Type)
-		if c.Nullable {
-			b.WriteByte('?')
-		}
-	}
-	b.WriteString(" unique=" + string(in.Unique))
-	if in.Guard != nil {
-		b.WriteString(" guard=" + in.Guard.Name + ":" + in.Guard.Type)
-	}
-	if t := in.ResultType(); t != ResultJSONB {
-		b.WriteString(" result=" + t)
-	}
-	return b.String()
-}
-
-// ParseInbox reads a schema line written by Marker.
-func ParseInbox(consumer, line string) (Inbox, error) {
-	in := Inbox{Consumer: consumer, Result: ResultJSONB}
-	rest, ok := strings.CutPrefix(line, SchemaMarker)
-	if !ok {
-		return in, fmt.Errorf("not a schema line: %q", line)
-	}
-	for _, field := range strings.Fields(rest) {
-		name, value, _ := strings.Cut(field, "=")
-		switch name {
-		case "table":
-			in.Table = value
-		case "key":
-			for _, col := range strings.Split(value, ",") {
-				c, err := parseColumn(col)
-				if err != nil {
-					return in, err
-				}
-				in.Key = append(in.Key, c)
-			}
-		case "unique":
-			in.Unique = Unique(value)
-			if in.Unique != PrimaryKey && in.Unique != PartialIndexes && in.Unique != NullsNotDistinct {
-				return in, fmt.Errorf("unknown unique=%s", value)
-			}
-		case "guard":
-			c, err := parseColumn(value)
-			if err != nil {
-				return in, err
-			}
-			in.Guard = &c
-		case "result":
-			if value != ResultJSON && value != ResultJSONB {
-				return in, fmt.Errorf("unknown result=%s", value)
-			}
-			in.Result = value
-		default:
-			return in, fmt.Errorf("unknown field %q", field)
-		}
-	}
-	if in.Table == "" || len(in.Key) == 0 || in.Unique == "" {
-		return in, fmt.Errorf("incomplete schema line: %q", line)
-	}
-	return in, nil
-}
-
-func parseColumn(s string) (Column, error) {
-	name, typ, ok := strings.Cut(s, ":")
-	if !ok || name == "" || typ == "" {
-		return Column{}, fmt.Errorf("malformed column %q", s)
-	}
-	c := Column{Name: name, Type: typ}
-	if t, nullable := strings.CutSuffix(typ, "?"); nullable {
-		c.Type, c.Nullable = t, true
-	}
-	return c, nil
-}
-
-// Markers idemgen writes into its files and reads back from disk.
+// The Go files idemgen writes into a package, and their first line (the
+// migrations' are the migrate package's).
 const (
 	// GoHeader is the first line of every generated Go file.
 	GoHeader = "// Code generated by idemgen. DO NOT EDIT."
-	// SQLHeader is the first line of every generated migration.
-	SQLHeader = "-- Code generated by idemgen. DO NOT EDIT."
-	// InboxMarker starts the second line of an inbox migration; the
-	// consumer's name follows it.
-	InboxMarker = "-- idemgen:inbox consumer="
 	// WrapperFile is the generated Go file of a package.
 	WrapperFile = "idem_gen.go"
-	// SumFile is the checksum file of a migrations folder.
-	SumFile = "idemgen.sum"
-	// ResultsFile records, in a migrations folder, the JSON shape of the
-	// results each consumer's inbox stores.
-	ResultsFile = "idemgen.results"
 	// TestFile is the generated test file of a package, beside WrapperFile.
 	TestFile = "idem_gen_test.go"
 )

@@ -14,6 +14,7 @@ import (
 
 	"github.com/idemgen/idemgen/idem"
 	"github.com/idemgen/idemgen/idem/idemtest"
+	"github.com/idemgen/idemgen/internal/migrate"
 	"github.com/idemgen/idemgen/internal/model"
 )
 
@@ -60,6 +61,26 @@ CREATE TABLE effects (key text NOT NULL);
 DROP TABLE effects;
 `
 
+// inboxKind renders whole inbox migrations, header included, as idemgen
+// writes them.
+var inboxKind = migrate.InboxKind{Create: Create, Alter: Alter}
+
+// createFile is the migration that creates in.
+func createFile(in model.Inbox) []byte {
+	_, content, _ := inboxKind.Render(nil, in)
+	return content
+}
+
+// alterFile is the migration that changes prev into next.
+func alterFile(t *testing.T, prev, next model.Inbox) []byte {
+	t.Helper()
+	_, content, err := inboxKind.Render(prev, next)
+	if err != nil {
+		t.Fatalf("no migration from %s to %s: %v", migrate.SchemaLine(prev), migrate.SchemaLine(next), err)
+	}
+	return content
+}
+
 func migrations(files ...[]byte) fstest.MapFS {
 	fsys := fstest.MapFS{"00001_effects.sql": {Data: []byte(effects)}}
 	for i, f := range files {
@@ -93,7 +114,7 @@ func TestNullableKeyParts(t *testing.T) {
 	}{{"partial_indexes", false}, {"nulls_not_distinct", true}} {
 		t.Run(strategy.name, func(t *testing.T) {
 			h := shipmentHandler(strategy.nullsNotDistinct)
-			db := idemtest.New(t, migrations(Create(Schema(h))))
+			db := idemtest.New(t, migrations(createFile(Schema(h))))
 			ctx := context.Background()
 			inbox := idem.NewInbox(db.Pool, shipmentTable(h), recordEffect)
 
@@ -171,7 +192,7 @@ CREATE TABLE applied (seq bigint GENERATED ALWAYS AS IDENTITY, sku text, version
 DROP TABLE applied;
 DROP TABLE prices;
 `)
-	fsys := migrations(Create(Schema(h)))
+	fsys := migrations(createFile(Schema(h)))
 	fsys["00003_prices.sql"] = &fstest.MapFile{Data: prices}
 	db := idemtest.New(t, fsys)
 	ctx := context.Background()
@@ -271,13 +292,9 @@ func TestAdditiveChangesMigrate(t *testing.T) {
 	guarded.Guard = &model.Column{Name: "entity", Type: "text"}
 
 	steps := []model.Inbox{base, addNullable, widened, nnd, guarded}
-	files := [][]byte{Create(base)}
+	files := [][]byte{createFile(base)}
 	for i := 1; i < len(steps); i++ {
-		change, err := model.Evolve(steps[i-1], steps[i])
-		if err != nil {
-			t.Fatalf("step %d: %v", i, err)
-		}
-		files = append(files, Alter(steps[i-1], steps[i], change))
+		files = append(files, alterFile(t, steps[i-1], steps[i]))
 	}
 	fsys := migrations(files[0])
 	db := idemtest.New(t, fsys)
@@ -345,10 +362,9 @@ func TestReservedNamesApply(t *testing.T) {
 			}, Guard: &model.Column{Name: "entity", Type: "text"}}
 			next := in
 			next.Key = append(slices.Clone(in.Key), model.Column{Name: "user", Type: "text", Nullable: true})
-			change := model.Change{AddColumns: next.Key[2:], ReplaceUnique: true}
 			files := fstest.MapFS{
-				"00002_create.sql": {Data: Create(in)},
-				"00003_alter.sql":  {Data: Alter(in, next, change)},
+				"00002_create.sql": {Data: createFile(in)},
+				"00003_alter.sql":  {Data: alterFile(t, in, next)},
 			}
 			if schema, _ := split(table); schema != "" {
 				files["00001_schema.sql"] = &fstest.MapFile{Data: []byte("-- +goose Up\nCREATE SCHEMA IF NOT EXISTS " + Quote(schema) +
@@ -393,7 +409,7 @@ func TestReservedNamesApply(t *testing.T) {
 func TestNamedSchemasReadsTheMigration(t *testing.T) {
 	a := model.Inbox{Consumer: "a", Table: "app.inbox_a", Unique: model.PrimaryKey, Key: []model.Column{{Name: "key_id", Type: "text"}}}
 	b := model.Inbox{Consumer: "b", Table: "idem_b", Unique: model.PrimaryKey, Key: []model.Column{{Name: "key_id", Type: "text"}}}
-	got, err := idemtest.NamedSchemas(fstest.MapFS{"00001_a.sql": {Data: Create(a)}, "00002_b.sql": {Data: Create(b)}})
+	got, err := idemtest.NamedSchemas(fstest.MapFS{"00001_a.sql": {Data: createFile(a)}, "00002_b.sql": {Data: createFile(b)}})
 	if err != nil || !slices.Equal(got, []string{"app"}) {
 		t.Errorf("NamedSchemas = %q, %v; want [app]", got, err)
 	}

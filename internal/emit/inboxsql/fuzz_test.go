@@ -8,6 +8,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"github.com/idemgen/idemgen/internal/migrate"
 	"github.com/idemgen/idemgen/internal/model"
 )
 
@@ -142,7 +143,7 @@ func renderAll(in model.Inbox) []string {
 			prev.Unique = in.Unique
 		}
 		last := in.Key[len(in.Key)-1]
-		c := model.Change{AddColumns: []model.Column{last}, ReplaceUnique: true, AddGuard: in.Guard != nil}
+		c := migrate.Change{AddColumns: []model.Column{last}, ReplaceUnique: true, AddGuard: in.Guard != nil}
 		sql = append(sql, string(Alter(prev, in, c)))
 	}
 	return sql

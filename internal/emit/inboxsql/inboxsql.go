@@ -1,6 +1,8 @@
 // Package inboxsql renders the SQL of a handler's inbox: the goose migrations
 // that create and change it, and the statements the runtime runs against it,
-// from the templates in the repository's templates folder.
+// from the templates in the repository's templates folder. It only renders:
+// which migrations a folder needs, their header and their file names are the
+// migrate package's (migrate.InboxKind calls Create and Alter).
 package inboxsql
 
 import (
@@ -9,6 +11,7 @@ import (
 	"strings"
 	"text/template"
 
+	"github.com/idemgen/idemgen/internal/migrate"
 	"github.com/idemgen/idemgen/internal/model"
 	"github.com/idemgen/idemgen/templates"
 )
@@ -120,10 +123,11 @@ type statementData struct {
 	EntityType  string
 }
 
-// Create renders the migration that creates the inbox in.
+// Create renders the SQL of the migration that creates the inbox in: what
+// follows the header migrate writes.
 func Create(in model.Inbox) []byte {
 	n := names(in)
-	d := createData{Consumer: in.Consumer, Table: n.table, Schema: in.Marker()}
+	d := createData{Consumer: in.Consumer, Table: n.table}
 	d.CreatedIndex = Quote(n.createdIndex)
 
 	type column struct{ name, typ, rest string }
@@ -168,7 +172,6 @@ func Create(in model.Inbox) []byte {
 type createData struct {
 	Consumer      string
 	Table         string // as SQL writes it: quoted where needed, qualified
-	Schema        string // the idemgen:schema line
 	Lines         []string
 	UniqueIndexes []string
 	CreatedIndex  string
@@ -176,9 +179,10 @@ type createData struct {
 	VersionsTable string
 }
 
-// Alter renders the migration that makes the change c from prev to next.
-func Alter(prev, next model.Inbox, c model.Change) []byte {
-	d := alterData{Consumer: next.Consumer, Table: next.Table, Schema: next.Marker()}
+// Alter renders the SQL of the migration that makes the change c from prev
+// to next: what follows the header migrate writes.
+func Alter(prev, next model.Inbox, c migrate.Change) []byte {
+	d := alterData{}
 	t := TableName(next.Table)
 	var summary []string
 	if c.ReplaceUnique {
@@ -240,8 +244,8 @@ func Alter(prev, next model.Inbox, c model.Change) []byte {
 }
 
 type alterData struct {
-	Consumer, Table, Schema, Summary string
-	Up, Down                         []string
+	Summary  string
+	Up, Down []string
 }
 
 func uniqueText(u model.Unique) string {
@@ -253,16 +257,6 @@ func uniqueText(u model.Unique) string {
 	default:
 		return "a primary key"
 	}
-}
-
-// FileName is the name of a migration of in at version; change describes an
-// alteration and is empty for the migration that creates the inbox.
-func FileName(in model.Inbox, version int64, change string) string {
-	name := strings.ReplaceAll(in.Table, ".", "_")
-	if change != "" {
-		name += "_" + change
-	}
-	return fmt.Sprintf("%05d_%s.sql", version, name)
 }
 
 func keyColumns(in model.Inbox) string {

@@ -7,17 +7,6 @@ import (
 	"github.com/idemgen/idemgen/internal/model"
 )
 
-func TestMigrationStartsWithTheMarkersTheLoaderReads(t *testing.T) {
-	h := model.Handler{Consumer: "a.b", Table: "idem_a_b", Key: []model.KeyPart{{Column: "key_id", Kind: model.KeyString}}}
-	lines := strings.SplitN(string(Create(Schema(h))), "\n", 4)
-	if lines[0] != model.SQLHeader || lines[1] != model.InboxMarker+"a.b" {
-		t.Errorf("header lines %q, want %q and %q", lines[:2], model.SQLHeader, model.InboxMarker+"a.b")
-	}
-	if schema, err := model.ParseInbox("a.b", lines[2]); err != nil || !schema.Equal(Schema(h)) {
-		t.Errorf("schema line %q reads back as %+v, %v", lines[2], schema, err)
-	}
-}
-
 func TestIdentifierFitsPostgres(t *testing.T) {
 	short := Identifier("idem_a", "pkey")
 	if short != "idem_a_pkey" {

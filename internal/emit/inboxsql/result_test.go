@@ -11,6 +11,7 @@ import (
 
 	"github.com/idemgen/idemgen/idem"
 	"github.com/idemgen/idemgen/idem/idemtest"
+	"github.com/idemgen/idemgen/internal/migrate"
 	"github.com/idemgen/idemgen/internal/model"
 )
 
@@ -82,7 +83,7 @@ var hostileTexts = []string{"a\x00b", "\x00", "line\u2028sep\\\"quote'", "\ufffd
 // every exec mode. With a jsonb result column the store failed with 22P05
 // after the handler ran, on every redelivery.
 func TestNULResultStoredAndReplayed(t *testing.T) {
-	db := idemtest.New(t, migrations(Create(Schema(noteHandler))))
+	db := idemtest.New(t, migrations(createFile(Schema(noteHandler))))
 	ctx := context.Background()
 	for _, mode := range execModes {
 		t.Run(mode.String(), func(t *testing.T) {
@@ -121,11 +122,11 @@ func TestResultColumnEvolvesFromJSONB(t *testing.T) {
 	legacy := Schema(noteHandler)
 	legacy.Result = model.ResultJSONB
 	current := Schema(noteHandler)
-	change, err := model.Evolve(legacy, current)
+	change, err := migrate.Evolve(legacy, current)
 	if err != nil || !change.ResultJSON {
 		t.Fatalf("Evolve(jsonb, json) = %+v, %v; want the result column changed", change, err)
 	}
-	fsys := migrations(Create(legacy))
+	fsys := migrations(createFile(legacy))
 	db := idemtest.New(t, fsys)
 	ctx := context.Background()
 	inbox := idem.NewInbox(db.Pool, noteTable(), echo)
@@ -137,7 +138,7 @@ func TestResultColumnEvolvesFromJSONB(t *testing.T) {
 		t.Fatal("a NUL result was stored in the jsonb column; the legacy schema is not what this test means to start from")
 	}
 
-	fsys["00003_idem.sql"] = &fstest.MapFile{Data: Alter(legacy, current, change)}
+	fsys["00003_idem.sql"] = &fstest.MapFile{Data: alterFile(t, legacy, current)}
 	p := db.Migrations(t, fsys)
 	if _, err := p.Up(ctx); err != nil {
 		t.Fatalf("up to the json result column: %v", err)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/idemgen/idemgen/internal/migrate"
 	"github.com/idemgen/idemgen/internal/model"
 )
 
@@ -91,8 +92,8 @@ func TestSchema(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			c.h.Consumer = "app.a"
 			in := Schema(c.h)
-			if got := in.Marker(); got != model.SchemaMarker+c.want {
-				t.Errorf("Schema = %q\nwant     %q", got, model.SchemaMarker+c.want)
+			if got := migrate.SchemaLine(in); got != migrate.SchemaMarker+c.want {
+				t.Errorf("Schema = %q\nwant     %q", got, migrate.SchemaMarker+c.want)
 			}
 			if in.Consumer != "app.a" {
 				t.Errorf("Schema has consumer %q", in.Consumer)

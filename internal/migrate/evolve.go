@@ -1,9 +1,11 @@
-package model
+package migrate
 
 import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/idemgen/idemgen/internal/model"
 )
 
 // Change is how an inbox's schema moves from one definition to the next
@@ -11,13 +13,13 @@ import (
 type Change struct {
 	// AddColumns are new nullable key parts: rows recorded before have
 	// NULL in them, which is exactly the key those messages had.
-	AddColumns []Column
+	AddColumns []model.Column
 	// DropNotNull are required parts that become nullable.
-	DropNotNull []Column
+	DropNotNull []model.Column
 	// Widen are integer parts whose type grows (new type; Old has the
 	// type before).
-	Widen []Column
-	Old   map[string]Column
+	Widen []model.Column
+	Old   map[string]model.Column
 	// ReplaceUnique: the unique constraint or indexes are dropped and
 	// created anew (the key's columns, their nullability or the strategy
 	// changed).
@@ -64,15 +66,15 @@ var widenings = map[string][]string{
 // Evolve returns the change from prev to next, or an error that says why the
 // change would lose or reinterpret what the inbox has recorded, and what to
 // do instead.
-func Evolve(prev, next Inbox) (Change, error) {
+func Evolve(prev, next model.Inbox) (Change, error) {
 	fresh := "give the handler a new consumer name (its new inbox starts empty; the old one keeps its rows until you drop it), " +
 		"or, if no migration of " + prev.Consumer + " was applied anywhere yet, delete them and run idemgen again"
-	c := Change{Old: map[string]Column{}}
+	c := Change{Old: map[string]model.Column{}}
 	if prev.Table != next.Table {
 		return c, fmt.Errorf("its inbox table changed from %s to %s: running consumers use the old name until the deploy finishes, so a rename is yours to plan; %s",
 			prev.Table, next.Table, fresh)
 	}
-	old := map[string]Column{}
+	old := map[string]model.Column{}
 	for _, col := range prev.Key {
 		old[col.Name] = col
 		c.Old[col.Name] = col
@@ -122,7 +124,7 @@ func Evolve(prev, next Inbox) (Change, error) {
 	}
 	switch prev, next := prev.ResultType(), next.ResultType(); {
 	case prev == next:
-	case prev == ResultJSONB && next == ResultJSON:
+	case prev == model.ResultJSONB && next == model.ResultJSON:
 		c.ResultJSON = true
 	default:
 		return c, fmt.Errorf("its result column would change type from %s to %s, which cannot hold every result recorded so far; keep %s", prev, next, prev)
