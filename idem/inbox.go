@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -130,13 +131,13 @@ func (in *Inbox[M, R]) Handle(ctx context.Context, msg M) (R, Outcome, error) {
 		rollback(ctx, conn)
 		return zero, 0, in.fail(key, ErrStale)
 	case err == nil && claimed:
-	case err == nil || hasSQLState(err, "40001", "40P01"):
+	case err == nil || hasSQLState(err, pgerrcode.SerializationFailure, pgerrcode.DeadlockDetected):
 		// Another delivery holds or held the key. Under REPEATABLE READ and
 		// SERIALIZABLE a conflict with a row committed after our snapshot
 		// is a serialization failure rather than a silent DO NOTHING; either
 		// way the committed row decides, read in a fresh snapshot.
 		return in.readBack(ctx, conn, key, fp, msg, err)
-	case hasSQLState(err, "55P03"):
+	case hasSQLState(err, pgerrcode.LockNotAvailable):
 		rollback(ctx, conn)
 		return zero, 0, in.fail(key, ErrInProgress)
 	default:
@@ -257,7 +258,7 @@ var errClaimLost = errors.New("idem: at the commit the connection was in another
 // invalid boolean whose text is claimCheck's).
 func isClaimCheckFailure(err error) bool {
 	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == "22P02" && strings.Contains(pgErr.Message, "idem: not the transaction of the claim")
+	return errors.As(err, &pgErr) && pgErr.Code == pgerrcode.InvalidTextRepresentation && strings.Contains(pgErr.Message, "idem: not the transaction of the claim")
 }
 
 // complete stores the result in the inbox row, if the handler has one,
@@ -298,7 +299,7 @@ func (in *Inbox[M, R]) complete(ctx context.Context, conn *pgx.Conn, key []any, 
 	switch {
 	case errors.Is(err, errClaimLost):
 		return err
-	case hasSQLState(err, "25P02") || (err == nil && committed.String() == "ROLLBACK"):
+	case hasSQLState(err, pgerrcode.InFailedSQLTransaction) || (err == nil && committed.String() == "ROLLBACK"):
 		return errAborted
 	case err != nil:
 		// A failed COMMIT may or may not have committed: the redelivery
@@ -314,7 +315,7 @@ func (in *Inbox[M, R]) complete(ctx context.Context, conn *pgx.Conn, key []any, 
 // reads the key's committed row in a fresh snapshot, in one round trip.
 func (in *Inbox[M, R]) readBack(ctx context.Context, conn *pgx.Conn, key []any, fp []byte, msg M, claimErr error) (R, Outcome, error) {
 	var zero R
-	if conn.PgConn().TxStatus() == 'E' {
+	if conn.PgConn().TxStatus() == txFailed {
 		// A failed claim aborted the transaction, and an aborted transaction
 		// refuses even the Parse of the lookup that pgx may send ahead of
 		// the batch: roll back on its own first. (The claim fails this way
@@ -322,7 +323,7 @@ func (in *Inbox[M, R]) readBack(ctx context.Context, conn *pgx.Conn, key []any, 
 		rollback(ctx, conn)
 	}
 	b := newBatch(2)
-	if conn.PgConn().TxStatus() != 'I' {
+	if conn.PgConn().TxStatus() != txIdle {
 		b.Queue("rollback")
 	}
 	sql, args := in.table.statement(in.table.Lookup, in.table.NullLookup, key)
@@ -397,7 +398,7 @@ func (in *Inbox[M, R]) fail(key []any, err error) error {
 	if key != nil {
 		e.Key = formatKey(in.table.KeyFields, key)
 	}
-	e.retryable = hasSQLState(err, "40001", "40P01")
+	e.retryable = hasSQLState(err, pgerrcode.SerializationFailure, pgerrcode.DeadlockDetected)
 	return e
 }
 
@@ -415,7 +416,7 @@ const rollbackTimeout = 5 * time.Second
 // fails the connection's state is unknown, so it is closed: the server rolls
 // back, and the pool discards the connection.
 func rollback(ctx context.Context, conn *pgx.Conn) {
-	if conn.IsClosed() || conn.PgConn().TxStatus() == 'I' {
+	if conn.IsClosed() || conn.PgConn().TxStatus() == txIdle {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
