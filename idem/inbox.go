@@ -81,8 +81,8 @@ func NewInbox[M, R any](db *pgxpool.Pool, table Table[M], handler func(ctx conte
 
 // Handle delivers msg: it runs the handler and commits its writes together
 // with the inbox row (Processed), or returns the stored result of an earlier
-// delivery of the same key without calling the handler (Duplicate). Ack the
-// message exactly when err is nil.
+// delivery of the same key without calling the handler (Duplicate). What the
+// consumer does with the message is ActionFor(err): Ack when err is nil.
 //
 // Errors are *Error values wrapping ErrInvalidKey, ErrKeyReused,
 // ErrInProgress, ErrStale (a handler with a stale-message guard),

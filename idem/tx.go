@@ -286,10 +286,13 @@ func (b *checkedBatch) Close() error {
 // the inbox row.
 func stillInTransaction(conn *pgx.Conn) error {
 	if s := conn.PgConn().TxStatus(); s != txActive && s != txFailed && !conn.IsClosed() {
-		return errors.New("idem: the connection was outside the inbox's transaction before the commit: the handler ended it through SQL sent around its Tx (through tx.Conn()); nothing was committed by the inbox")
+		return errOutsideBeforeCommit
 	}
 	return nil
 }
+
+// errOutsideBeforeCommit is what stillInTransaction reports.
+var errOutsideBeforeCommit = errors.New("idem: the connection was outside the inbox's transaction before the commit: the handler ended it through SQL sent around its Tx (through tx.Conn()); nothing was committed by the inbox")
 
 // errRows is what Query and QueryRow return once the Tx refuses statements.
 type errRows struct{ err error }
