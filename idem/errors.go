@@ -98,7 +98,11 @@ func (e *Error) Unwrap() error { return e.Err }
 func (e *Error) Is(target error) bool { return target == ErrRetryable && e.retryable }
 
 // InvalidKey returns an error wrapping ErrInvalidKey for the key part at path
-// (a Go field path such as "Meta.ID"). Generated key functions return it.
+// (a Go field path such as "Meta.ID").
+//
+// For generated code: the key functions of generated Tables return it. To
+// have a message dead-lettered from a handler, return an error wrapping
+// ErrUndecodablePayload (or ErrInvalidKey) with fmt.Errorf.
 func InvalidKey(path, reason string) error {
 	return fmt.Errorf("%w: %s %s", ErrInvalidKey, path, reason)
 }

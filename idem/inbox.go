@@ -16,9 +16,14 @@ import (
 
 // None is the result type of handlers that return only an error: their inbox
 // rows store no result.
+//
+// For generated code: it appears in the Inbox type of a generated wrapper
+// whose handler has no result; the wrapper's Handle returns no result.
 type None struct{}
 
 // NoResult adapts a handler that returns only an error to NewInbox.
+//
+// For generated code: the constructor of a generated wrapper calls it.
 func NoResult[M any](handler func(ctx context.Context, tx pgx.Tx, msg M) error) func(context.Context, pgx.Tx, M) (None, error) {
 	return func(ctx context.Context, tx pgx.Tx, msg M) (None, error) {
 		return None{}, handler(ctx, tx, msg)

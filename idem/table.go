@@ -13,8 +13,13 @@ import (
 
 // Table describes one consumer's inbox table: how a message's key is taken
 // apart and the statements that claim, complete, look up and purge a key.
-// idemgen declares one per handler in the generated code, with the SQL spelled
-// out so that a reviewer sees exactly what runs.
+//
+// For generated code: idemgen declares one per handler, with the SQL spelled
+// out so that a reviewer sees exactly what runs, and renders the statements
+// to the placeholder contract below, which idem's tests check against the
+// generated tables (TestTablePlaceholders). Do not declare one by hand: the
+// statements must match the migration idemgen writes for the same consumer,
+// and the fields may change with the contract version of generated code.
 //
 // Placeholders: $1 to $n are the key parts in column order (n =
 // len(KeyFields)). Claim takes the fingerprint as $n+1, the claim wait (a
@@ -96,6 +101,9 @@ const MaxKeyBytes = 2048
 
 // CheckString validates a string key part: not empty, valid UTF-8, no NUL byte
 // (PostgreSQL text cannot hold one), at most MaxKeyBytes long.
+//
+// For generated code: the key functions of generated Tables call it; a
+// handler has no need to.
 func CheckString(path, v string) error {
 	switch {
 	case v == "":
@@ -112,6 +120,8 @@ func CheckString(path, v string) error {
 
 // CheckUUID validates a UUID key part: not the zero UUID, which is what an
 // unset field holds.
+//
+// For generated code: the key functions of generated Tables call it.
 func CheckUUID(path string, v [16]byte) error {
 	if v == ([16]byte{}) {
 		return InvalidKey(path, "is the zero UUID")
@@ -122,6 +132,8 @@ func CheckUUID(path string, v [16]byte) error {
 // CheckInt validates an integer key part: not 0, which is what an unset
 // field holds, so that two messages without an id do not collide. A part for
 // which 0 is a real value is listed in the directive's zero= and not checked.
+//
+// For generated code: the key functions of generated Tables call it.
 func CheckInt[T int64 | uint64](path string, v T) error {
 	if v == 0 {
 		return InvalidKey(path, "is zero (an unset field? if 0 is a real value of it, list it in the directive's zero=)")
