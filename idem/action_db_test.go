@@ -167,7 +167,11 @@ func TestActionForHandleErrors(t *testing.T) {
 			_, _, err := slow.Handle(ctx, msg)
 			done <- err
 		}()
-		<-entered
+		select {
+		case <-entered:
+		case err := <-done:
+			t.Fatalf("the first delivery returned %v before its handler ran", err)
+		}
 		_, _, err := idem.NewInbox(db.Pool, depositTable, credit, idem.WithClaimWait(50*time.Millisecond)).Handle(ctx, msg)
 		close(release)
 		if err := <-done; err != nil {

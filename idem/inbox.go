@@ -187,17 +187,10 @@ func (in *Inbox[M, R]) Handle(ctx context.Context, msg M) (R, Outcome, error) {
 func (in *Inbox[M, R]) claim(ctx context.Context, conn *pgx.Conn, key []any, fp []byte, lockWait any, order []any) (tx pgx.Tx, claimed, fresh bool, err error) {
 	// The claim statement bounds its own wait with lock_timeout and
 	// restores the session's value before it returns (see idem.Table).
-	args := make([]any, 0, len(key)+2+len(order))
-	for _, part := range key {
-		args = append(args, param(part))
-	}
-	args = append(args, fp, lockWait)
-	for _, v := range order {
-		args = append(args, param(v))
-	}
 	b := newBatch(2)
 	b.BeginTx(in.txOptions)
-	b.Queue(in.table.Claim, args...)
+	sql, args := in.table.claimStatement(key, fp, lockWait, order)
+	b.Queue(sql, args...)
 	br := conn.SendBatch(ctx, b)
 	claimed, fresh, err = readClaim(br)
 	if closeErr := br.Close(); err == nil {
@@ -272,15 +265,10 @@ func isClaimCheckFailure(err error) bool {
 func (in *Inbox[M, R]) complete(ctx context.Context, conn *pgx.Conn, key []any, result []byte) error {
 	b := newBatch(3)
 	if !in.noResult {
-		// The claim inserted the row done; only a result is left to store.
-		// The result goes as text, never as []byte: pgx sends a []byte
-		// of unknown parameter type as bytea ('\x7b...'), which json
-		// refuses, whenever it does not describe the statement first
-		// (QueryExecModeExec and QueryExecModeSimpleProtocol, what
-		// poolers such as PgBouncer and RDS Proxy need). As text, the
-		// server reads it as the column's type in every mode.
-		sql, args := in.table.statement(in.table.Complete, in.table.NullComplete, key)
-		b.Queue(sql, append(args, string(result))...)
+		// The claim inserted the row done; only a result is left to store
+		// (as text: see completeStatement).
+		sql, args := in.table.completeStatement(key, result)
+		b.Queue(sql, args...)
 	}
 	b.Queue(claimCheck)
 	b.Queue("commit")
@@ -331,7 +319,7 @@ func (in *Inbox[M, R]) readBack(ctx context.Context, conn *pgx.Conn, key []any, 
 	if conn.PgConn().TxStatus() != txIdle {
 		b.Queue("rollback")
 	}
-	sql, args := in.table.statement(in.table.Lookup, in.table.NullLookup, key)
+	sql, args := in.table.lookupStatement(key)
 	b.Queue(sql, args...)
 	br := conn.SendBatch(ctx, b)
 	var (
@@ -377,9 +365,6 @@ func (in *Inbox[M, R]) readBack(ctx context.Context, conn *pgx.Conn, key []any, 
 	return result, Duplicate, nil
 }
 
-// purgeBatch bounds how many rows one purge statement deletes.
-const purgeBatch = 1000
-
 // Purge deletes the inbox rows older than the table's retention, in batches so
 // that no statement holds its locks for long, and returns how many it deleted.
 // Run it periodically; rows must outlive the broker's redelivery window and
@@ -387,7 +372,8 @@ const purgeBatch = 1000
 func (in *Inbox[M, R]) Purge(ctx context.Context) (int64, error) {
 	var total int64
 	for {
-		tag, err := in.db.Exec(ctx, in.table.Purge, in.table.Retain.Seconds(), purgeBatch)
+		sql, args := in.table.purgeStatement()
+		tag, err := in.db.Exec(ctx, sql, args...)
 		if err != nil {
 			return total, in.fail(nil, fmt.Errorf("idem: purge %s: %w", in.table.Name, err))
 		}

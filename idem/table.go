@@ -64,6 +64,53 @@ type Table[M any] struct {
 	NullLookup   map[uint64]string
 }
 
+// The statements of a Table and the arguments idem passes them, in the order
+// of the placeholder contract (see Table). Every statement is sent through
+// one of these, and TestTablePlaceholders checks each against the
+// statements of the generated Tables.
+
+// claimStatement returns the claim and its arguments: the key parts, the
+// fingerprint, the claim's lock_timeout and, for a table with a
+// stale-message guard (order not nil), the entity and the version.
+func (t *Table[M]) claimStatement(key []any, fp []byte, lockWait any, order []any) (string, []any) {
+	args := make([]any, 0, len(key)+2+len(order))
+	for _, part := range key {
+		args = append(args, param(part))
+	}
+	args = append(args, fp, lockWait)
+	for _, v := range order {
+		args = append(args, param(v))
+	}
+	return t.Claim, args
+}
+
+// completeStatement returns the statement that stores result in key's row
+// and its arguments: the parts of the key that are not NULL, then the
+// result. The result goes as text, never as []byte: pgx sends a []byte of
+// unknown parameter type as bytea ('\x7b...'), which json refuses, whenever
+// it does not describe the statement first (QueryExecModeExec and
+// QueryExecModeSimpleProtocol, what poolers such as PgBouncer and RDS Proxy
+// need). As text, the server reads it as the column's type in every mode.
+func (t *Table[M]) completeStatement(key []any, result []byte) (string, []any) {
+	sql, args := t.statement(t.Complete, t.NullComplete, key)
+	return sql, append(args, string(result))
+}
+
+// lookupStatement returns the statement that reads key's row and its
+// arguments: the parts of the key that are not NULL.
+func (t *Table[M]) lookupStatement(key []any) (string, []any) {
+	return t.statement(t.Lookup, t.NullLookup, key)
+}
+
+// purgeBatch bounds how many rows one purge statement deletes.
+const purgeBatch = 1000
+
+// purgeStatement returns the purge and its arguments: the retention in
+// seconds and the batch size.
+func (t *Table[M]) purgeStatement() (string, []any) {
+	return t.Purge, []any{t.Retain.Seconds(), purgeBatch}
+}
+
 // statement picks the variant of a statement for key's null pattern and the
 // arguments it takes: the parts that are not NULL.
 func (t *Table[M]) statement(plain string, byNulls map[uint64]string, key []any) (string, []any) {
