@@ -4,9 +4,9 @@
 // duplicates included, and prints what happened and what a consumer does
 // with each delivery (idem.ActionFor). Stock counts of the inventory example,
 // whose migrations it applies too, show its stale-message guard: a count that
-// arrives after a newer one is refused with idem.ErrStale, and acked. The schema is dropped when the demo ends, also on an
-// error or an interrupt (SIGINT, SIGTERM); only a SIGKILL leaves it behind,
-// as billing_demo_<hex>.
+// arrives after a newer one is refused with idem.ErrStale, and acked. The
+// schema is dropped when the demo ends, also on an error or an interrupt
+// (SIGINT, SIGTERM); only a SIGKILL leaves it behind, as billing_demo_<hex>.
 //
 //	go run ./examples/billing/cmd/billing-demo [-db URL]
 //
