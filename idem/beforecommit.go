@@ -12,7 +12,7 @@ import (
 // goes on up the stack. A transaction that a failed statement of the handler
 // aborted is left to complete, which reports it.
 func (in *Inbox[M, R]) callBeforeCommit(ctx context.Context, conn *pgx.Conn, tx pgx.Tx) (err error) {
-	if conn.PgConn().TxStatus() == 'E' {
+	if conn.PgConn().TxStatus() == txFailed {
 		return nil
 	}
 	htx := newHandlerTx(tx, conn)

@@ -33,8 +33,12 @@
 // option that would make every delivery fail. Duplicates of a key in flight in
 // this process wait for a connection only within the claim wait.
 //
-// The caller acks a message exactly when the returned error is nil: both
-// [Processed] and [Duplicate] mean the message's effect is committed. (A
-// message refused with [ErrStale] is obsolete: ack it too, or dead-letter
-// it for the record.)
+// [ActionFor] turns what Handle returned into what the consumer does with the
+// message, so that no caller re-derives the policy: [Ack] when the error is
+// nil (both [Processed] and [Duplicate] mean the message's effect is
+// committed) and for [ErrStale] (the message is obsolete); [DeadLetter] for
+// what fails the same way on every delivery ([ErrKeyReused],
+// [ErrInvalidKey], [ErrUnencodable], [ErrUndecodableResult],
+// [ErrUndecodablePayload]); [Retry] for everything else, the handler's own
+// errors, lost connections and an unknown commit included.
 package idem

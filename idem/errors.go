@@ -7,7 +7,8 @@ import (
 )
 
 // The errors a caller branches on. Handle wraps them in an *Error that names the
-// consumer and the key; test them with errors.Is.
+// consumer and the key; test them with errors.Is, and let ActionFor say
+// what the consumer does with each.
 var (
 	// ErrInProgress: another delivery of the same key holds the claim and did
 	// not finish within the claim wait. Retry the message later (nack with a
@@ -26,7 +27,7 @@ var (
 	// ErrStale: the handler has a stale-message guard and a version of the
 	// message's entity as new or newer was applied already. The handler did
 	// not run and nothing was written; the message is obsolete, so ack it
-	// (or dead-letter it for the record) rather than retry it.
+	// rather than retry it (ActionFor says Ack).
 	ErrStale = errors.New("idem: a newer version of the entity was processed already")
 
 	// ErrUndecodableResult: the key was processed, but its stored result no
@@ -43,6 +44,19 @@ var (
 	// committed. The wrapped error is encoding/json's (or, for the message's
 	// fingerprint, of the same types).
 	ErrUnencodable = errors.New("idem: cannot be encoded")
+
+	// ErrUndecodablePayload marks a delivery whose body does not decode
+	// into the handler's message type (malformed JSON, a field of another
+	// type): it fails the same way on every delivery, so dead-letter it.
+	// Handle never returns it, since it receives a decoded message; a broker
+	// adapter wraps its decoder's error in it,
+	//
+	//	fmt.Errorf("%w: %w", idem.ErrUndecodablePayload, err)
+	//
+	// and a handler may return it for a part of the message it cannot read
+	// (an embedded document), so that ActionFor says DeadLetter rather than
+	// Retry.
+	ErrUndecodablePayload = errors.New("idem: the message's payload does not decode")
 
 	// ErrRetryable marks errors that a later attempt may not have: a
 	// serialization failure or deadlock (SQLSTATE 40001, 40P01), or a claim
@@ -84,7 +98,11 @@ func (e *Error) Unwrap() error { return e.Err }
 func (e *Error) Is(target error) bool { return target == ErrRetryable && e.retryable }
 
 // InvalidKey returns an error wrapping ErrInvalidKey for the key part at path
-// (a Go field path such as "Meta.ID"). Generated key functions return it.
+// (a Go field path such as "Meta.ID").
+//
+// For generated code: the key functions of generated Tables return it. To
+// have a message dead-lettered from a handler, return an error wrapping
+// ErrUndecodablePayload (or ErrInvalidKey) with fmt.Errorf.
 func InvalidKey(path, reason string) error {
 	return fmt.Errorf("%w: %s %s", ErrInvalidKey, path, reason)
 }

@@ -9,15 +9,21 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // None is the result type of handlers that return only an error: their inbox
 // rows store no result.
+//
+// For generated code: it appears in the Inbox type of a generated wrapper
+// whose handler has no result; the wrapper's Handle returns no result.
 type None struct{}
 
 // NoResult adapts a handler that returns only an error to NewInbox.
+//
+// For generated code: the constructor of a generated wrapper calls it.
 func NoResult[M any](handler func(ctx context.Context, tx pgx.Tx, msg M) error) func(context.Context, pgx.Tx, M) (None, error) {
 	return func(ctx context.Context, tx pgx.Tx, msg M) (None, error) {
 		return None{}, handler(ctx, tx, msg)
@@ -87,8 +93,8 @@ func NewInbox[M, R any](db DB, table Table[M], handler func(ctx context.Context,
 
 // Handle delivers msg: it runs the handler and commits its writes together
 // with the inbox row (Processed), or returns the stored result of an earlier
-// delivery of the same key without calling the handler (Duplicate). Ack the
-// message exactly when err is nil.
+// delivery of the same key without calling the handler (Duplicate). What the
+// consumer does with the message is ActionFor(err): Ack when err is nil.
 //
 // Errors are *Error values wrapping ErrInvalidKey, ErrKeyReused,
 // ErrInProgress, ErrStale (a handler with a stale-message guard),
@@ -137,13 +143,13 @@ func (in *Inbox[M, R]) Handle(ctx context.Context, msg M) (R, Outcome, error) {
 		rollback(ctx, conn)
 		return zero, 0, in.fail(key, ErrStale)
 	case err == nil && claimed:
-	case err == nil || hasSQLState(err, "40001", "40P01"):
+	case err == nil || hasSQLState(err, pgerrcode.SerializationFailure, pgerrcode.DeadlockDetected):
 		// Another delivery holds or held the key. Under REPEATABLE READ and
 		// SERIALIZABLE a conflict with a row committed after our snapshot
 		// is a serialization failure rather than a silent DO NOTHING; either
 		// way the committed row decides, read in a fresh snapshot.
 		return in.readBack(ctx, conn, key, fp, msg, err)
-	case hasSQLState(err, "55P03"):
+	case hasSQLState(err, pgerrcode.LockNotAvailable):
 		rollback(ctx, conn)
 		return zero, 0, in.fail(key, ErrInProgress)
 	default:
@@ -188,17 +194,10 @@ func (in *Inbox[M, R]) Handle(ctx context.Context, msg M) (R, Outcome, error) {
 func (in *Inbox[M, R]) claim(ctx context.Context, conn *pgx.Conn, key []any, fp []byte, lockWait any, order []any) (tx pgx.Tx, claimed, fresh bool, err error) {
 	// The claim statement bounds its own wait with lock_timeout and
 	// restores the session's value before it returns (see idem.Table).
-	args := make([]any, 0, len(key)+2+len(order))
-	for _, part := range key {
-		args = append(args, param(part))
-	}
-	args = append(args, fp, lockWait)
-	for _, v := range order {
-		args = append(args, param(v))
-	}
 	b := newBatch(2)
 	b.BeginTx(in.txOptions)
-	b.Queue(in.table.Claim, args...)
+	sql, args := in.table.claimStatement(key, fp, lockWait, order)
+	b.Queue(sql, args...)
 	br := conn.SendBatch(ctx, b)
 	claimed, fresh, err = readClaim(br)
 	if closeErr := br.Close(); err == nil {
@@ -264,7 +263,7 @@ var errClaimLost = errors.New("idem: at the commit the connection was in another
 // invalid boolean whose text is claimCheck's).
 func isClaimCheckFailure(err error) bool {
 	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == "22P02" && strings.Contains(pgErr.Message, "idem: not the transaction of the claim")
+	return errors.As(err, &pgErr) && pgErr.Code == pgerrcode.InvalidTextRepresentation && strings.Contains(pgErr.Message, "idem: not the transaction of the claim")
 }
 
 // complete stores the result in the inbox row, if the handler has one,
@@ -273,15 +272,10 @@ func isClaimCheckFailure(err error) bool {
 func (in *Inbox[M, R]) complete(ctx context.Context, conn *pgx.Conn, key []any, result []byte) error {
 	b := newBatch(3)
 	if !in.noResult {
-		// The claim inserted the row done; only a result is left to store.
-		// The result goes as text, never as []byte: pgx sends a []byte
-		// of unknown parameter type as bytea ('\x7b...'), which json
-		// refuses, whenever it does not describe the statement first
-		// (QueryExecModeExec and QueryExecModeSimpleProtocol, what
-		// poolers such as PgBouncer and RDS Proxy need). As text, the
-		// server reads it as the column's type in every mode.
-		sql, args := in.table.statement(in.table.Complete, in.table.NullComplete, key)
-		b.Queue(sql, append(args, string(result))...)
+		// The claim inserted the row done; only a result is left to store
+		// (as text: see completeStatement).
+		sql, args := in.table.completeStatement(key, result)
+		b.Queue(sql, args...)
 	}
 	b.Queue(claimCheck)
 	b.Queue("commit")
@@ -305,7 +299,7 @@ func (in *Inbox[M, R]) complete(ctx context.Context, conn *pgx.Conn, key []any, 
 	switch {
 	case errors.Is(err, errClaimLost):
 		return err
-	case hasSQLState(err, "25P02") || (err == nil && committed.String() == "ROLLBACK"):
+	case hasSQLState(err, pgerrcode.InFailedSQLTransaction) || (err == nil && committed.String() == "ROLLBACK"):
 		return errAborted
 	case err != nil:
 		// A failed COMMIT may or may not have committed: the redelivery
@@ -321,7 +315,7 @@ func (in *Inbox[M, R]) complete(ctx context.Context, conn *pgx.Conn, key []any, 
 // reads the key's committed row in a fresh snapshot, in one round trip.
 func (in *Inbox[M, R]) readBack(ctx context.Context, conn *pgx.Conn, key []any, fp []byte, msg M, claimErr error) (R, Outcome, error) {
 	var zero R
-	if conn.PgConn().TxStatus() == 'E' {
+	if conn.PgConn().TxStatus() == txFailed {
 		// A failed claim aborted the transaction, and an aborted transaction
 		// refuses even the Parse of the lookup that pgx may send ahead of
 		// the batch: roll back on its own first. (The claim fails this way
@@ -329,10 +323,10 @@ func (in *Inbox[M, R]) readBack(ctx context.Context, conn *pgx.Conn, key []any, 
 		rollback(ctx, conn)
 	}
 	b := newBatch(2)
-	if conn.PgConn().TxStatus() != 'I' {
+	if conn.PgConn().TxStatus() != txIdle {
 		b.Queue("rollback")
 	}
-	sql, args := in.table.statement(in.table.Lookup, in.table.NullLookup, key)
+	sql, args := in.table.lookupStatement(key)
 	b.Queue(sql, args...)
 	br := conn.SendBatch(ctx, b)
 	var (
@@ -378,9 +372,6 @@ func (in *Inbox[M, R]) readBack(ctx context.Context, conn *pgx.Conn, key []any, 
 	return result, Duplicate, nil
 }
 
-// purgeBatch bounds how many rows one purge statement deletes.
-const purgeBatch = 1000
-
 // Purge deletes the inbox rows older than the table's retention, in batches so
 // that no statement holds its locks for long, and returns how many it deleted.
 // Run it periodically; rows must outlive the broker's redelivery window and
@@ -388,7 +379,8 @@ const purgeBatch = 1000
 func (in *Inbox[M, R]) Purge(ctx context.Context) (int64, error) {
 	var total int64
 	for {
-		tag, err := exec(ctx, in.db, in.table.Purge, in.table.Retain.Seconds(), purgeBatch)
+		sql, args := in.table.purgeStatement()
+		tag, err := exec(ctx, in.db, sql, args...)
 		if err != nil {
 			return total, in.fail(nil, fmt.Errorf("idem: purge %s: %w", in.table.Name, err))
 		}
@@ -404,7 +396,7 @@ func (in *Inbox[M, R]) fail(key []any, err error) error {
 	if key != nil {
 		e.Key = formatKey(in.table.KeyFields, key)
 	}
-	e.retryable = hasSQLState(err, "40001", "40P01")
+	e.retryable = hasSQLState(err, pgerrcode.SerializationFailure, pgerrcode.DeadlockDetected)
 	return e
 }
 
@@ -422,7 +414,7 @@ const rollbackTimeout = 5 * time.Second
 // fails the connection's state is unknown, so it is closed: the server rolls
 // back, and the pool discards the connection.
 func rollback(ctx context.Context, conn *pgx.Conn) {
-	if conn.IsClosed() || conn.PgConn().TxStatus() == 'I' {
+	if conn.IsClosed() || conn.PgConn().TxStatus() == txIdle {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)

@@ -10,6 +10,7 @@ import (
 	"testing/fstest"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -306,7 +307,7 @@ func TestBusinessUniqueViolationIsNotADuplicate(t *testing.T) {
 	inbox := idem.NewInbox(db.Pool, depositTable, credit)
 	_, o, err := inbox.Handle(ctx, deposit{Account: "acc-6", Ref: 1, Amount: 1})
 	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) || pgErr.Code != "23505" || o == idem.Duplicate {
+	if !errors.As(err, &pgErr) || pgErr.Code != pgerrcode.UniqueViolation || o == idem.Duplicate {
 		t.Fatalf("got %v, %v; want the handler's unique violation, not a duplicate", o, err)
 	}
 	if inboxRows(t, db) != 0 {
@@ -428,7 +429,7 @@ func TestClaimTimeoutDoesNotLeakIntoHandler(t *testing.T) {
 func TestRetryableErrors(t *testing.T) {
 	db := idemtest.New(t, migrations)
 	inbox := idem.NewInbox(db.Pool, depositTable, func(ctx context.Context, tx pgx.Tx, msg deposit) (receipt, error) {
-		return receipt{}, fmt.Errorf("update: %w", &pgconn.PgError{Code: "40001", Message: "could not serialize access"})
+		return receipt{}, fmt.Errorf("update: %w", &pgconn.PgError{Code: pgerrcode.SerializationFailure, Message: "could not serialize access"})
 	})
 	_, _, err := inbox.Handle(context.Background(), deposit{Account: "acc-11", Ref: 1})
 	if !errors.Is(err, idem.ErrRetryable) {

@@ -13,8 +13,13 @@ import (
 
 // Table describes one consumer's inbox table: how a message's key is taken
 // apart and the statements that claim, complete, look up and purge a key.
-// idemgen declares one per handler in the generated code, with the SQL spelled
-// out so that a reviewer sees exactly what runs.
+//
+// For generated code: idemgen declares one per handler, with the SQL spelled
+// out so that a reviewer sees exactly what runs, and renders the statements
+// to the placeholder contract below, which idem's tests check against the
+// generated tables (TestTablePlaceholders). Do not declare one by hand: the
+// statements must match the migration idemgen writes for the same consumer,
+// and the fields may change with the contract version of generated code.
 //
 // Placeholders: $1 to $n are the key parts in column order (n =
 // len(KeyFields)). Claim takes the fingerprint as $n+1, the claim wait (a
@@ -59,6 +64,53 @@ type Table[M any] struct {
 	NullLookup   map[uint64]string
 }
 
+// The statements of a Table and the arguments idem passes them, in the order
+// of the placeholder contract (see Table). Every statement is sent through
+// one of these, and TestTablePlaceholders checks each against the
+// statements of the generated Tables.
+
+// claimStatement returns the claim and its arguments: the key parts, the
+// fingerprint, the claim's lock_timeout and, for a table with a
+// stale-message guard (order not nil), the entity and the version.
+func (t *Table[M]) claimStatement(key []any, fp []byte, lockWait any, order []any) (string, []any) {
+	args := make([]any, 0, len(key)+2+len(order))
+	for _, part := range key {
+		args = append(args, param(part))
+	}
+	args = append(args, fp, lockWait)
+	for _, v := range order {
+		args = append(args, param(v))
+	}
+	return t.Claim, args
+}
+
+// completeStatement returns the statement that stores result in key's row
+// and its arguments: the parts of the key that are not NULL, then the
+// result. The result goes as text, never as []byte: pgx sends a []byte of
+// unknown parameter type as bytea ('\x7b...'), which json refuses, whenever
+// it does not describe the statement first (QueryExecModeExec and
+// QueryExecModeSimpleProtocol, what poolers such as PgBouncer and RDS Proxy
+// need). As text, the server reads it as the column's type in every mode.
+func (t *Table[M]) completeStatement(key []any, result []byte) (string, []any) {
+	sql, args := t.statement(t.Complete, t.NullComplete, key)
+	return sql, append(args, string(result))
+}
+
+// lookupStatement returns the statement that reads key's row and its
+// arguments: the parts of the key that are not NULL.
+func (t *Table[M]) lookupStatement(key []any) (string, []any) {
+	return t.statement(t.Lookup, t.NullLookup, key)
+}
+
+// purgeBatch bounds how many rows one purge statement deletes.
+const purgeBatch = 1000
+
+// purgeStatement returns the purge and its arguments: the retention in
+// seconds and the batch size.
+func (t *Table[M]) purgeStatement() (string, []any) {
+	return t.Purge, []any{t.Retain.Seconds(), purgeBatch}
+}
+
 // statement picks the variant of a statement for key's null pattern and the
 // arguments it takes: the parts that are not NULL.
 func (t *Table[M]) statement(plain string, byNulls map[uint64]string, key []any) (string, []any) {
@@ -96,6 +148,9 @@ const MaxKeyBytes = 2048
 
 // CheckString validates a string key part: not empty, valid UTF-8, no NUL byte
 // (PostgreSQL text cannot hold one), at most MaxKeyBytes long.
+//
+// For generated code: the key functions of generated Tables call it; a
+// handler has no need to.
 func CheckString(path, v string) error {
 	switch {
 	case v == "":
@@ -112,6 +167,8 @@ func CheckString(path, v string) error {
 
 // CheckUUID validates a UUID key part: not the zero UUID, which is what an
 // unset field holds.
+//
+// For generated code: the key functions of generated Tables call it.
 func CheckUUID(path string, v [16]byte) error {
 	if v == ([16]byte{}) {
 		return InvalidKey(path, "is the zero UUID")
@@ -122,6 +179,8 @@ func CheckUUID(path string, v [16]byte) error {
 // CheckInt validates an integer key part: not 0, which is what an unset
 // field holds, so that two messages without an id do not collide. A part for
 // which 0 is a real value is listed in the directive's zero= and not checked.
+//
+// For generated code: the key functions of generated Tables call it.
 func CheckInt[T int64 | uint64](path string, v T) error {
 	if v == 0 {
 		return InvalidKey(path, "is zero (an unset field? if 0 is a real value of it, list it in the directive's zero=)")

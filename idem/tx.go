@@ -10,6 +10,14 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
+// The transaction status of a connection, as the server reports it in every
+// ReadyForQuery message and pgconn.PgConn.TxStatus returns it.
+const (
+	txIdle   byte = 'I' // not inside a transaction block
+	txActive byte = 'T' // inside a transaction block
+	txFailed byte = 'E' // inside a failed transaction block: statements are refused until it ends
+)
+
 // errTxOwned is returned when a handler tries to end the transaction it was
 // given: the inbox row and the result must commit with the handler's writes.
 var errTxOwned = errors.New("idem: the inbox commits or rolls back the handler's transaction; return an error to roll back")
@@ -54,7 +62,7 @@ func (t *handlerTx) before() error {
 		return pgx.ErrTxClosed
 	case t.s.escaped != nil:
 		return t.s.escaped
-	case !t.conn.IsClosed() && t.conn.PgConn().TxStatus() == 'I':
+	case !t.conn.IsClosed() && t.conn.PgConn().TxStatus() == txIdle:
 		// Ended by a statement that did not go through this Tx (through
 		// tx.Conn(), say).
 		t.s.escaped = errors.New("idem: the connection was outside the inbox's transaction before a statement of the handler: a statement sent around the handler's Tx (through tx.Conn()) ended it; " + escapeAdvice)
@@ -72,7 +80,7 @@ func (t *handlerTx) after(sql string, tag pgconn.CommandTag) {
 	if t.s.escaped != nil || t.conn.IsClosed() {
 		return
 	}
-	outside := t.conn.PgConn().TxStatus() == 'I'
+	outside := t.conn.PgConn().TxStatus() == txIdle
 	began := tag.String() == "BEGIN" || tag.String() == "START TRANSACTION"
 	if !outside && !began {
 		return
@@ -277,11 +285,14 @@ func (b *checkedBatch) Close() error {
 // transaction it is in now would commit the handler's later writes without
 // the inbox row.
 func stillInTransaction(conn *pgx.Conn) error {
-	if s := conn.PgConn().TxStatus(); s != 'T' && s != 'E' && !conn.IsClosed() {
-		return errors.New("idem: the connection was outside the inbox's transaction before the commit: the handler ended it through SQL sent around its Tx (through tx.Conn()); nothing was committed by the inbox")
+	if s := conn.PgConn().TxStatus(); s != txActive && s != txFailed && !conn.IsClosed() {
+		return errOutsideBeforeCommit
 	}
 	return nil
 }
+
+// errOutsideBeforeCommit is what stillInTransaction reports.
+var errOutsideBeforeCommit = errors.New("idem: the connection was outside the inbox's transaction before the commit: the handler ended it through SQL sent around its Tx (through tx.Conn()); nothing was committed by the inbox")
 
 // errRows is what Query and QueryRow return once the Tx refuses statements.
 type errRows struct{ err error }

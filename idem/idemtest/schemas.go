@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/pressly/goose/v3"
@@ -21,12 +22,6 @@ import (
 // the schema it leaves behind (internal/migrate.SchemaMarker, whose test keeps
 // the two equal).
 const schemaMarker = "-- idemgen:schema "
-
-// SQLSTATEs New explains (pgerrcode.DuplicateTable, InvalidSchemaName).
-const (
-	duplicateTable    = "42P07"
-	invalidSchemaName = "3F000"
-)
 
 // lockWait bounds how long New waits for another test that uses the same
 // named schema: one scenario, in practice a few seconds.
@@ -113,10 +108,10 @@ func namedSchemaHint(err error, schemas []string) string {
 	}
 	list := strings.Join(schemas, ", ")
 	switch pgErr.Code {
-	case duplicateTable:
+	case pgerrcode.DuplicateTable:
 		return fmt.Sprintf(" (the migrations create tables in schema %s, outside the test's own schema: every test migrates down to 0 when it ends, "+
 			"so a table found there was left by a test run that was killed, or belongs to something else; drop it from the test database)", list)
-	case invalidSchemaName:
+	case pgerrcode.InvalidSchemaName:
 		return fmt.Sprintf(" (the migrations create tables in schema %s: a migration must create the schema, "+
 			"such as CREATE SCHEMA IF NOT EXISTS, as it must in production)", list)
 	}

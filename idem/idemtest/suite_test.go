@@ -15,6 +15,7 @@ import (
 	"testing/fstest"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -216,7 +217,7 @@ func uniqueViolationIsDuplicate(_ idemtest.NoReceiver, pool *pgxpool.Pool, _ ...
 			return idemtest.BeforeCommit(ctx, tx)
 		})
 		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) && pgErr.Code == "23505" {
+		if errors.As(err, &pgErr) && pgErr.Code == pgerrcode.UniqueViolation {
 			if r, o, found, err := stored(ctx, pool, msg); found {
 				return r, o, err
 			}

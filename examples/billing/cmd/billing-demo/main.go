@@ -1,10 +1,12 @@
 // Command billing-demo runs the billing example against PostgreSQL: it applies
 // the service's migrations (its own tables and the inboxes idemgen generated)
 // in a fresh schema, delivers messages through the generated wrappers,
-// duplicates included, and prints what happened and what a consumer would do
-// with each delivery. The schema is dropped when the demo ends, also on an
-// error or an interrupt (SIGINT, SIGTERM); only a SIGKILL leaves it behind,
-// as billing_demo_<hex>.
+// duplicates included, and prints what happened and what a consumer does
+// with each delivery (idem.ActionFor). Stock counts of the inventory example,
+// whose migrations it applies too, show its stale-message guard: a count that
+// arrives after a newer one is refused with idem.ErrStale, and acked. The
+// schema is dropped when the demo ends, also on an error or an interrupt
+// (SIGINT, SIGTERM); only a SIGKILL leaves it behind, as billing_demo_<hex>.
 //
 //	go run ./examples/billing/cmd/billing-demo [-db URL]
 //
@@ -21,6 +23,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/signal"
 	"sync"
@@ -35,6 +38,7 @@ import (
 	"github.com/pressly/goose/v3"
 
 	"github.com/idemgen/idemgen/examples/billing"
+	"github.com/idemgen/idemgen/examples/inventory"
 	"github.com/idemgen/idemgen/idem"
 	"github.com/idemgen/idemgen/internal/testdb"
 )
@@ -116,6 +120,7 @@ func run(ctx context.Context, dbURL, schema string, w io.Writer) (err error) {
 	var mu sync.Mutex
 	counts := map[string]int{}
 	receipts := map[billing.Receipt]bool{}
+	acks := 0
 	for range 8 {
 		wg.Add(1)
 		go func() {
@@ -123,6 +128,9 @@ func run(ctx context.Context, dbURL, schema string, w io.Writer) (err error) {
 			receipt, outcome, err := charge.Handle(ctx, concurrent)
 			mu.Lock()
 			defer mu.Unlock()
+			if idem.ActionFor(err) == idem.Ack {
+				acks++
+			}
 			if err != nil {
 				counts["error"]++
 				return
@@ -132,8 +140,12 @@ func run(ctx context.Context, dbURL, schema string, w io.Writer) (err error) {
 		}()
 	}
 	wg.Wait()
-	fmt.Fprintf(out, "charge ord-2 -300, 8 copies at once\t%d processed, %d duplicate, %d error\tacks all 8\t%d distinct receipt(s)\n",
-		counts["processed"], counts["duplicate"], counts["error"], len(receipts))
+	acked := fmt.Sprintf("acks %d of 8", acks)
+	if acks == 8 {
+		acked = "acks all 8"
+	}
+	fmt.Fprintf(out, "charge ord-2 -300, 8 copies at once\t%d processed, %d duplicate, %d error\t%s\t%d distinct receipt(s)\n",
+		counts["processed"], counts["duplicate"], counts["error"], acked, len(receipts))
 
 	reused := order
 	reused.AmountCents = 9999
@@ -145,6 +157,14 @@ func run(ctx context.Context, dbURL, schema string, w io.Writer) (err error) {
 
 	_, outcome, err = charge.Handle(ctx, billing.OrderPlaced{OrderID: "ord-3", AccountID: "acc-1", AmountCents: 100000})
 	report(out, "charge ord-3 -100000", outcome, nil, err)
+
+	// Stock counts of one SKU are numbered; count #1 arrives after #2. (Fixed
+	// ids, so that the printed key is the same on every run.)
+	count := inventory.NewApplyCountIdem(pool)
+	outcome, err = count.Handle(ctx, inventory.StockCounted{CountID: uuid.MustParse("c0c0c0c0-0000-4000-8000-000000000002"), SKU: "sku-1", Seq: 2, OnHand: 40})
+	report(out, "stock count #2 of sku-1: 40", outcome, nil, err)
+	outcome, err = count.Handle(ctx, inventory.StockCounted{CountID: uuid.MustParse("c0c0c0c0-0000-4000-8000-000000000001"), SKU: "sku-1", Seq: 1, OnHand: 55})
+	report(out, "count #1 of sku-1, arriving late", outcome, nil, err)
 	if err := out.Flush(); err != nil {
 		return err
 	}
@@ -154,28 +174,33 @@ func run(ctx context.Context, dbURL, schema string, w io.Writer) (err error) {
 		return err
 	}
 	fmt.Fprintf(w, "\nacc-1: balance %d cents after %d charges (5000 - 1200 - 300 = 3500: each message applied once)\n", balance, charges)
+	var onHand, seq int64
+	if err := pool.QueryRow(ctx, `SELECT on_hand, counted_seq FROM stock WHERE sku = 'sku-1'`).Scan(&onHand, &seq); err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "sku-1: %d on hand, from count #%d (the late count #1 changed nothing)\n", onHand, seq)
 	return nil
 }
 
-// report prints one delivery and what a consumer does with it: ack exactly
-// when err is nil; otherwise the error says whether to retry or dead-letter.
+// report prints one delivery and what a consumer does with it, as
+// idem.ActionFor says.
 func report(out *tabwriter.Writer, label string, outcome idem.Outcome, result any, err error) {
-	if err == nil && result == nil {
-		fmt.Fprintf(out, "%s\t%s\tacks\t(no result)\n", label, outcome)
-		return
-	}
-	if err == nil {
-		fmt.Fprintf(out, "%s\t%s\tacks\t%+v\n", label, outcome, result)
-		return
-	}
-	action := "nacks: retried"
+	action := consumerDoes[idem.ActionFor(err)]
 	switch {
-	case errors.Is(err, idem.ErrKeyReused), errors.Is(err, idem.ErrInvalidKey):
-		action = "dead-letters"
-	case errors.Is(err, idem.ErrInProgress), errors.Is(err, idem.ErrRetryable):
-		action = "nacks with a delay"
+	case err != nil:
+		fmt.Fprintf(out, "%s\terror\t%s\t%v\n", label, action, err)
+	case result == nil:
+		fmt.Fprintf(out, "%s\t%s\t%s\t(no result)\n", label, outcome, action)
+	default:
+		fmt.Fprintf(out, "%s\t%s\t%s\t%+v\n", label, outcome, action, result)
 	}
-	fmt.Fprintf(out, "%s\terror\t%s\t%v\n", label, action, err)
+}
+
+// consumerDoes words each action for the demo's table.
+var consumerDoes = map[idem.Action]string{
+	idem.Ack:        "acks",
+	idem.Retry:      "retries",
+	idem.DeadLetter: "dead-letters",
 }
 
 // openSchema creates schema, applies the migrations with goose and returns a
@@ -213,16 +238,31 @@ func openSchema(ctx context.Context, dbURL, schema string, w io.Writer) (*pgxpoo
 	}
 	db := stdlib.OpenDBFromPool(pool)
 	defer db.Close()
-	provider, err := goose.NewProvider(goose.DialectPostgres, db, billing.Migrations(), goose.WithDisableGlobalRegistry(true))
-	var results []*goose.MigrationResult
-	if err == nil {
-		results, err = provider.Up(ctx)
+	applied := map[string]int{}
+	// Each service keeps its own goose version table: the two sequences
+	// number their migrations independently.
+	for _, svc := range []struct {
+		name       string
+		migrations fs.FS
+		table      string
+	}{
+		{"billing", billing.Migrations(), goose.DefaultTablename},
+		{"inventory", inventory.Migrations(), "goose_db_version_inventory"},
+	} {
+		provider, err := goose.NewProvider(goose.DialectPostgres, db, svc.migrations,
+			goose.WithDisableGlobalRegistry(true), goose.WithTableName(svc.table))
+		var results []*goose.MigrationResult
+		if err == nil {
+			results, err = provider.Up(ctx)
+		}
+		if err != nil {
+			pool.Close()
+			return nil, nil, errors.Join(fmt.Errorf("migrate %s: %w", svc.name, err), drop())
+		}
+		applied[svc.name] = len(results)
 	}
-	if err != nil {
-		pool.Close()
-		return nil, nil, errors.Join(fmt.Errorf("migrate: %w", err), drop())
-	}
-	fmt.Fprintf(w, "%d migrations applied with goose, in a fresh schema that is dropped at the end\n\n", len(results))
+	fmt.Fprintf(w, "%d billing and %d inventory migrations applied with goose, in a fresh schema that is dropped at the end\n\n",
+		applied["billing"], applied["inventory"])
 	return pool, drop, nil
 }
 
