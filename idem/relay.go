@@ -1,0 +1,472 @@
+package idem
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgerrcode"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemgen/idemgen/generated/outboxdb"
+)
+
+// OutboxChannel is the channel of the NOTIFY that a committing transaction
+// which wrote outbox rows sends, one per transaction; a [Relay] listens on it.
+const OutboxChannel = "idem_outbox"
+
+// Relay publishes the committed rows of the outbox table, idem_outbox (the
+// migrations in github.com/idemgen/idemgen/migrations), through a
+// [Publisher], at least once each, with the row's stable id as the message id.
+//
+// Each round claims a batch of due rows in one short statement (FOR UPDATE
+// SKIP LOCKED, a fresh claim token and a lease), publishes it with no
+// transaction open, and marks published only the rows the broker confirmed
+// and the token still holds. A failed row is tried again after an exponential
+// backoff, with its error in last_error, and dead-lettered after the maximum
+// number of attempts: kept and visible (dead_at), never published, holding
+// back no other row. Any number of relays can run on one table and share the
+// work.
+//
+// The relay wakes on the NOTIFY of [OutboxChannel], through a connection of
+// its own that it reconnects with a backoff (and then looks for rows
+// committed while it was not listening), and polls as a fallback; in
+// poll-only mode ([WithRelayPollOnly]) it only polls.
+type Relay struct {
+	pool *pgxpool.Pool
+	q    *outboxdb.Queries
+	pub  Publisher
+	o    relayOptions
+
+	running atomic.Bool
+	// beforeListen, when set (by tests), runs before each attempt to open the
+	// listening connection.
+	beforeListen func()
+}
+
+// NewRelay returns a relay that publishes the outbox rows of db's database
+// through pub. With no options it claims batches of 100 rows, polls at least
+// every second, renews 30-second leases while it publishes, and dead-letters a
+// row after 10 attempts, with backoffs from a second up to five minutes.
+// NewRelay panics on an option value that cannot work (a batch size below 1,
+// a lease shorter than 30ms, a backoff whose maximum is below its base).
+//
+// The listening connection is taken out of db (acquired and hijacked), so it
+// has db's settings and does not count against its size.
+func NewRelay(db *pgxpool.Pool, pub Publisher, opts ...RelayOption) *Relay {
+	o := defaultRelayOptions()
+	for _, opt := range opts {
+		opt(&o)
+	}
+	o.validate()
+	if db == nil || pub == nil {
+		panic(fmt.Sprintf("idem.NewRelay (relay %s): the pool and the publisher must not be nil", o.id))
+	}
+	return &Relay{pool: db, q: outboxdb.New(db), pub: pub, o: o}
+}
+
+// ID is the relay's name, as given to [WithRelayID] or chosen by NewRelay.
+func (r *Relay) ID() string { return r.o.id }
+
+// Run publishes outbox rows until ctx ends, then returns nil. It returns an
+// error at once when it is already running, or when the outbox table is not
+// there (the migrations are not applied); a database that cannot be reached
+// is logged and tried again with a backoff.
+//
+// On stop, rows claimed but not confirmed are released (due at once for the
+// other relays, their attempt given back): an in-flight publish has its
+// context cancelled, the rows the broker confirmed by then are marked, and
+// the others handed back. Only if the database cannot be reached for that is
+// a row left to its lease to lapse.
+func (r *Relay) Run(ctx context.Context) error {
+	if !r.running.CompareAndSwap(false, true) {
+		return fmt.Errorf("idem: relay %s: Run called while it is running", r.o.id)
+	}
+	defer r.running.Store(false)
+
+	wake := make(chan struct{}, 1)
+	var listener sync.WaitGroup
+	if !r.o.pollOnly {
+		listener.Add(1)
+		go func() {
+			defer listener.Done()
+			r.listen(ctx, wake)
+		}()
+	}
+	defer listener.Wait()
+
+	r.o.logger.LogAttrs(ctx, slog.LevelInfo, "idem relay started", slog.String("relay", r.o.id),
+		slog.Bool("ordered", r.o.ordered), slog.Bool("poll_only", r.o.pollOnly))
+	failures := 0
+	for {
+		if ctx.Err() != nil {
+			return nil
+		}
+		n, err := r.round(ctx)
+		switch {
+		case err != nil && hasSQLState(err, pgerrcode.UndefinedTable, pgerrcode.UndefinedColumn):
+			return fmt.Errorf("idem: relay %s: the outbox table idem_outbox is missing or out of date (apply the migrations of github.com/idemgen/idemgen/migrations): %w", r.o.id, err)
+		case err != nil:
+			if ctx.Err() != nil {
+				return nil
+			}
+			failures++
+			delay := retryDelay(failures, r.o.poll)
+			r.o.logger.LogAttrs(ctx, slog.LevelWarn, "idem relay round failed", slog.String("relay", r.o.id),
+				slog.Int("failures", failures), slog.Duration("retry_in", delay), slog.String("error", err.Error()))
+			if !sleep(ctx, delay) {
+				return nil
+			}
+			continue
+		}
+		failures = 0
+		if n > 0 {
+			// A full or partial batch: there may be more (and in ordered mode
+			// the next row of each key is due now).
+			continue
+		}
+		timer := time.NewTimer(r.o.poll)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return nil
+		case <-wake:
+		case <-timer.C:
+		}
+		timer.Stop()
+	}
+}
+
+// round claims one batch, publishes it and records the outcome. It returns
+// how many rows it claimed.
+func (r *Relay) round(ctx context.Context) (int, error) {
+	token := pgtype.UUID{Bytes: uuid.New(), Valid: true}
+	claimedAt := time.Now()
+	rows, err := r.claim(ctx, token)
+	if err != nil || len(rows) == 0 {
+		return 0, err
+	}
+	ids := make([]int64, len(rows))
+	for i, row := range rows {
+		ids[i] = row.ID
+	}
+	// The claim committed; from here on every row goes back or forward,
+	// whatever ctx does: the bookkeeping runs on a context of its own.
+	bookkeeping := func() (context.Context, context.CancelFunc) {
+		return context.WithTimeout(context.WithoutCancel(ctx), bookkeepingTimeout)
+	}
+	if ctx.Err() != nil {
+		book, cancel := bookkeeping()
+		defer cancel()
+		r.release(book, token, ids)
+		return len(rows), nil
+	}
+
+	msgs := make([]OutgoingMessage, 0, len(rows))
+	sent := make([]claimedRow, 0, len(rows))
+	var failed []claimedRow
+	var failedErrs []string
+	for _, row := range rows {
+		m, err := row.message()
+		if err != nil {
+			failed = append(failed, row)
+			failedErrs = append(failedErrs, err.Error())
+			continue
+		}
+		msgs = append(msgs, m)
+		sent = append(sent, row)
+	}
+
+	var errs []error
+	if len(msgs) > 0 {
+		errs = r.publish(ctx, token, sent, msgs, claimedAt)
+	}
+	book, cancelBook := bookkeeping()
+	defer cancelBook()
+	var ok []int64
+	for i, row := range sent {
+		if errs[i] == nil {
+			ok = append(ok, row.ID)
+			continue
+		}
+		failed = append(failed, row)
+		failedErrs = append(failedErrs, errs[i].Error())
+	}
+	if len(ok) > 0 {
+		if err := r.markPublished(book, token, ok); err != nil {
+			return len(rows), err
+		}
+	}
+	if len(failed) == 0 {
+		return len(rows), nil
+	}
+	if ctx.Err() != nil {
+		// Stopping: the failures are the cancelled publish's, not the broker's.
+		r.release(book, token, rowIDs(failed))
+		return len(rows), nil
+	}
+	return len(rows), r.recordFailure(book, token, failed, failedErrs)
+}
+
+// bookkeepingTimeout bounds each statement that records the outcome of a
+// publish (mark, record the failure, release): they run to their end even
+// when the relay is stopping.
+const bookkeepingTimeout = 10 * time.Second
+
+// claimedRow is a row as Claim and ClaimOrdered return it (their rows have
+// the same fields).
+type claimedRow outboxdb.ClaimRow
+
+func (row claimedRow) message() (OutgoingMessage, error) {
+	m := OutgoingMessage{
+		ID:          row.MessageID.String(),
+		Destination: row.Destination,
+		OrderingKey: row.OrderingKey,
+		Payload:     row.Payload,
+		Attempt:     int(row.Attempts),
+	}
+	if len(row.Headers) > 0 && string(row.Headers) != "{}" {
+		if err := json.Unmarshal(row.Headers, &m.Headers); err != nil {
+			return m, fmt.Errorf("idem: outbox message %s: its headers are not a JSON object of strings: %w", m.ID, err)
+		}
+	}
+	return m, nil
+}
+
+func rowIDs(rows []claimedRow) []int64 {
+	ids := make([]int64, len(rows))
+	for i, row := range rows {
+		ids[i] = row.ID
+	}
+	return ids
+}
+
+// claim runs the claim statement to its end even when ctx is cancelled
+// meanwhile (bounded by the lease), so that a stop never leaves a claim the
+// relay does not know of.
+func (r *Relay) claim(ctx context.Context, token pgtype.UUID) ([]claimedRow, error) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.o.lease)
+	defer cancel()
+	var rows []claimedRow
+	if r.o.ordered {
+		got, err := r.q.ClaimOrdered(cctx, outboxdb.ClaimOrderedParams{
+			ClaimToken: token, LeaseSeconds: r.o.lease.Seconds(), BatchSize: int32(r.o.batchSize),
+		})
+		if err != nil {
+			return nil, fmt.Errorf("idem: relay %s: claim (ordered): %w", r.o.id, err)
+		}
+		for _, g := range got {
+			rows = append(rows, claimedRow(g))
+		}
+		return rows, nil
+	}
+	got, err := r.q.Claim(cctx, outboxdb.ClaimParams{
+		ClaimToken: token, LeaseSeconds: r.o.lease.Seconds(), BatchSize: int32(r.o.batchSize),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("idem: relay %s: claim: %w", r.o.id, err)
+	}
+	for _, g := range got {
+		rows = append(rows, claimedRow(g))
+	}
+	return rows, nil
+}
+
+// errLeaseLost and errLeaseLapsing are the causes of a publish cancelled
+// because the relay no longer holds, or may soon no longer hold, its rows.
+var (
+	errLeaseLost    = errors.New("idem: relay: the claim of the batch was lost (its lease lapsed and another relay took a row)")
+	errLeaseLapsing = errors.New("idem: relay: the lease of the batch could not be renewed and is about to lapse")
+)
+
+// publish hands msgs to the publisher while it keeps the batch's lease: it
+// renews the lease every third of it, and cancels the publish a tenth of the
+// lease before it would lapse if it cannot, or at once if a row was taken by
+// another relay. The lease is counted from before the claim was sent, on this
+// machine's clock, so the deadline here is never later than the database's.
+// It returns one error per message.
+func (r *Relay) publish(ctx context.Context, token pgtype.UUID, rows []claimedRow, msgs []OutgoingMessage, claimedAt time.Time) []error {
+	pctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	margin := r.o.lease / 10
+	ids := rowIDs(rows)
+	done := make(chan struct{})
+	var keeper sync.WaitGroup
+	keeper.Add(1)
+	go func() {
+		defer keeper.Done()
+		deadline := claimedAt.Add(r.o.lease - margin)
+		lapse := time.NewTimer(time.Until(deadline))
+		defer lapse.Stop()
+		renew := time.NewTicker(r.o.lease / 3)
+		defer renew.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-pctx.Done():
+				return
+			case <-lapse.C:
+				cancel(errLeaseLapsing)
+				return
+			case <-renew.C:
+				sentAt := time.Now()
+				ectx, ecancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
+				held, err := r.q.ExtendLease(ectx, outboxdb.ExtendLeaseParams{
+					LeaseSeconds: r.o.lease.Seconds(), Ids: ids, ClaimToken: token,
+				})
+				ecancel()
+				if err != nil {
+					r.o.logger.LogAttrs(ctx, slog.LevelWarn, "idem relay could not renew a lease", slog.String("relay", r.o.id),
+						slog.Int("rows", len(ids)), slog.String("error", err.Error()))
+					continue
+				}
+				if len(held) < len(ids) {
+					cancel(errLeaseLost)
+					return
+				}
+				deadline = sentAt.Add(r.o.lease - margin)
+				lapse.Reset(time.Until(deadline))
+			}
+		}
+	}()
+	errs := r.pub.Publish(pctx, msgs)
+	close(done)
+	keeper.Wait()
+	if len(errs) != len(msgs) {
+		err := fmt.Errorf("idem: relay %s: the publisher returned %d errors for %d messages; taking none as confirmed", r.o.id, len(errs), len(msgs))
+		errs = make([]error, len(msgs))
+		for i := range errs {
+			errs[i] = err
+		}
+	}
+	if cause := context.Cause(pctx); cause != nil && ctx.Err() == nil {
+		for i, err := range errs {
+			if err != nil {
+				errs[i] = fmt.Errorf("%w: %w", err, cause)
+			}
+		}
+	}
+	return errs
+}
+
+func (r *Relay) markPublished(ctx context.Context, token pgtype.UUID, ids []int64) error {
+	n, err := r.q.MarkPublished(ctx, outboxdb.MarkPublishedParams{Ids: ids, ClaimToken: token})
+	if err != nil {
+		// The rows stay claimed until the lease lapses, then they are
+		// published again: at least once.
+		return fmt.Errorf("idem: relay %s: mark %d published rows: %w", r.o.id, len(ids), err)
+	}
+	r.o.logger.LogAttrs(ctx, slog.LevelDebug, "idem relay published", slog.String("relay", r.o.id), slog.Int("rows", len(ids)))
+	if n < int64(len(ids)) {
+		r.o.logger.LogAttrs(ctx, slog.LevelWarn, "idem relay lost the claim of published rows before marking them; they will be published again",
+			slog.String("relay", r.o.id), slog.Int64("lost", int64(len(ids))-n))
+	}
+	return nil
+}
+
+func (r *Relay) recordFailure(ctx context.Context, token pgtype.UUID, rows []claimedRow, errs []string) error {
+	_, err := r.q.RecordFailure(ctx, outboxdb.RecordFailureParams{
+		ClaimToken:         token,
+		Ids:                rowIDs(rows),
+		Errors:             errs,
+		BackoffBaseSeconds: r.o.backoffBase.Seconds(),
+		BackoffMaxSeconds:  r.o.backoffMax.Seconds(),
+		MaxAttempts:        int32(r.o.maxAttempts),
+	})
+	if err != nil {
+		return fmt.Errorf("idem: relay %s: record %d failed rows: %w", r.o.id, len(rows), err)
+	}
+	for i, row := range rows {
+		level, msg := slog.LevelWarn, "idem relay publish failed; will retry"
+		if int(row.Attempts) >= r.o.maxAttempts {
+			level, msg = slog.LevelError, "idem relay dead-lettered an outbox message"
+		}
+		r.o.logger.LogAttrs(ctx, level, msg, slog.String("relay", r.o.id), slog.String("message_id", row.MessageID.String()),
+			slog.String("destination", row.Destination), slog.Int("attempt", int(row.Attempts)), slog.String("error", errs[i]))
+	}
+	return nil
+}
+
+// release hands claimed rows back; if it fails, their lease lapses instead.
+func (r *Relay) release(ctx context.Context, token pgtype.UUID, ids []int64) {
+	if _, err := r.q.Release(ctx, outboxdb.ReleaseParams{Ids: ids, ClaimToken: token}); err != nil {
+		r.o.logger.LogAttrs(ctx, slog.LevelWarn, "idem relay could not release its rows on stop; they are free again when the lease lapses",
+			slog.String("relay", r.o.id), slog.Int("rows", len(ids)), slog.Duration("lease", r.o.lease), slog.String("error", err.Error()))
+	}
+}
+
+// Purge deletes the rows published more than olderThan ago, in statements of
+// at most the purge batch ([WithRelayPurgeBatch]) each, until none is left or
+// ctx ends. It returns how many rows it deleted. Pending and dead rows are
+// never purged. Several purges may run at once; each skips the rows another
+// is deleting.
+func (r *Relay) Purge(ctx context.Context, olderThan time.Duration) (int64, error) {
+	if olderThan < 0 {
+		return 0, fmt.Errorf("idem: relay %s: purge: negative retention %v", r.o.id, olderThan)
+	}
+	var total int64
+	for {
+		n, err := r.q.PurgePublished(ctx, outboxdb.PurgePublishedParams{
+			OlderThanSeconds: olderThan.Seconds(), BatchSize: int32(r.o.purgeBatch),
+		})
+		total += n
+		if err != nil {
+			return total, fmt.Errorf("idem: relay %s: purge published outbox rows older than %v: %w", r.o.id, olderThan, err)
+		}
+		if n < int64(r.o.purgeBatch) {
+			return total, nil
+		}
+	}
+}
+
+// OutboxBacklog is what is waiting in the outbox.
+type OutboxBacklog struct {
+	// Pending counts the rows neither published nor dead.
+	Pending int64
+	// Dead counts the dead-lettered rows.
+	Dead int64
+	// OldestAge is the age of the oldest pending row; 0 when none is.
+	OldestAge time.Duration
+}
+
+// Backlog reads what is waiting in the outbox, for metrics and alerts.
+func (r *Relay) Backlog(ctx context.Context) (OutboxBacklog, error) {
+	b, err := r.q.Backlog(ctx)
+	if err != nil {
+		return OutboxBacklog{}, fmt.Errorf("idem: relay %s: read the outbox backlog: %w", r.o.id, err)
+	}
+	return OutboxBacklog{Pending: b.Pending, Dead: b.Dead, OldestAge: time.Duration(b.OldestSeconds * float64(time.Second))}, nil
+}
+
+// retryDelay is the wait before the n-th retry (n >= 1) of something that
+// failed: 50ms doubled per failure up to max, with up to a fifth of jitter so
+// that relays that failed together do not retry together.
+func retryDelay(n int, max time.Duration) time.Duration {
+	d := 50 * time.Millisecond
+	for i := 1; i < n && d < max; i++ {
+		d *= 2
+	}
+	d = min(d, max)
+	return d - time.Duration(rand.Int64N(int64(d)/5+1))
+}
+
+// sleep waits d or until ctx ends; it reports whether ctx is still live.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

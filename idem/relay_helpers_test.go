@@ -1,0 +1,259 @@
+package idem_test
+
+import (
+	"context"
+	"encoding/json"
+	"io/fs"
+	"log/slog"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"testing/fstest"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/idem/idemtest"
+	outboxmigrations "github.com/idemgen/idemgen/migrations"
+)
+
+// outboxFS is the runtime's outbox chain followed by extra migrations of the
+// test (their versions after the chain's).
+func outboxFS(t testing.TB, extra map[string]string) fstest.MapFS {
+	t.Helper()
+	fsys := fstest.MapFS{}
+	names, err := fs.Glob(outboxmigrations.FS, "*.sql")
+	if err != nil || len(names) == 0 {
+		t.Fatalf("outbox migrations: %v", err)
+	}
+	for _, name := range names {
+		b, err := fs.ReadFile(outboxmigrations.FS, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fsys[name] = &fstest.MapFile{Data: b}
+	}
+	for name, text := range extra {
+		fsys[name] = &fstest.MapFile{Data: []byte(text)}
+	}
+	return fsys
+}
+
+// outRow is an outbox row as the generated wrapper writes it.
+type outRow struct {
+	ID          uuid.UUID
+	Key         string
+	Destination string
+	OrderingKey string
+	Headers     map[string]string
+	Payload     string
+}
+
+// insertOutboxSQL writes rows the way the wrapper does: one multi-row
+// statement in the handler's transaction. All arrays go as text, so that it
+// works in every pgx.QueryExecMode (CI runs these tests in simple_protocol).
+const insertOutboxSQL = `INSERT INTO idem_outbox (message_id, consumer, key, destination, ordering_key, headers, payload)
+SELECT m, 'test.relay', k, d, o, h::jsonb, convert_to(p, 'UTF8')
+FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[]) AS r (m, k, d, o, h, p)`
+
+func insertOutbox(ctx context.Context, tx pgx.Tx, rows []outRow) error {
+	n := len(rows)
+	ids, keys, dests, okeys, headers, payloads := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	for i, r := range rows {
+		ids[i], keys[i], dests[i], okeys[i], payloads[i] = r.ID.String(), r.Key, r.Destination, r.OrderingKey, r.Payload
+		h, err := json.Marshal(r.Headers)
+		if err != nil {
+			return err
+		}
+		if r.Headers == nil {
+			h = []byte("{}")
+		}
+		headers[i] = string(h)
+	}
+	_, err := tx.Exec(ctx, insertOutboxSQL, ids, keys, dests, okeys, headers, payloads)
+	return err
+}
+
+// commitOutbox writes rows in one transaction with the NOTIFY the wrapper
+// sends, and commits.
+func commitOutbox(t testing.TB, pool *pgxpool.Pool, rows []outRow) {
+	t.Helper()
+	ctx := context.Background()
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if err := insertOutbox(ctx, tx, rows); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `SELECT pg_notify($1, '')`, idem.OutboxChannel)
+		return err
+	})
+	if err != nil {
+		t.Fatalf("write outbox rows: %v", err)
+	}
+}
+
+// makeRows returns n rows with fresh ids, payloads prefix-0 ... prefix-(n-1).
+func makeRows(prefix string, n int) []outRow {
+	rows := make([]outRow, n)
+	for i := range rows {
+		rows[i] = outRow{ID: uuid.New(), Key: prefix, Destination: "test.events", Payload: prefix + "-" + strconv.Itoa(i)}
+	}
+	return rows
+}
+
+// publication is one message a recordingPublisher saw, with the interval of
+// the Publish call that carried it.
+type publication struct {
+	ID, Relay, OrderingKey, Payload string
+	Attempt                         int
+	Start, End                      time.Time
+}
+
+// recorder collects the publications of every relay of a test.
+type recorder struct {
+	mu   sync.Mutex
+	pubs []publication
+}
+
+// publisher returns the recording publisher of one relay: it takes delay to
+// publish each batch, answers nil for every message unless fail says
+// otherwise, and returns early, unconfirmed, when ctx ends.
+func (rec *recorder) publisher(relay string, delay time.Duration, fail func(m idem.OutgoingMessage) error) idem.Publisher {
+	return idem.PublisherFunc(func(ctx context.Context, msgs []idem.OutgoingMessage) []error {
+		start := time.Now()
+		errs := make([]error, len(msgs))
+		if delay > 0 {
+			t := time.NewTimer(delay)
+			select {
+			case <-ctx.Done():
+				for i := range errs {
+					errs[i] = ctx.Err()
+				}
+			case <-t.C:
+			}
+			t.Stop()
+		}
+		end := time.Now()
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		for i, m := range msgs {
+			if errs[i] == nil && fail != nil {
+				errs[i] = fail(m)
+			}
+			rec.pubs = append(rec.pubs, publication{ID: m.ID, Relay: relay, OrderingKey: m.OrderingKey, Payload: string(m.Payload),
+				Attempt: m.Attempt, Start: start, End: end})
+		}
+		return errs
+	})
+}
+
+func (rec *recorder) snapshot() []publication {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	return append([]publication(nil), rec.pubs...)
+}
+
+func (rec *recorder) len() int {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	return len(rec.pubs)
+}
+
+// checkNoOverlap fails the test when one message was being published by two
+// Publish calls at overlapping times.
+func checkNoOverlap(t *testing.T, pubs []publication) {
+	t.Helper()
+	byID := map[string][]publication{}
+	for _, p := range pubs {
+		byID[p.ID] = append(byID[p.ID], p)
+	}
+	for id, ps := range byID {
+		sort.Slice(ps, func(i, j int) bool { return ps[i].Start.Before(ps[j].Start) })
+		for i := 1; i < len(ps); i++ {
+			if ps[i].Start.Before(ps[i-1].End) {
+				t.Errorf("message %s published by %s during [%v, %v] and by %s from %v: overlapping", id,
+					ps[i-1].Relay, ps[i-1].Start.Format(time.StampMicro), ps[i-1].End.Format(time.StampMicro), ps[i].Relay, ps[i].Start.Format(time.StampMicro))
+			}
+		}
+	}
+}
+
+// runRelay runs r until the returned stop is called (or the test ends) and
+// fails the test if Run returns an error or does not return within 5s of the
+// stop.
+func runRelay(t testing.TB, r *idem.Relay) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("relay %s: Run: %v", r.ID(), err)
+				}
+			case <-time.After(5 * time.Second):
+				t.Errorf("relay %s: Run did not return within 5s of the cancel", r.ID())
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+// waitFor polls cond until it holds, failing the test after timeout.
+func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// eventually polls cond until it holds or timeout passes, and reports
+// whether it held.
+func eventually(timeout time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return true
+}
+
+func queryInt(t testing.TB, pool *pgxpool.Pool, sql string, args ...any) int {
+	t.Helper()
+	var n int
+	if err := pool.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	return n
+}
+
+func pendingRows(t testing.TB, db *idemtest.DB) int {
+	return queryInt(t, db.Pool, `SELECT count(*)::int FROM idem_outbox WHERE published_at IS NULL AND dead_at IS NULL`)
+}
+
+// testLogger logs the relay's warnings and errors into the test's log.
+func testLogger(t testing.TB) *slog.Logger {
+	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+type testWriter struct{ t testing.TB }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSuffix(string(p), "\n"))
+	return len(p), nil
+}

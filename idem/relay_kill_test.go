@@ -1,0 +1,182 @@
+package idem_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/idem/idemtest"
+)
+
+// The downstream consumer of the relay's messages: an idem inbox keyed on the
+// message id, as the next service's generated wrapper would be, whose
+// business effect counts how often each message was applied.
+
+type event struct {
+	ID   string `json:"id"`
+	Body string `json:"body"`
+}
+
+const downstreamMigration = `-- +goose Up
+CREATE TABLE applied (message_id text PRIMARY KEY, n integer NOT NULL);
+CREATE TABLE idem_test_downstream (
+    key_id       text        PRIMARY KEY,
+    fingerprint  bytea       NOT NULL,
+    status       text        NOT NULL DEFAULT 'done',
+    result       json,
+    attempts     integer     NOT NULL DEFAULT 1,
+    created_at   timestamptz NOT NULL DEFAULT now(),
+    completed_at timestamptz
+);
+-- +goose Down
+DROP TABLE idem_test_downstream;
+DROP TABLE applied;
+`
+
+var downstreamTable = idem.Table[event]{
+	Consumer:  "test.downstream",
+	Name:      "idem_test_downstream",
+	KeyFields: []string{"ID"},
+	Key: func(msg event) ([]any, error) {
+		if err := idem.CheckString("ID", msg.ID); err != nil {
+			return nil, err
+		}
+		return []any{msg.ID}, nil
+	},
+	Retain: 720 * time.Hour,
+	Claim: `WITH wait AS MATERIALIZED (SELECT set_config('lock_timeout', $3::text, true)
+		FROM (SELECT set_config('idem.lock_timeout', current_setting('lock_timeout'), true) OFFSET 0) AS saved)
+		INSERT INTO idem_test_downstream (key_id, fingerprint) SELECT $1::text, $2::bytea FROM wait
+		ON CONFLICT DO NOTHING
+		RETURNING set_config('lock_timeout', current_setting('idem.lock_timeout'), true) IS NOT NULL`,
+	Complete: `UPDATE idem_test_downstream SET result = $2 WHERE key_id = $1`,
+	Lookup:   `SELECT fingerprint, status, result FROM idem_test_downstream WHERE key_id = $1`,
+	Purge:    `DELETE FROM idem_test_downstream WHERE ctid = ANY (ARRAY(SELECT ctid FROM idem_test_downstream WHERE created_at < now() - make_interval(secs => $1) LIMIT $2))`,
+}
+
+func downstreamInbox(pool *pgxpool.Pool) *idem.Inbox[event, idem.None] {
+	return idem.NewInbox(pool, downstreamTable, idem.NoResult(func(ctx context.Context, tx pgx.Tx, msg event) error {
+		_, err := tx.Exec(ctx, `INSERT INTO applied (message_id, n) VALUES ($1, 1)
+			ON CONFLICT (message_id) DO UPDATE SET n = applied.n + 1`, msg.ID)
+		return err
+	}))
+}
+
+// deliverDownstream is a publisher whose broker hands each message straight
+// to the downstream consumer; outcome, when not nil, sees each delivery's
+// outcome.
+func deliverDownstream(inbox *idem.Inbox[event, idem.None], outcome func(id string, o idem.Outcome), after func()) idem.Publisher {
+	return idem.PublisherFunc(func(ctx context.Context, msgs []idem.OutgoingMessage) []error {
+		errs := make([]error, len(msgs))
+		for i, m := range msgs {
+			_, o, err := inbox.Handle(ctx, event{ID: m.ID, Body: string(m.Payload)})
+			errs[i] = err
+			if err == nil && outcome != nil {
+				outcome(m.ID, o)
+			}
+		}
+		if after != nil {
+			after()
+		}
+		return errs
+	})
+}
+
+const envKilledRelayURL = "IDEM_TEST_KILLED_RELAY_URL"
+
+// TestRelayKilledAfterPublishBeforeMark: a relay process killed with SIGKILL
+// after its broker confirmed a batch and before it marked the rows leaves
+// them claimed; once the lease lapses another relay publishes them again,
+// with the same ids, and the downstream consumer keyed on the id applies
+// each message once (the redeliveries are Duplicates).
+func TestRelayKilledAfterPublishBeforeMark(t *testing.T) {
+	if url := os.Getenv(envKilledRelayURL); url != "" {
+		runKilledRelay(url) // never returns
+	}
+	db := idemtest.New(t, outboxFS(t, map[string]string{"00100_downstream.sql": downstreamMigration}))
+	rows := makeRows("kill", 20)
+	commitOutbox(t, db.Pool, rows)
+
+	cmd := exec.Command(os.Args[0], "-test.run=^TestRelayKilledAfterPublishBeforeMark$", "-test.count=1")
+	cmd.Env = append(os.Environ(), envKilledRelayURL+"="+db.URL)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+		t.Fatalf("the relay process ended with %v, want killed by SIGKILL; its output:\n%s", err, out.String())
+	}
+	if got := queryInt(t, db.Pool, `SELECT count(*)::int FROM applied WHERE n = 1`); got != len(rows) {
+		t.Fatalf("the killed relay delivered %d of %d messages downstream, want all", got, len(rows))
+	}
+	if got := queryInt(t, db.Pool, `SELECT count(*)::int FROM idem_outbox WHERE published_at IS NULL AND claim_token IS NOT NULL AND attempts = 1`); got != len(rows) {
+		t.Fatalf("%d of %d rows left claimed and unmarked by the killed relay, want all", got, len(rows))
+	}
+
+	var mu sync.Mutex
+	outcomes := map[string]idem.Outcome{}
+	inbox := downstreamInbox(db.Pool)
+	r := idem.NewRelay(db.Pool, deliverDownstream(inbox, func(id string, o idem.Outcome) {
+		mu.Lock()
+		defer mu.Unlock()
+		outcomes[id] = o
+	}, nil), idem.WithRelayID("survivor"), idem.WithRelayPollInterval(20*time.Millisecond), idem.WithRelayLogger(testLogger(t)))
+	runRelay(t, r)
+	waitFor(t, 10*time.Second, "the rows published again", func() bool { return pendingRows(t, db) == 0 })
+
+	mu.Lock()
+	defer mu.Unlock()
+	for _, row := range rows {
+		if o, ok := outcomes[row.ID.String()]; !ok || o != idem.Duplicate {
+			t.Errorf("message %s: published again with outcome %v (published: %v), want the same id, a Duplicate downstream", row.ID, o, ok)
+		}
+	}
+	if len(outcomes) != len(rows) {
+		t.Errorf("%d messages published again, want %d", len(outcomes), len(rows))
+	}
+	if got := queryInt(t, db.Pool, `SELECT count(*)::int FROM applied WHERE n = 1`); got != len(rows) {
+		t.Errorf("%d of %d messages applied exactly once downstream", got, len(rows))
+	}
+	if got := queryInt(t, db.Pool, `SELECT count(*)::int FROM idem_outbox WHERE published_at IS NOT NULL AND attempts = 2`); got != len(rows) {
+		t.Errorf("%d of %d rows marked published on their second attempt", got, len(rows))
+	}
+}
+
+// runKilledRelay is the child process of TestRelayKilledAfterPublishBeforeMark:
+// a relay whose publisher delivers the batch downstream, then kills the
+// process before the relay can mark the rows.
+func runKilledRelay(url string) {
+	fail := func(err error) {
+		fmt.Fprintln(os.Stderr, "killed relay:", err)
+		os.Exit(3)
+	}
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		fail(err)
+	}
+	inbox := downstreamInbox(pool)
+	pub := deliverDownstream(inbox, func(id string, o idem.Outcome) {
+		if o != idem.Processed {
+			fail(fmt.Errorf("message %s: first delivery %v, want Processed", id, o))
+		}
+	}, func() {
+		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		select {}
+	})
+	r := idem.NewRelay(pool, pub, idem.WithRelayID("doomed"), idem.WithRelayLease(300*time.Millisecond),
+		idem.WithRelayLogger(slog.New(slog.NewTextHandler(os.Stderr, nil))))
+	fail(fmt.Errorf("Run returned: %v", r.Run(ctx)))
+}

@@ -1,0 +1,140 @@
+-- The queries of idem.Relay over idem_outbox (migrations/), compiled by sqlc
+-- into generated/outboxdb. Every statement is one short transaction of its
+-- own; none is held open while a message is on its way to a broker.
+
+-- name: Claim :many
+-- Claim takes up to batch_size due rows that are neither published nor dead
+-- nor held by a live lease, oldest first, skipping rows another relay is
+-- claiming at this moment. Each gets the claim token, a lease and one more
+-- attempt. The locking subquery's conditions are checked again on the row's
+-- latest version once it is locked, so a row another relay claimed or
+-- published in the meantime is skipped, never claimed twice.
+UPDATE idem_outbox AS o
+SET claim_token = @claim_token,
+    lease_until = now() + make_interval(secs => @lease_seconds::float8),
+    attempts    = o.attempts + 1
+WHERE o.id IN (
+    SELECT c.id
+    FROM idem_outbox AS c
+    WHERE c.published_at IS NULL
+      AND c.dead_at IS NULL
+      AND c.available_at <= now()
+      AND (c.lease_until IS NULL OR c.lease_until <= now())
+    ORDER BY c.available_at, c.id
+    LIMIT @batch_size
+    FOR UPDATE SKIP LOCKED
+)
+RETURNING o.id, o.message_id, o.destination, o.ordering_key, o.headers, o.payload, o.attempts;
+
+-- name: ClaimOrdered :many
+-- ClaimOrdered is Claim for the ordered mode: of the rows that have an
+-- ordering key it takes only each key's head, the row with the lowest id
+-- among the key's rows that are neither published nor dead, and only when it
+-- is due and no other relay holds it under a live lease. A head that waits for
+-- its backoff therefore holds back its key, and only its key; a dead row no
+-- longer does. Rows without an ordering key are claimed as by Claim. Rows are
+-- taken by ascending id.
+UPDATE idem_outbox AS o
+SET claim_token = @claim_token,
+    lease_until = now() + make_interval(secs => @lease_seconds::float8),
+    attempts    = o.attempts + 1
+WHERE o.id IN (
+    SELECT c.id
+    FROM idem_outbox AS c
+    WHERE c.published_at IS NULL
+      AND c.dead_at IS NULL
+      AND c.available_at <= now()
+      AND (c.lease_until IS NULL OR c.lease_until <= now())
+      AND (c.ordering_key = '' OR NOT EXISTS (
+          SELECT 1
+          FROM idem_outbox AS p
+          WHERE p.ordering_key = c.ordering_key
+            AND p.ordering_key <> ''
+            AND p.id < c.id
+            AND p.published_at IS NULL
+            AND p.dead_at IS NULL
+      ))
+    ORDER BY c.id
+    LIMIT @batch_size
+    FOR UPDATE SKIP LOCKED
+)
+RETURNING o.id, o.message_id, o.destination, o.ordering_key, o.headers, o.payload, o.attempts;
+
+-- name: ExtendLease :many
+-- ExtendLease renews the lease of the rows the token still holds and returns
+-- their ids; a row missing from the result was lost to another relay.
+UPDATE idem_outbox
+SET lease_until = now() + make_interval(secs => @lease_seconds::float8)
+WHERE id = ANY (@ids::bigint[])
+  AND claim_token = @claim_token
+  AND published_at IS NULL
+RETURNING id;
+
+-- name: MarkPublished :execrows
+-- MarkPublished records the broker's confirmation of the rows the token still
+-- holds and drops the claim.
+UPDATE idem_outbox
+SET published_at = now(),
+    claim_token  = NULL,
+    lease_until  = NULL
+WHERE id = ANY (@ids::bigint[])
+  AND claim_token = @claim_token
+  AND published_at IS NULL;
+
+-- name: RecordFailure :execrows
+-- RecordFailure records a failed publish of the rows the token still holds,
+-- one error text per id: the error is kept in last_error, the row becomes due
+-- again after an exponential backoff (backoff_base_seconds doubled per
+-- attempt, at most backoff_max_seconds), and a row that has had
+-- max_attempts attempts is dead-lettered: kept, visible, never claimed
+-- again.
+UPDATE idem_outbox AS o
+SET last_error   = f.error,
+    available_at = now() + make_interval(secs => least(f.base * power(2, least(o.attempts - 1, 62)), f.max)),
+    dead_at      = CASE WHEN o.attempts >= f.max_attempts THEN now() END,
+    claim_token  = NULL,
+    lease_until  = NULL
+FROM (SELECT unnest(@ids::bigint[]) AS id,
+             unnest(@errors::text[]) AS error,
+             @backoff_base_seconds::float8 AS base,
+             @backoff_max_seconds::float8 AS max,
+             @max_attempts::integer AS max_attempts) AS f
+WHERE o.id = f.id
+  AND o.claim_token = @claim_token
+  AND o.published_at IS NULL;
+
+-- name: Release :execrows
+-- Release gives the rows the token still holds back, due at once, with the
+-- attempt of the claim taken back: the relay is stopping and did not get to
+-- (or through) the publish.
+UPDATE idem_outbox
+SET claim_token = NULL,
+    lease_until = NULL,
+    attempts    = greatest(attempts - 1, 0)
+WHERE id = ANY (@ids::bigint[])
+  AND claim_token = @claim_token
+  AND published_at IS NULL;
+
+-- name: PurgePublished :execrows
+-- PurgePublished deletes at most batch_size rows published more than
+-- older_than_seconds ago, oldest first; rows another purge is deleting at
+-- the same moment are skipped.
+DELETE FROM idem_outbox
+WHERE id IN (
+    SELECT p.id
+    FROM idem_outbox AS p
+    WHERE p.published_at < now() - make_interval(secs => @older_than_seconds::float8)
+    ORDER BY p.published_at
+    LIMIT @batch_size
+    FOR UPDATE SKIP LOCKED
+);
+
+-- name: Backlog :one
+-- Backlog counts the rows not yet published, the dead ones apart, and the age
+-- in seconds of the oldest pending one (0 when there is none), for metrics
+-- and the audit.
+SELECT count(*) FILTER (WHERE dead_at IS NULL)::bigint AS pending,
+       count(*) FILTER (WHERE dead_at IS NOT NULL)::bigint AS dead,
+       coalesce(extract(epoch FROM now() - min(created_at) FILTER (WHERE dead_at IS NULL)), 0)::float8 AS oldest_seconds
+FROM idem_outbox
+WHERE published_at IS NULL;
