@@ -75,27 +75,38 @@ func TestContractMismatchFailsToCompile(t *testing.T) {
 }
 
 // runtimeCopy copies what building generated code needs of this repository,
-// its go.mod and go.sum and the idem package without its tests, into a
+// its go.mod and go.sum and the packages of this module that idem is built
+// from (idem and the sqlc output it uses) without their tests, into a
 // directory that a test module can replace the repository with.
 func runtimeCopy(t *testing.T) string {
 	t.Helper()
 	repo, dir := repoRoot(t), t.TempDir()
-	if err := os.MkdirAll(filepath.Join(dir, "idem"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	sources, err := filepath.Glob(filepath.Join(repo, "idem", "*.go"))
+	// Every package of this module that idem builds from (idem itself and,
+	// for instance, the sqlc output it queries the outbox with), without tests.
+	cmd := exec.Command("go", "list", "-deps", "-f",
+		`{{if and (not .Standard) .Module}}{{if .Module.Main}}{{.Dir}}{{range .GoFiles}} {{.}}{{end}}{{range .EmbedFiles}} {{.}}{{end}}{{"\n"}}{{end}}{{end}}`, "./idem")
+	cmd.Dir = repo
+	out, err := cmd.Output()
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("go list -deps ./idem: %v", err)
 	}
 	files := []string{"go.mod", "go.sum"}
-	for _, src := range sources {
-		if !strings.HasSuffix(src, "_test.go") {
-			files = append(files, filepath.Join("idem", filepath.Base(src)))
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		fields := strings.Fields(line)
+		rel, err := filepath.Rel(repo, fields[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range fields[1:] {
+			files = append(files, filepath.Join(rel, name))
 		}
 	}
 	for _, name := range files {
 		data, err := os.ReadFile(filepath.Join(repo, name))
 		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, name)), 0o755); err != nil {
 			t.Fatal(err)
 		}
 		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
