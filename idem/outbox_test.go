@@ -1,9 +1,13 @@
 package idem_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"maps"
+	"sync"
 	"testing"
 	"time"
 
@@ -163,5 +167,190 @@ func TestPublishingInboxWritesRowsWithTheResult(t *testing.T) {
 		if m.Consumer != "test.order" || m.Key != `Shop="s1",Number=1` || m.Destination != "test.placed" || m.OrderingKey != "s1" || m.Headers["seq"] != fmt.Sprint(i) {
 			t.Errorf("row %d: %+v", i, m)
 		}
+	}
+}
+
+// capture is a publisher that confirms every message and keeps what it was
+// given.
+type capture struct {
+	mu   sync.Mutex
+	msgs []idem.OutgoingMessage
+}
+
+func (c *capture) Publish(_ context.Context, msgs []idem.OutgoingMessage) []error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.msgs = append(c.msgs, msgs...)
+	return make([]error, len(msgs))
+}
+
+func (c *capture) published() []idem.OutgoingMessage {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]idem.OutgoingMessage(nil), c.msgs...)
+}
+
+// perID counts the publications of each message id.
+func (c *capture) perID() map[string]int {
+	n := map[string]int{}
+	for _, m := range c.published() {
+		n[m.ID]++
+	}
+	return n
+}
+
+// slowFirst is placeOrder, holding the claim for a while in the run of a
+// message that publishes, so that concurrent deliveries pile up on it.
+func slowFirst(ctx context.Context, tx pgx.Tx, out *idem.Outbox, msg order) (int, error) {
+	time.Sleep(100 * time.Millisecond)
+	return placeOrder(ctx, tx, out, msg)
+}
+
+// outboxScenarios is what a publishing inbox must do through pool (in any
+// QueryExecMode, directly or through PgBouncer), for the message of shop:
+// 16 concurrent deliveries of a message that publishes 2 write 2 rows with
+// the ids OutgoingMessageID computes; a duplicate adds none; a handler
+// error or panic and an unencodable payload write none; a relay publishes
+// the rows with their ordering key, headers and payload, once each id.
+// relayOpts are the relay's options (poll-only through PgBouncer).
+func outboxScenarios(t *testing.T, db *idemtest.DB, pool *pgxpool.Pool, shop string, relayOpts ...idem.RelayOption) {
+	ctx := context.Background()
+	in := idem.NewPublishingInbox(pool, orderTable, slowFirst)
+	msg := order{Shop: shop, Number: 1, Publish: 2}
+	got := deliverAtOnce(t, pool, 16, func() (idem.Outcome, error) {
+		_, o, err := in.Handle(ctx, msg)
+		return o, err
+	})
+	if got[idem.Processed] != 1 || got[idem.Duplicate] != 15 {
+		t.Fatalf("16 concurrent deliveries: %v; want 1 processed, 15 duplicates", got)
+	}
+	wantShopIDs(t, db, msg, 2, "after 16 concurrent deliveries")
+
+	if n, o, err := in.Handle(ctx, msg); err != nil || o != idem.Duplicate || n != 2 {
+		t.Fatalf("a later duplicate: %v, %v, %v; want Duplicate with 2", n, o, err)
+	}
+	wantShopIDs(t, db, msg, 2, "after a duplicate")
+
+	boom := errors.New("boom")
+	failing := idem.NewPublishingInbox(pool, orderTable, func(ctx context.Context, tx pgx.Tx, out *idem.Outbox, msg order) (int, error) {
+		if _, err := placeOrder(ctx, tx, out, msg); err != nil {
+			return 0, err
+		}
+		if msg.Number == 3 {
+			panic(boom)
+		}
+		return 0, boom
+	})
+	if _, _, err := failing.Handle(ctx, order{Shop: shop, Number: 2, Publish: 3}); !errors.Is(err, boom) {
+		t.Fatalf("a handler that published 3 then failed: %v, want its error", err)
+	}
+	func() {
+		defer func() {
+			if p := recover(); p != boom {
+				t.Fatalf("a handler that published 3 then panicked: recovered %v, want its panic", p)
+			}
+		}()
+		_, _, _ = failing.Handle(ctx, order{Shop: shop, Number: 3, Publish: 3})
+	}()
+	wantShopIDs(t, db, msg, 2, "after a handler error and a panic")
+
+	// Payloads as given ([]byte that is not UTF-8, json.RawMessage) and
+	// several headers.
+	raw := idem.NewPublishingInbox(pool, orderTable, idem.NoResultPublishing(func(ctx context.Context, tx pgx.Tx, out *idem.Outbox, msg order) error {
+		if err := out.Publish("test.raw", []byte{0xff, 0x00, 'x'}, idem.WithHeader("a", "1"), idem.WithHeader("b", `"two"`), idem.WithOrderingKey(shop+"-raw")); err != nil {
+			return err
+		}
+		return out.Publish("test.raw", json.RawMessage(`{"raw": true}`))
+	}))
+	rawMsg := order{Shop: shop, Number: 4}
+	if _, o, err := raw.Handle(ctx, rawMsg); err != nil || o != idem.Processed {
+		t.Fatalf("raw payloads: %v, %v", o, err)
+	}
+
+	recv := &capture{}
+	opts := append([]idem.RelayOption{idem.WithRelayID("outbox-" + shop), idem.WithRelayPollInterval(20 * time.Millisecond), idem.WithRelayLogger(testLogger(t))}, relayOpts...)
+	stop := runRelay(t, idem.NewRelay(pool, recv, opts...))
+	waitFor(t, 10*time.Second, "the relay to publish the 4 rows", func() bool { return len(recv.published()) >= 4 })
+	stop()
+
+	byID := map[string]idem.OutgoingMessage{}
+	for _, m := range recv.published() {
+		byID[m.ID] = m
+	}
+	for id, n := range recv.perID() {
+		if n != 1 {
+			t.Errorf("message %s published %d times, want once", id, n)
+		}
+	}
+	if len(byID) != 4 {
+		t.Fatalf("published %d messages, want 4: %+v", len(byID), recv.published())
+	}
+	for i := range 2 {
+		m := byID[idem.OutgoingMessageID(orderTable.Consumer, []any{shop, int64(1)}, i)]
+		want := fmt.Sprintf(`{"shop":%q,"number":1,"seq":%d}`, shop, i)
+		if m.Destination != "test.placed" || m.OrderingKey != shop || !maps.Equal(m.Headers, map[string]string{"seq": fmt.Sprint(i)}) || string(m.Payload) != want || m.Attempt != 1 {
+			t.Errorf("message %d of the order: %+v; want destination test.placed, ordering key %q, header seq=%d, payload %s, attempt 1", i, m, shop, i, want)
+		}
+	}
+	m0 := byID[idem.OutgoingMessageID(orderTable.Consumer, []any{shop, int64(4)}, 0)]
+	if !bytes.Equal(m0.Payload, []byte{0xff, 0x00, 'x'}) || m0.OrderingKey != shop+"-raw" || !maps.Equal(m0.Headers, map[string]string{"a": "1", "b": `"two"`}) {
+		t.Errorf("the []byte message: %+v; want payload ff 00 78, ordering key %q, headers a=1 b=\"two\"", m0, shop+"-raw")
+	}
+	m1 := byID[idem.OutgoingMessageID(orderTable.Consumer, []any{shop, int64(4)}, 1)]
+	if string(m1.Payload) != `{"raw": true}` || m1.OrderingKey != "" || m1.Headers != nil {
+		t.Errorf("the json.RawMessage message: %+v; want payload {\"raw\": true} as given, no ordering key, no headers", m1)
+	}
+
+	// Seed 001's rule, after the publish: a duplicate still adds nothing.
+	if _, o, err := in.Handle(ctx, msg); err != nil || o != idem.Duplicate {
+		t.Fatalf("a duplicate after the publish: %v, %v", o, err)
+	}
+	wantShopIDs(t, db, msg, 2, "after a duplicate of a published message")
+}
+
+// wantShopIDs is wantOutboxIDs for the rows of msg's shop only.
+func wantShopIDs(t testing.TB, db *idemtest.DB, msg order, n int, when string) {
+	t.Helper()
+	var ids []string
+	for _, m := range outboxRows(t, db.Pool) {
+		if m.OrderingKey == msg.Shop {
+			ids = append(ids, m.ID)
+		}
+	}
+	var want []string
+	for i := range n {
+		want = append(want, idem.OutgoingMessageID(orderTable.Consumer, []any{msg.Shop, msg.Number}, i))
+	}
+	if fmt.Sprint(ids) != fmt.Sprint(want) {
+		t.Fatalf("%s: outbox message ids of shop %s: %v, want %v", when, msg.Shop, ids, want)
+	}
+}
+
+// TestOutboxEveryQueryExecMode runs outboxScenarios through a pool in each
+// pgx.QueryExecMode.
+func TestOutboxEveryQueryExecMode(t *testing.T) {
+	db := orderDB(t)
+	for _, mode := range execModes {
+		t.Run(mode.String(), func(t *testing.T) {
+			outboxScenarios(t, db, poolInMode(t, db.URL, mode), "shop-"+mode.String())
+		})
+	}
+}
+
+// TestOutboxThroughPgBouncer runs outboxScenarios behind a real PgBouncer in
+// transaction pooling mode, with a poll-only relay, in the exec modes
+// PgBouncer 1.18 supports.
+func TestOutboxThroughPgBouncer(t *testing.T) {
+	db := orderDB(t)
+	bouncer := startPgBouncer(t, db)
+	for _, mode := range []pgx.QueryExecMode{
+		pgx.QueryExecModeSimpleProtocol,
+		pgx.QueryExecModeExec,
+		pgx.QueryExecModeCacheDescribe,
+		pgx.QueryExecModeDescribeExec,
+	} {
+		t.Run(mode.String(), func(t *testing.T) {
+			outboxScenarios(t, db, poolInMode(t, bouncer, mode), "bouncer-"+mode.String(), idem.WithRelayPollOnly())
+		})
 	}
 }
