@@ -18,7 +18,7 @@ import (
 // inbox writes the buffered messages as rows of the outbox table,
 // idem_outbox, in the round trip that stores the result and commits, so they
 // exist exactly when the handler's change committed. A handler error or panic
-// discards them, and so does a delivery that does not commit. An [idem.Relay]
+// discards them, and so does a delivery that does not commit. A [Relay]
 // then publishes the committed rows.
 //
 // The messages of one run get stable ids, [OutgoingMessageID] of the
