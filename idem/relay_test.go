@@ -78,7 +78,11 @@ func TestRelaysShareTheWork(t *testing.T) {
 
 // TestRelayLeaseShorterThanPublish: a publish that takes longer than the
 // lease renews it, so that none of the idle relays (more relays than
-// batches) takes the rows while it is under way.
+// batches) takes the rows while it is under way. The lease is short against
+// the publish (2.5 s) but long against the scheduling delays of a loaded
+// machine: the relay stops a publish a tenth of the lease before it would
+// lapse, and a lease of tens of milliseconds left too thin a margin for the
+// publisher to notice in time.
 func TestRelayLeaseShorterThanPublish(t *testing.T) {
 	db := idemtest.New(t, outboxFS(t, nil))
 	rows := makeRows("slow", 30)
@@ -86,16 +90,16 @@ func TestRelayLeaseShorterThanPublish(t *testing.T) {
 	rec := &recorder{}
 	for i := 0; i < 5; i++ {
 		id := fmt.Sprintf("slow%d", i)
-		r := idem.NewRelay(db.Pool, rec.publisher(id, 150*time.Millisecond, nil), idem.WithRelayID(id),
-			idem.WithRelayBatchSize(10), idem.WithRelayLease(60*time.Millisecond), idem.WithRelayPollInterval(10*time.Millisecond),
+		r := idem.NewRelay(db.Pool, rec.publisher(id, 2500*time.Millisecond, nil), idem.WithRelayID(id),
+			idem.WithRelayBatchSize(10), idem.WithRelayLease(time.Second), idem.WithRelayPollInterval(10*time.Millisecond),
 			idem.WithRelayLogger(testLogger(t)))
 		runRelay(t, r)
 	}
-	allPublished := eventually(5*time.Second, func() bool { return pendingRows(t, db) == 0 })
+	allPublished := eventually(20*time.Second, func() bool { return pendingRows(t, db) == 0 })
 	pubs := rec.snapshot()
 	checkNoOverlap(t, pubs)
 	if !allPublished {
-		t.Errorf("%d rows still pending after 5s", pendingRows(t, db))
+		t.Errorf("%d rows still pending after 20s", pendingRows(t, db))
 	}
 	if len(pubs) != len(rows) {
 		t.Errorf("%d publications of %d rows: a lease lapsed during a publish and another relay took the rows", len(pubs), len(rows))
