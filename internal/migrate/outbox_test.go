@@ -103,8 +103,8 @@ func TestOutboxKind(t *testing.T) {
 // carry the marker.
 func TestNewOutboxKind(t *testing.T) {
 	for name, src := range map[string]fstest.MapFS{
-		"no .sql file":      {},
-		"is not named":      {"idem_outbox.sql": {Data: []byte(migrations.Marker + "\n-- +goose Up\n")}},
+		"no .sql file":     {},
+		"is not named":     {"idem_outbox.sql": {Data: []byte(migrations.Marker + "\n-- +goose Up\n")}},
 		"has no \"-- idem": {"00001_idem_outbox.sql": {Data: []byte("-- +goose Up\n" + migrations.Marker + "\n")}},
 	} {
 		if _, err := NewOutboxKind(src); err == nil || !strings.Contains(err.Error(), name) {
