@@ -75,22 +75,39 @@ func TestContractMismatchFailsToCompile(t *testing.T) {
 }
 
 // runtimeCopy copies what building generated code needs of this repository,
-// its go.mod and go.sum and the idem package without its tests, into a
+// its go.mod and go.sum and the idem package with the packages of this
+// module it imports (generated/outboxdb), without their tests, into a
 // directory that a test module can replace the repository with.
 func runtimeCopy(t *testing.T) string {
 	t.Helper()
 	repo, dir := repoRoot(t), t.TempDir()
-	if err := os.MkdirAll(filepath.Join(dir, "idem"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	sources, err := filepath.Glob(filepath.Join(repo, "idem", "*.go"))
+	cmd := exec.Command("go", "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}} {{.Dir}}{{end}}", "./idem")
+	cmd.Dir = repo
+	out, err := cmd.Output()
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("go list -deps ./idem: %v", err)
 	}
 	files := []string{"go.mod", "go.sum"}
-	for _, src := range sources {
-		if !strings.HasSuffix(src, "_test.go") {
-			files = append(files, filepath.Join("idem", filepath.Base(src)))
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		path, pkgDir, _ := strings.Cut(line, " ")
+		if path != idemgenModule && !strings.HasPrefix(path, idemgenModule+"/") {
+			continue // another module's: in the module cache
+		}
+		rel, err := filepath.Rel(repo, pkgDir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.MkdirAll(filepath.Join(dir, rel), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		sources, err := filepath.Glob(filepath.Join(pkgDir, "*.go"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, src := range sources {
+			if !strings.HasSuffix(src, "_test.go") {
+				files = append(files, filepath.Join(rel, filepath.Base(src)))
+			}
 		}
 	}
 	for _, name := range files {
