@@ -12,6 +12,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/idemgen/idemgen/idem"
 )
 
 // OrderPlaced is published by the order service when a customer checks out.
@@ -27,6 +29,22 @@ type Receipt struct {
 	ChargeID     int64 `json:"charge_id"`
 	BalanceCents int64 `json:"balance_cents"`
 }
+
+// ChargeCompleted is what Charge publishes, to ChargeCompletedDestination,
+// once an order's charge committed. Its message id (idem.OutgoingMessageID of
+// the consumer billing.charge and the order id) is the same for every run of
+// Charge for the order, so the next consumer can key on it.
+type ChargeCompleted struct {
+	OrderID      string `json:"order_id"`
+	AccountID    string `json:"account_id"`
+	ChargeID     int64  `json:"charge_id"`
+	AmountCents  int64  `json:"amount_cents"`
+	BalanceCents int64  `json:"balance_cents"`
+}
+
+// ChargeCompletedDestination is where ChargeCompleted messages go: the
+// exchange and routing key, subject or topic the relay's publisher reads.
+const ChargeCompletedDestination = "billing.charge-completed"
 
 // PaymentReceived is relayed from a payment provider's webhook. The provider's
 // payment id is unique per provider only, so both make up the key.
@@ -65,10 +83,13 @@ type Service struct {
 	CreditLimitCents int64
 }
 
-// Charge records the order's charge and debits the account.
+// Charge records the order's charge, debits the account and publishes
+// ChargeCompleted through the outbox: the message is written in the same
+// transaction, so it exists exactly when the charge does, and an idem.Relay
+// delivers it.
 //
 //idem:handler consumer=billing.charge key=OrderID fixture=chargeFixture
-func (s *Service) Charge(ctx context.Context, tx pgx.Tx, msg OrderPlaced) (Receipt, error) {
+func (s *Service) Charge(ctx context.Context, tx pgx.Tx, out *idem.Outbox, msg OrderPlaced) (Receipt, error) {
 	var r Receipt
 	err := tx.QueryRow(ctx,
 		`INSERT INTO charges (order_id, account_id, amount_cents) VALUES ($1, $2, $3) RETURNING id`,
@@ -86,6 +107,10 @@ func (s *Service) Charge(ctx context.Context, tx pgx.Tx, msg OrderPlaced) (Recei
 		return Receipt{}, fmt.Errorf("debit account: %w", err)
 	case r.BalanceCents < -s.CreditLimitCents:
 		return Receipt{}, ErrInsufficientFunds
+	}
+	completed := ChargeCompleted{OrderID: msg.OrderID, AccountID: msg.AccountID, ChargeID: r.ChargeID, AmountCents: msg.AmountCents, BalanceCents: r.BalanceCents}
+	if err := out.Publish(ChargeCompletedDestination, completed, idem.WithOrderingKey(msg.AccountID)); err != nil {
+		return Receipt{}, fmt.Errorf("publish charge completed: %w", err)
 	}
 	return r, nil
 }

@@ -61,16 +61,23 @@ func queryInt(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) int64 {
 	return n
 }
 
-// state is what a charge of order id changed: charge rows, inbox rows and the
-// balance of acc-1.
-type state struct{ charges, inbox, balance int64 }
+// state is what a charge of order id changed: charge rows, inbox rows, the
+// balance of acc-1 and the ChargeCompleted rows in the outbox.
+type state struct{ charges, inbox, balance, outbox int64 }
 
 func chargeState(t *testing.T, db *idemtest.DB, orderID string) state {
 	t.Helper()
+	// The one message of a charge has the id every run for the order mints.
+	id := idem.OutgoingMessageID("billing.charge", []any{orderID}, 0)
+	byOrder := `FROM idem_outbox WHERE convert_from(payload, 'UTF8')::jsonb->>'order_id' = $1`
+	if n := queryInt(t, db.Pool, `SELECT count(*) `+byOrder+` AND message_id <> $2::uuid`, orderID, id); n > 0 {
+		t.Errorf("%d outbox row(s) of order %s have another id than %s", n, orderID, id)
+	}
 	return state{
 		charges: queryInt(t, db.Pool, `SELECT count(*) FROM charges WHERE order_id = $1`, orderID),
 		inbox:   queryInt(t, db.Pool, `SELECT count(*) FROM idem_billing_charge WHERE key_order_id = $1`, orderID),
 		balance: queryInt(t, db.Pool, `SELECT balance_cents FROM accounts WHERE id = 'acc-1'`),
+		outbox:  queryInt(t, db.Pool, `SELECT count(*) `+byOrder, orderID),
 	}
 }
 
@@ -149,7 +156,7 @@ func TestChargeConcurrentDeliveries(t *testing.T) {
 			t.Errorf("a duplicate returned %+v, the first delivery %+v", r.r, processed[0])
 		}
 	}
-	if got, want := chargeState(t, db, "ord-1"), (state{charges: 1, inbox: 1, balance: 750}); got != want {
+	if got, want := chargeState(t, db, "ord-1"), (state{charges: 1, inbox: 1, balance: 750, outbox: 1}); got != want {
 		t.Errorf("after %d deliveries: %+v, want %+v", n, got, want)
 	}
 }
@@ -176,7 +183,7 @@ func TestChargeCrashInsideTransaction(t *testing.T) {
 	if _, o, err := charge.Handle(context.Background(), msg); err != nil || o != idem.Processed {
 		t.Fatalf("redelivery: %v, %v; want Processed", o, err)
 	}
-	if got, want := chargeState(t, db, "ord-2"), (state{charges: 1, inbox: 1, balance: 900}); got != want {
+	if got, want := chargeState(t, db, "ord-2"), (state{charges: 1, inbox: 1, balance: 900, outbox: 1}); got != want {
 		t.Errorf("after the redelivery: %+v, want %+v", got, want)
 	}
 }
@@ -199,7 +206,7 @@ func TestChargeCrashAfterCommitBeforeAck(t *testing.T) {
 	if r != first {
 		t.Errorf("redelivery returned %+v, the crashed delivery committed %+v", r, first)
 	}
-	if got, want := chargeState(t, db, "ord-3"), (state{charges: 1, inbox: 1, balance: 700}); got != want {
+	if got, want := chargeState(t, db, "ord-3"), (state{charges: 1, inbox: 1, balance: 700, outbox: 1}); got != want {
 		t.Errorf("after the redelivery: %+v, want %+v", got, want)
 	}
 }
@@ -215,7 +222,7 @@ func TestChargeKeyReused(t *testing.T) {
 	if !errors.Is(err, idem.ErrKeyReused) {
 		t.Fatalf("got %v, want ErrKeyReused", err)
 	}
-	if got, want := chargeState(t, db, "ord-4"), (state{charges: 1, inbox: 1, balance: 990}); got != want {
+	if got, want := chargeState(t, db, "ord-4"), (state{charges: 1, inbox: 1, balance: 990, outbox: 1}); got != want {
 		t.Errorf("%+v, want %+v", got, want)
 	}
 }

@@ -21,17 +21,22 @@ const _ = idem.SupportPackageIsVersion1
 // per key (OrderID) for the consumer "billing.charge": the handler's writes
 // commit together with the key's row in the inbox table idem_billing_charge,
 // and a redelivered message gets the stored result back without running the
-// handler again. Build it with NewChargeIdem.
+// handler again. The handler publishes through the outbox: the messages it
+// gives to its *idem.Outbox are written to idem_outbox in the same commit, with
+// ids derived from the consumer and the key, or not at all; an idem.Relay
+// delivers them. Build it with NewChargeIdem.
 type ChargeIdem struct {
 	inbox *idem.Inbox[OrderPlaced, Receipt]
 }
 
 // NewChargeIdem returns the idempotent wrapper of (*Service).Charge. db must
-// reach the database that holds idem_billing_charge and the handler's own
-// tables; opts choose the isolation level (idem.WithIsolation) and how long a
-// concurrent delivery of the same key waits (idem.WithClaimWait).
+// reach the database that holds idem_billing_charge, idem_outbox and the
+// handler's own tables; opts choose the isolation level (idem.WithIsolation)
+// and how long a concurrent delivery of the same key waits
+// (idem.WithClaimWait), and whether its commits NOTIFY the relays
+// (idem.WithoutNotify).
 func NewChargeIdem(db idem.DB, s *Service, opts ...idem.Option) *ChargeIdem {
-	return &ChargeIdem{inbox: idem.NewInbox(db, idemChargeTable, s.Charge, opts...)}
+	return &ChargeIdem{inbox: idem.NewPublishingInbox(db, idemChargeTable, s.Charge, opts...)}
 }
 
 // Handle runs Charge for msg in one transaction with the claim of its key, or,

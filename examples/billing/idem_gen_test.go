@@ -41,6 +41,13 @@ import (
 // be exactly 1 after each scenario (0 after the abandoned delivery, and
 // unchanged by the failed one of business_unique_violation).
 //
+// Charge publishes through the outbox, so every scenario also checks
+// idem_outbox: no row while the change has not committed (after the abandoned
+// delivery, and after the failed one of business_unique_violation); once it
+// committed, the rows of one run, at least one, whose message ids are
+// idem.OutgoingMessageID("billing.charge", key, 0..n-1), the ids a rerun after
+// the failure before commit computes too; and no duplicate adds a row.
+//
 // Without IDEMGEN_TEST_DATABASE_URL (DATABASE_URL is never used) the test is
 // skipped, and with IDEMGEN_REQUIRE_DB set it fails instead;
 // IDEMGEN_TEST_DELIVERIES sets another number of concurrent deliveries than 16.
@@ -55,6 +62,10 @@ func TestChargeIdem(t *testing.T) {
 		Variant: func(msg OrderPlaced) OrderPlaced {
 			msg.AccountID += "-variant"
 			return msg
+		},
+		Outbox: &idemtest.Outbox[OrderPlaced]{
+			Consumer: "billing.charge",
+			Key:      idemChargeKey,
 		},
 	}.Run(t)
 }

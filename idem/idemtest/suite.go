@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -153,6 +154,27 @@ type Suite[V, M, R any] struct {
 	// hook and a claim wait longer than the hold), such as
 	// idem.WithIsolation.
 	Options []idem.Option
+	// Outbox turns on the outbox checks, for a consumer whose handler
+	// publishes through an *idem.Outbox; nil for one that does not.
+	Outbox *Outbox[M]
+}
+
+// Outbox is what a Suite needs to check the outgoing messages of a handler
+// that publishes through an *idem.Outbox. With it, every scenario checks
+// the scenario's idem_outbox table (which the Suite's Migrations must
+// create): it holds no row while the business change has not committed (after
+// the abandoned delivery of ScenarioFailureBeforeCommit, and after the failed
+// one of ScenarioBusinessUniqueViolation); once it committed, the rows are
+// those of one run, at least one, whose message ids are exactly
+// idem.OutgoingMessageID(Consumer, key, 0..n-1), also after a failure before
+// the commit and the rerun; and no later delivery (a duplicate, concurrent or
+// not, or a reused key) adds a row.
+type Outbox[M any] struct {
+	// Consumer is the consumer's name, part of every message id.
+	Consumer string
+	// Key returns the key parts of msg as the consumer's idem.Table does
+	// (the wrapper's key function).
+	Key func(msg M) ([]any, error)
 }
 
 // Scenario is one scenario of a Suite.
@@ -256,6 +278,10 @@ type scenario[V, M, R any] struct {
 	runs atomic.Int64
 	// atCommit is what the hook does beyond counting; n is the run.
 	atCommit func(ctx context.Context, tx pgx.Tx, n int64) error
+
+	// published is the number of outbox rows the committed run wrote, -1
+	// before it was seen.
+	published int
 }
 
 // start prepares a scenario: a fresh schema with the migrations, the
@@ -267,7 +293,7 @@ func (s Suite[V, M, R]) start(t testing.TB, seen *fixtureSeen, conns int) *scena
 	if s.New == nil || s.Fixture == nil || s.Inbox == "" {
 		t.Fatal("idemtest: a Suite needs New, Fixture and Inbox")
 	}
-	sc := &scenario[V, M, R]{s: s, t: t}
+	sc := &scenario[V, M, R]{s: s, t: t, published: -1}
 	ctx, cancel := context.WithTimeout(context.Background(), scenarioTimeout)
 	t.Cleanup(cancel)
 	sc.db = New(t, s.Migrations)
@@ -381,6 +407,82 @@ func (sc *scenario[V, M, R]) wantInboxRows(want int, when string) {
 	}
 }
 
+// wantNoOutbox checks, with Suite.Outbox, that idem_outbox holds no row: the
+// business change did not commit.
+func (sc *scenario[V, M, R]) wantNoOutbox(when string) {
+	sc.t.Helper()
+	if sc.s.Outbox == nil {
+		return
+	}
+	if rows := sc.outboxRows(); len(rows) > 0 {
+		sc.t.Errorf("%s: %d row(s) in idem_outbox; want none: outgoing messages exist exactly when the change committed", when, len(rows))
+	}
+}
+
+// wantOutbox checks, with Suite.Outbox, that idem_outbox holds the rows of
+// msg's one committed run: ids derived from the consumer, the key and the
+// sequence 0..n-1, and as many as the first time it was checked.
+func (sc *scenario[V, M, R]) wantOutbox(msg M, when string) {
+	sc.t.Helper()
+	o := sc.s.Outbox
+	if o == nil {
+		return
+	}
+	rows := sc.outboxRows()
+	if len(rows) == 0 {
+		sc.t.Errorf("%s: no row in idem_outbox; want the messages the handler published (does the fixture's message make it publish?)", when)
+		return
+	}
+	if sc.published < 0 {
+		sc.published = len(rows)
+	} else if len(rows) != sc.published {
+		sc.t.Errorf("%s: %d row(s) in idem_outbox; want the %d the committed run wrote: a later delivery must not publish again", when, len(rows), sc.published)
+	}
+	key, err := o.Key(msg)
+	if err != nil {
+		sc.t.Fatalf("the Outbox's Key of the fixture's message: %v", err)
+	}
+	want := make([]string, len(rows))
+	for i := range want {
+		want[i] = idem.OutgoingMessageID(o.Consumer, key, i)
+	}
+	var got []string
+	for _, r := range rows {
+		got = append(got, r.id)
+		if r.consumer != o.Consumer {
+			sc.t.Errorf("%s: the outbox row %s has consumer %q; want %q", when, r.id, r.consumer, o.Consumer)
+		}
+	}
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		sc.t.Errorf("%s: the message ids in idem_outbox are %v; want idem.OutgoingMessageID(%q, %v, 0..%d), %v: the ids a rerun computes",
+			when, got, o.Consumer, key, len(rows)-1, want)
+	}
+}
+
+// outboxRow is a row of idem_outbox, as the checks see it.
+type outboxRow struct{ id, consumer string }
+
+// outboxRows returns the rows of the scenario's idem_outbox, which only its
+// deliveries write to.
+func (sc *scenario[V, M, R]) outboxRows() []outboxRow {
+	sc.t.Helper()
+	rows, err := sc.db.Pool.Query(sc.ctx, `SELECT message_id::text, consumer FROM idem_outbox ORDER BY id`)
+	if err != nil {
+		sc.t.Fatalf("read idem_outbox (do the Suite's Migrations include the outbox chain?): %v", err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (outboxRow, error) {
+		var r outboxRow
+		err := row.Scan(&r.id, &r.consumer)
+		return r, err
+	})
+	if err != nil {
+		sc.t.Fatalf("read idem_outbox: %v", err)
+	}
+	return out
+}
+
 // effect returns the fixture's count of the business effect of msg, and
 // false without an Effect.
 func (sc *scenario[V, M, R]) effect(msg M) (int, bool) {
@@ -468,6 +570,7 @@ func (s Suite[V, M, R]) concurrent(t testing.TB, seen *fixtureSeen) {
 	sc.wantRuns(1, "the deliveries that found the key claimed must not run it")
 	sc.wantInboxRows(1, fmt.Sprintf("after %d concurrent deliveries", n))
 	sc.wantEffect(sc.fx.Message, 1, fmt.Sprintf("after %d concurrent deliveries", n))
+	sc.wantOutbox(sc.fx.Message, fmt.Sprintf("after %d concurrent deliveries", n))
 	if held != nil && held.err == nil {
 		t.Logf("the first delivery held its transaction until %d other deliveries waited on a lock in PostgreSQL and %d had returned", held.waiting, held.returned)
 	}
@@ -488,10 +591,12 @@ func (s Suite[V, M, R]) failureBeforeCommit(t testing.TB, seen *fixtureSeen) {
 	}
 	sc.wantInboxRows(0, "after the delivery abandoned before its commit")
 	sc.wantEffect(msg, 0, "after the delivery abandoned before its commit")
+	sc.wantNoOutbox("after the delivery abandoned before its commit")
 	sc.mustProcess("the redelivery after the abandoned delivery", msg)
 	sc.wantRuns(2, "once abandoned, once redelivered")
 	sc.wantInboxRows(1, "after the redelivery")
 	sc.wantEffect(msg, 1, "after the redelivery")
+	sc.wantOutbox(msg, "after the redelivery")
 }
 
 func (s Suite[V, M, R]) crashAfterCommit(t testing.TB, seen *fixtureSeen) {
@@ -499,6 +604,7 @@ func (s Suite[V, M, R]) crashAfterCommit(t testing.TB, seen *fixtureSeen) {
 	sc := s.start(t, seen, 2)
 	msg := sc.fx.Message
 	first := sc.mustProcess("the delivery of the worker that crashes before its ack", msg)
+	sc.wantOutbox(msg, "after the delivery of the worker that crashes before its ack")
 
 	// The worker dies: its sessions end, and its result is never acked.
 	if _, err := sc.db.Pool.Exec(sc.ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1`, sc.app); err != nil {
@@ -513,6 +619,7 @@ func (s Suite[V, M, R]) crashAfterCommit(t testing.TB, seen *fixtureSeen) {
 	sc.wantRuns(1, "the redelivery of a committed message must not run the handler")
 	sc.wantInboxRows(1, "after the redelivery")
 	sc.wantEffect(msg, 1, "after the redelivery")
+	sc.wantOutbox(msg, "after the redelivery")
 }
 
 func (s Suite[V, M, R]) keyReused(t testing.TB, seen *fixtureSeen) {
@@ -533,6 +640,7 @@ func (s Suite[V, M, R]) keyReused(t testing.TB, seen *fixtureSeen) {
 	}
 
 	first := sc.mustProcess("the first delivery", msg)
+	sc.wantOutbox(msg, "after the first delivery")
 	d := sc.deliver(sc.handle, other)
 	switch {
 	case errors.Is(d.err, idem.ErrKeyReused):
@@ -547,6 +655,7 @@ func (s Suite[V, M, R]) keyReused(t testing.TB, seen *fixtureSeen) {
 	sc.wantRuns(1, "a reused key must not run the handler")
 	sc.wantInboxRows(1, "after the reused key")
 	sc.wantEffect(msg, 1, "after the reused key")
+	sc.wantOutbox(msg, "after the reused key")
 }
 
 func (s Suite[V, M, R]) sequentialDuplicate(t testing.TB, seen *fixtureSeen) {
@@ -554,10 +663,12 @@ func (s Suite[V, M, R]) sequentialDuplicate(t testing.TB, seen *fixtureSeen) {
 	sc := s.start(t, seen, 2)
 	msg := sc.fx.Message
 	first := sc.mustProcess("the first delivery", msg)
+	sc.wantOutbox(msg, "after the first delivery")
 	sc.wantDuplicate("the second delivery", sc.deliver(sc.handle, msg), first)
 	sc.wantRuns(1, "a Duplicate must not run the handler")
 	sc.wantInboxRows(1, "after two deliveries")
 	sc.wantEffect(msg, 1, "after two deliveries")
+	sc.wantOutbox(msg, "after two deliveries")
 }
 
 func (s Suite[V, M, R]) businessUniqueViolation(t testing.TB, seen *fixtureSeen) {
@@ -583,6 +694,7 @@ func (s Suite[V, M, R]) businessUniqueViolation(t testing.TB, seen *fixtureSeen)
 	}
 	sc.wantInboxRows(0, "after the failed delivery")
 	sc.wantEffect(msg, before, "after the failed delivery (the count before it)")
+	sc.wantNoOutbox("after the failed delivery")
 }
 
 // deliveries returns N of the concurrent scenario.

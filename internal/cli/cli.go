@@ -10,6 +10,7 @@ import (
 	"go/parser"
 	"go/token"
 	"io"
+	"io/fs"
 	"maps"
 	"os"
 	"os/exec"
@@ -67,6 +68,17 @@ func Run(args []string, stdout, stderr io.Writer) int {
 var commands = []string{"generate", "check", "vet", "help"}
 
 func run(dir string, args []string, stdout, stderr io.Writer) int {
+	return runner{}.run(dir, args, stdout, stderr)
+}
+
+// runner is what a run takes from its surroundings besides the command line.
+type runner struct {
+	// outbox holds the runtime's outbox migrations; nil is migrations.FS.
+	// Tests give another, to play a runtime that gained a migration.
+	outbox fs.FS
+}
+
+func (r runner) run(dir string, args []string, stdout, stderr io.Writer) int {
 	cmd := "generate"
 	if len(args) > 0 {
 		switch {
@@ -78,31 +90,31 @@ func run(dir string, args []string, stdout, stderr io.Writer) int {
 			return ExitUsage
 		}
 	}
-	fs := flag.NewFlagSet("idemgen "+cmd, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	migrations := fs.String("migrations", "", "write inbox migrations to `DIR` (default: a migrations folder in each handler's package)")
-	verbose := fs.Bool("v", false, "list the files written or deleted")
-	postgres := fs.Int("postgres", 0, "the oldest PostgreSQL major `version` the migrations run on; from 15 on, nullable key parts get UNIQUE NULLS NOT DISTINCT instead of partial indexes")
-	rehash := fs.Bool("rehash", false, "record the migrations folders in their "+migrate.SumFile+" as they are (after checking them yourself)")
-	acceptResults := fs.String("accept-result-change", "", "comma-separated `consumers` whose result type may change in a way the results stored before cannot be decoded through (their duplicates will be dead-lettered); once, on purpose")
-	fs.Usage = func() {
+	flags := flag.NewFlagSet("idemgen "+cmd, flag.ContinueOnError)
+	flags.SetOutput(stderr)
+	migrations := flags.String("migrations", "", "write inbox (and outbox) migrations to `DIR` (default: a migrations folder in each handler's package)")
+	verbose := flags.Bool("v", false, "list the files written or deleted")
+	postgres := flags.Int("postgres", 0, "the oldest PostgreSQL major `version` the migrations run on; from 15 on, nullable key parts get UNIQUE NULLS NOT DISTINCT instead of partial indexes")
+	rehash := flags.Bool("rehash", false, "record the migrations folders in their "+migrate.SumFile+" as they are (after checking them yourself)")
+	acceptResults := flags.String("accept-result-change", "", "comma-separated `consumers` whose result type may change in a way the results stored before cannot be decoded through (their duplicates will be dead-lettered); once, on purpose")
+	flags.Usage = func() {
 		fmt.Fprint(stderr, usage)
-		fs.PrintDefaults()
+		flags.PrintDefaults()
 	}
 	if cmd == "help" {
-		fs.SetOutput(stdout)
+		flags.SetOutput(stdout)
 		fmt.Fprint(stdout, usage)
-		fs.PrintDefaults()
+		flags.PrintDefaults()
 		return ExitOK
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := flags.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return ExitOK
 		}
 		return ExitUsage
 	}
 
-	prog, diags, err := load.Load(load.Config{Dir: dir, Patterns: fs.Args(), MigrationsDir: *migrations, Postgres: *postgres})
+	prog, diags, err := load.Load(load.Config{Dir: dir, Patterns: flags.Args(), MigrationsDir: *migrations, Postgres: *postgres})
 	if err != nil {
 		fmt.Fprintln(stderr, "idemgen:", err)
 		return ExitFail
@@ -116,7 +128,7 @@ func run(dir string, args []string, stdout, stderr io.Writer) int {
 		}
 		dirs = append(dirs, d)
 	}
-	set, genDiags := generate.Generate(prog, dirs, generate.Options{Rehash: *rehash, AcceptResultChange: splitList(*acceptResults)})
+	set, genDiags := generate.Generate(prog, dirs, generate.Options{Rehash: *rehash, AcceptResultChange: splitList(*acceptResults), Outbox: r.outbox})
 	for _, d := range genDiags.Sorted() {
 		diags.Add(d)
 	}

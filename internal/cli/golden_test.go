@@ -15,11 +15,13 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/fstest"
 
 	"golang.org/x/tools/txtar"
 
 	"github.com/idemgen/idemgen/idem/idemtest"
 	"github.com/idemgen/idemgen/internal/testmodule"
+	"github.com/idemgen/idemgen/migrations"
 )
 
 var update = flag.Bool("update", false, "rewrite the want sections of testdata/*.txtar from what idemgen does now")
@@ -27,7 +29,9 @@ var update = flag.Bool("update", false, "rewrite the want sections of testdata/*
 // TestGolden runs idemgen on each testdata/*.txtar case. A case holds input
 // files, optionally the command line (-- args --; default "-migrations
 // migrations ."; one run per line, in order, for a case of several runs, such
-// as packages generated one after the other), and what must come out (of
+// as packages generated one after the other), -- runtime-migrations/NAME --
+// sections for migrations the runtime's outbox chain gains in this case (added
+// to migrations.FS, to play a newer runtime), and what must come out (of
 // the runs together, with one exit code per run): -- want:PATH -- for every file
 // written, -- deleted -- listing files removed, -- want:stdout --,
 // -- want:stderr -- and -- want:exit --. Each case is a package directory in
@@ -153,6 +157,7 @@ func runCase(t *testing.T, file, dir string) (ok, goTest bool) {
 	}
 	runs := [][]string{{"-migrations", "migrations", "."}}
 	inputs := map[string][]byte{}
+	var r runner
 	var wantDeleted []string
 	for _, f := range archive.Files {
 		switch {
@@ -167,6 +172,11 @@ func runCase(t *testing.T, file, dir string) (ok, goTest bool) {
 			goTest = true
 		case f.Name == "deleted":
 			wantDeleted = strings.Fields(string(f.Data))
+		case strings.HasPrefix(f.Name, runtimeMigrations):
+			if r.outbox == nil {
+				r.outbox = runtimeFS(t)
+			}
+			r.outbox.(fstest.MapFS)[strings.TrimPrefix(f.Name, runtimeMigrations)] = &fstest.MapFile{Data: f.Data}
 		case strings.HasPrefix(f.Name, "want:"):
 		default:
 			inputs[f.Name] = f.Data
@@ -183,7 +193,7 @@ func runCase(t *testing.T, file, dir string) (ok, goTest bool) {
 	var stdout, stderr, exits bytes.Buffer
 	code := 0
 	for _, args := range runs {
-		c := run(dir, args, &stdout, &stderr)
+		c := r.run(dir, args, &stdout, &stderr)
 		exits.WriteString(strconv.Itoa(c) + "\n")
 		code = max(code, c)
 	}
@@ -221,7 +231,7 @@ func runCase(t *testing.T, file, dir string) (ok, goTest bool) {
 
 	for _, args := range runs {
 		if code == 0 && args[0] != "check" {
-			rerun(t, dir, args)
+			rerun(t, r, dir, args)
 		}
 	}
 	if *update {
@@ -252,11 +262,11 @@ func runCase(t *testing.T, file, dir string) (ok, goTest bool) {
 
 // rerun checks that a second run changes nothing on disk, not even a
 // modification time, and that check then finds everything current.
-func rerun(t *testing.T, dir string, args []string) {
+func rerun(t *testing.T, r runner, dir string, args []string) {
 	t.Helper()
 	before := snapshot(t, dir)
 	var stdout, stderr bytes.Buffer
-	if code := run(dir, args, &stdout, &stderr); code != 0 {
+	if code := r.run(dir, args, &stdout, &stderr); code != 0 {
 		t.Fatalf("second run: exit %d\n%s", code, stderr.String())
 	}
 	if after := snapshot(t, dir); !maps.Equal(before, after) {
@@ -264,9 +274,32 @@ func rerun(t *testing.T, dir string, args []string) {
 	}
 	stdout.Reset()
 	stderr.Reset()
-	if code := run(dir, append([]string{"check"}, args...), &stdout, &stderr); code != 0 || stdout.Len() > 0 {
+	if code := r.run(dir, append([]string{"check"}, args...), &stdout, &stderr); code != 0 || stdout.Len() > 0 {
 		t.Errorf("check after generate: exit %d\n%s%s", code, stdout.String(), stderr.String())
 	}
+}
+
+// runtimeMigrations starts the names of a case's sections that add a
+// migration to the runtime's outbox chain.
+const runtimeMigrations = "runtime-migrations/"
+
+// runtimeFS returns a copy of the runtime's outbox migrations (migrations.FS)
+// that a case can add to.
+func runtimeFS(t *testing.T) fstest.MapFS {
+	t.Helper()
+	m := fstest.MapFS{}
+	names, err := fs.Glob(migrations.FS, "*.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range names {
+		data, err := fs.ReadFile(migrations.FS, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m[name] = &fstest.MapFile{Data: data}
+	}
+	return m
 }
 
 // snapshot maps every file below dir to its size and modification time.

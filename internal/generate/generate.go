@@ -7,6 +7,7 @@
 package generate
 
 import (
+	"io/fs"
 	"path/filepath"
 	"slices"
 
@@ -17,6 +18,7 @@ import (
 	"github.com/idemgen/idemgen/internal/migrate"
 	"github.com/idemgen/idemgen/internal/model"
 	"github.com/idemgen/idemgen/internal/output"
+	"github.com/idemgen/idemgen/migrations"
 )
 
 // Options change how Generate treats the migrations folders.
@@ -29,14 +31,15 @@ type Options struct {
 	// record of result shapes is replaced, and those results' duplicates
 	// will be dead-lettered.
 	AcceptResultChange []string
+	// Outbox holds the runtime's outbox migrations, which the folders of
+	// handlers that take an *idem.Outbox get copies of; nil is
+	// migrations.FS. Tests give another, to play a runtime that gained a
+	// migration.
+	Outbox fs.FS
 }
 
 // inboxes is the kind of a consumer's inbox chain, rendered by inboxsql.
 var inboxes = migrate.InboxKind{Create: inboxsql.Create, Alter: inboxsql.Alter}
-
-// kinds are the kinds of chain a migrations folder holds, in the order their
-// new migrations take versions.
-var kinds = []migrate.Kind{inboxes}
 
 // Generate returns the files of prog. dirs are its migrations folders
 // (prog.MigrationsDirs) as read. Errors in the returned list mean the set
@@ -68,15 +71,28 @@ func Generate(prog model.Program, dirs []migrate.Dir, opts Options) (*output.Set
 		}
 	}
 
+	src := opts.Outbox
+	if src == nil {
+		src = migrations.FS
+	}
+	outbox, err := migrate.NewOutboxKind(src)
+	if err != nil {
+		diags.Errorf(diag.Pos{}, "%v", err)
+		return set, diags
+	}
 	for _, dir := range dirs {
-		dir.Plan(request(prog, dir.Path, opts), set, diags)
+		dir.Plan(request(prog, dir.Path, outbox, opts), set, diags)
 	}
 	return set, diags
 }
 
-// request is what prog wants of the migrations folder at path.
-func request(prog model.Program, path string, opts Options) migrate.Request {
-	req := migrate.Request{Kinds: kinds, Rehash: opts.Rehash, AcceptResultChange: opts.AcceptResultChange}
+// request is what prog wants of the migrations folder at path: an inbox
+// chain per handler whose migrations go there, and the outbox chain when one
+// of them takes an *idem.Outbox. The kinds are listed in the order their new
+// migrations take versions: inboxes, then the outbox.
+func request(prog model.Program, path string, outbox migrate.OutboxKind, opts Options) migrate.Request {
+	req := migrate.Request{Kinds: []migrate.Kind{inboxes, outbox}, Rehash: opts.Rehash, AcceptResultChange: opts.AcceptResultChange}
+	publishes := false
 	for _, pkg := range prog.Packages {
 		req.Packages = append(req.Packages, pkg.Path)
 		for _, r := range pkg.Retired {
@@ -88,6 +104,10 @@ func request(prog model.Program, path string, opts Options) migrate.Request {
 			}
 			req.Wants = append(req.Wants, migrate.Want{Kind: inboxes, Name: h.Consumer, State: inboxOf(h), Owner: h.Package, Pos: h.Pos})
 			req.Results = append(req.Results, migrate.Result{Consumer: h.Consumer, Shape: h.ResultShape, Pos: h.ResultPos})
+			if h.Outbox && !publishes {
+				publishes = true
+				req.Wants = append(req.Wants, migrate.Want{Kind: outbox, Name: migrate.OutboxChain, State: outbox.Steps(), Pos: h.Pos})
+			}
 		}
 	}
 	return req

@@ -62,6 +62,7 @@ func (c *checker) handler(fd *ast.FuncDecl, d directive.Directive) (model.Handle
 	sig := fn.Type().(*types.Signature)
 	c.receiver(fd, sig, &h)
 	msg, msgOK := c.signature(fd, sig, &h)
+	c.mode(d, &h)
 
 	keyOpt, hasKey := d.Lookup("key")
 	if !hasKey {

@@ -23,6 +23,8 @@ func (c *checker) options(d directive.Directive, h *model.Handler) {
 	for _, o := range d.Options {
 		switch {
 		case slices.Contains(handlerOptions, o.Name):
+		case o.Name == "mode":
+			// Checked with the signature (mode).
 		case slices.Contains(laterOptions, o.Name):
 			c.errorf(o.Pos, "option %s= is not supported by this version of idemgen", o.Name)
 		default:
@@ -59,6 +61,22 @@ func (c *checker) options(d directive.Directive, h *model.Handler) {
 			h.Retain = r
 		}
 	}
+}
+
+// mode refuses mode=, which this version does not implement; to a handler
+// that takes an *idem.Outbox, a mode other than tx is refused for what it
+// is: its outgoing messages are written in the handler's transaction, which
+// only mode=tx has.
+func (c *checker) mode(d directive.Directive, h *model.Handler) {
+	o, ok := d.Lookup("mode")
+	if !ok {
+		return
+	}
+	if h.Outbox && o.Value != "tx" {
+		c.errorf(o.ValuePos, "handler %s takes an *idem.Outbox, which mode=%s does not support: outgoing messages are written in the handler's transaction, and only mode=tx (the default) gives it one", h.Func, o.Value)
+		return
+	}
+	c.errorf(o.Pos, "option %s= is not supported by this version of idemgen", o.Name)
 }
 
 // zero reads zero=, the integer key parts (and order= entity) for which 0 is

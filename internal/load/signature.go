@@ -34,7 +34,7 @@ func (c *checker) receiver(fd *ast.FuncDecl, sig *types.Signature, h *model.Hand
 // signature checks the parameters and results and returns the message's
 // struct type.
 func (c *checker) signature(fd *ast.FuncDecl, sig *types.Signature, h *model.Handler) (types.Type, bool) {
-	const want = "want func(ctx context.Context, tx pgx.Tx, msg M) (R, error) or (...) error, with M a named struct type or a pointer to one"
+	const want = "want func(ctx context.Context, tx pgx.Tx, msg M) (R, error) or (...) error, or the same with out *idem.Outbox right after tx, with M a named struct type or a pointer to one"
 	params, results := sig.Params(), sig.Results()
 	at := c.pos(fd.Type)
 	if sig.Variadic() {
@@ -43,7 +43,14 @@ func (c *checker) signature(fd *ast.FuncDecl, sig *types.Signature, h *model.Han
 			h.Func, last.Name(), c.typeString(last.Type().(*types.Slice).Elem()), want)
 		return nil, false
 	}
-	if params.Len() != 3 {
+	if !c.outbox(fd, sig, h) {
+		return nil, false
+	}
+	msgAt := 2
+	if h.Outbox {
+		msgAt = 3
+	}
+	if params.Len() != msgAt+1 {
 		c.errorf(at, "handler %s has %d parameters; %s", h.Func, params.Len(), want)
 		return nil, false
 	}
@@ -70,14 +77,14 @@ func (c *checker) signature(fd *ast.FuncDecl, sig *types.Signature, h *model.Han
 		c.errorf(c.resultPos(fd), "handler %s must return (R, error) or error; %s", h.Func, want)
 	}
 
-	mt := params.At(2).Type()
+	mt := params.At(msgAt).Type()
 	named := mt
 	if p, ok := mt.(*types.Pointer); ok {
 		named = p.Elem()
 	}
 	n, isNamedType := types.Unalias(named).(*types.Named)
 	_, isStruct := named.Underlying().(*types.Struct)
-	mpos := c.paramPos(fd, 2)
+	mpos := c.paramPos(fd, msgAt)
 	switch {
 	case !isNamedType || !isStruct:
 		c.errorf(mpos, "the message parameter of handler %s has type %s; want a named struct type or a pointer to one", h.Func, c.typeString(mt))
@@ -98,6 +105,42 @@ func (c *checker) signature(fd *ast.FuncDecl, sig *types.Signature, h *model.Han
 	}
 	h.Msg = t
 	return named, true
+}
+
+// outbox finds the handler's *idem.Outbox parameter, if it has one, and
+// records it in h. It must be the third of four, right after tx and before
+// the message: a parameter of type idem.Outbox (not a pointer), an outbox
+// anywhere else or a second one is reported, and false returned.
+func (c *checker) outbox(fd *ast.FuncDecl, sig *types.Signature, h *model.Handler) bool {
+	const form = "func(ctx context.Context, tx pgx.Tx, out *idem.Outbox, msg M)"
+	params := sig.Params()
+	ok, seen := true, false
+	for i := range params.Len() {
+		t := params.At(i).Type()
+		pointer := false
+		if p, isPtr := types.Unalias(t).(*types.Pointer); isPtr {
+			t, pointer = p.Elem(), true
+		}
+		if !isNamed(t, idemPath, "Outbox") {
+			continue
+		}
+		pos := c.paramPos(fd, i)
+		switch {
+		case seen:
+			c.errorf(pos, "handler %s takes a second outbox (parameter %d); one *idem.Outbox takes all the messages of a run", h.Func, i+1)
+		case !pointer:
+			c.errorf(pos, "parameter %d of handler %s is an idem.Outbox, not a pointer; want out *idem.Outbox: every run gets its own outbox, whose messages the wrapper writes at the commit", i+1, h.Func)
+		case i != 2:
+			c.errorf(pos, "the *idem.Outbox of handler %s is its parameter %d; it must come right after tx: %s", h.Func, i+1, form)
+		case params.Len() != 4:
+			c.errorf(pos, "handler %s has %d parameters after its *idem.Outbox; want one, the message: %s", h.Func, params.Len()-3, form)
+		default:
+			h.Outbox = true
+		}
+		ok = ok && h.Outbox
+		seen = true
+	}
+	return ok
 }
 
 // paramPos is the position of the i-th parameter's name, or of its type

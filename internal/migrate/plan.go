@@ -223,13 +223,18 @@ func (p *planner) chains() map[ChainID][]link {
 				break
 			}
 			_, want, err := p.kinds[id.Kind].Render(prev, l.state)
+			why := "it was edited"
 			if err == nil {
 				p.set.Files[filepath.Join(p.dir.Path, l.Name)] = want
+			} else if !p.kinds[id.Kind].Owned() {
+				// A fixed chain's Render says which of its
+				// migrations it knows.
+				why = err.Error()
 			}
 			if !bytes.Equal(want, l.Content) && !p.reported[l.Name] {
 				p.reported[l.Name] = true
-				p.diags.Errorf(p.at(l.Name), "migration %s of %s is not what idemgen wrote (it was edited); it may have been applied: restore it, and let idemgen write the change as a new migration",
-					l.Name, describe(id, p.kinds[id.Kind]))
+				p.diags.Errorf(p.at(l.Name), "migration %s of %s is not what idemgen wrote (%s); it may have been applied: restore it, and let idemgen write the change as a new migration",
+					l.Name, describe(id, p.kinds[id.Kind]), why)
 			}
 			prev = l.state
 		}

@@ -63,6 +63,10 @@ type Handler struct {
 	// Msg is the message parameter's type: a named struct type or a pointer
 	// to one.
 	Msg Type
+	// Outbox: the handler takes out *idem.Outbox right after tx and may
+	// publish outgoing messages, which the wrapper writes to idem_outbox in
+	// its commit round trip.
+	Outbox bool
 	// Result is the handler's result type, nil when it returns only error.
 	Result *Type
 	// ResultShape is the JSON shape of Result's values, as stored in the

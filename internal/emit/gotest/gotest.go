@@ -43,6 +43,13 @@ func (e emitter) test(f *jen.File) {
 	if h.Vary != nil {
 		suite = append(suite, jen.Id("Variant"), e.variant())
 	}
+	if h.Outbox {
+		suite = append(suite, jen.Id("Outbox"), jen.Op("&").Qual(gocode.IdemtestPkg, "Outbox").Types(msg).Values(
+			jen.Line().Id("Consumer").Op(":").Lit(h.Consumer),
+			jen.Line().Id("Key").Op(":").Id(e.N.KeyFunc),
+			jen.Line(),
+		))
+	}
 	var fields []jen.Code
 	for i := 0; i < len(suite); i += 2 {
 		fields = append(fields, jen.Line().Add(suite[i]).Op(":").Add(suite[i+1]))
@@ -251,6 +258,16 @@ func (e emitter) doc() string {
 			"(see idemtest.Fixture): declare it in a _test.go file of package %s,", e.Pkg.Name))
 		d.code(fmt.Sprintf("func %s(t testing.TB, db *idemtest.DB) idemtest.Fixture[%s, %s]", fixtureName(h.Func), e.recvText(), typeText(h.Msg, e.Pkg.Path)))
 		d.para(fmt.Sprintf("and add fixture=%s to the //idem:handler directive of %s.", fixtureName(h.Func), h.Func))
+	}
+	if h.Outbox {
+		failed := "after the abandoned delivery"
+		if h.Fixture != "" {
+			failed += ", and after the failed one of business_unique_violation"
+		}
+		d.para(fmt.Sprintf("%s publishes through the outbox, so every scenario also checks idem_outbox: no row while the change has not committed "+
+			"(%s); once it committed, the rows of one run, at least one, "+
+			"whose message ids are idem.OutgoingMessageID(%q, key, 0..n-1), the ids a rerun after the failure before commit computes too; "+
+			"and no duplicate adds a row.", h.Func, failed, h.Consumer))
 	}
 	d.para("Without IDEMGEN_TEST_DATABASE_URL (DATABASE_URL is never used) the test is skipped, and with IDEMGEN_REQUIRE_DB set it fails instead; " +
 		fmt.Sprintf("IDEMGEN_TEST_DELIVERIES sets another number of concurrent deliveries than %d.", Deliveries))

@@ -37,21 +37,31 @@ func (e emitter) wrapper(f *jen.File) {
 		result = gocode.Type(*h.Result)
 	}
 
+	publishes := ""
+	if h.Outbox {
+		publishes = "The handler publishes through the outbox: the messages it gives to its *idem.Outbox are written to idem_outbox " +
+			"in the same commit, with ids derived from the consumer and the key, or not at all; an idem.Relay delivers them. "
+	}
 	f.Comment(gocode.Doc(fmt.Sprintf(
 		"%s delivers %s messages to %s at most once per key (%s) for the consumer %q: "+
 			"the handler's writes commit together with the key's row in the inbox table %s, "+
 			"and a redelivered message gets the stored result back without running the handler again. "+
-			"Build it with %s.",
-		n.Wrapper, h.Msg.Deref().Name, gocode.HandlerName(e.H), gocode.KeyPaths(e.H), h.Consumer, h.Table, n.Constructor)))
+			"%sBuild it with %s.",
+		n.Wrapper, h.Msg.Deref().Name, gocode.HandlerName(e.H), gocode.KeyPaths(e.H), h.Consumer, h.Table, publishes, n.Constructor)))
 	f.Type().Id(n.Wrapper).Struct(
 		jen.Id("inbox").Op("*").Qual(gocode.IdemPkg, "Inbox").Types(msg, result),
 	)
 	f.Line()
 
+	holds, notify := h.Table, ""
+	if h.Outbox {
+		holds = h.Table + ", idem_outbox"
+		notify = ", and whether its commits NOTIFY the relays (idem.WithoutNotify)"
+	}
 	f.Comment(gocode.Doc(fmt.Sprintf(
 		"%s returns the idempotent wrapper of %s. db must reach the database that holds %s and the handler's own tables; "+
-			"opts choose the isolation level (idem.WithIsolation) and how long a concurrent delivery of the same key waits (idem.WithClaimWait).",
-		n.Constructor, gocode.HandlerName(e.H), h.Table)))
+			"opts choose the isolation level (idem.WithIsolation) and how long a concurrent delivery of the same key waits (idem.WithClaimWait)%s.",
+		n.Constructor, gocode.HandlerName(e.H), holds, notify)))
 	params := []jen.Code{jen.Id("db").Qual(gocode.IdemPkg, "DB")}
 	handler := jen.Id(h.Func)
 	if h.Recv != nil {
@@ -63,13 +73,17 @@ func (e emitter) wrapper(f *jen.File) {
 		params = append(params, jen.Id(recv).Add(recvType))
 		handler = jen.Id(recv).Dot(h.Func)
 	}
+	newInbox, noResult := "NewInbox", "NoResult"
+	if h.Outbox {
+		newInbox, noResult = "NewPublishingInbox", "NoResultPublishing"
+	}
 	if h.Result == nil {
-		handler = jen.Qual(gocode.IdemPkg, "NoResult").Call(handler)
+		handler = jen.Qual(gocode.IdemPkg, noResult).Call(handler)
 	}
 	params = append(params, jen.Id("opts").Op("...").Qual(gocode.IdemPkg, "Option"))
 	f.Func().Id(n.Constructor).Params(params...).Op("*").Id(n.Wrapper).Block(
 		jen.Return(jen.Op("&").Id(n.Wrapper).Values(jen.Dict{
-			jen.Id("inbox"): jen.Qual(gocode.IdemPkg, "NewInbox").Call(jen.Id("db"), jen.Id(n.TableVar), handler, jen.Id("opts").Op("...")),
+			jen.Id("inbox"): jen.Qual(gocode.IdemPkg, newInbox).Call(jen.Id("db"), jen.Id(n.TableVar), handler, jen.Id("opts").Op("...")),
 		})),
 	)
 	f.Line()

@@ -1,8 +1,12 @@
 // Command billing-demo runs the billing example against PostgreSQL: it applies
-// the service's migrations (its own tables and the inboxes idemgen generated)
-// in a fresh schema, delivers messages through the generated wrappers,
-// duplicates included, and prints what happened and what a consumer does
-// with each delivery (idem.ActionFor). Stock counts of the inventory example,
+// the service's migrations (its own tables, the inboxes idemgen generated and
+// the outbox chain it copied) in a fresh schema, delivers messages through
+// the generated wrappers, duplicates included, and prints what happened and
+// what a consumer does with each delivery (idem.ActionFor). An idem.Relay runs
+// meanwhile and publishes the ChargeCompleted messages that Charge wrote to
+// the outbox, through a publisher that records them; the demo prints them,
+// with their ids, which are derived from the consumer and the order id and so
+// the same on every run. Stock counts of the inventory example,
 // whose migrations it applies too, show its stale-message guard: a count that
 // arrives after a newer one is refused with idem.ErrStale, and acked. The
 // schema is dropped when the demo ends, also on an error or an interrupt
@@ -24,8 +28,10 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
 	"sync"
 	"syscall"
 	"text/tabwriter"
@@ -87,6 +93,19 @@ func run(ctx context.Context, dbURL, schema string, w io.Writer) (err error) {
 	defer func() {
 		pool.Close()
 		err = errors.Join(err, drop())
+	}()
+
+	// The relay publishes what the handlers write to the outbox, woken by
+	// the NOTIFY of each commit that wrote rows, while the deliveries run.
+	published := &recorder{}
+	relay := idem.NewRelay(pool, published, idem.WithRelayID("billing-demo"),
+		idem.WithRelayLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	relayCtx, stopRelay := context.WithCancel(ctx)
+	relayDone := make(chan error, 1)
+	go func() { relayDone <- relay.Run(relayCtx) }()
+	defer func() {
+		stopRelay()
+		err = errors.Join(err, <-relayDone)
 	}()
 
 	out := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
@@ -179,7 +198,56 @@ func run(ctx context.Context, dbURL, schema string, w io.Writer) (err error) {
 		return err
 	}
 	fmt.Fprintf(w, "sku-1: %d on hand, from count #%d (the late count #1 changed nothing)\n", onHand, seq)
+
+	// Two charges committed, so two messages; the duplicates wrote none.
+	msgs, err := published.wait(ctx, relay, 2)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "\nthe relay published %d messages from the outbox (ids derived from consumer billing.charge and the order id):\n", len(msgs))
+	for _, m := range msgs {
+		fmt.Fprintf(w, "%s  %s  ordering key %s  attempt %d\n  %s\n", m.ID, m.Destination, m.OrderingKey, m.Attempt, m.Payload)
+	}
 	return nil
+}
+
+// recorder is the demo's idem.Publisher: it confirms every message and keeps
+// it, where a real one sends it to a broker and waits for its confirm.
+type recorder struct {
+	mu   sync.Mutex
+	msgs []idem.OutgoingMessage
+}
+
+// Publish records msgs, all confirmed.
+func (r *recorder) Publish(_ context.Context, msgs []idem.OutgoingMessage) []error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.msgs = append(r.msgs, msgs...)
+	return make([]error, len(msgs))
+}
+
+// wait returns the messages published, once relay has published at least n
+// and its outbox holds nothing pending.
+func (r *recorder) wait(ctx context.Context, relay *idem.Relay, n int) ([]idem.OutgoingMessage, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for {
+		backlog, err := relay.Backlog(ctx)
+		if err != nil {
+			return nil, err
+		}
+		r.mu.Lock()
+		msgs := slices.Clone(r.msgs)
+		r.mu.Unlock()
+		if backlog.Pending == 0 && len(msgs) >= n {
+			return msgs, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("the relay published %d of %d messages (%d pending): %w", len(msgs), n, backlog.Pending, context.Cause(ctx))
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 }
 
 // report prints one delivery and what a consumer does with it, as
