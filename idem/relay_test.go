@@ -368,12 +368,13 @@ func (d *deleteTracer) counts() []int64 {
 	return append([]int64(nil), d.rows...)
 }
 
-// TestRelayOrderedKeepsEachKeysOrder: 10 keys × 100 messages written by
-// concurrent transactions that serialise per key (each takes the key's row
-// lock before it numbers its message), two relays in ordered mode: each
-// key's messages are published one at a time, in order.
+// TestRelayOrderedKeepsEachKeysOrder: 10 keys × 100 messages delivered by
+// 20 concurrent workers through a publishing inbox whose handler serialises
+// per key (it takes the key's row lock before it numbers its message and
+// publishes it with the key as its ordering key), two relays in ordered
+// mode: each key's messages are published one at a time, in order.
 func TestRelayOrderedKeepsEachKeysOrder(t *testing.T) {
-	db := idemtest.New(t, outboxFS(t, map[string]string{"00100_seqs.sql": `-- +goose Up
+	db := idemtest.New(t, outboxFS(t, map[string]string{"00100_orders.sql": orderMigration, "00101_seqs.sql": `-- +goose Up
 CREATE TABLE seqs (k text PRIMARY KEY, n integer NOT NULL DEFAULT 0);
 -- +goose Down
 DROP TABLE seqs;
@@ -391,8 +392,17 @@ DROP TABLE seqs;
 		runRelay(t, idem.NewRelay(db.Pool, rec.publisher(id, 200*time.Microsecond, nil), idem.WithRelayID(id), idem.WithRelayOrdered(),
 			idem.WithRelayPollInterval(20*time.Millisecond), idem.WithRelayLogger(testLogger(t))))
 	}
-	// 20 writers, each writing messages of keys taken round robin, so that
-	// writers of one key contend.
+	// The handler numbers the messages of its key under the key's row lock,
+	// so the transactions of one key commit in the order of their numbers.
+	numbered := idem.NewPublishingInbox(db.Pool, orderTable, idem.NoResultPublishing(func(ctx context.Context, tx pgx.Tx, out *idem.Outbox, msg order) error {
+		var n int
+		if err := tx.QueryRow(ctx, `UPDATE seqs SET n = n + 1 WHERE k = $1 RETURNING n`, msg.Shop).Scan(&n); err != nil {
+			return err
+		}
+		return out.Publish("test.seq", []byte(strconv.Itoa(n)), idem.WithOrderingKey(msg.Shop))
+	}))
+	// 20 workers, each delivering messages of keys taken round robin, so
+	// that deliveries of one key contend.
 	var wg sync.WaitGroup
 	var next atomic.Int32
 	for w := 0; w < 20; w++ {
@@ -404,22 +414,9 @@ DROP TABLE seqs;
 				if i >= keys*perKey {
 					return
 				}
-				key := "key-" + strconv.Itoa(i%keys)
-				err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
-					var n int
-					if err := tx.QueryRow(ctx, `UPDATE seqs SET n = n + 1 WHERE k = $1 RETURNING n`, key).Scan(&n); err != nil {
-						return err
-					}
-					row := makeRows(key, 1)[0]
-					row.OrderingKey, row.Payload = key, strconv.Itoa(n)
-					if err := insertOutbox(ctx, tx, []outRow{row}); err != nil {
-						return err
-					}
-					_, err := tx.Exec(ctx, `SELECT pg_notify($1, '')`, idem.OutboxChannel)
-					return err
-				})
-				if err != nil {
-					t.Errorf("write: %v", err)
+				msg := order{Shop: "key-" + strconv.Itoa(i%keys), Number: int64(i + 1)}
+				if _, outcome, err := numbered.Handle(ctx, msg); err != nil || outcome != idem.Processed {
+					t.Errorf("deliver %+v: %v, %v", msg, outcome, err)
 					return
 				}
 			}
