@@ -287,9 +287,11 @@ func TestConsumerStopAcksOnlyCommitted(t *testing.T) {
 		publish(t, ch, top.Queue, "order-s-"+string(rune('a'+i)), mustJSON(t, order{OrderID: "s-" + string(rune('a'+i)), Amount: i}))
 	}
 	stop := run(t, rabbitmq.NewConsumer(url, top, h, rabbitmq.WithLogger(logger), rabbitmq.WithWorkers(2), rabbitmq.WithPrefetch(total)))
+	release := sync.OnceFunc(stopping.Done)
+	t.Cleanup(release) // before the consumer's stop, if the test fails early
 	// Both workers end up blocked on odd orders.
 	waitFor(t, 10*time.Second, "two workers blocked", func() bool { return blocked.Load() == 2 })
-	go func() { time.Sleep(200 * time.Millisecond); stopping.Done() }()
+	go func() { time.Sleep(200 * time.Millisecond); release() }()
 	stop()
 
 	acked := int(committed.Load())
