@@ -9,6 +9,7 @@ require (
 	github.com/jackc/pgerrcode v0.0.0-20250907135507-afb5586c32a6
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/pressly/goose/v3 v3.30.0
+	github.com/rabbitmq/amqp091-go v1.16.0
 	golang.org/x/mod v0.42.0
 	golang.org/x/tools v0.52.0
 )

@@ -1,0 +1,480 @@
+package rabbitmq
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/idemgen/idemgen/idem"
+)
+
+// Headers the consumer sets on the copies it routes.
+const (
+	// HeaderAttempt is the attempt number of the next delivery of a retry
+	// copy, and the attempt that failed on a dead-letter copy.
+	HeaderAttempt = "x-idem-attempt"
+	// HeaderReason is why a dead-letter copy was dead-lettered: the error.
+	HeaderReason = "x-idem-reason"
+	// HeaderQueue is the work queue a dead-letter copy comes from.
+	HeaderQueue = "x-idem-queue"
+)
+
+// maxReason bounds the x-idem-reason header: an AMQP short string is at most
+// 255 bytes, but headers are long strings; a bound keeps a huge error text
+// from growing every dead-lettered message.
+const maxReason = 1024
+
+// Consumer feeds the deliveries of one work queue to an idem.Handler and acts
+// on each as idem.ActionFor says; see the package documentation. Create it
+// with NewConsumer, run it with Run.
+type Consumer[M any] struct {
+	url     string
+	top     Topology
+	handler idem.Handler[M]
+	o       options
+	err     error // of the configuration; Run returns it
+}
+
+// NewConsumer returns a Consumer of top.Queue on the broker at url (an
+// amqp:// or amqps:// URL) that delivers each message to h: a generated
+// wrapper, an idem.Inbox, or any idem.Handler. M is the handler's message
+// type; for an idem.Message[T] the body is decoded into T and ID, Attempt and
+// Headers come from the delivery. Options: WithWorkers, WithPrefetch,
+// WithMaxAttempts, WithMaxBodySize, WithDecoder, WithBackoff, WithLogger,
+// WithConfig, WithConnectionName.
+func NewConsumer[M any](url string, top Topology, h idem.Handler[M], opts ...Option) *Consumer[M] {
+	c := &Consumer[M]{url: url, top: top, handler: h, o: newOptions("consumer", opts)}
+	c.err = top.validate()
+	if c.err == nil {
+		c.err = c.o.validate("consumer of " + top.Queue)
+	}
+	if c.err == nil && h == nil {
+		c.err = fmt.Errorf("rabbitmq: consumer of %s: no handler", top.Queue)
+	}
+	if c.err == nil {
+		_, c.err = amqp.ParseURI(url)
+	}
+	return c
+}
+
+// Consume runs a Consumer of top.Queue that delivers to h until ctx ends:
+// NewConsumer(url, top, h, opts...).Run(ctx).
+func Consume[M any](ctx context.Context, url string, top Topology, h idem.Handler[M], opts ...Option) error {
+	return NewConsumer(url, top, h, opts...).Run(ctx)
+}
+
+// Run consumes until ctx ends, connecting again with backoff whenever the
+// connection is lost or cannot be made, and returns nil once ctx ended and
+// every delivery in hand was acked (when it committed) or left to return to
+// the queue. It returns an error at once only for a configuration that can
+// never work (no queue, a URL that does not parse, an invalid option).
+func (c *Consumer[M]) Run(ctx context.Context) error {
+	if c.err != nil {
+		return c.err
+	}
+	log := c.o.logger.With("queue", c.top.Queue)
+	backoff := c.o.backoffMin
+	for {
+		started := time.Now()
+		consumed, err := c.session(ctx, log)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if consumed && time.Since(started) >= c.o.backoffMax {
+			backoff = c.o.backoffMin
+		}
+		log.Warn("rabbitmq consumer: connection lost or refused; connecting again", "err", err, "in", backoff)
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
+		backoff = min(2*backoff, c.o.backoffMax)
+	}
+}
+
+// session is one connection: it consumes until ctx ends or the connection,
+// the channel or a route fails. consumed reports whether it got as far as
+// consuming.
+func (c *Consumer[M]) session(ctx context.Context, log *slog.Logger) (consumed bool, err error) {
+	conn, err := amqp.DialConfig(c.url, c.o.config)
+	if err != nil {
+		return false, fmt.Errorf("rabbitmq: connect: %w", err)
+	}
+	defer conn.Close()
+	if err := checkRoutes(conn, c.top); err != nil {
+		return false, err
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		return false, fmt.Errorf("rabbitmq: open the consuming channel: %w", err)
+	}
+	// Closing the channel returns every delivery that was not acked to the
+	// queue; it runs after the workers stopped.
+	defer ch.Close()
+	if err := ch.Qos(c.o.prefetch, 0, false); err != nil {
+		return false, fmt.Errorf("rabbitmq: set the prefetch to %d: %w", c.o.prefetch, err)
+	}
+	r, err := newRouter(conn)
+	if err != nil {
+		return false, err
+	}
+	defer r.ch.Close()
+	deliveries, err := ch.Consume(c.top.Queue, consumerTag(c.top.Queue), false, false, false, false, nil)
+	if err != nil {
+		return false, fmt.Errorf("rabbitmq: consume %s: %w", c.top.Queue, err)
+	}
+	log.Info("rabbitmq consumer: consuming", "workers", c.o.workers, "prefetch", c.o.prefetch)
+
+	connClosed := conn.NotifyClose(make(chan *amqp.Error, 1))
+	chClosed := ch.NotifyClose(make(chan *amqp.Error, 1))
+	// stop ends the workers' loop on a lost connection or a failed route;
+	// the context ending stops them too.
+	stop := make(chan struct{})
+	var stopOnce sync.Once
+	var stopErr error
+	fail := func(err error) {
+		stopOnce.Do(func() { stopErr = err; close(stop) })
+	}
+	var wg sync.WaitGroup
+	for range c.o.workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-stop:
+					return
+				case d, ok := <-deliveries:
+					if !ok {
+						return // the channel or connection closed, or the broker cancelled the consumer
+					}
+					if err := c.deliver(ctx, log, r, &d); err != nil {
+						fail(err)
+						return
+					}
+				}
+			}
+		}()
+	}
+	workersDone := make(chan struct{})
+	go func() { wg.Wait(); close(workersDone) }()
+	closed := func(e *amqp.Error, what string) { fail(fmt.Errorf("rabbitmq: %s closed: %w", what, amqpErr(e))) }
+	select {
+	case <-ctx.Done():
+	case <-stop:
+	case e := <-connClosed:
+		closed(e, "connection")
+	case e := <-chClosed:
+		closed(e, "channel")
+	case <-workersDone:
+		select { // the deliveries end when the connection does: say so
+		case e := <-connClosed:
+			closed(e, "connection")
+		case e := <-chClosed:
+			closed(e, "channel")
+		case <-time.After(100 * time.Millisecond):
+			fail(fmt.Errorf("rabbitmq: the broker cancelled the consumer of %s (was the queue deleted?)", c.top.Queue))
+		}
+	}
+	<-workersDone
+	if ctx.Err() != nil {
+		log.Info("rabbitmq consumer: stopped; deliveries not acked return to the queue")
+		return true, nil
+	}
+	return true, stopErr
+}
+
+// deliver handles one delivery. It returns an error only when the delivery
+// could not be routed where its action sends it: the session then ends, and
+// the delivery, not acked, returns to the queue.
+func (c *Consumer[M]) deliver(ctx context.Context, log *slog.Logger, r *router, d *amqp.Delivery) error {
+	attempt := attemptOf(d)
+	log = log.With("message_id", d.MessageId, "attempt", attempt)
+	if ctx.Err() != nil {
+		return nil // stopping: not acked, it returns to the queue with the channel
+	}
+	var (
+		outcome idem.Outcome
+		err     error
+	)
+	msg, err := c.decode(d, attempt)
+	if err == nil {
+		outcome, err = c.handler.Deliver(ctx, msg)
+	}
+	action := idem.ActionFor(err)
+	if action == idem.Retry && ctx.Err() != nil {
+		log.Info("rabbitmq consumer: stopping; not acked, the delivery returns to the queue", "err", err)
+		return nil
+	}
+	if action == idem.Retry && attempt >= c.o.maxAttempts {
+		err = fmt.Errorf("rabbitmq: gave up after %d attempts (WithMaxAttempts): %w", attempt, err)
+		action = idem.DeadLetter
+	}
+	switch action {
+	case idem.Ack:
+		if ackErr := d.Ack(false); ackErr != nil {
+			log.Warn("rabbitmq consumer: committed but the ack failed; the broker redelivers it and the redelivery is a duplicate", "outcome", outcome, "err", err, "ack_err", ackErr)
+			return nil
+		}
+		log.Debug("rabbitmq consumer: acked", "outcome", outcome, "err", err)
+	case idem.Retry:
+		if rerr := r.publish(ctx, "", c.top.RetryQueue(), retryCopy(d, attempt+1, c.top.retryDelay())); rerr != nil {
+			log.Error("rabbitmq consumer: cannot route to the retry queue; not acked", "retry_queue", c.top.RetryQueue(), "err", err, "route_err", rerr)
+			return fmt.Errorf("rabbitmq: route %s to the retry queue %s: %w", d.MessageId, c.top.RetryQueue(), rerr)
+		}
+		if ackErr := d.Ack(false); ackErr != nil {
+			log.Warn("rabbitmq consumer: a retry copy was queued but the ack failed; the message comes back twice and the inbox makes the second a duplicate", "err", err, "ack_err", ackErr)
+			return nil
+		}
+		log.Warn("rabbitmq consumer: retry after the delay", "delay", c.top.retryDelay(), "err", err)
+	default:
+		if rerr := r.publish(ctx, c.top.DeadLetterExchange(), c.top.Queue, deadLetterCopy(d, attempt, c.top.Queue, err)); rerr != nil {
+			log.Error("rabbitmq consumer: cannot route to the dead-letter exchange; not acked", "dead_letter_exchange", c.top.DeadLetterExchange(), "err", err, "route_err", rerr)
+			return fmt.Errorf("rabbitmq: route %s to the dead-letter exchange %s: %w", d.MessageId, c.top.DeadLetterExchange(), rerr)
+		}
+		if ackErr := d.Ack(false); ackErr != nil {
+			log.Warn("rabbitmq consumer: dead-lettered but the ack failed; the broker redelivers it", "err", err, "ack_err", ackErr)
+			return nil
+		}
+		log.Error("rabbitmq consumer: dead-lettered", "dead_letter_queue", c.top.DeadLetterQueue(), "err", err)
+	}
+	return nil
+}
+
+// decode turns a delivery into the handler's message. Its errors wrap
+// idem.ErrUndecodablePayload.
+func (c *Consumer[M]) decode(d *amqp.Delivery, attempt int) (M, error) {
+	var msg M
+	if len(d.Body) > c.o.maxBody {
+		return msg, fmt.Errorf("%w: the body is %d bytes, more than the %d of WithMaxBodySize", idem.ErrUndecodablePayload, len(d.Body), c.o.maxBody)
+	}
+	target := any(&msg)
+	env, isEnvelope := target.(idem.Envelope)
+	if isEnvelope {
+		target = env.BodyTarget()
+	}
+	if err := c.o.decode(d.Body, target); err != nil {
+		return msg, fmt.Errorf("%w: %w", idem.ErrUndecodablePayload, err)
+	}
+	if isEnvelope {
+		env.SetDelivery(d.MessageId, attempt, headerStrings(d.Headers))
+	}
+	return msg, nil
+}
+
+// attemptOf returns which attempt at the message d is; see the package
+// documentation.
+func attemptOf(d *amqp.Delivery) int {
+	base, ok := intHeader(d.Headers[HeaderAttempt])
+	if !ok || base < 1 {
+		base = 1 + expiries(d.Headers)
+	}
+	if n, ok := intHeader(d.Headers["x-delivery-count"]); ok {
+		return base + int(max(n, 0))
+	}
+	if d.Redelivered {
+		return base + 1
+	}
+	return base
+}
+
+// expiries sums the counts of the x-death entries that record an expiry: the
+// trips through a TTL retry queue.
+func expiries(h amqp.Table) int {
+	deaths, _ := h["x-death"].([]any)
+	n := 0
+	for _, entry := range deaths {
+		t, ok := entry.(amqp.Table)
+		if !ok || t["reason"] != "expired" {
+			continue
+		}
+		if c, ok := intHeader(t["count"]); ok && c > 0 {
+			n += c
+		}
+	}
+	return n
+}
+
+func intHeader(v any) (int, bool) {
+	switch n := v.(type) {
+	case int8:
+		return int(n), true
+	case int16:
+		return int(n), true
+	case int32:
+		return int(n), true
+	case int64:
+		return int(n), true
+	case int:
+		return n, true
+	case uint8:
+		return int(n), true
+	case uint16:
+		return int(n), true
+	case uint32:
+		return int(n), true
+	case string:
+		i, err := strconv.Atoi(n)
+		return i, err == nil
+	}
+	return 0, false
+}
+
+// headerStrings returns the headers whose values are text, numbers or
+// booleans, as text; tables and arrays (x-death) are left out.
+func headerStrings(h amqp.Table) map[string]string {
+	if len(h) == 0 {
+		return nil
+	}
+	out := make(map[string]string, len(h))
+	for k, v := range h {
+		switch v := v.(type) {
+		case string:
+			out[k] = v
+		case []byte:
+			out[k] = string(v)
+		case bool, int8, int16, int32, int64, int, uint8, uint16, uint32, float32, float64:
+			out[k] = fmt.Sprint(v)
+		case time.Time:
+			out[k] = v.UTC().Format(time.RFC3339)
+		}
+	}
+	return out
+}
+
+// copyOf is the delivery as a new publishing, for the retry and dead-letter
+// routes. The broker's x-delivery-count belongs to the delivery, not to the
+// copy; user_id is dropped because the broker refuses a user_id that is not
+// the publishing connection's user.
+func copyOf(d *amqp.Delivery) amqp.Publishing {
+	headers := make(amqp.Table, len(d.Headers)+3)
+	for k, v := range d.Headers {
+		if k != "x-delivery-count" {
+			headers[k] = v
+		}
+	}
+	return amqp.Publishing{
+		Headers:         headers,
+		ContentType:     d.ContentType,
+		ContentEncoding: d.ContentEncoding,
+		DeliveryMode:    d.DeliveryMode,
+		Priority:        d.Priority,
+		CorrelationId:   d.CorrelationId,
+		ReplyTo:         d.ReplyTo,
+		MessageId:       d.MessageId,
+		Timestamp:       d.Timestamp,
+		Type:            d.Type,
+		AppId:           d.AppId,
+		Body:            d.Body,
+	}
+}
+
+func retryCopy(d *amqp.Delivery, next int, delay time.Duration) amqp.Publishing {
+	p := copyOf(d)
+	p.Headers[HeaderAttempt] = int32(next)
+	p.Expiration = strconv.FormatInt(delay.Milliseconds(), 10)
+	return p
+}
+
+func deadLetterCopy(d *amqp.Delivery, attempt int, queue string, reason error) amqp.Publishing {
+	p := copyOf(d)
+	text := fmt.Sprint(reason)
+	if len(text) > maxReason {
+		text = text[:maxReason]
+	}
+	p.Headers[HeaderAttempt] = int32(attempt)
+	p.Headers[HeaderReason] = text
+	p.Headers[HeaderQueue] = queue
+	p.DeliveryMode = amqp.Persistent // a dead letter waits for an operator
+	return p
+}
+
+// router publishes the retry and dead-letter copies on a channel of its own
+// in confirm mode, one at a time: they are rare, and one at a time a return
+// (unroutable) is known to be the current copy's.
+type router struct {
+	mu      sync.Mutex
+	ch      *amqp.Channel
+	returns chan amqp.Return
+	closed  chan *amqp.Error
+}
+
+func newRouter(conn *amqp.Connection) (*router, error) {
+	ch, err := conn.Channel()
+	if err != nil {
+		return nil, fmt.Errorf("rabbitmq: open the routing channel: %w", err)
+	}
+	if err := ch.Confirm(false); err != nil {
+		ch.Close()
+		return nil, fmt.Errorf("rabbitmq: put the routing channel in confirm mode: %w", err)
+	}
+	return &router{
+		ch:      ch,
+		returns: ch.NotifyReturn(make(chan amqp.Return, 1)),
+		closed:  ch.NotifyClose(make(chan *amqp.Error, 1)),
+	}, nil
+}
+
+// publish publishes p, mandatory, and waits for the broker's confirm.
+func (r *router) publish(ctx context.Context, exchange, key string, p amqp.Publishing) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	dc, err := r.ch.PublishWithDeferredConfirmWithContext(ctx, exchange, key, true, false, p)
+	if err != nil {
+		return err
+	}
+	var returned *amqp.Return
+	for {
+		select {
+		case ret := <-r.returns:
+			returned = &ret
+		case <-dc.Done():
+			select { // a return precedes its confirm
+			case ret := <-r.returns:
+				returned = &ret
+			default:
+			}
+			switch {
+			case returned != nil:
+				return fmt.Errorf("unroutable (%d %s): no queue is bound for routing key %q on exchange %q", returned.ReplyCode, returned.ReplyText, key, exchange)
+			case !dc.Acked():
+				return errors.New("the broker did not confirm the copy (nack, or the channel closed)")
+			}
+			return nil
+		case e := <-r.closed:
+			return fmt.Errorf("the routing channel closed: %w", amqpErr(e))
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+func amqpErr(e *amqp.Error) error {
+	if e == nil {
+		return amqp.ErrClosed
+	}
+	return e
+}
+
+func consumerTag(queue string) string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	tag := "idem-" + queue
+	if len(tag) > 200 {
+		tag = tag[:200]
+	}
+	return tag + "-" + hex.EncodeToString(b[:])
+}

@@ -1,0 +1,255 @@
+package rabbitmq_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/idem/rabbitmq"
+)
+
+// outRow is an outbox row as a generated wrapper writes it.
+type outRow struct {
+	ID          uuid.UUID
+	Destination string
+	Headers     map[string]string
+	Payload     []byte
+}
+
+// insertOutboxSQL writes rows the way the wrapper does: one multi-row
+// statement in the handler's transaction (the arrays as text, so that it
+// works in every pgx.QueryExecMode).
+const insertOutboxSQL = `INSERT INTO idem_outbox (message_id, consumer, key, destination, ordering_key, headers, payload)
+SELECT m, 'test.rabbit', m::text, d, '', h::jsonb, convert_to(p, 'UTF8')
+FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[]) AS r (m, d, h, p)`
+
+// commitOutbox commits rows with the NOTIFY the wrapper sends.
+func commitOutbox(t testing.TB, pool *pgxpool.Pool, rows []outRow) {
+	t.Helper()
+	ids, dests, headers, payloads := make([]string, len(rows)), make([]string, len(rows)), make([]string, len(rows)), make([]string, len(rows))
+	for i, r := range rows {
+		h := []byte("{}")
+		if r.Headers != nil {
+			h = mustJSON(t, r.Headers)
+		}
+		ids[i], dests[i], headers[i], payloads[i] = r.ID.String(), r.Destination, string(h), string(r.Payload)
+	}
+	ctx := context.Background()
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, insertOutboxSQL, ids, dests, headers, payloads); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `SELECT pg_notify($1, '')`, idem.OutboxChannel)
+		return err
+	})
+	if err != nil {
+		t.Fatalf("write outbox rows: %v", err)
+	}
+}
+
+func orderRows(t testing.TB, dest, prefix string, from, n int) []outRow {
+	rows := make([]outRow, n)
+	for i := range rows {
+		o := order{OrderID: fmt.Sprintf("%s-%d", prefix, from+i), Amount: from + i}
+		rows[i] = outRow{ID: uuid.New(), Destination: dest, Payload: mustJSON(t, o),
+			Headers: map[string]string{"order": o.OrderID}}
+	}
+	return rows
+}
+
+// runRelay runs an idem.Relay over pub until the test ends.
+func runRelay(t testing.TB, pool *pgxpool.Pool, pub idem.Publisher) {
+	t.Helper()
+	_, logger := newLogs(t)
+	r := idem.NewRelay(pool, pub, idem.WithRelayPollInterval(20*time.Millisecond), idem.WithRelayBackoff(50*time.Millisecond, 200*time.Millisecond),
+		idem.WithRelayBatchSize(25), idem.WithRelayLogger(logger))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("relay Run: %v", err)
+		}
+	})
+}
+
+func pendingRows(t testing.TB, pool *pgxpool.Pool) int {
+	return queryInt(t, pool, `SELECT count(*)::int FROM idem_outbox WHERE published_at IS NULL`)
+}
+
+// TestPublisherThroughRelay: a real idem.Relay publishes committed outbox
+// rows through the Publisher; each arrives once with the row's stable id as
+// message_id and its headers, and the rows are marked published (confirmed).
+func TestPublisherThroughRelay(t *testing.T) {
+	t.Parallel()
+	url := amqpURL(t)
+	db := database(t)
+	top := rabbitmq.Topology{Queue: uniqueName(t)}
+	declare(t, url, top)
+
+	rows := orderRows(t, top.Queue, "r", 0, 60)
+	commitOutbox(t, db.Pool, rows)
+	pub := rabbitmq.NewPublisher(url)
+	t.Cleanup(func() { pub.Close() })
+	runRelay(t, db.Pool, pub)
+	waitFor(t, 10*time.Second, "the rows published", func() bool { return pendingRows(t, db.Pool) == 0 })
+
+	got := drain(t, url, top.Queue)
+	byID := map[string]int{}
+	for _, d := range got {
+		byID[d.MessageId]++
+		var o order
+		if err := json.Unmarshal(d.Body, &o); err != nil {
+			t.Errorf("%s: body %q: %v", d.MessageId, d.Body, err)
+		}
+		if h, _ := d.Headers["order"].(string); h != o.OrderID {
+			t.Errorf("%s: header order=%q; want %q", d.MessageId, h, o.OrderID)
+		}
+		if d.DeliveryMode != 2 || d.ContentType != "application/json" {
+			t.Errorf("%s: delivery mode %d, content type %q; want persistent JSON", d.MessageId, d.DeliveryMode, d.ContentType)
+		}
+	}
+	for _, r := range rows {
+		if byID[r.ID.String()] != 1 {
+			t.Errorf("row %s arrived %d times; want once, with its id as message_id", r.ID, byID[r.ID.String()])
+		}
+	}
+	if len(got) != len(rows) {
+		t.Errorf("%d messages in the queue; want %d", len(got), len(rows))
+	}
+	if n := queryInt(t, db.Pool, `SELECT count(*)::int FROM idem_outbox WHERE published_at IS NOT NULL AND attempts = 1`); n != len(rows) {
+		t.Errorf("%d rows published on their first attempt; want %d", n, len(rows))
+	}
+	t.Logf("relayed %d rows, %d messages with their stable ids", len(rows), len(byID))
+}
+
+// TestPublisherErrorsPerMessage: in one batch, a message to a queue that does
+// not exist (unroutable) and one to an exchange that does not exist fail
+// alone, in order; the others are confirmed.
+func TestPublisherErrorsPerMessage(t *testing.T) {
+	t.Parallel()
+	url := amqpURL(t)
+	top := rabbitmq.Topology{Queue: uniqueName(t)}
+	declare(t, url, top)
+	pub := rabbitmq.NewPublisher(url)
+	t.Cleanup(func() { pub.Close() })
+
+	msg := func(dest string) idem.OutgoingMessage {
+		return idem.OutgoingMessage{ID: uuid.NewString(), Destination: dest, Payload: []byte(`{}`), Attempt: 1}
+	}
+	msgs := []idem.OutgoingMessage{
+		msg(top.Queue),
+		msg(top.Queue + ".nobody"),
+		msg(top.Queue + ".no-such-exchange/key"),
+		msg(top.Queue),
+		msg(top.DeadLetterExchange() + "/" + top.Queue), // an exchange and a bound key
+	}
+	errs := pub.Publish(context.Background(), msgs)
+	if len(errs) != len(msgs) {
+		t.Fatalf("%d errors for %d messages", len(errs), len(msgs))
+	}
+	for i, want := range []string{"", "unroutable", "NOT_FOUND", "", ""} {
+		switch {
+		case want == "" && errs[i] != nil:
+			t.Errorf("message %d: %v; want confirmed", i, errs[i])
+		case want != "" && (errs[i] == nil || !strings.Contains(errs[i].Error(), want)):
+			t.Errorf("message %d: %v; want an error mentioning %s", i, errs[i], want)
+		}
+	}
+	var ids []string
+	for _, d := range drain(t, url, top.Queue) {
+		ids = append(ids, d.MessageId)
+	}
+	if want := []string{msgs[0].ID, msgs[3].ID}; !slices.Equal(ids, want) {
+		t.Errorf("the queue holds %v; want %v, in order", ids, want)
+	}
+	if n := len(drain(t, url, top.DeadLetterQueue())); n != 1 {
+		t.Errorf("%d messages through the exchange; want 1", n)
+	}
+}
+
+// TestConnectionsClosedByServer: the broker closes the consumer's and the
+// publisher's connections mid-stream (rabbitmqctl close_connection); both
+// connect again and every order committed to the outbox is relayed and
+// charged exactly once.
+func TestConnectionsClosedByServer(t *testing.T) {
+	t.Parallel()
+	url := amqpURL(t)
+	db := database(t)
+	name := uniqueName(t)
+	top := rabbitmq.Topology{Queue: name, RetryDelay: 200 * time.Millisecond}
+	declare(t, url, top)
+	logs, logger := newLogs(t)
+
+	pub := rabbitmq.NewPublisher(url, rabbitmq.WithConnectionName(name+"-publisher"), rabbitmq.WithLogger(logger))
+	t.Cleanup(func() { pub.Close() })
+	runRelay(t, db.Pool, pub)
+	var rec recorder
+	stop := run(t, rabbitmq.NewConsumer(url, top, rec.wrap(chargeInbox(db.Pool, nil), nil), rabbitmq.WithLogger(logger),
+		rabbitmq.WithConnectionName(name+"-consumer"), rabbitmq.WithBackoff(50*time.Millisecond, 500*time.Millisecond)))
+
+	// The orders keep coming before, during and after the close: the writer
+	// goes on for 10 chunks after the close returned.
+	const chunk = 10
+	var (
+		writers    sync.WaitGroup
+		written    atomic.Int32
+		afterClose atomic.Int32 // chunks left to write once closed is set
+		closedFlag atomic.Bool
+	)
+	afterClose.Store(10)
+	writers.Add(1)
+	go func() {
+		defer writers.Done()
+		for from := 0; !closedFlag.Load() || afterClose.Add(-1) >= 0; from += chunk {
+			commitOutbox(t, db.Pool, orderRows(t, top.Queue, "c", from, chunk))
+			written.Add(chunk)
+			time.Sleep(50 * time.Millisecond)
+		}
+	}()
+	charged := func() int { return queryInt(t, db.Pool, `SELECT count(*)::int FROM charged`) }
+	waitFor(t, 20*time.Second, "100 orders charged", func() bool { return charged() >= 100 })
+	before := charged()
+	closed := closeConnectionsNamed(t, name)
+	closedFlag.Store(true)
+	writers.Wait()
+	total := int(written.Load())
+	waitFor(t, 30*time.Second, "every order charged", func() bool { return charged() == total && pendingRows(t, db.Pool) == 0 })
+	waitFor(t, 5*time.Second, "the queue empty", func() bool { return depth(t, url, top.Queue) == 0 })
+	stop()
+
+	if closed != 2 {
+		t.Errorf("rabbitmqctl closed %d connections named %s-*; want the consumer's and the publisher's", closed, name)
+	}
+	if n := queryInt(t, db.Pool, `SELECT count(*)::int FROM charged WHERE n <> 1`); n != 0 {
+		t.Errorf("%d orders charged more than once", n)
+	}
+	if n := queryInt(t, db.Pool, `SELECT count(*)::int FROM idem_outbox WHERE dead_at IS NOT NULL`); n != 0 {
+		t.Errorf("%d outbox rows dead-lettered", n)
+	}
+	for _, q := range []string{top.Queue, top.RetryQueue(), top.DeadLetterQueue()} {
+		if n := depth(t, url, q); n != 0 {
+			t.Errorf("%d messages left in %s", n, q)
+		}
+	}
+	if !strings.Contains(logs.String(), "connecting again") {
+		t.Errorf("the consumer logged no reconnect")
+	}
+	if n := strings.Count(logs.String(), "rabbitmq publisher: connected"); n < 2 {
+		t.Errorf("the publisher connected %d times; want again after the close", n)
+	}
+	t.Logf("closed %d connections at %d charged; in the end %d of %d orders charged once, %d processed, %d duplicates",
+		closed, before, charged(), total, rec.count(idem.Processed), rec.count(idem.Duplicate))
+}
