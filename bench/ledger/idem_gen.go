@@ -41,6 +41,15 @@ func (w *PostIdem) Handle(ctx context.Context, msg Deposit) (Posted, idem.Outcom
 	return w.inbox.Handle(ctx, msg)
 }
 
+// Deliver is Handle without the result: it makes PostIdem an idem.Handler, the
+// form broker adapters take (idem/rabbitmq). Ack the message exactly when err
+// is nil.
+func (w *PostIdem) Deliver(ctx context.Context, msg Deposit) (idem.Outcome, error) {
+	return w.inbox.Deliver(ctx, msg)
+}
+
+var _ idem.Handler[Deposit] = (*PostIdem)(nil)
+
 // Purge deletes the rows of idem_bench_ledger older than the retention of 720h
 // (30 days), in batches, and returns how many it deleted. Run it periodically.
 func (w *PostIdem) Purge(ctx context.Context) (int64, error) {

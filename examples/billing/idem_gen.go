@@ -46,6 +46,15 @@ func (w *ChargeIdem) Handle(ctx context.Context, msg OrderPlaced) (Receipt, idem
 	return w.inbox.Handle(ctx, msg)
 }
 
+// Deliver is Handle without the result: it makes ChargeIdem an idem.Handler,
+// the form broker adapters take (idem/rabbitmq). Ack the message exactly when
+// err is nil.
+func (w *ChargeIdem) Deliver(ctx context.Context, msg OrderPlaced) (idem.Outcome, error) {
+	return w.inbox.Deliver(ctx, msg)
+}
+
+var _ idem.Handler[OrderPlaced] = (*ChargeIdem)(nil)
+
 // Purge deletes the rows of idem_billing_charge older than the retention of
 // 720h (30 days), in batches, and returns how many it deleted. Run it
 // periodically.
@@ -99,6 +108,15 @@ func (w *BookPaymentIdem) Handle(ctx context.Context, msg *PaymentReceived) (ide
 	_, outcome, err := w.inbox.Handle(ctx, msg)
 	return outcome, err
 }
+
+// Deliver is Handle without the result: it makes BookPaymentIdem an
+// idem.Handler, the form broker adapters take (idem/rabbitmq). Ack the message
+// exactly when err is nil.
+func (w *BookPaymentIdem) Deliver(ctx context.Context, msg *PaymentReceived) (idem.Outcome, error) {
+	return w.inbox.Deliver(ctx, msg)
+}
+
+var _ idem.Handler[*PaymentReceived] = (*BookPaymentIdem)(nil)
 
 // Purge deletes the rows of idem_billing_payment older than the retention of
 // 2160h (90 days), in batches, and returns how many it deleted. Run it
@@ -158,6 +176,15 @@ func NewOpenAccountIdem(db idem.DB, opts ...idem.Option) *OpenAccountIdem {
 func (w *OpenAccountIdem) Handle(ctx context.Context, msg OpenAccountRequested) (Account, idem.Outcome, error) {
 	return w.inbox.Handle(ctx, msg)
 }
+
+// Deliver is Handle without the result: it makes OpenAccountIdem an
+// idem.Handler, the form broker adapters take (idem/rabbitmq). Ack the message
+// exactly when err is nil.
+func (w *OpenAccountIdem) Deliver(ctx context.Context, msg OpenAccountRequested) (idem.Outcome, error) {
+	return w.inbox.Deliver(ctx, msg)
+}
+
+var _ idem.Handler[OpenAccountRequested] = (*OpenAccountIdem)(nil)
 
 // Purge deletes the rows of idem_billing_open_account older than the retention
 // of 720h (30 days), in batches, and returns how many it deleted. Run it

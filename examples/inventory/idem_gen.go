@@ -42,6 +42,15 @@ func (w *ReceiveGoodsIdem) Handle(ctx context.Context, msg CloudEvent) (Level, i
 	return w.inbox.Handle(ctx, msg)
 }
 
+// Deliver is Handle without the result: it makes ReceiveGoodsIdem an
+// idem.Handler, the form broker adapters take (idem/rabbitmq). Ack the message
+// exactly when err is nil.
+func (w *ReceiveGoodsIdem) Deliver(ctx context.Context, msg CloudEvent) (idem.Outcome, error) {
+	return w.inbox.Deliver(ctx, msg)
+}
+
+var _ idem.Handler[CloudEvent] = (*ReceiveGoodsIdem)(nil)
+
 // Purge deletes the rows of idem_inventory_goods_received older than the
 // retention of 720h (30 days), in batches, and returns how many it deleted. Run
 // it periodically.
@@ -97,6 +106,15 @@ func NewBookReturnIdem(db idem.DB, opts ...idem.Option) *BookReturnIdem {
 func (w *BookReturnIdem) Handle(ctx context.Context, msg ReturnReceived) (Level, idem.Outcome, error) {
 	return w.inbox.Handle(ctx, msg)
 }
+
+// Deliver is Handle without the result: it makes BookReturnIdem an
+// idem.Handler, the form broker adapters take (idem/rabbitmq). Ack the message
+// exactly when err is nil.
+func (w *BookReturnIdem) Deliver(ctx context.Context, msg ReturnReceived) (idem.Outcome, error) {
+	return w.inbox.Deliver(ctx, msg)
+}
+
+var _ idem.Handler[ReturnReceived] = (*BookReturnIdem)(nil)
 
 // Purge deletes the rows of idem_inventory_return older than the retention of
 // 720h (30 days), in batches, and returns how many it deleted. Run it
@@ -164,6 +182,15 @@ func (w *ApplyCountIdem) Handle(ctx context.Context, msg StockCounted) (idem.Out
 	_, outcome, err := w.inbox.Handle(ctx, msg)
 	return outcome, err
 }
+
+// Deliver is Handle without the result: it makes ApplyCountIdem an
+// idem.Handler, the form broker adapters take (idem/rabbitmq). Ack the message
+// exactly when err is nil.
+func (w *ApplyCountIdem) Deliver(ctx context.Context, msg StockCounted) (idem.Outcome, error) {
+	return w.inbox.Deliver(ctx, msg)
+}
+
+var _ idem.Handler[StockCounted] = (*ApplyCountIdem)(nil)
 
 // Purge deletes the rows of idem_inventory_count older than the retention of
 // 720h (30 days), in batches, and returns how many it deleted. Run it

@@ -114,6 +114,17 @@ func (e emitter) wrapper(f *jen.File) {
 	f.Line()
 
 	f.Comment(gocode.Doc(fmt.Sprintf(
+		"Deliver is Handle without the result: it makes %s an idem.Handler, the form broker adapters take "+
+			"(idem/rabbitmq). Ack the message exactly when err is nil.", n.Wrapper)))
+	f.Func().Params(jen.Id("w").Op("*").Id(n.Wrapper)).Id("Deliver").
+		Params(jen.Id("ctx").Qual("context", "Context"), jen.Id("msg").Add(gocode.Type(h.Msg))).
+		Params(jen.Qual(gocode.IdemPkg, "Outcome"), jen.Error()).
+		Block(jen.Return(jen.Id("w").Dot("inbox").Dot("Deliver").Call(jen.Id("ctx"), jen.Id("msg"))))
+	f.Line()
+	f.Var().Id("_").Qual(gocode.IdemPkg, "Handler").Types(gocode.Type(h.Msg)).Op("=").Parens(jen.Op("*").Id(n.Wrapper)).Parens(jen.Nil())
+	f.Line()
+
+	f.Comment(gocode.Doc(fmt.Sprintf(
 		"Purge deletes the rows of %s older than the retention of %s, in batches, and returns how many it deleted. "+
 			"Run it periodically.", h.Table, durationText(h.Retain))))
 	f.Func().Params(jen.Id("w").Op("*").Id(n.Wrapper)).Id("Purge").
