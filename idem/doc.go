@@ -24,8 +24,12 @@
 //     transaction through SQL (ROLLBACK, COMMIT) has every later statement
 //     refused and its delivery fails saying so; before the commit the
 //     connection must still be inside the transaction.
-//  5. In one round trip: store the result in the inbox row and COMMIT. Then
-//     return [Processed]; the caller acks.
+//  5. In one round trip: store the result in the inbox row, write the
+//     messages a publishing handler ([NewPublishingInbox]) buffered in its
+//     [Outbox] (one INSERT into idem_outbox, one NOTIFY), and COMMIT. Then
+//     return [Processed]; the caller acks. A [Relay] publishes the committed
+//     outbox rows, at least once each, with their stable ids
+//     ([OutgoingMessageID]).
 //
 // A stored result that no longer decodes is [ErrUndecodableResult]; a message
 // or result that cannot be encoded (NaN, ±Inf) is [ErrUnencodable]: both fail

@@ -46,14 +46,17 @@ type Fingerprinter interface {
 // transaction with the inbox row that records the key. It is safe for
 // concurrent use; generated wrappers hold one.
 type Inbox[M, R any] struct {
-	db        DB
-	flightDB  any // db, or the Inbox itself when db is not comparable: see flightKey
-	table     Table[M]
-	handler   func(context.Context, pgx.Tx, M) (R, error)
-	txOptions pgx.TxOptions
-	claimWait time.Duration
-	lockWait  any // the claim's lock_timeout value, boxed once
-	noResult  bool
+	db       DB
+	flightDB any // db, or the Inbox itself when db is not comparable: see flightKey
+	table    Table[M]
+	handler  func(context.Context, pgx.Tx, M) (R, error)
+	// publishing is the handler of NewPublishingInbox (handler is nil then).
+	publishing func(context.Context, pgx.Tx, *Outbox, M) (R, error)
+	notify     bool // send NOTIFY OutboxChannel with outbox rows (not WithoutNotify)
+	txOptions  pgx.TxOptions
+	claimWait  time.Duration
+	lockWait   any // the claim's lock_timeout value, boxed once
+	noResult   bool
 
 	beforeCommit func(ctx context.Context, tx pgx.Tx) error
 }
@@ -66,6 +69,13 @@ type Inbox[M, R any] struct {
 // wait beyond PostgreSQL's lock_timeout range, an unknown isolation level),
 // naming the option, the value and the bound: call it at startup.
 func NewInbox[M, R any](db DB, table Table[M], handler func(ctx context.Context, tx pgx.Tx, msg M) (R, error), opts ...Option) *Inbox[M, R] {
+	in := newInbox[M, R](db, table, opts)
+	in.handler = handler
+	return in
+}
+
+// newInbox is NewInbox without the handler.
+func newInbox[M, R any](db DB, table Table[M], opts []Option) *Inbox[M, R] {
 	o := options{claimWait: DefaultClaimWait}
 	for _, opt := range opts {
 		opt(&o)
@@ -77,7 +87,7 @@ func NewInbox[M, R any](db DB, table Table[M], handler func(ctx context.Context,
 		db:        db,
 		flightDB:  db,
 		table:     table,
-		handler:   handler,
+		notify:    !o.noNotify,
 		txOptions: pgx.TxOptions{IsoLevel: o.isolation},
 		claimWait: o.claimWait,
 		lockWait:  o.lockTimeout(),
@@ -157,7 +167,11 @@ func (in *Inbox[M, R]) Handle(ctx context.Context, msg M) (R, Outcome, error) {
 		return zero, 0, in.fail(key, fmt.Errorf("idem: claim: %w", err))
 	}
 
-	result, err := in.call(ctx, conn, newHandlerTx(tx, conn), msg)
+	var out *Outbox
+	if in.publishing != nil {
+		out = &Outbox{}
+	}
+	result, err := in.call(ctx, conn, newHandlerTx(tx, conn), out, msg)
 	if err != nil {
 		rollback(ctx, conn)
 		return zero, 0, in.fail(key, fmt.Errorf("idem: handler: %w", err))
@@ -179,7 +193,7 @@ func (in *Inbox[M, R]) Handle(ctx context.Context, msg M) (R, Outcome, error) {
 			return zero, 0, in.fail(key, fmt.Errorf("%w: encode the result: %w", ErrUnencodable, err))
 		}
 	}
-	if err := in.complete(ctx, conn, key, encoded); err != nil {
+	if err := in.complete(ctx, conn, key, encoded, out); err != nil {
 		rollback(ctx, conn)
 		return zero, 0, in.fail(key, err)
 	}
@@ -222,12 +236,16 @@ func readClaim(br pgx.BatchResults) (claimed, fresh bool, err error) {
 	return true, fresh, nil
 }
 
-// call runs the handler. A panic rolls the transaction back before it goes on
-// up the stack. A handler that ended the transaction through SQL fails with
-// what it did, whatever it returned.
-func (in *Inbox[M, R]) call(ctx context.Context, conn *pgx.Conn, tx *handlerTx, msg M) (result R, err error) {
+// call runs the handler, with out for a publishing one. A panic rolls the
+// transaction back before it goes on up the stack. A handler that ended the
+// transaction through SQL fails with what it did, whatever it returned. Once
+// it returned, out refuses Publish.
+func (in *Inbox[M, R]) call(ctx context.Context, conn *pgx.Conn, tx *handlerTx, out *Outbox, msg M) (result R, err error) {
 	defer func() {
 		tx.s.ended = true
+		if out != nil {
+			out.closed = true
+		}
 		if p := recover(); p != nil {
 			rollback(ctx, conn)
 			panic(p)
@@ -237,6 +255,9 @@ func (in *Inbox[M, R]) call(ctx context.Context, conn *pgx.Conn, tx *handlerTx, 
 			result, err = zero, tx.s.escaped
 		}
 	}()
+	if in.publishing != nil {
+		return in.publishing(ctx, tx, out, msg)
+	}
 	return in.handler(ctx, tx, msg)
 }
 
@@ -267,23 +288,46 @@ func isClaimCheckFailure(err error) bool {
 }
 
 // complete stores the result in the inbox row, if the handler has one,
-// checks that the connection is still in the claim's transaction, and
-// commits, in one round trip.
-func (in *Inbox[M, R]) complete(ctx context.Context, conn *pgx.Conn, key []any, result []byte) error {
-	b := newBatch(3)
+// writes the outgoing messages of out (one INSERT, and the NOTIFY unless
+// WithoutNotify), checks that the connection is still in the claim's
+// transaction, and commits, all in one round trip.
+func (in *Inbox[M, R]) complete(ctx context.Context, conn *pgx.Conn, key []any, result []byte, out *Outbox) error {
+	var msgs []outgoing
+	if out != nil {
+		msgs = out.msgs
+	}
+	b := newBatch(5)
 	if !in.noResult {
 		// The claim inserted the row done; only a result is left to store
 		// (as text: see completeStatement).
 		sql, args := in.table.completeStatement(key, result)
 		b.Queue(sql, args...)
 	}
+	notify := len(msgs) > 0 && in.notify
+	if len(msgs) > 0 {
+		sql, args := outboxStatement(in.table.Consumer, in.table.KeyFields, key, msgs)
+		b.Queue(sql, args...)
+		if notify {
+			b.Queue(notifyOutbox)
+		}
+	}
 	b.Queue(claimCheck)
 	b.Queue("commit")
 	br := conn.SendBatch(ctx, b)
 	var updated, committed pgconn.CommandTag
-	var err error
+	var err, outboxErr error
 	if !in.noResult {
 		updated, err = br.Exec()
+	}
+	if err == nil && len(msgs) > 0 {
+		if _, err = br.Exec(); err != nil && !hasSQLState(err, pgerrcode.InFailedSQLTransaction) {
+			outboxErr = errOutboxInsert(len(msgs), err)
+		}
+		if err == nil && notify {
+			if _, err = br.Exec(); err != nil && !hasSQLState(err, pgerrcode.InFailedSQLTransaction) {
+				outboxErr = fmt.Errorf("idem: NOTIFY %s: %w", OutboxChannel, err)
+			}
+		}
 	}
 	if err == nil {
 		if _, err = br.Exec(); isClaimCheckFailure(err) {
@@ -297,6 +341,9 @@ func (in *Inbox[M, R]) complete(ctx context.Context, conn *pgx.Conn, key []any, 
 		err = closeErr
 	}
 	switch {
+	case outboxErr != nil:
+		// Nothing was committed: the batch stopped at the failed statement.
+		return outboxErr
 	case errors.Is(err, errClaimLost):
 		return err
 	case hasSQLState(err, pgerrcode.InFailedSQLTransaction) || (err == nil && committed.String() == "ROLLBACK"):

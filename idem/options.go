@@ -21,6 +21,7 @@ type options struct {
 	isolation    pgx.TxIsoLevel
 	claimWait    time.Duration
 	beforeCommit func(ctx context.Context, tx pgx.Tx) error
+	noNotify     bool
 }
 
 // WithIsolation runs the handler's transaction at the given isolation level

@@ -14,7 +14,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5/pgtype"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemgen/idemgen/generated/outboxdb"
 )
@@ -41,10 +40,10 @@ const OutboxChannel = "idem_outbox"
 // committed while it was not listening), and polls as a fallback; in
 // poll-only mode ([WithRelayPollOnly]) it only polls.
 type Relay struct {
-	pool *pgxpool.Pool
-	q    *outboxdb.Queries
-	pub  Publisher
-	o    relayOptions
+	db  DB
+	q   *outboxdb.Queries
+	pub Publisher
+	o   relayOptions
 
 	running atomic.Bool
 	// beforeListen, when set (by tests), runs before each attempt to open the
@@ -53,24 +52,25 @@ type Relay struct {
 }
 
 // NewRelay returns a relay that publishes the outbox rows of db's database
-// through pub. With no options it claims batches of 100 rows, polls at least
+// through pub. db is what the inboxes take (a *pgxpool.Pool, or any [DB]):
+// each of the relay's statements runs on a connection acquired for it. With no options it claims batches of 100 rows, polls at least
 // every second, renews 30-second leases while it publishes, and dead-letters a
 // row after 10 attempts, with backoffs from a second up to five minutes.
 // NewRelay panics on an option value that cannot work (a batch size below 1,
 // a lease shorter than 30ms, a backoff whose maximum is below its base).
 //
 // The listening connection is taken out of db (acquired and hijacked), so it
-// has db's settings and does not count against its size.
-func NewRelay(db *pgxpool.Pool, pub Publisher, opts ...RelayOption) *Relay {
+// has db's settings and, once taken, does not count against its size.
+func NewRelay(db DB, pub Publisher, opts ...RelayOption) *Relay {
 	o := defaultRelayOptions()
 	for _, opt := range opts {
 		opt(&o)
 	}
 	o.validate()
 	if db == nil || pub == nil {
-		panic(fmt.Sprintf("idem.NewRelay (relay %s): the pool and the publisher must not be nil", o.id))
+		panic(fmt.Sprintf("idem.NewRelay (relay %s): the db and the publisher must not be nil", o.id))
 	}
-	return &Relay{pool: db, q: outboxdb.New(db), pub: pub, o: o}
+	return &Relay{db: db, q: outboxdb.New(acquiringDB{db}), pub: pub, o: o}
 }
 
 // ID is the relay's name, as given to [WithRelayID] or chosen by NewRelay.

@@ -45,11 +45,11 @@ func (r *Relay) listen(ctx context.Context, wake chan<- struct{}) {
 	}
 }
 
-// openListener takes a connection out of the pool for good and listens on
+// openListener takes a connection out of the relay's DB for good and listens on
 // OutboxChannel on it, with the relay's name as its application_name so that
 // an operator can tell it in pg_stat_activity.
 func (r *Relay) openListener(ctx context.Context) (*pgx.Conn, error) {
-	pc, err := r.pool.Acquire(ctx)
+	pc, err := r.db.Acquire(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("idem: relay %s: open the listening connection: %w", r.o.id, err)
 	}

@@ -1,0 +1,55 @@
+package idem_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemgen/idemgen/idem"
+)
+
+// acquireOnly is a user's idem.DB with nothing but Acquire (no Exec, Query
+// or QueryRow to fall back on), counting the connections taken.
+type acquireOnly struct {
+	pool     *pgxpool.Pool
+	acquires *atomic.Int64
+}
+
+func (d acquireOnly) Acquire(ctx context.Context) (*pgxpool.Conn, error) {
+	d.acquires.Add(1)
+	return d.pool.Acquire(ctx)
+}
+
+// TestRelayTakesTheInboxesDB: the publishing inbox and the relay take the
+// same idem.DB; every connection of the relay, its listening one included,
+// comes through the DB's Acquire, and each is given back (none is left
+// acquired once the relay stopped).
+func TestRelayTakesTheInboxesDB(t *testing.T) {
+	db := orderDB(t)
+	ctx := context.Background()
+	var acquires atomic.Int64
+	userDB := acquireOnly{pool: db.Pool, acquires: &acquires}
+	in := idem.NewPublishingInbox(userDB, orderTable, placeOrder)
+	if _, o, err := in.Handle(ctx, order{Shop: "db", Number: 1, Publish: 3}); err != nil || o != idem.Processed {
+		t.Fatalf("Handle: %v, %v", o, err)
+	}
+	before := acquires.Load()
+	recv := &capture{}
+	stop := runRelay(t, idem.NewRelay(userDB, recv, idem.WithRelayID("user-db"), idem.WithRelayPollInterval(20*time.Millisecond),
+		idem.WithRelayLogger(testLogger(t))))
+	waitFor(t, 10*time.Second, "the relay to publish 3 messages", func() bool { return len(recv.published()) == 3 })
+	waitFor(t, 10*time.Second, "the rows marked published", func() bool {
+		return queryInt(t, db.Pool, `SELECT count(*)::int FROM idem_outbox WHERE published_at IS NOT NULL`) == 3
+	})
+	stop()
+	// At least the listening connection, a claim and a mark.
+	if got := acquires.Load() - before; got < 3 {
+		t.Errorf("the relay took %d connections through the DB, want at least 3 (listen, claim, mark)", got)
+	}
+	if n := db.Pool.Stat().AcquiredConns(); n != 0 {
+		t.Errorf("%d connections still acquired after the relay stopped, want 0", n)
+	}
+}
