@@ -102,7 +102,8 @@ func newInbox[M, R any](db DB, table Table[M], opts []Option) *Inbox[M, R] {
 }
 
 // Handle delivers msg: it runs the handler and commits its writes together
-// with the inbox row (Processed), or returns the stored result of an earlier
+// with the inbox row and, for a publishing inbox, the outbox rows of what it
+// published (Processed), or returns the stored result of an earlier
 // delivery of the same key without calling the handler (Duplicate). What the
 // consumer does with the message is ActionFor(err): Ack when err is nil.
 //

@@ -205,13 +205,14 @@ var outboxNamespace = uuid.MustParse("e542afdc-30ee-55de-8f8c-b40f62f867cf")
 // a name), in the namespace
 // uuid.NewSHA1(uuid.NameSpaceURL, "https://github.com/idemgen/idemgen/idem#OutgoingMessageID"),
 // of a name that encodes (consumer, key, seq) injectively: "idem.outbox.v1",
-// then the consumer, the number of key parts, each part, and seq; a string is
-// its length as a uvarint and its bytes, an integer a type byte ('i' for
-// signed, 'u' for unsigned) and its 8 bytes big-endian, a UUID ([16]byte) 'g'
-// and its 16 bytes, a NULL part (nil) 'n', seq a uvarint. (Any other type, which
-// no generated Table returns, is 'x', its Go type name and its fmt %v, as
-// strings.) Different names give different UUIDs unless SHA-1 collides in its
-// first 122 bits.
+// then the consumer, the number of key parts (a uvarint), each part, and seq
+// (a uvarint); a string is its length as a uvarint and its bytes. A key part
+// is a type byte and its value: 's' and a string, 'i' (signed) or 'u'
+// (unsigned) and 8 bytes big-endian, 'g' and the 16 bytes of a UUID
+// ([16]byte), 'n' alone for a NULL part (nil); any other type, which no
+// generated Table returns, 'x' and two strings, its Go type name and its fmt
+// %v. Different names give different UUIDs unless SHA-1 collides in its first
+// 122 bits.
 func OutgoingMessageID(consumer string, key []any, seq int) string {
 	return outgoingID(outgoingName(consumer, key), seq).String()
 }
