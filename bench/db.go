@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"io/fs"
 	"net"
 	"os"
 	"strconv"
@@ -31,6 +32,12 @@ type schema struct {
 // newSchema creates a schema named after the cell, applies the migrations of
 // bench/ledger through goose and creates accounts 1 to n.
 func newSchema(ctx context.Context, base string, n int) (*schema, error) {
+	return newSchemaWith(ctx, base, n, ledger.Migrations())
+}
+
+// newSchemaWith is newSchema with the goose migrations of migrations (the
+// ledger's, with or without the outbox chain).
+func newSchemaWith(ctx context.Context, base string, n int, migrations fs.FS) (*schema, error) {
 	b := make([]byte, 6)
 	_, _ = rand.Read(b)
 	s := &schema{name: "idembench_" + hex.EncodeToString(b), base: base}
@@ -51,7 +58,7 @@ func newSchema(ctx context.Context, base string, n int) (*schema, error) {
 	defer pool.Close()
 	sqlDB := stdlib.OpenDBFromPool(pool)
 	defer sqlDB.Close()
-	provider, err := goose.NewProvider(goose.DialectPostgres, sqlDB, ledger.Migrations(), goose.WithDisableGlobalRegistry(true))
+	provider, err := goose.NewProvider(goose.DialectPostgres, sqlDB, migrations, goose.WithDisableGlobalRegistry(true))
 	if err == nil {
 		_, err = provider.Up(ctx)
 	}

@@ -10,6 +10,11 @@
 //     trips per message (counted on the wire) and the ratios;
 //   - what the wrapper allocates per message (go test -bench -benchmem), and
 //     its live heap over a long run;
+//   - the outbox: first deliveries whose handler publishes 0, 1 and 10
+//     messages (round trips on the wire, throughput, latency), with and
+//     without the commit's NOTIFY; commit-to-publish latency of an
+//     idem.Relay woken by NOTIFY against one that only polls; and relay
+//     throughput over a backlog, for 1 and 4 relays;
 //   - idemgen's running time against go vet on the same packages, and how it
 //     grows with the number of handlers.
 //
@@ -36,6 +41,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/idemgen/idemgen/idem"
 	"github.com/idemgen/idemgen/internal/testdb"
 )
 
@@ -51,15 +57,22 @@ type config struct {
 	genReps   int
 	genSizes  []int
 	benchTime string
-	keep      bool
-	parts     map[string]bool
-	out       string
-	root      string
-	args      []string
+	// The outbox part: the message rate and the relays' poll interval of
+	// the latency runs, the backlog and the relay counts of the
+	// throughput runs.
+	obxRate    int
+	obxPoll    time.Duration
+	obxBacklog int
+	obxRelays  []int
+	keep       bool
+	parts      map[string]bool
+	out        string
+	root       string
+	args       []string
 }
 
 // allParts are the parts of the run, in the order they run.
-var allParts = []string{"mem", "db", "alloc", "gen"}
+var allParts = []string{"mem", "db", "outbox", "alloc", "gen"}
 
 func main() {
 	if err := run(); err != nil {
@@ -92,6 +105,11 @@ func run() error {
 			return err
 		}
 	}
+	if cfg.parts["outbox"] {
+		if rep.outbox, err = runOutbox(ctx, cfg); err != nil {
+			return err
+		}
+	}
 	if cfg.parts["alloc"] {
 		if rep.alloc, err = runAlloc(ctx, cfg); err != nil {
 			return err
@@ -117,7 +135,7 @@ func run() error {
 
 func parseFlags() (*config, error) {
 	cfg := &config{args: os.Args[1:]}
-	var workers, sizes, parts string
+	var workers, sizes, parts, relays string
 	flag.StringVar(&cfg.db, "db", "", "PostgreSQL `URL` (default: $IDEMGEN_TEST_DATABASE_URL, else database idemgen_test on the local socket, created if missing)")
 	flag.DurationVar(&cfg.duration, "duration", 5*time.Second, "measured time of each cell")
 	flag.DurationVar(&cfg.warmup, "warmup", time.Second, "warm-up before each cell's measurement")
@@ -129,8 +147,12 @@ func parseFlags() (*config, error) {
 	flag.IntVar(&cfg.genReps, "genreps", 5, "repetitions of each idemgen and go vet timing")
 	flag.StringVar(&sizes, "gensizes", "50,100,250,500", "handlers in the synthetic packages, comma-separated")
 	flag.StringVar(&cfg.benchTime, "benchtime", "2s", "-benchtime of the go test -benchmem benchmarks")
+	flag.IntVar(&cfg.obxRate, "obxrate", 200, "outbox: messages per second of the commit-to-publish latency runs")
+	flag.DurationVar(&cfg.obxPoll, "obxpoll", idem.DefaultRelayPoll, "outbox: the relay's poll interval in the latency runs (NOTIFY and poll-only)")
+	flag.IntVar(&cfg.obxBacklog, "obxbacklog", 50000, "outbox: rows in the backlog of the relay throughput runs")
+	flag.StringVar(&relays, "obxrelays", "1,4", "outbox: relays at once in the throughput runs, comma-separated")
 	flag.BoolVar(&cfg.keep, "keep", false, "keep the generator's temporary module (its path is logged)")
-	flag.StringVar(&parts, "parts", strings.Join(allParts, ","), "parts to run: mem (the long run), db (the scenarios), alloc, gen")
+	flag.StringVar(&parts, "parts", strings.Join(allParts, ","), "parts to run: mem (the long run), db (the scenarios), outbox, alloc, gen")
 	flag.StringVar(&cfg.out, "out", "BENCHMARKS.md", "results file, relative to the repository root")
 	flag.Parse()
 	if flag.NArg() > 0 {
@@ -143,6 +165,12 @@ func parseFlags() (*config, error) {
 	}
 	if cfg.genSizes, err = intList(sizes); err != nil {
 		return nil, fmt.Errorf("-gensizes: %w", err)
+	}
+	if cfg.obxRelays, err = intList(relays); err != nil {
+		return nil, fmt.Errorf("-obxrelays: %w", err)
+	}
+	if cfg.obxRate < 1 || cfg.obxRate > 100000 || cfg.obxPoll <= 0 || cfg.obxBacklog < 1 {
+		return nil, fmt.Errorf("-obxrate must be 1 to 100000, -obxpoll positive and -obxbacklog at least 1")
 	}
 	cfg.parts = map[string]bool{}
 	for _, p := range strings.Split(parts, ",") {

@@ -26,6 +26,7 @@ type report struct {
 	db                *dbResults
 	alloc             *allocResults
 	mem               *memResults
+	outbox            *outboxResults
 	gen               *genResults
 }
 
@@ -150,6 +151,9 @@ func (r *report) markdown() []byte {
 	if r.db != nil {
 		r.writeDB(w)
 	}
+	if r.outbox != nil {
+		r.writeOutbox(w)
+	}
 	if r.alloc != nil {
 		r.writeAlloc(w)
 	}
@@ -201,6 +205,9 @@ func (r *report) writeTargets(w writer) {
 		thr := dup.rate / gen.rate
 		w("| a duplicate ≥ %.0f× faster than a first delivery | median latency at %d worker %s (%s when the scenarios alternate message by message); throughput at %d workers %s | %s |\n",
 			targetDupFaster, one, ratio(lat), ratio(paired), n, ratio(thr), verdict(lat >= targetDupFaster && thr >= targetDupFaster))
+	}
+	if r.outbox != nil {
+		r.outboxTargets(w)
 	}
 	if r.gen != nil {
 		worst, worstName := 0.0, ""
@@ -326,7 +333,12 @@ func (r *report) writePaired(w writer) {
 // pairRatio is the pooled ratio of two scenarios' rates with the range of the
 // per-round ratios.
 func (r *report) pairRatio(a, b string, n int) string {
-	ca, cb := r.db.cell(a, n), r.db.cell(b, n)
+	return cellRatio(r.db.cell(a, n), r.db.cell(b, n))
+}
+
+// cellRatio is the pooled ratio of two cells' rates with the range of the
+// per-round ratios.
+func cellRatio(ca, cb *cell) string {
 	pooled := ca.summary().rate / cb.summary().rate
 	if len(ca.samples) < 2 {
 		return ratio(pooled)
@@ -544,6 +556,9 @@ func serverDur(s summary) string {
 func ratio(x float64) string {
 	if math.IsNaN(x) || math.IsInf(x, 0) {
 		return "–"
+	}
+	if math.Abs(x) >= 100 {
+		return fmt.Sprintf("%.0f×", x)
 	}
 	return fmt.Sprintf("%.2f×", x)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -23,6 +24,11 @@ type scenario struct {
 	name    string
 	what    string
 	prepare func(ctx context.Context, pool *pgxpool.Pool, accounts int) (deliverFunc, error)
+	// migrations are the cell's schema (nil: the ledger's, no outbox).
+	migrations fs.FS
+	// check, if set, runs after the measurement on the cell's schema and
+	// says whether the deliveries wrote what they should.
+	check func(ctx context.Context, pool *pgxpool.Pool) error
 }
 
 // deliverFunc delivers the worker's seq-th message.
@@ -175,7 +181,11 @@ func (s sample) rate() float64 { return float64(s.msgs) / s.elapsed.Seconds() }
 // runGoCell runs one scenario at the given concurrency in a fresh schema:
 // warm-up, then the measurement.
 func runGoCell(ctx context.Context, cfg *config, sc scenario, workers int) (sample, error) {
-	s, err := newSchema(ctx, cfg.db, cfg.accounts)
+	migrations := sc.migrations
+	if migrations == nil {
+		migrations = ledger.Migrations()
+	}
+	s, err := newSchemaWith(ctx, cfg.db, cfg.accounts, migrations)
 	if err != nil {
 		return sample{}, err
 	}
@@ -210,6 +220,11 @@ func runGoCell(ctx context.Context, cfg *config, sc scenario, workers int) (samp
 		res.serverCPU = server1 - server0
 	}
 	res.trips = counter.load()
+	if sc.check != nil {
+		if err := sc.check(ctx, pool); err != nil {
+			return sample{}, fmt.Errorf("%s: %w", sc.name, err)
+		}
+	}
 	return res, nil
 }
 
