@@ -5,7 +5,6 @@ import (
 	"errors"
 	"testing"
 	"testing/fstest"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -20,42 +19,14 @@ type shipment struct {
 
 const shipmentMigration = `-- +goose Up
 CREATE TABLE shipped (parcel text PRIMARY KEY, n integer NOT NULL);
-CREATE TABLE idem_test_shipment (
-    key_id       text        PRIMARY KEY,
-    fingerprint  bytea       NOT NULL,
-    status       text        NOT NULL DEFAULT 'done',
-    result       json,
-    attempts     integer     NOT NULL DEFAULT 1,
-    created_at   timestamptz NOT NULL DEFAULT now(),
-    completed_at timestamptz
-);
 -- +goose Down
-DROP TABLE idem_test_shipment;
 DROP TABLE shipped;
 `
 
 // shipmentTable keys on the broker's message id (key=ID), as a generated
 // wrapper of a handler of idem.Message[shipment] does.
-var shipmentTable = idem.Table[idem.Message[shipment]]{
-	Consumer:  "test.shipment",
-	Name:      "idem_test_shipment",
-	KeyFields: []string{"ID"},
-	Key: func(msg idem.Message[shipment]) ([]any, error) {
-		if err := idem.CheckString("ID", msg.ID); err != nil {
-			return nil, err
-		}
-		return []any{msg.ID}, nil
-	},
-	Retain: 720 * time.Hour,
-	Claim: `WITH wait AS MATERIALIZED (SELECT set_config('lock_timeout', $3::text, true)
-		FROM (SELECT set_config('idem.lock_timeout', current_setting('lock_timeout'), true) OFFSET 0) AS saved)
-		INSERT INTO idem_test_shipment (key_id, fingerprint) SELECT $1::text, $2::bytea FROM wait
-		ON CONFLICT DO NOTHING
-		RETURNING set_config('lock_timeout', current_setting('idem.lock_timeout'), true) IS NOT NULL`,
-	Complete: `UPDATE idem_test_shipment SET result = $2 WHERE key_id = $1`,
-	Lookup:   `SELECT fingerprint, status, result FROM idem_test_shipment WHERE key_id = $1`,
-	Purge:    `DELETE FROM idem_test_shipment WHERE ctid = ANY (ARRAY(SELECT ctid FROM idem_test_shipment WHERE created_at < now() - make_interval(secs => $1) LIMIT $2))`,
-}
+var shipmentTable, shipmentTableMigration = idemtest.TextKeyInbox("test.shipment", "idem_test_shipment", "ID",
+	func(msg idem.Message[shipment]) string { return msg.ID })
 
 // Both an Inbox and a decorator are Handlers, whatever the result type.
 var (
@@ -69,7 +40,7 @@ var (
 // attempt and other headers is a Duplicate, the same ID with another body is
 // ErrKeyReused, and Deliver reports what Handle does.
 func TestMessageRedeliveryIsDuplicate(t *testing.T) {
-	db := idemtest.New(t, fstest.MapFS{"00001_shipment.sql": {Data: []byte(shipmentMigration)}})
+	db := idemtest.New(t, fstest.MapFS{"00001_shipment_inbox.sql": {Data: []byte(shipmentTableMigration)}, "00002_shipment.sql": {Data: []byte(shipmentMigration)}})
 	ctx := context.Background()
 	var h idem.Handler[idem.Message[shipment]] = idem.NewInbox(db.Pool, shipmentTable, idem.NoResult(func(ctx context.Context, tx pgx.Tx, msg idem.Message[shipment]) error {
 		_, err := tx.Exec(ctx, `INSERT INTO shipped (parcel, n) VALUES ($1, 1) ON CONFLICT (parcel) DO UPDATE SET n = shipped.n + 1`, msg.Body.Parcel)

@@ -31,40 +31,12 @@ type event struct {
 
 const downstreamMigration = `-- +goose Up
 CREATE TABLE applied (message_id text PRIMARY KEY, n integer NOT NULL);
-CREATE TABLE idem_test_downstream (
-    key_id       text        PRIMARY KEY,
-    fingerprint  bytea       NOT NULL,
-    status       text        NOT NULL DEFAULT 'done',
-    result       json,
-    attempts     integer     NOT NULL DEFAULT 1,
-    created_at   timestamptz NOT NULL DEFAULT now(),
-    completed_at timestamptz
-);
 -- +goose Down
-DROP TABLE idem_test_downstream;
 DROP TABLE applied;
 `
 
-var downstreamTable = idem.Table[event]{
-	Consumer:  "test.downstream",
-	Name:      "idem_test_downstream",
-	KeyFields: []string{"ID"},
-	Key: func(msg event) ([]any, error) {
-		if err := idem.CheckString("ID", msg.ID); err != nil {
-			return nil, err
-		}
-		return []any{msg.ID}, nil
-	},
-	Retain: 720 * time.Hour,
-	Claim: `WITH wait AS MATERIALIZED (SELECT set_config('lock_timeout', $3::text, true)
-		FROM (SELECT set_config('idem.lock_timeout', current_setting('lock_timeout'), true) OFFSET 0) AS saved)
-		INSERT INTO idem_test_downstream (key_id, fingerprint) SELECT $1::text, $2::bytea FROM wait
-		ON CONFLICT DO NOTHING
-		RETURNING set_config('lock_timeout', current_setting('idem.lock_timeout'), true) IS NOT NULL`,
-	Complete: `UPDATE idem_test_downstream SET result = $2 WHERE key_id = $1`,
-	Lookup:   `SELECT fingerprint, status, result FROM idem_test_downstream WHERE key_id = $1`,
-	Purge:    `DELETE FROM idem_test_downstream WHERE ctid = ANY (ARRAY(SELECT ctid FROM idem_test_downstream WHERE created_at < now() - make_interval(secs => $1) LIMIT $2))`,
-}
+var downstreamTable, downstreamTableMigration = idemtest.TextKeyInbox("test.downstream", "idem_test_downstream", "ID",
+	func(msg event) string { return msg.ID })
 
 func downstreamInbox(pool *pgxpool.Pool) *idem.Inbox[event, idem.None] {
 	return idem.NewInbox(pool, downstreamTable, idem.NoResult(func(ctx context.Context, tx pgx.Tx, msg event) error {
@@ -105,7 +77,7 @@ func TestRelayKilledAfterPublishBeforeMark(t *testing.T) {
 	if url := os.Getenv(envKilledRelayURL); url != "" {
 		runKilledRelay(url) // never returns
 	}
-	db := idemtest.New(t, outboxFS(t, map[string]string{"00100_downstream.sql": downstreamMigration}))
+	db := idemtest.New(t, outboxFS(t, map[string]string{"00100_downstream_inbox.sql": downstreamTableMigration, "00101_downstream.sql": downstreamMigration}))
 	rows := makeRows("kill", 20)
 	commitOutbox(t, db.Pool, rows)
 

@@ -231,40 +231,12 @@ type order struct {
 
 const chargeMigration = `-- +goose Up
 CREATE TABLE charged (order_id text PRIMARY KEY, n integer NOT NULL, amount integer NOT NULL);
-CREATE TABLE idem_rabbit_charge (
-    key_id       text        PRIMARY KEY,
-    fingerprint  bytea       NOT NULL,
-    status       text        NOT NULL DEFAULT 'done',
-    result       json,
-    attempts     integer     NOT NULL DEFAULT 1,
-    created_at   timestamptz NOT NULL DEFAULT now(),
-    completed_at timestamptz
-);
 -- +goose Down
-DROP TABLE idem_rabbit_charge;
 DROP TABLE charged;
 `
 
-var chargeTable = idem.Table[idem.Message[order]]{
-	Consumer:  "test.rabbit.charge",
-	Name:      "idem_rabbit_charge",
-	KeyFields: []string{"ID"},
-	Key: func(msg idem.Message[order]) ([]any, error) {
-		if err := idem.CheckString("ID", msg.ID); err != nil {
-			return nil, err
-		}
-		return []any{msg.ID}, nil
-	},
-	Retain: 720 * time.Hour,
-	Claim: `WITH wait AS MATERIALIZED (SELECT set_config('lock_timeout', $3::text, true)
-		FROM (SELECT set_config('idem.lock_timeout', current_setting('lock_timeout'), true) OFFSET 0) AS saved)
-		INSERT INTO idem_rabbit_charge (key_id, fingerprint) SELECT $1::text, $2::bytea FROM wait
-		ON CONFLICT DO NOTHING
-		RETURNING set_config('lock_timeout', current_setting('idem.lock_timeout'), true) IS NOT NULL`,
-	Complete: `UPDATE idem_rabbit_charge SET result = $2 WHERE key_id = $1`,
-	Lookup:   `SELECT fingerprint, status, result FROM idem_rabbit_charge WHERE key_id = $1`,
-	Purge:    `DELETE FROM idem_rabbit_charge WHERE ctid = ANY (ARRAY(SELECT ctid FROM idem_rabbit_charge WHERE created_at < now() - make_interval(secs => $1) LIMIT $2))`,
-}
+var chargeTable, chargeTableMigration = idemtest.TextKeyInbox("test.rabbit.charge", "idem_rabbit_charge", "ID",
+	func(msg idem.Message[order]) string { return msg.ID })
 
 type chargeResult struct {
 	Charged int `json:"charged"`
@@ -288,7 +260,7 @@ func chargeInbox(pool *pgxpool.Pool, fail func(msg idem.Message[order]) error) *
 // database is a fresh schema with the outbox chain and the charge tables.
 func database(t testing.TB) *idemtest.DB {
 	t.Helper()
-	fsys := fstest.MapFS{"00100_charge.sql": {Data: []byte(chargeMigration)}}
+	fsys := fstest.MapFS{"00100_charge_inbox.sql": {Data: []byte(chargeTableMigration)}, "00101_charge.sql": {Data: []byte(chargeMigration)}}
 	names, err := fs.Glob(outboxmigrations.FS, "*.sql")
 	if err != nil || len(names) == 0 {
 		t.Fatalf("outbox migrations: %v", err)
