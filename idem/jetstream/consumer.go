@@ -158,7 +158,7 @@ func (c *Consumer[M]) session(ctx context.Context, log *slog.Logger) (consumed b
 			if msg != nil {
 				_ = msg.Nak()
 			}
-			log.Info("jetstream consumer: stopped; messages not acked are delivered again")
+			returnBuffered(it, log)
 			return true, nil
 		}
 		if err != nil {
@@ -168,10 +168,27 @@ func (c *Consumer[M]) session(ctx context.Context, log *slog.Logger) (consumed b
 		case work <- msg:
 		case <-ctx.Done():
 			_ = msg.Nak() // never started: another consumer may take it at once
-			log.Info("jetstream consumer: stopped; messages not acked are delivered again")
+			returnBuffered(it, log)
 			return true, nil
 		}
 	}
+}
+
+// returnBuffered stops the pull and naks the messages pulled ahead and not
+// handed to a handler, so that the server delivers them again at once rather
+// than after the ack wait.
+func returnBuffered(it jetstream.MessagesContext, log *slog.Logger) {
+	it.Drain()
+	n := 0
+	for {
+		msg, err := it.Next(jetstream.NextMaxWait(time.Second))
+		if err != nil {
+			break
+		}
+		_ = msg.Nak()
+		n++
+	}
+	log.Info("jetstream consumer: stopped; the messages not acked are delivered again", "returned", n)
 }
 
 // deliver handles one message and settles it.

@@ -2,6 +2,7 @@ package jetstream_test
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -302,6 +303,58 @@ func TestConsumerRetryWithDelay(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "retry after the delay") {
 		t.Errorf("no log line about the retry")
+	}
+	checkAttemptLogged(t, logs)
+}
+
+// TestConsumerStopAcksOnlyCommitted: the consumer is stopped while slow
+// handlers are in flight and messages are buffered; what committed is acked,
+// nothing else is: a second consumer then processes exactly the rest, with
+// no duplicate (nothing committed was left unacked) and no order lost
+// (nothing uncommitted was acked).
+func TestConsumerStopAcksOnlyCommitted(t *testing.T) {
+	t.Parallel()
+	url := natsURL(t)
+	db := database(t)
+	top := topology(t)
+	declare(t, url, top)
+	logs, logger := newLogs(t)
+	_, js := connect(t, url)
+
+	slow := chargeInbox(db.Pool, func(idem.Message[order]) error {
+		time.Sleep(150 * time.Millisecond)
+		return nil
+	})
+	const n = 20
+	for i := range n {
+		publish(t, js, top.Subjects[0], fmt.Sprintf("order-s-%d", i), mustJSON(t, order{OrderID: fmt.Sprintf("s-%d", i), Amount: i}))
+	}
+	var first recorder
+	stop := run(t, idemjs.NewConsumer(js, top, first.wrap(slow, nil), idemjs.WithLogger(logger), idemjs.WithWorkers(2), idemjs.WithPrefetch(8)))
+	waitFor(t, 10*time.Second, "a few orders", func() bool { return first.count(idem.Processed) >= 3 })
+	stop()
+	afterStop := queryInt(t, db.Pool, `SELECT count(*)::int FROM charged`)
+
+	var second recorder
+	_, js2 := connect(t, url)
+	stop2 := run(t, idemjs.NewConsumer(js2, top, second.wrap(chargeInbox(db.Pool, nil), nil), idemjs.WithLogger(logger), idemjs.WithWorkers(4)))
+	waitFor(t, 15*time.Second, "every order charged and acked", func() bool {
+		return queryInt(t, db.Pool, `SELECT count(*)::int FROM charged`) == n && settled(t, js, top)
+	})
+	stop2()
+
+	t.Logf("stopped at %d charged; the second consumer: %d processed, %d duplicates", afterStop, second.count(idem.Processed), second.count(idem.Duplicate))
+	if afterStop == 0 || afterStop == n {
+		t.Fatalf("%d of %d charged at the stop; want the stop mid-stream", afterStop, n)
+	}
+	if d := second.count(idem.Duplicate); d != 0 {
+		t.Errorf("%d duplicates after the stop; want none: everything committed was acked:%s", d, describe(second.snapshot()))
+	}
+	if p := second.count(idem.Processed); p != n-afterStop {
+		t.Errorf("the second consumer processed %d; want the %d not committed before the stop", p, n-afterStop)
+	}
+	if k := queryInt(t, db.Pool, `SELECT count(*)::int FROM charged WHERE n <> 1`); k != 0 {
+		t.Errorf("%d orders charged more than once", k)
 	}
 	checkAttemptLogged(t, logs)
 }
