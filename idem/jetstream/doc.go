@@ -1,0 +1,80 @@
+// Package jetstream connects idem handlers to NATS JetStream (through
+// github.com/nats-io/nats.go/jetstream; NATS server 2.9 or later): a
+// [Consumer] that pulls from a durable consumer, feeds each message to an
+// [idem.Handler] (a generated wrapper, an [idem.Inbox]) and acknowledges it
+// only after its transaction committed, and a [Publisher] that an
+// [idem.Relay] publishes the outbox through, each message with its PubAck.
+//
+// # What the consumer does with each message
+//
+// The data is decoded (JSON by default, [WithDecoder] for another format)
+// into the handler's message type; an [idem.Message] gets the Nats-Msg-Id
+// header as its ID, NumDelivered as its Attempt and the headers too. While
+// the handler runs the consumer sends InProgress at a third of the durable
+// consumer's ack wait, so that a handler longer than the ack wait keeps its
+// message. Then [idem.ActionFor] of the handler's error decides, and nothing
+// else:
+//
+//   - Ack: DoubleAck (the server confirms the ack), after the commit. A
+//     message whose ack is lost (the connection gone between the commit and
+//     the ack) is delivered again after the ack wait and is a Duplicate.
+//   - Retry: NakWithDelay, the delay [WithRetryDelay] (1s after the first
+//     attempt, doubled after each further one, at most 1m): never a hot
+//     redelivery loop. After [WithMaxAttempts] attempts (default 10) the
+//     message is dead-lettered instead.
+//   - DeadLetter: a copy is published to the dead-letter subject (with its
+//     PubAck), with the reason in the header Idem-Reason and the original
+//     Nats-Msg-Id, stream, subject, stream sequence and attempt in
+//     Idem-Msg-Id, Idem-Stream, Idem-Subject, Idem-Stream-Seq and
+//     Idem-Attempt; then the message is terminated (Term), so the server
+//     never delivers it again. An undecodable body
+//     ([idem.ErrUndecodablePayload]), data larger than [WithMaxBodySize]
+//     (default 1 MiB), a message without the Nats-Msg-Id its key needs
+//     ([idem.ErrInvalidKey]) and a reused key ([idem.ErrKeyReused]) end
+//     here, once. The copy's own Nats-Msg-Id is "<stream>:<sequence>", so a
+//     second copy of the same stored message is dropped by the dead-letter
+//     stream's deduplication.
+//
+// If the copy cannot be published (no stream captures the dead-letter
+// subject) the message is not terminated: it is nak'ed with the retry delay
+// and the error is logged. Every log line about a message carries stream,
+// consumer, subject, stream_seq, message_id and attempt (NumDelivered).
+//
+// [Consumer.Run] runs [WithWorkers] handlers at once (default 4) over a pull
+// of [WithPrefetch] messages ahead (default twice the workers). The
+// connection's own reconnect (give it nats.MaxReconnects(-1)) is enough: the
+// pull resumes after every reconnect. A pull that fails otherwise (the stream
+// or the consumer deleted) is started again with backoff ([WithBackoff]).
+// When its context ends the consumer takes no new message, settles what the
+// handlers finish (a commit is acked), and naks the messages it pulled ahead,
+// so they are delivered again at once; it acks nothing it did not commit.
+//
+// # Topology
+//
+// The consumer expects, for a [Topology]:
+//
+//   - the work stream Stream;
+//   - the durable pull consumer Consumer on it, with AckExplicit;
+//   - a stream that captures the dead-letter subject (default
+//     "idem.dlq.<Stream>"), for the dead-letter copies.
+//
+// [Declare] creates or updates all three (opt-in: call it at startup, or
+// declare the same with your own tooling): the work stream with Subjects and
+// DuplicateWindow, the dead-letter stream DeadLetterStream (default
+// "<Stream>_DLQ") on the dead-letter subject, and the durable consumer with
+// explicit ack, AckWait (default 30s) and no MaxDeliver (the consumer
+// dead-letters after WithMaxAttempts itself, with a copy; a MaxDeliver would
+// drop the message silently). The consumer and the publisher declare nothing.
+//
+// # Publisher
+//
+// [Publisher] implements [idem.Publisher]: each outbox row is published with
+// PublishMsgAsync to its destination (the subject), with the row's stable id
+// as Nats-Msg-Id and its headers as NATS headers; up to [WithMaxInFlight]
+// messages (default 1024) are in flight at once, and Publish returns one
+// error per message, in order: nil once the stream's PubAck came back. A
+// relay's second try of a row is dropped by the stream's deduplication
+// window and still acknowledged; after the window the next consumer's inbox
+// makes it a Duplicate. A subject that no stream captures fails that message
+// alone. The publisher expects the streams it publishes to to exist.
+package jetstream

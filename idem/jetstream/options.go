@@ -1,0 +1,173 @@
+package jetstream
+
+import (
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/idemgen/idemgen/idem"
+)
+
+// Defaults of the options.
+const (
+	DefaultWorkers      = 4
+	DefaultMaxAttempts  = 10
+	DefaultMaxBodySize  = 1 << 20
+	DefaultRetryMin     = time.Second
+	DefaultRetryMax     = time.Minute
+	DefaultBackoffMin   = 200 * time.Millisecond
+	DefaultBackoffMax   = 30 * time.Second
+	DefaultMaxInFlight  = 1024
+	defaultPullExpiry   = 5 * time.Second
+	defaultAckWaitGuess = 30 * time.Second
+)
+
+// A Decoder decodes a message's data into v, a pointer to the handler's
+// message type (or to an idem.Message's Body). json.Unmarshal is one.
+type Decoder func(data []byte, v any) error
+
+// An Option configures a [Consumer] or a [Publisher]; each says which.
+type Option func(*options)
+
+type options struct {
+	logger      *slog.Logger
+	workers     int
+	prefetch    int
+	maxAttempts int
+	maxBody     int
+	decode      Decoder
+	retryMin    time.Duration
+	retryMax    time.Duration
+	backoffMin  time.Duration
+	backoffMax  time.Duration
+	maxInFlight int
+	msg         func(m idem.OutgoingMessage, msg *nats.Msg)
+}
+
+func newOptions(opts []Option) options {
+	o := options{
+		logger:      slog.Default(),
+		workers:     DefaultWorkers,
+		maxAttempts: DefaultMaxAttempts,
+		maxBody:     DefaultMaxBodySize,
+		decode:      json.Unmarshal,
+		retryMin:    DefaultRetryMin,
+		retryMax:    DefaultRetryMax,
+		backoffMin:  DefaultBackoffMin,
+		backoffMax:  DefaultBackoffMax,
+		maxInFlight: DefaultMaxInFlight,
+	}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.prefetch <= 0 {
+		o.prefetch = 2 * o.workers
+	}
+	if o.backoffMax < o.backoffMin {
+		o.backoffMax = o.backoffMin
+	}
+	if o.retryMax < o.retryMin {
+		o.retryMax = o.retryMin
+	}
+	return o
+}
+
+func (o *options) validate(what string) error {
+	switch {
+	case o.workers < 1:
+		return fmt.Errorf("jetstream: %s: WithWorkers(%d): want at least 1", what, o.workers)
+	case o.maxAttempts < 1:
+		return fmt.Errorf("jetstream: %s: WithMaxAttempts(%d): want at least 1", what, o.maxAttempts)
+	case o.maxBody < 1:
+		return fmt.Errorf("jetstream: %s: WithMaxBodySize(%d): want at least 1", what, o.maxBody)
+	case o.retryMin <= 0:
+		return fmt.Errorf("jetstream: %s: WithRetryDelay(%v, %v): want a positive minimum", what, o.retryMin, o.retryMax)
+	case o.backoffMin <= 0:
+		return fmt.Errorf("jetstream: %s: WithBackoff(%v, %v): want a positive minimum", what, o.backoffMin, o.backoffMax)
+	case o.maxInFlight < 1:
+		return fmt.Errorf("jetstream: %s: WithMaxInFlight(%d): want at least 1", what, o.maxInFlight)
+	case o.decode == nil:
+		return fmt.Errorf("jetstream: %s: WithDecoder(nil)", what)
+	}
+	return nil
+}
+
+// retryDelay is the delay of the NakWithDelay after the given attempt
+// failed: the minimum after the first, doubled after each further one, never
+// more than the maximum.
+func (o *options) retryDelay(attempt int) time.Duration {
+	d := o.retryMin
+	for i := 1; i < attempt && d < o.retryMax; i++ {
+		d *= 2
+	}
+	return min(d, o.retryMax)
+}
+
+// WithLogger sets the logger (default slog.Default()). Consumer and
+// Publisher.
+func WithLogger(l *slog.Logger) Option {
+	return func(o *options) { o.logger = l }
+}
+
+// WithWorkers sets how many messages are handled at once (default 4).
+// Consumer.
+func WithWorkers(n int) Option {
+	return func(o *options) { o.workers = n }
+}
+
+// WithPrefetch sets how many messages the consumer pulls ahead and buffers
+// (default twice the workers). Consumer.
+func WithPrefetch(n int) Option {
+	return func(o *options) { o.prefetch = n }
+}
+
+// WithMaxAttempts sets after how many attempts (NumDelivered) a message whose
+// action is still Retry is dead-lettered instead (default 10). Consumer.
+func WithMaxAttempts(n int) Option {
+	return func(o *options) { o.maxAttempts = n }
+}
+
+// WithMaxBodySize sets the largest message data the consumer decodes, in
+// bytes (default 1 MiB, the server's default max_payload); a larger one is
+// dead-lettered undecoded. Consumer.
+func WithMaxBodySize(n int) Option {
+	return func(o *options) { o.maxBody = n }
+}
+
+// WithDecoder sets how message data is decoded (default json.Unmarshal). An
+// error dead-letters the message as idem.ErrUndecodablePayload. Consumer.
+func WithDecoder(d Decoder) Option {
+	return func(o *options) { o.decode = d }
+}
+
+// WithRetryDelay sets the delay of the NakWithDelay for a Retry: min after
+// the first attempt, doubled after each further one, never more than max
+// (defaults 1s and 1m). Consumer.
+func WithRetryDelay(min, max time.Duration) Option {
+	return func(o *options) { o.retryMin, o.retryMax = min, max }
+}
+
+// WithBackoff sets the wait before pulling again after the pull failed (the
+// consumer or the stream missing, the connection closed): min after the
+// first failure, doubled after each further one, never more than max
+// (defaults 200ms and 30s). Consumer.
+func WithBackoff(min, max time.Duration) Option {
+	return func(o *options) { o.backoffMin, o.backoffMax = min, max }
+}
+
+// WithMaxInFlight sets how many messages a Publisher has without a PubAck at
+// once (default 1024); a larger batch goes out in chunks. Publisher.
+func WithMaxInFlight(n int) Option {
+	return func(o *options) { o.maxInFlight = n }
+}
+
+// WithMsg lets f adjust each message before it is published (headers such
+// as Content-Type). The publisher sets the subject, the data and the headers
+// of the outbox row before f runs, and Nats-Msg-Id after it: the stable id
+// is not f's to change. Publisher.
+func WithMsg(f func(m idem.OutgoingMessage, msg *nats.Msg)) Option {
+	return func(o *options) { o.msg = f }
+}

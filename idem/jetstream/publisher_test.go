@@ -1,0 +1,250 @@
+package jetstream_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemgen/idemgen/idem"
+	idemjs "github.com/idemgen/idemgen/idem/jetstream"
+)
+
+// outRow is an outbox row as a generated wrapper writes it.
+type outRow struct {
+	ID          uuid.UUID
+	Destination string
+	Headers     map[string]string
+	Payload     []byte
+}
+
+// insertOutboxSQL writes rows the way the wrapper does: one multi-row
+// statement in the handler's transaction (the arrays as text, so that it
+// works in every pgx.QueryExecMode).
+const insertOutboxSQL = `INSERT INTO idem_outbox (message_id, consumer, key, destination, ordering_key, headers, payload)
+SELECT m, 'test.jetstream', m::text, d, '', h::jsonb, convert_to(p, 'UTF8')
+FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[]) AS r (m, d, h, p)`
+
+// commitOutbox commits rows with the NOTIFY the wrapper sends.
+func commitOutbox(t testing.TB, pool *pgxpool.Pool, rows []outRow) {
+	t.Helper()
+	ids, dests, headers, payloads := make([]string, len(rows)), make([]string, len(rows)), make([]string, len(rows)), make([]string, len(rows))
+	for i, r := range rows {
+		h := []byte("{}")
+		if r.Headers != nil {
+			h = mustJSON(t, r.Headers)
+		}
+		ids[i], dests[i], headers[i], payloads[i] = r.ID.String(), r.Destination, string(h), string(r.Payload)
+	}
+	ctx := context.Background()
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, insertOutboxSQL, ids, dests, headers, payloads); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `SELECT pg_notify($1, '')`, idem.OutboxChannel)
+		return err
+	})
+	if err != nil {
+		t.Fatalf("write outbox rows: %v", err)
+	}
+}
+
+func orderRows(t testing.TB, dest, prefix string, from, n int) []outRow {
+	rows := make([]outRow, n)
+	for i := range rows {
+		o := order{OrderID: fmt.Sprintf("%s-%d", prefix, from+i), Amount: from + i}
+		rows[i] = outRow{ID: uuid.New(), Destination: dest, Payload: mustJSON(t, o),
+			Headers: map[string]string{"order": o.OrderID}}
+	}
+	return rows
+}
+
+// runRelay runs an idem.Relay over pub until the test ends.
+func runRelay(t testing.TB, pool *pgxpool.Pool, pub idem.Publisher) {
+	t.Helper()
+	_, logger := newLogs(t)
+	r := idem.NewRelay(pool, pub, idem.WithRelayPollInterval(20*time.Millisecond), idem.WithRelayBackoff(50*time.Millisecond, 200*time.Millisecond),
+		idem.WithRelayBatchSize(25), idem.WithRelayLogger(logger))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("relay Run: %v", err)
+		}
+	})
+}
+
+func pendingRows(t testing.TB, pool *pgxpool.Pool) int {
+	return queryInt(t, pool, `SELECT count(*)::int FROM idem_outbox WHERE published_at IS NULL`)
+}
+
+// TestPublisherThroughRelay: a real idem.Relay publishes committed outbox
+// rows through the Publisher; each is stored once with the row's stable id
+// as Nats-Msg-Id and its headers, and the rows are marked published (PubAck).
+func TestPublisherThroughRelay(t *testing.T) {
+	t.Parallel()
+	url := natsURL(t)
+	db := database(t)
+	top := topology(t)
+	declare(t, url, top)
+	nc, js := connect(t, url)
+
+	rows := orderRows(t, top.Subjects[0], "r", 0, 60)
+	commitOutbox(t, db.Pool, rows)
+	runRelay(t, db.Pool, idemjs.NewPublisher(nc))
+	waitFor(t, 10*time.Second, "the rows published", func() bool { return pendingRows(t, db.Pool) == 0 })
+
+	got := streamMsgs(t, js, top.Stream)
+	byID := map[string]int{}
+	for _, m := range got {
+		id := m.Header.Get("Nats-Msg-Id")
+		byID[id]++
+		var o order
+		if err := json.Unmarshal(m.Data, &o); err != nil {
+			t.Errorf("%s: data %q: %v", id, m.Data, err)
+		}
+		if h := m.Header.Get("order"); h != o.OrderID {
+			t.Errorf("%s: header order=%q; want %q", id, h, o.OrderID)
+		}
+	}
+	for _, r := range rows {
+		if byID[r.ID.String()] != 1 {
+			t.Errorf("row %s stored %d times; want once, with its id as Nats-Msg-Id", r.ID, byID[r.ID.String()])
+		}
+	}
+	if len(got) != len(rows) {
+		t.Errorf("%d messages in the stream; want %d", len(got), len(rows))
+	}
+	if n := queryInt(t, db.Pool, `SELECT count(*)::int FROM idem_outbox WHERE published_at IS NOT NULL AND attempts = 1`); n != len(rows) {
+		t.Errorf("%d rows published on their first attempt; want %d", n, len(rows))
+	}
+	t.Logf("relayed %d rows, %d messages with their stable ids", len(rows), len(byID))
+}
+
+// TestPublisherErrorsPerMessage: in one batch of 500 in flight, a message
+// to a subject no stream captures fails alone, in order; a message the
+// stream already holds (the same Nats-Msg-Id again) succeeds and is not
+// stored twice.
+func TestPublisherErrorsPerMessage(t *testing.T) {
+	t.Parallel()
+	url := natsURL(t)
+	top := topology(t)
+	declare(t, url, top)
+	nc, js := connect(t, url)
+	pub := idemjs.NewPublisher(nc)
+
+	msg := func(subject string) idem.OutgoingMessage {
+		return idem.OutgoingMessage{ID: uuid.NewString(), Destination: subject, Payload: []byte(`{}`), Attempt: 1}
+	}
+	msgs := make([]idem.OutgoingMessage, 500)
+	for i := range msgs {
+		msgs[i] = msg(top.Subjects[0])
+	}
+	msgs[100] = msg(top.Stream + ".nobody")
+	msgs[300] = msgs[299] // a relay's second try of the same row
+	errs := pub.Publish(context.Background(), msgs)
+	if len(errs) != len(msgs) {
+		t.Fatalf("%d errors for %d messages", len(errs), len(msgs))
+	}
+	for i, err := range errs {
+		switch {
+		case i == 100 && (err == nil || !strings.Contains(err.Error(), "no PubAck")):
+			t.Errorf("message %d to a subject without a stream: %v; want an error", i, err)
+		case i != 100 && err != nil:
+			t.Errorf("message %d: %v; want a PubAck", i, err)
+		}
+	}
+	var ids []string
+	for _, m := range streamMsgs(t, js, top.Stream) {
+		ids = append(ids, m.Header.Get("Nats-Msg-Id"))
+	}
+	var want []string
+	for i, m := range msgs {
+		if i != 100 && i != 300 {
+			want = append(want, m.ID)
+		}
+	}
+	if !slices.Equal(ids, want) {
+		t.Errorf("the stream holds %d messages; want the %d published, in order, once each", len(ids), len(want))
+	}
+}
+
+// TestReconnectMidStream: the consumer's and the publisher's connections
+// reconnect (nats.Conn.ForceReconnect) while orders flow through the outbox,
+// the relay and the consumer: both resume, and every order is charged
+// exactly once.
+func TestReconnectMidStream(t *testing.T) {
+	t.Parallel()
+	url := natsURL(t)
+	db := database(t)
+	top := topology(t)
+	top.AckWait = 2 * time.Second
+	declare(t, url, top)
+	_, logger := newLogs(t)
+
+	pubConn, _ := connect(t, url)
+	runRelay(t, db.Pool, idemjs.NewPublisher(pubConn, idemjs.WithLogger(logger)))
+	consConn, consJS := connect(t, url)
+	var rec recorder
+	stop := run(t, idemjs.NewConsumer(consJS, top, rec.wrap(chargeInbox(db.Pool, nil), nil), idemjs.WithLogger(logger),
+		idemjs.WithRetryDelay(50*time.Millisecond, 500*time.Millisecond)))
+
+	const chunk = 10
+	var (
+		writers    sync.WaitGroup
+		written    atomic.Int32
+		afterCut   atomic.Int32
+		reconnects atomic.Bool
+	)
+	afterCut.Store(10)
+	writers.Add(1)
+	go func() {
+		defer writers.Done()
+		for from := 0; !reconnects.Load() || afterCut.Add(-1) >= 0; from += chunk {
+			commitOutbox(t, db.Pool, orderRows(t, top.Subjects[0], "c", from, chunk))
+			written.Add(chunk)
+			time.Sleep(30 * time.Millisecond)
+		}
+	}()
+	charged := func() int { return queryInt(t, db.Pool, `SELECT count(*)::int FROM charged`) }
+	waitFor(t, 20*time.Second, "50 orders charged", func() bool { return charged() >= 50 })
+	before := charged()
+	if err := consConn.ForceReconnect(); err != nil {
+		t.Fatal(err)
+	}
+	if err := pubConn.ForceReconnect(); err != nil {
+		t.Fatal(err)
+	}
+	reconnects.Store(true)
+	writers.Wait()
+	total := int(written.Load())
+	waitFor(t, 20*time.Second, "every order charged", func() bool { return charged() == total && pendingRows(t, db.Pool) == 0 })
+	waitFor(t, 10*time.Second, "the consumer settled", func() bool { return settled(t, consJS, top) })
+	stop()
+
+	if n := queryInt(t, db.Pool, `SELECT count(*)::int FROM charged WHERE n <> 1`); n != 0 {
+		t.Errorf("%d orders charged more than once", n)
+	}
+	if n := queryInt(t, db.Pool, `SELECT count(*)::int FROM idem_outbox WHERE dead_at IS NOT NULL`); n != 0 {
+		t.Errorf("%d outbox rows dead-lettered", n)
+	}
+	if s := consConn.Stats(); s.Reconnects < 1 || pubConn.Stats().Reconnects < 1 {
+		t.Errorf("reconnects: consumer %d, publisher %d; want both to have reconnected", s.Reconnects, pubConn.Stats().Reconnects)
+	}
+	if n := len(streamMsgs(t, consJS, top.DeadLetterStreamName())); n != 0 {
+		t.Errorf("%d dead letters; want none", n)
+	}
+	t.Logf("reconnected at %d charged; in the end %d of %d orders charged once, %d processed, %d duplicates",
+		before, charged(), total, rec.count(idem.Processed), rec.count(idem.Duplicate))
+}
