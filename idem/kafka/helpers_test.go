@@ -165,6 +165,7 @@ DROP TABLE charged;
 
 var chargeTable, chargeTableMigration = idemtest.TextKeyInbox("test.kafka.charge", "idem_kafka_charge", "ID",
 	func(msg idem.Message[order]) string { return msg.ID })
+
 type chargeResult struct {
 	Charged int `json:"charged"`
 }
@@ -327,6 +328,7 @@ func run[M any](t testing.TB, c *kafka.Consumer[M]) (stop func()) {
 	t.Cleanup(stop)
 	return stop
 }
+
 // waitFor polls cond until it holds or timeout passes.
 func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
