@@ -1,0 +1,363 @@
+package kafka_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/idem/kafka"
+)
+
+// fast are the client options of the tests' consumers: short fetch waits and
+// heartbeats, so that a resumed partition or a rebalance does not wait
+// seconds.
+func fast() kafka.Option {
+	return kafka.WithClientOptions(kgo.FetchMaxWait(100*time.Millisecond), kgo.HeartbeatInterval(200*time.Millisecond))
+}
+
+// TestConsumerPublishedThreeTimes: the same order produced three times (a
+// producer's retry) is charged once; the two copies after the first are
+// Duplicates, and the offset after all three is committed.
+func TestConsumerPublishedThreeTimes(t *testing.T) {
+	t.Parallel()
+	topic, group := uniqueName(t), uniqueName(t)
+	brokers := cluster(t, 1, topic)
+	db := database(t)
+	logs, logger := newLogs(t)
+
+	cl := client(t, brokers)
+	for range 3 {
+		produce(t, cl, orderRecord(t, topic, "order-o-1", order{OrderID: "o-1", Amount: 42}))
+	}
+	var rec recorder
+	stop := run(t, kafka.NewConsumer(brokers, group, []string{topic}, rec.wrap(chargeInbox(db.Pool, nil), nil), kafka.WithLogger(logger), fast()))
+	waitFor(t, 10*time.Second, "three deliveries and their commit", func() bool {
+		return len(rec.snapshot()) == 3 && committed(t, brokers, group, topic, 0) == 3
+	})
+	stop()
+
+	ds := rec.snapshot()
+	if p, d := rec.count(idem.Processed), rec.count(idem.Duplicate); p != 1 || d != 2 {
+		t.Fatalf("processed %d, duplicates %d; want 1 and 2:%s", p, d, describe(ds))
+	}
+	charged := queryInt(t, db.Pool, `SELECT coalesce(sum(n), 0)::int FROM charged`)
+	t.Logf("produced 3 times: %d processed, %d duplicates, %d charge(s), committed offset %d",
+		rec.count(idem.Processed), rec.count(idem.Duplicate), charged, committed(t, brokers, group, topic, 0))
+	if charged != 1 {
+		t.Fatalf("charged %d times; want once", charged)
+	}
+	checkAttemptLogged(t, logs)
+}
+
+// TestConsumerKilledAfterCommitBeforeOffsetCommit: the consumer stops (its
+// client closed, as if killed) after the handlers' transactions committed and
+// before the offsets were committed; a new member of the group gets the same
+// records again, they are Duplicates, and each order is charged once.
+func TestConsumerKilledAfterCommitBeforeOffsetCommit(t *testing.T) {
+	t.Parallel()
+	topic, group := uniqueName(t), uniqueName(t)
+	brokers := cluster(t, 1, topic)
+	db := database(t)
+	_, logger := newLogs(t)
+
+	const total = 5
+	cl := client(t, brokers)
+	for i := range total {
+		produce(t, cl, orderRecord(t, topic, fmt.Sprintf("order-k-%d", i), order{OrderID: fmt.Sprintf("k-%d", i), Amount: i}))
+	}
+	var rec recorder
+	first := kafka.NewConsumer(brokers, group, []string{topic}, rec.wrap(chargeInbox(db.Pool, nil), nil), kafka.WithLogger(logger), fast())
+	kafka.CrashBeforeCommit(first, func() bool { return true })
+	if err := first.Run(context.Background()); !errors.Is(err, kafka.ErrCrashed) {
+		t.Fatalf("the first consumer's Run: %v; want it killed before the offset commit", err)
+	}
+	processed := rec.count(idem.Processed)
+	if processed == 0 {
+		t.Fatalf("the first consumer committed nothing before it was killed:%s", describe(rec.snapshot()))
+	}
+	if off := committed(t, brokers, group, topic, 0); off >= 0 {
+		t.Fatalf("committed offset %d after the kill; want none", off)
+	}
+
+	stop := run(t, kafka.NewConsumer(brokers, group, []string{topic}, rec.wrap(chargeInbox(db.Pool, nil), nil), kafka.WithLogger(logger), fast()))
+	waitFor(t, 15*time.Second, "every record done and committed", func() bool { return committed(t, brokers, group, topic, 0) == total })
+	stop()
+
+	ds := rec.snapshot()
+	if p, d := rec.count(idem.Processed), rec.count(idem.Duplicate); p != total || d != processed {
+		t.Fatalf("processed %d, duplicates %d; want %d and %d (the records committed before the kill, redelivered):%s", p, d, total, processed, describe(ds))
+	}
+	charged := queryInt(t, db.Pool, `SELECT coalesce(sum(n), 0)::int FROM charged`)
+	t.Logf("killed after %d commits: redelivered as %d duplicates; %d charges for %d orders", processed, rec.count(idem.Duplicate), charged, total)
+	if charged != total {
+		t.Fatalf("%d charges; want %d, one per order", charged, total)
+	}
+}
+
+// TestConsumerDeadLetters: an undecodable value, a record without the id its
+// key needs and a reused key (the same id, another order) go to the
+// dead-letter topic once each, with the reason in a header, without a
+// retry; their offsets are committed and the good records around them are
+// charged.
+func TestConsumerDeadLetters(t *testing.T) {
+	t.Parallel()
+	topic, group := uniqueName(t), uniqueName(t)
+	brokers := cluster(t, 1, topic, topic+".dlq")
+	db := database(t)
+	logs, logger := newLogs(t)
+
+	cl := client(t, brokers)
+	produce(t, cl,
+		orderRecord(t, topic, "order-d-1", order{OrderID: "d-1", Amount: 1}),
+		&kgo.Record{Topic: topic, Value: []byte("{not json"), Headers: []kgo.RecordHeader{{Key: kafka.HeaderMessageID, Value: []byte("order-bad")}}},
+		&kgo.Record{Topic: topic, Value: mustJSON(t, order{OrderID: "no-id", Amount: 2})},
+		orderRecord(t, topic, "order-d-1", order{OrderID: "d-1-other", Amount: 3}),
+		orderRecord(t, topic, "order-d-2", order{OrderID: "d-2", Amount: 4}),
+	)
+	var rec recorder
+	stop := run(t, kafka.NewConsumer(brokers, group, []string{topic}, rec.wrap(chargeInbox(db.Pool, nil), nil),
+		kafka.WithLogger(logger), kafka.WithRetryDelay(100*time.Millisecond), fast()))
+	waitFor(t, 10*time.Second, "all five committed", func() bool { return committed(t, brokers, group, topic, 0) == 5 })
+	time.Sleep(300 * time.Millisecond) // would a dead letter come back?
+	stop()
+
+	dead := readAll(t, brokers, topic+".dlq", 4, 2*time.Second)
+	reasons := map[string]string{}
+	for _, r := range dead {
+		reasons[header(r, kafka.HeaderOffset)] = header(r, kafka.HeaderReason)
+		if header(r, kafka.HeaderTopic) != topic || header(r, kafka.HeaderAttempt) != "1" {
+			t.Errorf("dead letter at offset %s: topic %q attempt %q; want %q and 1", header(r, kafka.HeaderOffset), header(r, kafka.HeaderTopic), header(r, kafka.HeaderAttempt), topic)
+		}
+	}
+	t.Logf("dead letters: %q", reasons)
+	if len(dead) != 3 {
+		t.Fatalf("%d dead letters; want 3 (undecodable, no id, reused key)", len(dead))
+	}
+	for offset, want := range map[string]string{"1": "does not decode", "2": "invalid key", "3": "key already used"} {
+		if !strings.Contains(reasons[offset], want) {
+			t.Errorf("the dead letter of offset %s says %q; want it to mention %q", offset, reasons[offset], want)
+		}
+	}
+	// The undecodable record never reached the handler; the one without id
+	// and the reused key reached it once.
+	if n := len(rec.snapshot()); n != 4 {
+		t.Errorf("the handler ran %d times; want 4 (the undecodable record never, the others once):%s", n, describe(rec.snapshot()))
+	}
+	if n := queryInt(t, db.Pool, `SELECT coalesce(sum(n), 0)::int FROM charged`); n != 2 {
+		t.Errorf("%d charges; want 2 (d-1 and d-2)", n)
+	}
+	if !strings.Contains(logs.String(), "dead-lettered") {
+		t.Errorf("no log line says what was dead-lettered")
+	}
+	checkAttemptLogged(t, logs)
+}
+
+// TestConsumerRetryWithDelay: the handler fails twice, then succeeds; the
+// record is retried after the delay each time (the partition sought back,
+// the offset not committed in between) and charged once, at attempt 3; the
+// record after it waits its turn.
+func TestConsumerRetryWithDelay(t *testing.T) {
+	t.Parallel()
+	topic, group := uniqueName(t), uniqueName(t)
+	brokers := cluster(t, 1, topic)
+	db := database(t)
+	logs, logger := newLogs(t)
+
+	var failures atomic.Int32
+	h := chargeInbox(db.Pool, func(msg idem.Message[order]) error {
+		if msg.Body.OrderID == "r-1" && failures.Add(1) <= 2 {
+			return errors.New("the payment service is down")
+		}
+		return nil
+	})
+	cl := client(t, brokers)
+	produce(t, cl, orderRecord(t, topic, "order-r-1", order{OrderID: "r-1", Amount: 5}), orderRecord(t, topic, "order-r-2", order{OrderID: "r-2", Amount: 6}))
+	const delay = 300 * time.Millisecond
+	var rec recorder
+	var sawUncommitted atomic.Bool
+	stop := run(t, kafka.NewConsumer(brokers, group, []string{topic}, rec.wrap(h, func(msg idem.Message[order], _ idem.Outcome, err error) {
+		if err != nil && committed(t, brokers, group, topic, 0) < 0 {
+			sawUncommitted.Store(true)
+		}
+	}), kafka.WithLogger(logger), kafka.WithRetryDelay(delay), fast()))
+	waitFor(t, 15*time.Second, "both committed", func() bool { return committed(t, brokers, group, topic, 0) == 2 })
+	stop()
+
+	ds := rec.snapshot()
+	if len(ds) != 4 {
+		t.Fatalf("%d deliveries; want 4 (r-1 three times, r-2 once):%s", len(ds), describe(ds))
+	}
+	for i, want := range []struct {
+		id      string
+		attempt int
+		outcome idem.Outcome
+	}{{"order-r-1", 1, 0}, {"order-r-1", 2, 0}, {"order-r-1", 3, idem.Processed}, {"order-r-2", 1, idem.Processed}} {
+		if ds[i].ID != want.id || ds[i].Attempt != want.attempt || ds[i].Outcome != want.outcome {
+			t.Errorf("delivery %d: %s attempt %d %v; want %s attempt %d %v", i, ds[i].ID, ds[i].Attempt, ds[i].Outcome, want.id, want.attempt, want.outcome)
+		}
+	}
+	for i := 1; i < 3; i++ {
+		if gap := ds[i].At.Sub(ds[i-1].At); gap < delay {
+			t.Errorf("attempt %d came %v after attempt %d; want at least the retry delay %v", i+1, gap, i, delay)
+		}
+	}
+	if !sawUncommitted.Load() {
+		t.Errorf("an offset was committed while r-1 was failing")
+	}
+	if n := queryInt(t, db.Pool, `SELECT coalesce(sum(n), 0)::int FROM charged WHERE order_id = 'r-1'`); n != 1 {
+		t.Errorf("r-1 charged %d times; want once", n)
+	}
+	t.Logf("r-1: attempts %d, %d, %d, %v apart at least", ds[0].Attempt, ds[1].Attempt, ds[2].Attempt, delay)
+	checkAttemptLogged(t, logs)
+}
+
+// TestConsumerStopCommitsOnlyCommitted: the context ends while a handler
+// waits in its transaction; the records that committed have their offsets
+// committed, the interrupted one (rolled back) does not, and a new consumer
+// takes it up from there.
+func TestConsumerStopCommitsOnlyCommitted(t *testing.T) {
+	t.Parallel()
+	topic, group := uniqueName(t), uniqueName(t)
+	brokers := cluster(t, 1, topic)
+	db := database(t)
+	_, logger := newLogs(t)
+
+	var release sync.WaitGroup
+	release.Add(1)
+	var blocked atomic.Bool
+	blocking := chargeInbox(db.Pool, func(msg idem.Message[order]) error {
+		if msg.Body.OrderID == "s-3" && !blocked.Swap(true) {
+			release.Wait()
+			return errors.New("interrupted")
+		}
+		return nil
+	})
+	cl := client(t, brokers)
+	for i := range 6 {
+		produce(t, cl, orderRecord(t, topic, fmt.Sprintf("order-s-%d", i), order{OrderID: fmt.Sprintf("s-%d", i), Amount: i}))
+	}
+	stop := run(t, kafka.NewConsumer(brokers, group, []string{topic}, blocking, kafka.WithLogger(logger), fast()))
+	waitFor(t, 10*time.Second, "the handler of s-3 blocked", blocked.Load)
+	go func() { time.Sleep(200 * time.Millisecond); release.Done() }()
+	stop()
+
+	off := committed(t, brokers, group, topic, 0)
+	charged := queryInt(t, db.Pool, `SELECT count(*)::int FROM charged`)
+	t.Logf("stopped: %d charges, committed offset %d", charged, off)
+	if off != 3 || charged != 3 {
+		t.Fatalf("committed offset %d with %d charges; want 3 and 3 (s-0..s-2 committed, s-3 interrupted)", off, charged)
+	}
+	stop = run(t, kafka.NewConsumer(brokers, group, []string{topic}, blocking, kafka.WithLogger(logger), fast()))
+	waitFor(t, 10*time.Second, "the rest done", func() bool { return committed(t, brokers, group, topic, 0) == 6 })
+	stop()
+	if n := queryInt(t, db.Pool, `SELECT coalesce(sum(n), 0)::int FROM charged`); n != 6 {
+		t.Fatalf("%d charges after the restart; want 6", n)
+	}
+}
+
+// TestConsumerRebalanceTenThousand: 10,000 records over 4 partitions; a
+// second member joins the group mid-stream, taking partitions over in a
+// rebalance. Nothing is lost, nothing is charged twice, no record reaches
+// a handler twice, and the committed offsets add up to the 10,000.
+func TestConsumerRebalanceTenThousand(t *testing.T) {
+	t.Parallel()
+	const total, partitions = 10000, 4
+	topic, group := uniqueName(t), uniqueName(t)
+	brokers := cluster(t, partitions, topic)
+	db := database(t)
+	logger := slogDiscard()
+
+	// The records are produced while the members consume, in batches over
+	// about two seconds, so that both are working at the tail of every
+	// partition they own when the second joins.
+	cl := client(t, brokers, kgo.ProducerLinger(5*time.Millisecond))
+	rs := make([]*kgo.Record, total)
+	for i := range rs {
+		rs[i] = orderRecord(t, topic, fmt.Sprintf("order-b-%d", i), order{OrderID: fmt.Sprintf("b-%d", i), Amount: i})
+	}
+	produced := make(chan error, 1)
+	go func() {
+		for i := 0; i < total; i += 100 {
+			if err := cl.ProduceSync(context.Background(), rs[i:i+100]...).FirstErr(); err != nil {
+				produced <- err
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		produced <- nil
+	}()
+
+	var a, b recorder
+	opts := []kafka.Option{kafka.WithLogger(logger), kafka.WithWorkers(partitions), kafka.WithMaxPollRecords(100), fast()}
+	// While B joins, A's records take a few milliseconds each after their
+	// commit, so that the rebalance comes while A has a poll in flight.
+	var joining atomic.Bool
+	var slowed atomic.Int32
+	slow := func(idem.Message[order], idem.Outcome, error) {
+		if joining.Load() && slowed.Add(1) <= 1000 {
+			time.Sleep(3 * time.Millisecond)
+		}
+	}
+	stopA := run(t, kafka.NewConsumer(brokers, group, []string{topic}, a.wrap(chargeInbox(db.Pool, nil), slow), opts...))
+	waitFor(t, 20*time.Second, "a quarter handled", func() bool { return len(a.snapshot()) >= total/4 })
+	joining.Store(true)
+	stopB := run(t, kafka.NewConsumer(brokers, group, []string{topic}, b.wrap(chargeInbox(db.Pool, nil), nil), opts...))
+	sumCommitted := func() int64 {
+		var n int64
+		for p := range int32(partitions) {
+			n += max(committed(t, brokers, group, topic, p), 0)
+		}
+		return n
+	}
+	if err := <-produced; err != nil {
+		t.Fatalf("produce: %v", err)
+	}
+	waitFor(t, 30*time.Second, "all committed", func() bool { return sumCommitted() == total })
+	stopA()
+	stopB()
+
+	rows := queryInt(t, db.Pool, `SELECT count(*)::int FROM charged`)
+	charges := queryInt(t, db.Pool, `SELECT coalesce(sum(n), 0)::int FROM charged`)
+	dups := a.count(idem.Duplicate) + b.count(idem.Duplicate)
+	t.Logf("%d records: member A handled %d, member B %d (after joining), %d duplicates; %d orders charged, %d charges",
+		total, len(a.snapshot()), len(b.snapshot()), dups, rows, charges)
+	if rows != total || charges != total {
+		t.Fatalf("%d orders charged, %d charges; want %d and %d", rows, charges, total, total)
+	}
+	// The partitions moved only between polls, after their offsets were
+	// committed (BlockRebalanceOnPoll): the new owner starts after the last
+	// record done, so not even the inbox sees a record twice.
+	if dups != 0 {
+		t.Errorf("%d duplicates: a partition moved with records in flight or not yet committed", dups)
+	}
+	partitionOf := map[string]int32{}
+	for _, r := range rs {
+		partitionOf[string(r.Key)] = r.Partition
+	}
+	partitionsOf := func(r *recorder) map[int32]int {
+		m := map[int32]int{}
+		for _, d := range r.snapshot() {
+			m[partitionOf[strings.TrimPrefix(d.ID, "order-")]]++
+		}
+		return m
+	}
+	pa, pb := partitionsOf(&a), partitionsOf(&b)
+	moved := 0
+	for p := range pb {
+		if pa[p] > 0 {
+			moved++
+		}
+	}
+	t.Logf("records per partition: member A %v, member B %v; %d partition(s) moved mid-stream", pa, pb, moved)
+	if moved == 0 {
+		t.Fatalf("no partition moved from A to B mid-stream: the test did not rebalance in the middle of the stream")
+	}
+}

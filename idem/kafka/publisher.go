@@ -1,0 +1,94 @@
+package kafka
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/idemgen/idemgen/idem"
+)
+
+// Publisher produces outbox messages to Kafka for an idem.Relay, through an
+// idempotent producer with acks from all in-sync replicas (franz-go's
+// default); see the package documentation. Close it when done.
+type Publisher struct {
+	o   options
+	cl  *kgo.Client
+	err error
+}
+
+var _ idem.Publisher = (*Publisher)(nil)
+
+// NewPublisher returns a Publisher to the brokers (seed addresses,
+// host:port). Options: WithRecord, WithLogger, WithClientOptions.
+func NewPublisher(brokers []string, opts ...Option) *Publisher {
+	p := &Publisher{o: newOptions(opts)}
+	if len(brokers) == 0 {
+		p.err = errors.New("kafka: publisher: no seed brokers")
+		return p
+	}
+	p.cl, p.err = kgo.NewClient(append(append([]kgo.Opt(nil), p.o.client...), kgo.SeedBrokers(brokers...))...)
+	if p.err != nil {
+		p.err = fmt.Errorf("kafka: publisher: %w", p.err)
+	}
+	return p
+}
+
+// Publish produces msgs, all in flight at once, and returns one error per
+// message, in order: nil once the brokers acknowledged it. Each record goes
+// to the topic msg.Destination, keyed by msg.OrderingKey, or by msg.ID when
+// there is none, with the headers of msg plus idem-message-id = msg.ID.
+func (p *Publisher) Publish(ctx context.Context, msgs []idem.OutgoingMessage) []error {
+	errs := make([]error, len(msgs))
+	if p.err != nil {
+		for i := range errs {
+			errs[i] = p.err
+		}
+		return errs
+	}
+	var wg sync.WaitGroup
+	for i, m := range msgs {
+		if m.Destination == "" {
+			errs[i] = fmt.Errorf("kafka: publish %s: no destination topic", m.ID)
+			continue
+		}
+		wg.Add(1)
+		p.cl.Produce(ctx, p.recordOf(m), func(_ *kgo.Record, err error) {
+			if err != nil {
+				errs[i] = fmt.Errorf("kafka: publish %s to %s: %w", m.ID, m.Destination, err)
+			}
+			wg.Done()
+		})
+	}
+	wg.Wait()
+	return errs
+}
+
+func (p *Publisher) recordOf(m idem.OutgoingMessage) *kgo.Record {
+	key := m.OrderingKey
+	if key == "" {
+		key = m.ID
+	}
+	headers := make([]kgo.RecordHeader, 0, len(m.Headers)+1)
+	for k, v := range m.Headers {
+		if k != HeaderMessageID {
+			headers = append(headers, kgo.RecordHeader{Key: k, Value: []byte(v)})
+		}
+	}
+	headers = append(headers, kgo.RecordHeader{Key: HeaderMessageID, Value: []byte(m.ID)})
+	r := &kgo.Record{Topic: m.Destination, Key: []byte(key), Value: m.Payload, Headers: headers}
+	if p.o.record != nil {
+		p.o.record(m, r)
+	}
+	return r
+}
+
+// Close flushes nothing (Publish waits for its acks) and closes the client.
+func (p *Publisher) Close() {
+	if p.cl != nil {
+		p.cl.Close()
+	}
+}
