@@ -355,3 +355,40 @@ func TestHandlerEndingTheTransactionThroughSQL(t *testing.T) {
 		})
 	}
 }
+
+// A delivery whose context is cancelled at any moment has a known outcome:
+// either it returns nil and its row is committed, or it returns an error and
+// nothing is committed. A cancellation must never land inside the commit
+// round trip, where it would leave a committed delivery reported as failed
+// (a consumer stopping would then not ack it, and its redelivery would be a
+// Duplicate).
+func TestCancelledDeliveryHasAKnownOutcome(t *testing.T) {
+	db := idemtest.New(t, migrations)
+	in := idem.NewInbox(db.Pool, depositTable, credit)
+	const n = 300
+	var failedButCommitted, committed, failed int
+	for i := range n {
+		ctx, cancel := context.WithCancel(context.Background())
+		// Cancel somewhere inside the delivery: the claim, the handler or
+		// the commit round trip (each takes well under a millisecond to a few).
+		timer := time.AfterFunc(time.Duration(i%40)*50*time.Microsecond, cancel)
+		msg := deposit{Account: "acc-cancel", Ref: int64(i + 1), Amount: 1}
+		_, _, err := in.Handle(ctx, msg)
+		timer.Stop()
+		cancel()
+		rows := count(t, db.Pool, `SELECT count(*) FROM idem_test_deposit WHERE key_account = $1 AND key_ref = $2`, msg.Account, msg.Ref)
+		switch {
+		case err != nil && rows > 0:
+			failedButCommitted++
+			t.Errorf("delivery %d returned %v, but its row is committed", i+1, err)
+		case err != nil:
+			failed++
+		default:
+			committed++
+		}
+	}
+	t.Logf("%d committed, %d failed with nothing committed, %d failed but committed", committed, failed, failedButCommitted)
+	if failed == 0 || committed == 0 {
+		t.Errorf("the cancellations did not spread over the delivery (%d committed, %d failed); the test shows nothing", committed, failed)
+	}
+}

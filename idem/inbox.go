@@ -314,7 +314,19 @@ func (in *Inbox[M, R]) complete(ctx context.Context, conn *pgx.Conn, key []any, 
 	}
 	b.Queue(claimCheck)
 	b.Queue("commit")
-	br := conn.SendBatch(ctx, b)
+	// A cancellation that comes before the commit round trip rolls back: the
+	// outcome is known, nothing committed. Once the COMMIT is on its way, the
+	// caller's cancellation must not cut the round trip short: a COMMIT whose
+	// reply is never read has an unknown outcome, and a consumer that stops
+	// (cancelling its deliveries) would leave a committed message unacked, to
+	// come back as a Duplicate. So the round trip runs to its end, bounded by
+	// commitTimeout instead.
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("idem: %w before the commit; the transaction was rolled back", err)
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
+	defer cancel()
+	br := conn.SendBatch(cctx, b)
 	var updated, committed pgconn.CommandTag
 	var err, outboxErr error
 	if !in.noResult {
@@ -457,6 +469,10 @@ func (in *Inbox[M, R]) retryable(key []any, err error) error {
 // rollbackTimeout bounds the rollback after a failure; it runs even when the
 // caller's context is already cancelled.
 const rollbackTimeout = 5 * time.Second
+
+// commitTimeout bounds the commit round trip, which runs even when the
+// caller's context is cancelled once it was sent (see complete).
+const commitTimeout = 30 * time.Second
 
 // rollback ends the connection's transaction, if it has one. When even that
 // fails the connection's state is unknown, so it is closed: the server rolls
