@@ -70,7 +70,7 @@ func (c *checker) handler(fd *ast.FuncDecl, d directive.Directive) (model.Handle
 	} else if msgOK {
 		h.Key = c.key(keyOpt, msg)
 		c.checkNullable(keyOpt, h.Key)
-		c.hygiene(d, keyOpt)
+		c.hygiene(d, keyOpt, h.Envelope)
 	}
 	if msgOK {
 		h.Guard = c.guard(d, msg)

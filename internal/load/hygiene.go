@@ -2,6 +2,7 @@ package load
 
 import (
 	"slices"
+	"strings"
 
 	"github.com/idemgen/idemgen/internal/directive"
 )
@@ -52,7 +53,10 @@ func hasPair(first, second []string) func([]string) bool {
 
 // hygiene warns about key fields whose names say they are not stable, unless
 // the directive vouches for them with stable=.
-func (c *checker) hygiene(d directive.Directive, keyOpt directive.Option) {
+//
+// For an idem.Message (envelope set) the paths that keyPart refuses, Attempt
+// and Headers, get that error and no warning.
+func (c *checker) hygiene(d directive.Directive, keyOpt directive.Option, envelope bool) {
 	vouched := map[string]bool{}
 	stable, hasStable := d.Lookup("stable")
 	if hasStable {
@@ -62,6 +66,9 @@ func (c *checker) hygiene(d directive.Directive, keyOpt directive.Option) {
 	}
 	for _, item := range keyOpt.List() {
 		path, pos := item.Text, item.Pos
+		if envelope && envelopeFieldProblem(strings.Split(path, ".")[0]) != "" {
+			continue
+		}
 		words := fieldWords(path)
 		for _, u := range unstableWords {
 			if !u.match(words) {

@@ -46,6 +46,10 @@ func (c *checker) keyPart(pos diag.Pos, path string, msg types.Type, allowNull b
 	var hopTypes []types.Type
 	cur := msg
 	elems := strings.Split(path, ".")
+	if problem := envelopeKeyProblem(msg, elems[0]); problem != "" {
+		c.errorf(pos, "key field %s of %s: %s", path, c.typeString(msg), problem)
+		return part, false
+	}
 	for i, name := range elems {
 		prefix := strings.Join(elems[:i], ".")
 		if name == "" {
@@ -164,4 +168,29 @@ func (c *checker) guard(d directive.Directive, msg types.Type) *model.Guard {
 	// A version may start at 0; only the entity is an identity.
 	ver.AllowZero = true
 	return &model.Guard{Entity: entity, Version: ver}
+}
+
+// envelopeKeyProblem says why the field name of the message type
+// idem.Message[T] (or a pointer to it) cannot start a key path, or returns ""
+// when it can or msg is another type.
+func envelopeKeyProblem(msg types.Type, name string) string {
+	if p, ok := types.Unalias(msg).(*types.Pointer); ok {
+		msg = p.Elem()
+	}
+	if !isNamed(msg, idemPath, "Message") {
+		return ""
+	}
+	return envelopeFieldProblem(name)
+}
+
+// envelopeFieldProblem says why the field name of idem.Message cannot start
+// a key path, or returns "" when it can.
+func envelopeFieldProblem(name string) string {
+	switch name {
+	case "Attempt":
+		return "the delivery attempt changes between deliveries of one message and is not part of its fingerprint (json:\"-\"), so every redelivery would look new; key on ID (the broker's message id) or on a field of Body"
+	case "Headers":
+		return "the headers are not part of the message's fingerprint (json:\"-\") and may change between deliveries of one message; key on ID (the broker's message id) or on a field of Body"
+	}
+	return ""
 }

@@ -89,11 +89,22 @@ func (c *checker) signature(fd *ast.FuncDecl, sig *types.Signature, h *model.Han
 	case !isNamedType || !isStruct:
 		c.errorf(mpos, "the message parameter of handler %s has type %s; want a named struct type or a pointer to one", h.Func, c.typeString(mt))
 		return nil, false
+	case isNamed(n, idemPath, "Message"):
+		if !c.envelopeBody(n, mpos, h) {
+			return nil, false
+		}
+		h.Envelope = true
 	case n.TypeParams().Len() > 0 || n.TypeArgs().Len() > 0:
-		c.errorf(mpos, "the message type %s of handler %s is generic; use a plain named struct type", c.typeString(mt), h.Func)
+		c.errorf(mpos, "the message type %s of handler %s is generic; use a plain named struct type, or idem.Message[T] (the one generic message type idemgen accepts)", c.typeString(mt), h.Func)
 		return nil, false
 	}
-	if !hasMethod(named, "IdemFingerprint") {
+	if h.Envelope {
+		// The fingerprint of an idem.Message covers ID and Body by the
+		// canonical encoding; the body's IdemFingerprint is not consulted.
+		if problem := jsonProblem(named, false, c.qualifier); problem != "" {
+			c.errorf(mpos, "the message type %s of handler %s cannot be fingerprinted: %s", c.typeString(mt), h.Func, problem)
+		}
+	} else if !hasMethod(named, "IdemFingerprint") {
 		if problem := jsonProblem(named, false, c.qualifier); problem != "" {
 			c.errorf(mpos, "the message type %s of handler %s cannot be fingerprinted: %s (or give it an IdemFingerprint method, see idem.Fingerprinter)",
 				c.typeString(mt), h.Func, problem)
@@ -167,4 +178,27 @@ func (c *checker) resultPos(fd *ast.FuncDecl) diag.Pos {
 		return c.pos(fd.Type.Results)
 	}
 	return c.pos(fd.Type)
+}
+
+// envelopeBody checks the body type T of the message type idem.Message[T]:
+// a named struct type or a pointer to one, itself not generic.
+func (c *checker) envelopeBody(n *types.Named, pos diag.Pos, h *model.Handler) bool {
+	body := n.TypeArgs().At(0)
+	elem := body
+	if p, ok := types.Unalias(body).(*types.Pointer); ok {
+		elem = p.Elem()
+	}
+	bn, isNamedType := types.Unalias(elem).(*types.Named)
+	_, isStruct := elem.Underlying().(*types.Struct)
+	switch {
+	case !isNamedType || !isStruct:
+		c.errorf(pos, "the message type %s of handler %s has the body type %s; want idem.Message[T] with T a named struct type or a pointer to one",
+			c.typeString(n), h.Func, c.typeString(body))
+		return false
+	case bn.TypeArgs().Len() > 0:
+		c.errorf(pos, "the body type %s of the message type %s of handler %s is generic; use a plain named struct type",
+			c.typeString(body), c.typeString(n), h.Func)
+		return false
+	}
+	return true
 }

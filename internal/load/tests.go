@@ -30,18 +30,29 @@ const idemtestPath = idemPath + "/idemtest"
 // same key and another payload: the first exported, JSON-encoded field of
 // the message struct outside the key whose type is a string, an integer or a
 // bool. Without one it says why, for the generated test's comment.
+//
+// For an idem.Message[T] the field is one of the body's, Body.F: the
+// envelope's ID is the broker's and its other fields are not fingerprinted.
 func (c *checker) vary(msg types.Type, h model.Handler) (*model.VaryField, string) {
+	prefix, depth := "", 0
+	if h.Envelope {
+		body := types.Unalias(msg).(*types.Named).TypeArgs().At(0)
+		if p, ok := types.Unalias(body).(*types.Pointer); ok {
+			body = p.Elem()
+		}
+		msg, prefix, depth = body, "Body.", 1
+	}
 	name := c.typeString(msg)
 	switch {
-	case hasMethod(msg, "IdemFingerprint"):
+	case hasMethod(msg, "IdemFingerprint") && !h.Envelope:
 		return nil, name + " has an IdemFingerprint method, so idemgen cannot tell which change alters its fingerprint"
 	case hasMethod(msg, "MarshalJSON") || hasMethod(msg, "MarshalText"):
 		return nil, name + " has its own JSON encoding, so idemgen cannot tell which change alters its fingerprint"
 	}
 	key := map[string]bool{}
 	for _, k := range h.Key {
-		if len(k.Hops) == 1 {
-			key[k.Hops[0].Field] = true
+		if len(k.Hops) == depth+1 && (depth == 0 || k.Hops[0].Field == "Body") {
+			key[k.Hops[depth].Field] = true
 		}
 	}
 	st := msg.Underlying().(*types.Struct)
@@ -55,14 +66,23 @@ func (c *checker) vary(msg types.Type, h model.Handler) (*model.VaryField, strin
 		switch {
 		case !ok:
 		case b.Kind() == types.String:
-			return &model.VaryField{Field: f.Name(), Kind: model.VaryString}, ""
+			return c.varyField(prefix+f.Name(), model.VaryString, f.Type(), h)
 		case b.Info()&types.IsInteger != 0:
-			return &model.VaryField{Field: f.Name(), Kind: model.VaryInt}, ""
+			return c.varyField(prefix+f.Name(), model.VaryInt, f.Type(), h)
 		case b.Kind() == types.Bool:
-			return &model.VaryField{Field: f.Name(), Kind: model.VaryBool}, ""
+			return c.varyField(prefix+f.Name(), model.VaryBool, f.Type(), h)
 		}
 	}
 	return nil, name + " has no exported field outside its key that is a string, an integer or a bool"
+}
+
+// varyField is the VaryField path of kind, with its type.
+func (c *checker) varyField(path string, kind model.VaryKind, t types.Type, h model.Handler) (*model.VaryField, string) {
+	mt, ok := c.modelType(t, h.Pos)
+	if !ok {
+		return nil, "the type of " + path + " cannot be named in generated code"
+	}
+	return &model.VaryField{Field: path, Kind: kind, Type: mt}, ""
 }
 
 // testFiles are the package's _test.go files, parsed. Those of the external

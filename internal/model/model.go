@@ -96,7 +96,14 @@ type Handler struct {
 	// NoVary says why.
 	Vary   *VaryField
 	NoVary string
+	// Envelope is set when the message type is idem.Message[T] or a
+	// pointer to it; T is Msg.Deref().Args[0], and key paths start at the
+	// envelope (ID, Body.Field).
+	Envelope bool
 }
+
+// Body is the body type T of an Envelope handler's idem.Message[T].
+func (h Handler) Body() Type { return h.Msg.Deref().Args[0] }
 
 // Guard is a stale-message guard: per entity, only a message whose version
 // is greater than the last applied one is processed.
@@ -112,8 +119,12 @@ type Guard struct {
 // VaryField is a field of a message, outside its key, whose change changes
 // the message's payload fingerprint.
 type VaryField struct {
-	Field string // a field of the message struct itself
+	// Field is a field of the message struct itself, or Body.F, a field F
+	// of the body of an Envelope handler's message.
+	Field string
 	Kind  VaryKind
+	// Type is the field's type.
+	Type Type
 }
 
 // VaryKind is how a VaryField is changed.

@@ -236,3 +236,33 @@ func Doc(text string) string {
 	lines = append(lines, line)
 	return "// " + strings.Join(lines, "\n// ")
 }
+
+// MessageName names a handler's message type in doc comments: the named
+// type without its pointer, and for idem.Message[T] the envelope with its
+// body type, spelled as the code of pkgPath spells them.
+func MessageName(h model.Handler, pkgPath string) string {
+	if !h.Envelope {
+		return h.Msg.Deref().Name
+	}
+	return "idem.Message[" + TypeText(h.Body(), pkgPath) + "]"
+}
+
+// TypeText spells a named type, a pointer to one or an instantiated generic
+// type as the code of pkgPath spells it.
+func TypeText(t model.Type, pkgPath string) string {
+	if t.Kind == model.Pointer {
+		return "*" + TypeText(*t.Elem, pkgPath)
+	}
+	s := t.Name
+	if t.PkgPath != "" && t.PkgPath != pkgPath {
+		s = t.PkgName + "." + t.Name
+	}
+	if len(t.Args) > 0 {
+		args := make([]string, len(t.Args))
+		for i, a := range t.Args {
+			args[i] = TypeText(a, pkgPath)
+		}
+		s += "[" + strings.Join(args, ", ") + "]"
+	}
+	return s
+}

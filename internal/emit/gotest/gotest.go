@@ -105,6 +105,12 @@ func (e emitter) fixture() jen.Code {
 		body = append(body, jen.Id("msg").Op(":=").Add(gocode.Type(h.Msg)).Values())
 	}
 	allocated, assigned := map[string]bool{}, map[string]bool{}
+	if h.Envelope && h.Body().Kind == model.Pointer {
+		b := h.Body()
+		// The handler gets a body, whatever its key.
+		allocated["msg.Body"] = true
+		body = append(body, jen.Id("msg.Body").Op("=").Op("&").Add(gocode.Type(*b.Elem)).Values())
+	}
 	set := func(k model.KeyPart) {
 		expr := "msg"
 		for i, hop := range k.Hops {
@@ -133,6 +139,17 @@ func (e emitter) fixture() jen.Code {
 		// The stale-message guard needs an entity; version 0 is as good as
 		// any for a first message.
 		set(h.Guard.Entity)
+	}
+	if h.Envelope {
+		// Every delivery of a broker has a message id, and the body
+		// something to fingerprint.
+		if !assigned["msg.ID"] {
+			body = append(body, jen.Id("msg.ID").Op("=").Qual(gocode.IdemtestPkg, "UniqueString").Types(jen.String()).Call())
+		}
+		if v := h.Vary; v != nil && v.Kind != model.VaryBool && !assigned["msg."+v.Field] {
+			unique := map[model.VaryKind]string{model.VaryString: "UniqueString", model.VaryInt: "UniqueInt"}[v.Kind]
+			body = append(body, jen.Id("msg."+v.Field).Op("=").Qual(gocode.IdemtestPkg, unique).Types(gocode.Type(v.Type)).Call())
+		}
 	}
 	var values []jen.Code
 	if r := e.zeroReceiver(); r != nil {
@@ -172,6 +189,14 @@ func (e emitter) variant() jen.Code {
 		v = "v"
 		body = append(body, jen.Id("v").Op(":=").Op("*").Id("msg"))
 	}
+	if h.Envelope && h.Body().Kind == model.Pointer {
+		// A copy of the envelope shares its body: change a copy of that.
+		if v == "msg" {
+			v = "v"
+			body = append(body, jen.Id("v").Op(":=").Id("msg"))
+		}
+		body = append(body, jen.Id("b").Op(":=").Op("*").Id(v).Dot("Body"), jen.Id(v).Dot("Body").Op("=").Op("&").Id("b"))
+	}
 	field := jen.Id(v).Dot(h.Vary.Field)
 	switch h.Vary.Kind {
 	case model.VaryString:
@@ -181,10 +206,11 @@ func (e emitter) variant() jen.Code {
 	case model.VaryBool:
 		body = append(body, field.Op("=").Op("!").Id(v).Dot(h.Vary.Field))
 	}
-	if h.Msg.Kind == model.Pointer {
+	switch {
+	case h.Msg.Kind == model.Pointer:
 		body = append(body, jen.Return(jen.Op("&").Id("v")))
-	} else {
-		body = append(body, jen.Return(jen.Id("msg")))
+	default:
+		body = append(body, jen.Return(jen.Id(v)))
 	}
 	return jen.Func().Params(jen.Id("msg").Add(gocode.Type(h.Msg))).Add(gocode.Type(h.Msg)).Block(body...)
 }
@@ -228,7 +254,7 @@ func (e emitter) doc() string {
 	d.para(fmt.Sprintf(
 		"%s proves against a real PostgreSQL that %s, the wrapper of %s, processes every %s at most once per key (%s) of the consumer %q, "+
 			"whose inbox table is %s. Each scenario is a subtest in a fresh schema with the goose migrations of %s applied; %s:",
-		n.Test, n.Wrapper, gocode.HandlerName(e.H), h.Msg.Deref().Name, gocode.KeyPaths(e.H), h.Consumer, h.Table, e.migrationsDir()+"/", source))
+		n.Test, n.Wrapper, gocode.HandlerName(e.H), gocode.MessageName(h, e.Pkg.Path), gocode.KeyPaths(e.H), h.Consumer, h.Table, e.migrationsDir()+"/", source))
 
 	d.item(fmt.Sprintf(
 		"concurrent_deliveries: %d deliveries of one message at once, the first held inside its transaction until the other %d wait on its claim in PostgreSQL, "+
@@ -256,7 +282,7 @@ func (e emitter) doc() string {
 		}
 		d.para(fmt.Sprintf("The business effect is not counted. A fixture can seed data, choose the message, count the effect and supply a Variant "+
 			"(see idemtest.Fixture): declare it in a _test.go file of package %s,", e.Pkg.Name))
-		d.code(fmt.Sprintf("func %s(t testing.TB, db *idemtest.DB) idemtest.Fixture[%s, %s]", fixtureName(h.Func), e.recvText(), typeText(h.Msg, e.Pkg.Path)))
+		d.code(fmt.Sprintf("func %s(t testing.TB, db *idemtest.DB) idemtest.Fixture[%s, %s]", fixtureName(h.Func), e.recvText(), gocode.TypeText(h.Msg, e.Pkg.Path)))
 		d.para(fmt.Sprintf("and add fixture=%s to the //idem:handler directive of %s.", fixtureName(h.Func), h.Func))
 	}
 	if h.Outbox {
@@ -304,18 +330,6 @@ func (e emitter) recvText() string {
 // chargeFixture.
 func fixtureName(fn string) string {
 	return strings.ToLower(fn[:1]) + fn[1:] + "Fixture"
-}
-
-// typeText spells a named type, or a pointer to one, as the package's code
-// does.
-func typeText(t model.Type, pkgPath string) string {
-	switch {
-	case t.Kind == model.Pointer:
-		return "*" + typeText(*t.Elem, pkgPath)
-	case t.PkgPath == "" || t.PkgPath == pkgPath:
-		return t.Name
-	}
-	return t.PkgName + "." + t.Name
 }
 
 // docText builds a doc comment of paragraphs, list items and code lines, in

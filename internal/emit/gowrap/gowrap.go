@@ -47,7 +47,7 @@ func (e emitter) wrapper(f *jen.File) {
 			"the handler's writes commit together with the key's row in the inbox table %s, "+
 			"and a redelivered message gets the stored result back without running the handler again. "+
 			"%sBuild it with %s.",
-		n.Wrapper, h.Msg.Deref().Name, gocode.HandlerName(e.H), gocode.KeyPaths(e.H), h.Consumer, h.Table, publishes, n.Constructor)))
+		n.Wrapper, gocode.MessageName(h, e.Pkg.Path), gocode.HandlerName(e.H), gocode.KeyPaths(e.H), h.Consumer, h.Table, publishes, n.Constructor)))
 	f.Type().Id(n.Wrapper).Struct(
 		jen.Id("inbox").Op("*").Qual(gocode.IdemPkg, "Inbox").Types(msg, result),
 	)
