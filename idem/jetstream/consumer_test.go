@@ -33,14 +33,14 @@ func TestConsumerPublishedThreeTimesWithinDedupWindow(t *testing.T) {
 		}
 	}
 	var rec recorder
-	stop := run(t, idemjs.NewConsumer(js, top, rec.wrap(chargeInbox(db.Pool, nil), nil), idemjs.WithLogger(logger)))
-	waitFor(t, 10*time.Second, "the order processed and acked", func() bool { return rec.count(idem.Processed) == 1 && settled(t, js, top) })
+	stop := run(t, idemjs.NewConsumer(js, top, rec.Wrap(chargeInbox(db.Pool, nil), nil), idemjs.WithLogger(logger)))
+	waitFor(t, 10*time.Second, "the order processed and acked", func() bool { return rec.Count(idem.Processed) == 1 && settled(t, js, top) })
 	stop()
 
 	charged := queryInt(t, db.Pool, `SELECT coalesce(sum(n), 0)::int FROM charged`)
-	t.Logf("published 3 times inside the window: %d PubAcks marked duplicate, %d deliveries, %d charge(s)", dups, len(rec.snapshot()), charged)
-	if dups != 2 || len(rec.snapshot()) != 1 || charged != 1 {
-		t.Fatalf("duplicate PubAcks %d, deliveries %d, charges %d; want 2, 1, 1:%s", dups, len(rec.snapshot()), charged, describe(rec.snapshot()))
+	t.Logf("published 3 times inside the window: %d PubAcks marked duplicate, %d deliveries, %d charge(s)", dups, len(rec.Snapshot()), charged)
+	if dups != 2 || len(rec.Snapshot()) != 1 || charged != 1 {
+		t.Fatalf("duplicate PubAcks %d, deliveries %d, charges %d; want 2, 1, 1:%s", dups, len(rec.Snapshot()), charged, describe(rec.Snapshot()))
 	}
 	checkAttemptLogged(t, logs)
 }
@@ -69,15 +69,15 @@ func TestConsumerPublishedThreeTimesPastDedupWindow(t *testing.T) {
 		}
 	}
 	var rec recorder
-	stop := run(t, idemjs.NewConsumer(js, top, rec.wrap(chargeInbox(db.Pool, nil), nil), idemjs.WithLogger(logger)))
-	waitFor(t, 10*time.Second, "three deliveries acked", func() bool { return len(rec.snapshot()) == 3 && settled(t, js, top) })
+	stop := run(t, idemjs.NewConsumer(js, top, rec.Wrap(chargeInbox(db.Pool, nil), nil), idemjs.WithLogger(logger)))
+	waitFor(t, 10*time.Second, "three deliveries acked", func() bool { return len(rec.Snapshot()) == 3 && settled(t, js, top) })
 	stop()
 
-	if p, d := rec.count(idem.Processed), rec.count(idem.Duplicate); p != 1 || d != 2 {
-		t.Fatalf("processed %d, duplicates %d; want 1 and 2:%s", p, d, describe(rec.snapshot()))
+	if p, d := rec.Count(idem.Processed), rec.Count(idem.Duplicate); p != 1 || d != 2 {
+		t.Fatalf("processed %d, duplicates %d; want 1 and 2:%s", p, d, describe(rec.Snapshot()))
 	}
 	charged := queryInt(t, db.Pool, `SELECT coalesce(sum(n), 0)::int FROM charged`)
-	t.Logf("published 3 times past the window: %d processed, %d duplicates, %d charge(s)", rec.count(idem.Processed), rec.count(idem.Duplicate), charged)
+	t.Logf("published 3 times past the window: %d processed, %d duplicates, %d charge(s)", rec.Count(idem.Processed), rec.Count(idem.Duplicate), charged)
 	if charged != 1 {
 		t.Fatalf("charged %d times; want once", charged)
 	}
@@ -102,7 +102,7 @@ func TestConsumerRedeliveryAfterCommitBeforeAck(t *testing.T) {
 	release := make(chan struct{})
 	var once sync.Once
 	var rec recorder
-	h1 := rec.wrap(chargeInbox(db.Pool, nil), func(_ idem.Message[order], o idem.Outcome, _ error) {
+	h1 := rec.Wrap(chargeInbox(db.Pool, nil), func(_ idem.Message[order], o idem.Outcome, _ error) {
 		if o == idem.Processed {
 			once.Do(func() { close(committed); <-release })
 		}
@@ -120,8 +120,8 @@ func TestConsumerRedeliveryAfterCommitBeforeAck(t *testing.T) {
 	}
 	nc1.Close() // killed after the commit: no ack, no InProgress any more
 	_, js2 := connect(t, url)
-	stop := run(t, idemjs.NewConsumer(js2, top, rec.wrap(chargeInbox(db.Pool, nil), nil), idemjs.WithLogger(logger.With("instance", 2))))
-	waitFor(t, 15*time.Second, "the redelivery acked", func() bool { return len(rec.snapshot()) >= 2 && settled(t, js, top) })
+	stop := run(t, idemjs.NewConsumer(js2, top, rec.Wrap(chargeInbox(db.Pool, nil), nil), idemjs.WithLogger(logger.With("instance", 2))))
+	waitFor(t, 15*time.Second, "the redelivery acked", func() bool { return len(rec.Snapshot()) >= 2 && settled(t, js, top) })
 	close(release)
 	select {
 	case err := <-ctx1Done:
@@ -133,7 +133,7 @@ func TestConsumerRedeliveryAfterCommitBeforeAck(t *testing.T) {
 	}
 	stop()
 
-	ds := rec.snapshot()
+	ds := rec.Snapshot()
 	if len(ds) != 2 || ds[0].Outcome != idem.Processed || ds[1].Outcome != idem.Duplicate {
 		t.Fatalf("deliveries: %s\nwant processed, then duplicate", describe(ds))
 	}
@@ -169,13 +169,13 @@ func TestConsumerInProgressForLongHandlers(t *testing.T) {
 		return nil
 	})
 	var rec recorder
-	stop := run(t, idemjs.NewConsumer(js, top, rec.wrap(slow, nil), idemjs.WithLogger(logger), idemjs.WithWorkers(2)))
+	stop := run(t, idemjs.NewConsumer(js, top, rec.Wrap(slow, nil), idemjs.WithLogger(logger), idemjs.WithWorkers(2)))
 	publish(t, js, top.Subjects[0], "order-o-6", mustJSON(t, order{OrderID: "o-6", Amount: 1}))
-	waitFor(t, 15*time.Second, "the slow order acked", func() bool { return rec.count(idem.Processed) == 1 && settled(t, js, top) })
+	waitFor(t, 15*time.Second, "the slow order acked", func() bool { return rec.Count(idem.Processed) == 1 && settled(t, js, top) })
 	time.Sleep(2 * top.AckWait) // a redelivery would have come by now
 	stop()
 
-	ds := rec.snapshot()
+	ds := rec.Snapshot()
 	ci := consumerInfo(t, js, top)
 	t.Logf("a handler of %v with an ack wait of %v: %d delivery(ies), %d redelivered", 5*top.AckWait/2, top.AckWait, len(ds), ci.NumRedelivered)
 	if len(ds) != 1 || ci.NumRedelivered != 0 {
@@ -199,11 +199,11 @@ func TestConsumerDeadLetters(t *testing.T) {
 	_, js := connect(t, url)
 
 	var rec recorder
-	stop := run(t, idemjs.NewConsumer(js, top, rec.wrap(chargeInbox(db.Pool, nil), nil),
+	stop := run(t, idemjs.NewConsumer(js, top, rec.Wrap(chargeInbox(db.Pool, nil), nil),
 		idemjs.WithLogger(logger), idemjs.WithMaxBodySize(256), idemjs.WithRetryDelay(100*time.Millisecond, time.Second)))
 	subject := top.Subjects[0]
 	publish(t, js, subject, "order-o-3", mustJSON(t, order{OrderID: "o-3", Amount: 1}))
-	waitFor(t, 10*time.Second, "the first order", func() bool { return rec.count(idem.Processed) == 1 })
+	waitFor(t, 10*time.Second, "the first order", func() bool { return rec.Count(idem.Processed) == 1 })
 	time.Sleep(3 * top.DuplicateWindow)
 	publish(t, js, subject, "undecodable", []byte(`{"order_id": "o-4", "amount": `))
 	publish(t, js, subject, "oversized", mustJSON(t, order{OrderID: strings.Repeat("x", 300)}))
@@ -242,7 +242,7 @@ func TestConsumerDeadLetters(t *testing.T) {
 	if len(dead) != 4 {
 		t.Errorf("%d dead letters; want 4", len(dead))
 	}
-	if ds := rec.snapshot(); len(ds) != 3 {
+	if ds := rec.Snapshot(); len(ds) != 3 {
 		t.Errorf("the handler was called %d times; want 3 (the order, the id-less one, the reused key):%s", len(ds), describe(ds))
 	}
 	if ci := consumerInfo(t, js, top); ci.NumAckPending != 0 || ci.NumPending != 0 || ci.NumRedelivered != 0 {
@@ -276,12 +276,12 @@ func TestConsumerRetryWithDelay(t *testing.T) {
 		return nil
 	})
 	var rec recorder
-	stop := run(t, idemjs.NewConsumer(js, top, rec.wrap(flaky, nil), idemjs.WithLogger(logger), idemjs.WithRetryDelay(delay, 10*time.Second)))
+	stop := run(t, idemjs.NewConsumer(js, top, rec.Wrap(flaky, nil), idemjs.WithLogger(logger), idemjs.WithRetryDelay(delay, 10*time.Second)))
 	publish(t, js, top.Subjects[0], "order-o-7", mustJSON(t, order{OrderID: "o-7", Amount: 3}))
-	waitFor(t, 10*time.Second, "the order processed and acked", func() bool { return rec.count(idem.Processed) == 1 && settled(t, js, top) })
+	waitFor(t, 10*time.Second, "the order processed and acked", func() bool { return rec.Count(idem.Processed) == 1 && settled(t, js, top) })
 	stop()
 
-	ds := rec.snapshot()
+	ds := rec.Snapshot()
 	if len(ds) != 3 || ds[2].Outcome != idem.Processed {
 		t.Fatalf("deliveries: %s\nwant two failures, then processed", describe(ds))
 	}
@@ -330,27 +330,27 @@ func TestConsumerStopAcksOnlyCommitted(t *testing.T) {
 		publish(t, js, top.Subjects[0], fmt.Sprintf("order-s-%d", i), mustJSON(t, order{OrderID: fmt.Sprintf("s-%d", i), Amount: i}))
 	}
 	var first recorder
-	stop := run(t, idemjs.NewConsumer(js, top, first.wrap(slow, nil), idemjs.WithLogger(logger), idemjs.WithWorkers(2), idemjs.WithPrefetch(8)))
-	waitFor(t, 10*time.Second, "a few orders", func() bool { return first.count(idem.Processed) >= 3 })
+	stop := run(t, idemjs.NewConsumer(js, top, first.Wrap(slow, nil), idemjs.WithLogger(logger), idemjs.WithWorkers(2), idemjs.WithPrefetch(8)))
+	waitFor(t, 10*time.Second, "a few orders", func() bool { return first.Count(idem.Processed) >= 3 })
 	stop()
 	afterStop := queryInt(t, db.Pool, `SELECT count(*)::int FROM charged`)
 
 	var second recorder
 	_, js2 := connect(t, url)
-	stop2 := run(t, idemjs.NewConsumer(js2, top, second.wrap(chargeInbox(db.Pool, nil), nil), idemjs.WithLogger(logger), idemjs.WithWorkers(4)))
+	stop2 := run(t, idemjs.NewConsumer(js2, top, second.Wrap(chargeInbox(db.Pool, nil), nil), idemjs.WithLogger(logger), idemjs.WithWorkers(4)))
 	waitFor(t, 15*time.Second, "every order charged and acked", func() bool {
 		return queryInt(t, db.Pool, `SELECT count(*)::int FROM charged`) == n && settled(t, js, top)
 	})
 	stop2()
 
-	t.Logf("stopped at %d charged; the second consumer: %d processed, %d duplicates", afterStop, second.count(idem.Processed), second.count(idem.Duplicate))
+	t.Logf("stopped at %d charged; the second consumer: %d processed, %d duplicates", afterStop, second.Count(idem.Processed), second.Count(idem.Duplicate))
 	if afterStop == 0 || afterStop == n {
 		t.Fatalf("%d of %d charged at the stop; want the stop mid-stream", afterStop, n)
 	}
-	if d := second.count(idem.Duplicate); d != 0 {
-		t.Errorf("%d duplicates after the stop; want none: everything committed was acked:%s", d, describe(second.snapshot()))
+	if d := second.Count(idem.Duplicate); d != 0 {
+		t.Errorf("%d duplicates after the stop; want none: everything committed was acked:%s", d, describe(second.Snapshot()))
 	}
-	if p := second.count(idem.Processed); p != n-afterStop {
+	if p := second.Count(idem.Processed); p != n-afterStop {
 		t.Errorf("the second consumer processed %d; want the %d not committed before the stop", p, n-afterStop)
 	}
 	if k := queryInt(t, db.Pool, `SELECT count(*)::int FROM charged WHERE n <> 1`); k != 0 {

@@ -197,7 +197,7 @@ func TestReconnectMidStream(t *testing.T) {
 	runRelay(t, db.Pool, idemjs.NewPublisher(pubConn, idemjs.WithLogger(logger)))
 	consConn, consJS := connect(t, url)
 	var rec recorder
-	stop := run(t, idemjs.NewConsumer(consJS, top, rec.wrap(chargeInbox(db.Pool, nil), nil), idemjs.WithLogger(logger),
+	stop := run(t, idemjs.NewConsumer(consJS, top, rec.Wrap(chargeInbox(db.Pool, nil), nil), idemjs.WithLogger(logger),
 		idemjs.WithRetryDelay(50*time.Millisecond, 500*time.Millisecond)))
 
 	const chunk = 10
@@ -246,5 +246,5 @@ func TestReconnectMidStream(t *testing.T) {
 		t.Errorf("%d dead letters; want none", n)
 	}
 	t.Logf("reconnected at %d charged; in the end %d of %d orders charged once, %d processed, %d duplicates",
-		before, charged(), total, rec.count(idem.Processed), rec.count(idem.Duplicate))
+		before, charged(), total, rec.Count(idem.Processed), rec.Count(idem.Duplicate))
 }

@@ -38,19 +38,19 @@ func TestConsumerPublishedThreeTimes(t *testing.T) {
 		produce(t, cl, orderRecord(t, topic, "order-o-1", order{OrderID: "o-1", Amount: 42}))
 	}
 	var rec recorder
-	stop := run(t, kafka.NewConsumer(brokers, group, []string{topic}, rec.wrap(chargeInbox(db.Pool, nil), nil), kafka.WithLogger(logger), fast()))
+	stop := run(t, kafka.NewConsumer(brokers, group, []string{topic}, rec.Wrap(chargeInbox(db.Pool, nil), nil), kafka.WithLogger(logger), fast()))
 	waitFor(t, 10*time.Second, "three deliveries and their commit", func() bool {
-		return len(rec.snapshot()) == 3 && committed(t, brokers, group, topic, 0) == 3
+		return len(rec.Snapshot()) == 3 && committed(t, brokers, group, topic, 0) == 3
 	})
 	stop()
 
-	ds := rec.snapshot()
-	if p, d := rec.count(idem.Processed), rec.count(idem.Duplicate); p != 1 || d != 2 {
+	ds := rec.Snapshot()
+	if p, d := rec.Count(idem.Processed), rec.Count(idem.Duplicate); p != 1 || d != 2 {
 		t.Fatalf("processed %d, duplicates %d; want 1 and 2:%s", p, d, describe(ds))
 	}
 	charged := queryInt(t, db.Pool, `SELECT coalesce(sum(n), 0)::int FROM charged`)
 	t.Logf("produced 3 times: %d processed, %d duplicates, %d charge(s), committed offset %d",
-		rec.count(idem.Processed), rec.count(idem.Duplicate), charged, committed(t, brokers, group, topic, 0))
+		rec.Count(idem.Processed), rec.Count(idem.Duplicate), charged, committed(t, brokers, group, topic, 0))
 	if charged != 1 {
 		t.Fatalf("charged %d times; want once", charged)
 	}
@@ -74,29 +74,29 @@ func TestConsumerKilledAfterCommitBeforeOffsetCommit(t *testing.T) {
 		produce(t, cl, orderRecord(t, topic, fmt.Sprintf("order-k-%d", i), order{OrderID: fmt.Sprintf("k-%d", i), Amount: i}))
 	}
 	var rec recorder
-	first := kafka.NewConsumer(brokers, group, []string{topic}, rec.wrap(chargeInbox(db.Pool, nil), nil), kafka.WithLogger(logger), fast())
+	first := kafka.NewConsumer(brokers, group, []string{topic}, rec.Wrap(chargeInbox(db.Pool, nil), nil), kafka.WithLogger(logger), fast())
 	kafka.CrashBeforeCommit(first, func() bool { return true })
 	if err := first.Run(context.Background()); !errors.Is(err, kafka.ErrCrashed) {
 		t.Fatalf("the first consumer's Run: %v; want it killed before the offset commit", err)
 	}
-	processed := rec.count(idem.Processed)
+	processed := rec.Count(idem.Processed)
 	if processed == 0 {
-		t.Fatalf("the first consumer committed nothing before it was killed:%s", describe(rec.snapshot()))
+		t.Fatalf("the first consumer committed nothing before it was killed:%s", describe(rec.Snapshot()))
 	}
 	if off := committed(t, brokers, group, topic, 0); off >= 0 {
 		t.Fatalf("committed offset %d after the kill; want none", off)
 	}
 
-	stop := run(t, kafka.NewConsumer(brokers, group, []string{topic}, rec.wrap(chargeInbox(db.Pool, nil), nil), kafka.WithLogger(logger), fast()))
+	stop := run(t, kafka.NewConsumer(brokers, group, []string{topic}, rec.Wrap(chargeInbox(db.Pool, nil), nil), kafka.WithLogger(logger), fast()))
 	waitFor(t, 15*time.Second, "every record done and committed", func() bool { return committed(t, brokers, group, topic, 0) == total })
 	stop()
 
-	ds := rec.snapshot()
-	if p, d := rec.count(idem.Processed), rec.count(idem.Duplicate); p != total || d != processed {
+	ds := rec.Snapshot()
+	if p, d := rec.Count(idem.Processed), rec.Count(idem.Duplicate); p != total || d != processed {
 		t.Fatalf("processed %d, duplicates %d; want %d and %d (the records committed before the kill, redelivered):%s", p, d, total, processed, describe(ds))
 	}
 	charged := queryInt(t, db.Pool, `SELECT coalesce(sum(n), 0)::int FROM charged`)
-	t.Logf("killed after %d commits: redelivered as %d duplicates; %d charges for %d orders", processed, rec.count(idem.Duplicate), charged, total)
+	t.Logf("killed after %d commits: redelivered as %d duplicates; %d charges for %d orders", processed, rec.Count(idem.Duplicate), charged, total)
 	if charged != total {
 		t.Fatalf("%d charges; want %d, one per order", charged, total)
 	}
@@ -123,7 +123,7 @@ func TestConsumerDeadLetters(t *testing.T) {
 		orderRecord(t, topic, "order-d-2", order{OrderID: "d-2", Amount: 4}),
 	)
 	var rec recorder
-	stop := run(t, kafka.NewConsumer(brokers, group, []string{topic}, rec.wrap(chargeInbox(db.Pool, nil), nil),
+	stop := run(t, kafka.NewConsumer(brokers, group, []string{topic}, rec.Wrap(chargeInbox(db.Pool, nil), nil),
 		kafka.WithLogger(logger), kafka.WithRetryDelay(100*time.Millisecond), fast()))
 	waitFor(t, 10*time.Second, "all five committed", func() bool { return committed(t, brokers, group, topic, 0) == 5 })
 	time.Sleep(300 * time.Millisecond) // would a dead letter come back?
@@ -148,8 +148,8 @@ func TestConsumerDeadLetters(t *testing.T) {
 	}
 	// The undecodable record never reached the handler; the one without id
 	// and the reused key reached it once.
-	if n := len(rec.snapshot()); n != 4 {
-		t.Errorf("the handler ran %d times; want 4 (the undecodable record never, the others once):%s", n, describe(rec.snapshot()))
+	if n := len(rec.Snapshot()); n != 4 {
+		t.Errorf("the handler ran %d times; want 4 (the undecodable record never, the others once):%s", n, describe(rec.Snapshot()))
 	}
 	if n := queryInt(t, db.Pool, `SELECT coalesce(sum(n), 0)::int FROM charged`); n != 2 {
 		t.Errorf("%d charges; want 2 (d-1 and d-2)", n)
@@ -183,7 +183,7 @@ func TestConsumerRetryWithDelay(t *testing.T) {
 	const delay = 300 * time.Millisecond
 	var rec recorder
 	var sawUncommitted atomic.Bool
-	stop := run(t, kafka.NewConsumer(brokers, group, []string{topic}, rec.wrap(h, func(msg idem.Message[order], _ idem.Outcome, err error) {
+	stop := run(t, kafka.NewConsumer(brokers, group, []string{topic}, rec.Wrap(h, func(msg idem.Message[order], _ idem.Outcome, err error) {
 		if err != nil && committed(t, brokers, group, topic, 0) < 0 {
 			sawUncommitted.Store(true)
 		}
@@ -191,7 +191,7 @@ func TestConsumerRetryWithDelay(t *testing.T) {
 	waitFor(t, 15*time.Second, "both committed", func() bool { return committed(t, brokers, group, topic, 0) == 2 })
 	stop()
 
-	ds := rec.snapshot()
+	ds := rec.Snapshot()
 	if len(ds) != 4 {
 		t.Fatalf("%d deliveries; want 4 (r-1 three times, r-2 once):%s", len(ds), describe(ds))
 	}
@@ -306,10 +306,10 @@ func TestConsumerRebalanceTenThousand(t *testing.T) {
 			time.Sleep(3 * time.Millisecond)
 		}
 	}
-	stopA := run(t, kafka.NewConsumer(brokers, group, []string{topic}, a.wrap(chargeInbox(db.Pool, nil), slow), opts...))
-	waitFor(t, 20*time.Second, "a quarter handled", func() bool { return len(a.snapshot()) >= total/4 })
+	stopA := run(t, kafka.NewConsumer(brokers, group, []string{topic}, a.Wrap(chargeInbox(db.Pool, nil), slow), opts...))
+	waitFor(t, 20*time.Second, "a quarter handled", func() bool { return len(a.Snapshot()) >= total/4 })
 	joining.Store(true)
-	stopB := run(t, kafka.NewConsumer(brokers, group, []string{topic}, b.wrap(chargeInbox(db.Pool, nil), nil), opts...))
+	stopB := run(t, kafka.NewConsumer(brokers, group, []string{topic}, b.Wrap(chargeInbox(db.Pool, nil), nil), opts...))
 	sumCommitted := func() int64 {
 		var n int64
 		for p := range int32(partitions) {
@@ -326,9 +326,9 @@ func TestConsumerRebalanceTenThousand(t *testing.T) {
 
 	rows := queryInt(t, db.Pool, `SELECT count(*)::int FROM charged`)
 	charges := queryInt(t, db.Pool, `SELECT coalesce(sum(n), 0)::int FROM charged`)
-	dups := a.count(idem.Duplicate) + b.count(idem.Duplicate)
+	dups := a.Count(idem.Duplicate) + b.Count(idem.Duplicate)
 	t.Logf("%d records: member A handled %d, member B %d (after joining), %d duplicates; %d orders charged, %d charges",
-		total, len(a.snapshot()), len(b.snapshot()), dups, rows, charges)
+		total, len(a.Snapshot()), len(b.Snapshot()), dups, rows, charges)
 	if rows != total || charges != total {
 		t.Fatalf("%d orders charged, %d charges; want %d and %d", rows, charges, total, total)
 	}
@@ -344,7 +344,7 @@ func TestConsumerRebalanceTenThousand(t *testing.T) {
 	}
 	partitionsOf := func(r *recorder) map[int32]int {
 		m := map[int32]int{}
-		for _, d := range r.snapshot() {
+		for _, d := range r.Snapshot() {
 			m[partitionOf[strings.TrimPrefix(d.ID, "order-")]]++
 		}
 		return m

@@ -32,16 +32,16 @@ func TestConsumerPublishedThreeTimes(t *testing.T) {
 		publish(t, ch, top.Queue, "order-o-1", body)
 	}
 	var rec recorder
-	stop := run(t, rabbitmq.NewConsumer(url, top, rec.wrap(chargeInbox(db.Pool, nil), nil), rabbitmq.WithLogger(logger)))
-	waitFor(t, 10*time.Second, "three deliveries", func() bool { return len(rec.snapshot()) == 3 })
+	stop := run(t, rabbitmq.NewConsumer(url, top, rec.Wrap(chargeInbox(db.Pool, nil), nil), rabbitmq.WithLogger(logger)))
+	waitFor(t, 10*time.Second, "three deliveries", func() bool { return len(rec.Snapshot()) == 3 })
 	stop()
 
-	ds := rec.snapshot()
-	if p, d := rec.count(idem.Processed), rec.count(idem.Duplicate); p != 1 || d != 2 {
+	ds := rec.Snapshot()
+	if p, d := rec.Count(idem.Processed), rec.Count(idem.Duplicate); p != 1 || d != 2 {
 		t.Fatalf("processed %d, duplicates %d; want 1 and 2:%s", p, d, describe(ds))
 	}
 	charged := queryInt(t, db.Pool, `SELECT coalesce(sum(n), 0)::int FROM charged`)
-	t.Logf("published 3 times: %d processed, %d duplicates, %d charge(s)", rec.count(idem.Processed), rec.count(idem.Duplicate), charged)
+	t.Logf("published 3 times: %d processed, %d duplicates, %d charge(s)", rec.Count(idem.Processed), rec.Count(idem.Duplicate), charged)
 	if charged != 1 {
 		t.Fatalf("charged %d times; want once", charged)
 	}
@@ -69,7 +69,7 @@ func TestConsumerRedeliveryAfterCommitBeforeAck(t *testing.T) {
 	var rec recorder
 	// The hook runs after Deliver returned (the commit happened) and before
 	// the consumer acks: it cuts the connection the ack would go on.
-	h := rec.wrap(chargeInbox(db.Pool, nil), func(_ idem.Message[order], o idem.Outcome, err error) {
+	h := rec.Wrap(chargeInbox(db.Pool, nil), func(_ idem.Message[order], o idem.Outcome, err error) {
 		if o == idem.Processed {
 			cutOnce.Do(dialed.cut)
 		}
@@ -77,11 +77,11 @@ func TestConsumerRedeliveryAfterCommitBeforeAck(t *testing.T) {
 	stop := run(t, rabbitmq.NewConsumer(url, top, h, rabbitmq.WithLogger(logger),
 		rabbitmq.WithConfig(amqp.Config{Dial: dialed.dial}), rabbitmq.WithBackoff(50*time.Millisecond, time.Second)))
 	publish(t, channel(t, url), top.Queue, "order-o-2", mustJSON(t, order{OrderID: "o-2", Amount: 7}))
-	waitFor(t, 15*time.Second, "the redelivery", func() bool { return len(rec.snapshot()) >= 2 })
+	waitFor(t, 15*time.Second, "the redelivery", func() bool { return len(rec.Snapshot()) >= 2 })
 	waitFor(t, 5*time.Second, "the queue empty", func() bool { return depth(t, url, top.Queue) == 0 })
 	stop()
 
-	ds := rec.snapshot()
+	ds := rec.Snapshot()
 	if len(ds) != 2 || ds[0].Outcome != idem.Processed || ds[1].Outcome != idem.Duplicate {
 		t.Fatalf("deliveries: %s\nwant processed, then duplicate", describe(ds))
 	}
@@ -111,11 +111,11 @@ func TestConsumerDeadLetters(t *testing.T) {
 	logs, logger := newLogs(t)
 
 	var rec recorder
-	stop := run(t, rabbitmq.NewConsumer(url, top, rec.wrap(chargeInbox(db.Pool, nil), nil),
+	stop := run(t, rabbitmq.NewConsumer(url, top, rec.Wrap(chargeInbox(db.Pool, nil), nil),
 		rabbitmq.WithLogger(logger), rabbitmq.WithMaxBodySize(256)))
 	ch := channel(t, url)
 	publish(t, ch, top.Queue, "order-o-3", mustJSON(t, order{OrderID: "o-3", Amount: 1}))
-	waitFor(t, 10*time.Second, "the first order", func() bool { return rec.count(idem.Processed) == 1 })
+	waitFor(t, 10*time.Second, "the first order", func() bool { return rec.Count(idem.Processed) == 1 })
 	publish(t, ch, top.Queue, "undecodable", []byte(`{"order_id": "o-4", "amount": `))
 	publish(t, ch, top.Queue, "oversized", mustJSON(t, order{OrderID: strings.Repeat("x", 300)}))
 	publish(t, ch, top.Queue, "", mustJSON(t, order{OrderID: "o-5", Amount: 1}))
@@ -152,7 +152,7 @@ func TestConsumerDeadLetters(t *testing.T) {
 	}
 	// The handler saw the processed order, the id-less one and the reused
 	// key once each; undecodable and oversized bodies never reached it.
-	if ds := rec.snapshot(); len(ds) != 3 {
+	if ds := rec.Snapshot(); len(ds) != 3 {
 		t.Errorf("the handler was called %d times; want 3:%s", len(ds), describe(ds))
 	}
 	for _, q := range []string{top.Queue, top.RetryQueue()} {
@@ -187,13 +187,13 @@ func TestConsumerRetryWithDelay(t *testing.T) {
 		return nil
 	})
 	var rec recorder
-	stop := run(t, rabbitmq.NewConsumer(url, top, rec.wrap(flaky, nil), rabbitmq.WithLogger(logger)))
+	stop := run(t, rabbitmq.NewConsumer(url, top, rec.Wrap(flaky, nil), rabbitmq.WithLogger(logger)))
 	publish(t, channel(t, url), top.Queue, "order-o-6", mustJSON(t, order{OrderID: "o-6", Amount: 3}))
-	waitFor(t, 15*time.Second, "the order processed", func() bool { return rec.count(idem.Processed) == 1 })
+	waitFor(t, 15*time.Second, "the order processed", func() bool { return rec.Count(idem.Processed) == 1 })
 	time.Sleep(2 * delay) // no further delivery comes
 	stop()
 
-	ds := rec.snapshot()
+	ds := rec.Snapshot()
 	if len(ds) != 3 {
 		t.Fatalf("%d deliveries; want 3 (two failures, then processed):%s", len(ds), describe(ds))
 	}
@@ -236,12 +236,12 @@ func TestConsumerRetriesExhausted(t *testing.T) {
 
 	var rec recorder
 	failing := chargeInbox(db.Pool, func(idem.Message[order]) error { return errors.New("still down") })
-	stop := run(t, rabbitmq.NewConsumer(url, top, rec.wrap(failing, nil), rabbitmq.WithLogger(logger), rabbitmq.WithMaxAttempts(3)))
+	stop := run(t, rabbitmq.NewConsumer(url, top, rec.Wrap(failing, nil), rabbitmq.WithLogger(logger), rabbitmq.WithMaxAttempts(3)))
 	publish(t, channel(t, url), top.Queue, "order-o-7", mustJSON(t, order{OrderID: "o-7", Amount: 3}))
 	waitFor(t, 10*time.Second, "the dead letter", func() bool { return depth(t, url, top.DeadLetterQueue()) == 1 })
 	stop()
 
-	if ds := rec.snapshot(); len(ds) != 3 {
+	if ds := rec.Snapshot(); len(ds) != 3 {
 		t.Errorf("%d deliveries; want 3:%s", len(ds), describe(ds))
 	}
 	dead := drain(t, url, top.DeadLetterQueue())

@@ -197,7 +197,7 @@ func TestConnectionsClosedByServer(t *testing.T) {
 	t.Cleanup(func() { pub.Close() })
 	runRelay(t, db.Pool, pub)
 	var rec recorder
-	stop := run(t, rabbitmq.NewConsumer(url, top, rec.wrap(chargeInbox(db.Pool, nil), nil), rabbitmq.WithLogger(logger),
+	stop := run(t, rabbitmq.NewConsumer(url, top, rec.Wrap(chargeInbox(db.Pool, nil), nil), rabbitmq.WithLogger(logger),
 		rabbitmq.WithConnectionName(name+"-consumer"), rabbitmq.WithBackoff(50*time.Millisecond, 500*time.Millisecond)))
 
 	// The orders keep coming before, during and after the close: the writer
@@ -251,5 +251,5 @@ func TestConnectionsClosedByServer(t *testing.T) {
 		t.Errorf("the publisher connected %d times; want again after the close", n)
 	}
 	t.Logf("closed %d connections at %d charged; in the end %d of %d orders charged once, %d processed, %d duplicates",
-		closed, before, charged(), total, rec.count(idem.Processed), rec.count(idem.Duplicate))
+		closed, before, charged(), total, rec.Count(idem.Processed), rec.Count(idem.Duplicate))
 }

@@ -1,0 +1,253 @@
+// Package brokertest holds what the tests of idem's broker adapters
+// (idem/rabbitmq, idem/jetstream, idem/kafka) share: the consumer's database
+// side (an inbox keyed on the broker's message id and a charge per order as
+// the business effect), a handler that records each delivery, a logger that
+// keeps the consumer's lines, and the helpers that run a consumer and wait.
+// It is test support, not for production code.
+package brokertest
+
+import (
+	"context"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"testing/fstest"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/idem/idemtest"
+	outboxmigrations "github.com/idemgen/idemgen/migrations"
+)
+
+// Order is the message the adapters' tests deliver.
+type Order struct {
+	OrderID string `json:"order_id"`
+	Amount  int    `json:"amount"`
+}
+
+// ChargeResult is what the charge handler returns.
+type ChargeResult struct {
+	Charged int `json:"charged"`
+}
+
+// chargeMigration creates the business table: one row per order, n counting
+// how often the order was charged.
+const chargeMigration = `-- +goose Up
+CREATE TABLE charged (order_id text PRIMARY KEY, n integer NOT NULL, amount integer NOT NULL);
+-- +goose Down
+DROP TABLE charged;
+`
+
+// Charges is an adapter's charge consumer: its inbox, keyed on the broker's
+// message id (key=ID of an idem.Message[Order]), and the migration of that
+// inbox.
+type Charges struct {
+	Table     idem.Table[idem.Message[Order]]
+	migration string
+}
+
+// NewCharges declares the charge consumer of one adapter's tests.
+func NewCharges(consumer, table string) Charges {
+	t, m := idemtest.TextKeyInbox(consumer, table, "ID", func(msg idem.Message[Order]) string { return msg.ID })
+	return Charges{Table: t, migration: m}
+}
+
+// Inbox is the inbox of the charge handler; fail, when not nil, runs first in
+// the handler's transaction and may fail it.
+func (c Charges) Inbox(pool *pgxpool.Pool, fail func(msg idem.Message[Order]) error) *idem.Inbox[idem.Message[Order], ChargeResult] {
+	return idem.NewInbox(pool, c.Table, func(ctx context.Context, tx pgx.Tx, msg idem.Message[Order]) (ChargeResult, error) {
+		if fail != nil {
+			if err := fail(msg); err != nil {
+				return ChargeResult{}, err
+			}
+		}
+		_, err := tx.Exec(ctx, `INSERT INTO charged (order_id, n, amount) VALUES ($1, 1, $2)
+			ON CONFLICT (order_id) DO UPDATE SET n = charged.n + 1`, msg.Body.OrderID, msg.Body.Amount)
+		return ChargeResult{Charged: msg.Body.Amount}, err
+	})
+}
+
+// Database is a fresh schema with the outbox chain, the charge inbox and the
+// charge table.
+func (c Charges) Database(t testing.TB) *idemtest.DB {
+	t.Helper()
+	fsys := fstest.MapFS{"00100_charge_inbox.sql": {Data: []byte(c.migration)}, "00101_charge.sql": {Data: []byte(chargeMigration)}}
+	names, err := fs.Glob(outboxmigrations.FS, "*.sql")
+	if err != nil || len(names) == 0 {
+		t.Fatalf("outbox migrations: %v", err)
+	}
+	for _, name := range names {
+		b, err := fs.ReadFile(outboxmigrations.FS, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fsys[name] = &fstest.MapFile{Data: b}
+	}
+	return idemtest.New(t, fsys)
+}
+
+// QueryInt runs a query that returns one integer.
+func QueryInt(t testing.TB, pool *pgxpool.Pool, sql string, args ...any) int {
+	t.Helper()
+	var n int
+	if err := pool.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	return n
+}
+
+// Delivery is one call of a recorded handler.
+type Delivery struct {
+	ID      string
+	Attempt int
+	Outcome idem.Outcome
+	Err     error
+	At      time.Time
+}
+
+// Recorder wraps a handler and records each delivery it handled.
+type Recorder struct {
+	mu   sync.Mutex
+	list []Delivery
+}
+
+// Wrap returns h recording its deliveries; after, when not nil, runs after
+// each one.
+func (r *Recorder) Wrap(h idem.Handler[idem.Message[Order]], after func(msg idem.Message[Order], o idem.Outcome, err error)) idem.Handler[idem.Message[Order]] {
+	return idem.HandlerFunc[idem.Message[Order]](func(ctx context.Context, msg idem.Message[Order]) (idem.Outcome, error) {
+		at := time.Now()
+		o, err := h.Deliver(ctx, msg)
+		r.mu.Lock()
+		r.list = append(r.list, Delivery{ID: msg.ID, Attempt: msg.Attempt, Outcome: o, Err: err, At: at})
+		r.mu.Unlock()
+		if after != nil {
+			after(msg, o, err)
+		}
+		return o, err
+	})
+}
+
+// Snapshot returns the deliveries so far.
+func (r *Recorder) Snapshot() []Delivery {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]Delivery(nil), r.list...)
+}
+
+// Count returns how many deliveries had outcome o.
+func (r *Recorder) Count(o idem.Outcome) int {
+	n := 0
+	for _, d := range r.Snapshot() {
+		if d.Outcome == o {
+			n++
+		}
+	}
+	return n
+}
+
+// Describe lists deliveries, one per line, for a test failure.
+func Describe(ds []Delivery) string {
+	var b strings.Builder
+	for _, d := range ds {
+		fmt.Fprintf(&b, "\n  %s attempt %d: %v %v", d.ID, d.Attempt, d.Outcome, d.Err)
+	}
+	return b.String()
+}
+
+// Logs collects the consumer's log lines and passes them to t.Log.
+type Logs struct {
+	t  testing.TB
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *Logs) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	l.b.Write(p)
+	l.mu.Unlock()
+	l.t.Log(strings.TrimSuffix(string(p), "\n"))
+	return len(p), nil
+}
+
+// String returns every line logged so far.
+func (l *Logs) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// NewLogs returns the collected lines and a debug-level logger writing them.
+func NewLogs(t testing.TB) (*Logs, *slog.Logger) {
+	l := &Logs{t: t}
+	return l, slog.New(slog.NewTextHandler(l, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+var deliveryLine = regexp.MustCompile(`message_id=`)
+
+// CheckAttemptLogged fails the test if a log line about a delivery lacks the
+// attempt, or if there is no such line at all.
+func CheckAttemptLogged(t testing.TB, l *Logs) {
+	t.Helper()
+	lines := 0
+	for _, line := range strings.Split(l.String(), "\n") {
+		if !deliveryLine.MatchString(line) {
+			continue
+		}
+		lines++
+		if !strings.Contains(line, " attempt=") {
+			t.Errorf("a log line about a delivery without the attempt: %s", line)
+		}
+	}
+	if lines == 0 {
+		t.Errorf("no log line about a delivery")
+	}
+}
+
+// Runner is a consumer: its Run returns when ctx ends.
+type Runner interface {
+	Run(ctx context.Context) error
+}
+
+// Run runs c until the returned stop is called or the test ends; stop fails
+// the test if Run returns an error or takes longer than 10s to return.
+func Run(t testing.TB, c Runner) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("consumer Run: %v", err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Errorf("the consumer did not stop within 10s of its context ending")
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+// WaitFor polls cond until it holds, or fails the test after timeout.
+func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
