@@ -3,7 +3,6 @@ package rabbitmq_test
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -12,81 +11,29 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/idem/idemtest/brokertest"
 	"github.com/idemgen/idemgen/idem/rabbitmq"
 )
 
-// outRow is an outbox row as a generated wrapper writes it.
-type outRow struct {
-	ID          uuid.UUID
-	Destination string
-	Headers     map[string]string
-	Payload     []byte
-}
+// The outbox side is the adapters' shared one (idem/idemtest/brokertest):
+// rows written as a generated wrapper writes them, and a relay over them.
 
-// insertOutboxSQL writes rows the way the wrapper does: one multi-row
-// statement in the handler's transaction (the arrays as text, so that it
-// works in every pgx.QueryExecMode).
-const insertOutboxSQL = `INSERT INTO idem_outbox (message_id, consumer, key, destination, ordering_key, headers, payload)
-SELECT m, 'test.rabbit', m::text, d, '', h::jsonb, convert_to(p, 'UTF8')
-FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[]) AS r (m, d, h, p)`
+type outRow = brokertest.OutRow
 
-// commitOutbox commits rows with the NOTIFY the wrapper sends.
+var (
+	orderRows   = brokertest.OrderRows
+	runRelay    = brokertest.RunRelay
+	pendingRows = brokertest.PendingRows
+)
+
+// commitOutbox commits rows of this package's consumer with the NOTIFY the
+// wrapper sends.
 func commitOutbox(t testing.TB, pool *pgxpool.Pool, rows []outRow) {
 	t.Helper()
-	ids, dests, headers, payloads := make([]string, len(rows)), make([]string, len(rows)), make([]string, len(rows)), make([]string, len(rows))
-	for i, r := range rows {
-		h := []byte("{}")
-		if r.Headers != nil {
-			h = mustJSON(t, r.Headers)
-		}
-		ids[i], dests[i], headers[i], payloads[i] = r.ID.String(), r.Destination, string(h), string(r.Payload)
-	}
-	ctx := context.Background()
-	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, insertOutboxSQL, ids, dests, headers, payloads); err != nil {
-			return err
-		}
-		_, err := tx.Exec(ctx, `SELECT pg_notify($1, '')`, idem.OutboxChannel)
-		return err
-	})
-	if err != nil {
-		t.Fatalf("write outbox rows: %v", err)
-	}
-}
-
-func orderRows(t testing.TB, dest, prefix string, from, n int) []outRow {
-	rows := make([]outRow, n)
-	for i := range rows {
-		o := order{OrderID: fmt.Sprintf("%s-%d", prefix, from+i), Amount: from + i}
-		rows[i] = outRow{ID: uuid.New(), Destination: dest, Payload: mustJSON(t, o),
-			Headers: map[string]string{"order": o.OrderID}}
-	}
-	return rows
-}
-
-// runRelay runs an idem.Relay over pub until the test ends.
-func runRelay(t testing.TB, pool *pgxpool.Pool, pub idem.Publisher) {
-	t.Helper()
-	_, logger := newLogs(t)
-	r := idem.NewRelay(pool, pub, idem.WithRelayPollInterval(20*time.Millisecond), idem.WithRelayBackoff(50*time.Millisecond, 200*time.Millisecond),
-		idem.WithRelayBatchSize(25), idem.WithRelayLogger(logger))
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("relay Run: %v", err)
-		}
-	})
-}
-
-func pendingRows(t testing.TB, pool *pgxpool.Pool) int {
-	return queryInt(t, pool, `SELECT count(*)::int FROM idem_outbox WHERE published_at IS NULL`)
+	brokertest.CommitOutbox(t, pool, "test.rabbit", rows)
 }
 
 // TestPublisherThroughRelay: a real idem.Relay publishes committed outbox

@@ -8,6 +8,7 @@ package brokertest
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io/fs"
 	"log/slog"
@@ -18,6 +19,7 @@ import (
 	"testing/fstest"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -250,4 +252,86 @@ func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() bool)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// OutRow is an outbox row as a generated wrapper writes it.
+type OutRow struct {
+	ID          uuid.UUID
+	Destination string
+	Headers     map[string]string
+	Payload     []byte
+}
+
+// insertOutboxSQL writes rows the way the wrapper does: one multi-row
+// statement in the handler's transaction (the arrays as text, so that it
+// works in every pgx.QueryExecMode).
+const insertOutboxSQL = `INSERT INTO idem_outbox (message_id, consumer, key, destination, ordering_key, headers, payload)
+SELECT m, $5::text, m::text, d, '', h::jsonb, convert_to(p, 'UTF8')
+FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[]) AS r (m, d, h, p)`
+
+// CommitOutbox commits rows of consumer with the NOTIFY the wrapper sends.
+func CommitOutbox(t testing.TB, pool *pgxpool.Pool, consumer string, rows []OutRow) {
+	t.Helper()
+	ids, dests, headers, payloads := make([]string, len(rows)), make([]string, len(rows)), make([]string, len(rows)), make([]string, len(rows))
+	for i, r := range rows {
+		h := []byte("{}")
+		if r.Headers != nil {
+			h = mustJSON(t, r.Headers)
+		}
+		ids[i], dests[i], headers[i], payloads[i] = r.ID.String(), r.Destination, string(h), string(r.Payload)
+	}
+	ctx := context.Background()
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, insertOutboxSQL, ids, dests, headers, payloads, consumer); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `SELECT pg_notify($1, '')`, idem.OutboxChannel)
+		return err
+	})
+	if err != nil {
+		t.Fatalf("write outbox rows: %v", err)
+	}
+}
+
+// OrderRows returns n outbox rows to dest carrying the orders prefix-from to
+// prefix-(from+n-1), each with a fresh id and the header order.
+func OrderRows(t testing.TB, dest, prefix string, from, n int) []OutRow {
+	rows := make([]OutRow, n)
+	for i := range rows {
+		o := Order{OrderID: fmt.Sprintf("%s-%d", prefix, from+i), Amount: from + i}
+		rows[i] = OutRow{ID: uuid.New(), Destination: dest, Payload: mustJSON(t, o),
+			Headers: map[string]string{"order": o.OrderID}}
+	}
+	return rows
+}
+
+// RunRelay runs an idem.Relay over pub until the test ends.
+func RunRelay(t testing.TB, pool *pgxpool.Pool, pub idem.Publisher) {
+	t.Helper()
+	_, logger := NewLogs(t)
+	r := idem.NewRelay(pool, pub, idem.WithRelayPollInterval(20*time.Millisecond), idem.WithRelayBackoff(50*time.Millisecond, 200*time.Millisecond),
+		idem.WithRelayBatchSize(25), idem.WithRelayLogger(logger))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("relay Run: %v", err)
+		}
+	})
+}
+
+// PendingRows counts the outbox rows not yet published.
+func PendingRows(t testing.TB, pool *pgxpool.Pool) int {
+	return QueryInt(t, pool, `SELECT count(*)::int FROM idem_outbox WHERE published_at IS NULL`)
+}
+
+func mustJSON(t testing.TB, v any) []byte {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
