@@ -278,26 +278,9 @@ func heartbeat(msg jetstream.Msg, ackWait time.Duration, log *slog.Logger) (stop
 	return func() { close(done); wg.Wait() }
 }
 
-// decode turns a message into the handler's message. Its errors wrap
-// idem.ErrUndecodablePayload.
+// decode turns a message into the handler's message (idem.DecodeDelivery).
 func (c *Consumer[M]) decode(msg jetstream.Msg, id string, attempt int) (M, error) {
-	var m M
-	data := msg.Data()
-	if len(data) > c.o.maxBody {
-		return m, fmt.Errorf("%w: the data is %d bytes, more than the %d of WithMaxBodySize", idem.ErrUndecodablePayload, len(data), c.o.maxBody)
-	}
-	target := any(&m)
-	env, isEnvelope := target.(idem.Envelope)
-	if isEnvelope {
-		target = env.BodyTarget()
-	}
-	if err := c.o.decode(data, target); err != nil {
-		return m, fmt.Errorf("%w: %w", idem.ErrUndecodablePayload, err)
-	}
-	if isEnvelope {
-		env.SetDelivery(id, attempt, headerStrings(msg.Headers()))
-	}
-	return m, nil
+	return idem.DecodeDelivery[M](msg.Data(), c.o.maxBody, c.o.decode, id, attempt, func() map[string]string { return headerStrings(msg.Headers()) })
 }
 
 // headerStrings returns the headers, the first value of each.

@@ -291,25 +291,9 @@ func (c *Consumer[M]) forget(pos position) {
 	c.mu.Unlock()
 }
 
-// decode turns a record into the handler's message. Its errors wrap
-// idem.ErrUndecodablePayload.
+// decode turns a record into the handler's message (idem.DecodeDelivery).
 func (c *Consumer[M]) decode(r *kgo.Record, id string, attempt int) (M, error) {
-	var msg M
-	if len(r.Value) > c.o.maxBody {
-		return msg, fmt.Errorf("%w: the value is %d bytes, more than the %d of WithMaxBodySize", idem.ErrUndecodablePayload, len(r.Value), c.o.maxBody)
-	}
-	target := any(&msg)
-	env, isEnvelope := target.(idem.Envelope)
-	if isEnvelope {
-		target = env.BodyTarget()
-	}
-	if err := c.o.decode(r.Value, target); err != nil {
-		return msg, fmt.Errorf("%w: %w", idem.ErrUndecodablePayload, err)
-	}
-	if isEnvelope {
-		env.SetDelivery(id, attempt, headerStrings(r.Headers))
-	}
-	return msg, nil
+	return idem.DecodeDelivery[M](r.Value, c.o.maxBody, c.o.decode, id, attempt, func() map[string]string { return headerStrings(r.Headers) })
 }
 
 // messageID is the idem-message-id header, or else the record key.

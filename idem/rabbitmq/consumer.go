@@ -254,25 +254,9 @@ func (c *Consumer[M]) deliver(ctx context.Context, log *slog.Logger, r *router, 
 	return nil
 }
 
-// decode turns a delivery into the handler's message. Its errors wrap
-// idem.ErrUndecodablePayload.
+// decode turns a delivery into the handler's message (idem.DecodeDelivery).
 func (c *Consumer[M]) decode(d *amqp.Delivery, attempt int) (M, error) {
-	var msg M
-	if len(d.Body) > c.o.maxBody {
-		return msg, fmt.Errorf("%w: the body is %d bytes, more than the %d of WithMaxBodySize", idem.ErrUndecodablePayload, len(d.Body), c.o.maxBody)
-	}
-	target := any(&msg)
-	env, isEnvelope := target.(idem.Envelope)
-	if isEnvelope {
-		target = env.BodyTarget()
-	}
-	if err := c.o.decode(d.Body, target); err != nil {
-		return msg, fmt.Errorf("%w: %w", idem.ErrUndecodablePayload, err)
-	}
-	if isEnvelope {
-		env.SetDelivery(d.MessageId, attempt, headerStrings(d.Headers))
-	}
-	return msg, nil
+	return idem.DecodeDelivery[M](d.Body, c.o.maxBody, c.o.decode, d.MessageId, attempt, func() map[string]string { return headerStrings(d.Headers) })
 }
 
 // attemptOf returns which attempt at the message d is; see the package
