@@ -189,11 +189,11 @@ func (f *Flow) PublishOrders(ctx context.Context, n, copies int) error {
 	return nil
 }
 
-// BillingHandler is the billing consumer's handler: the generated wrapper
+// chargeHandler is the billing consumer's handler: the generated wrapper
 // of billing.Charge, which publishes ChargeCompleted through the outbox.
-func (f *Flow) BillingHandler() idem.Handler[billing.OrderPlaced] {
+func chargeHandler(pool *pgxpool.Pool) idem.Handler[billing.OrderPlaced] {
 	// Every order fits: the flow is about counts, not about credit.
-	return billing.NewChargeIdem(f.Pool, &billing.Service{CreditLimitCents: 1 << 40})
+	return billing.NewChargeIdem(pool, &billing.Service{CreditLimitCents: 1 << 40})
 }
 
 // Process runs the billing consumer, the relay and the notifications
@@ -220,7 +220,7 @@ func (f *Flow) Process(ctx context.Context, want Expect, timeout time.Duration) 
 	relay := idem.NewRelay(f.Pool, &confirmCounter{pub: f.Broker.Publisher(), n: &f.relayed},
 		idem.WithRelayID(f.Schema), idem.WithRelayPollInterval(100*time.Millisecond),
 		idem.WithRelayBackoff(50*time.Millisecond, time.Second), idem.WithRelayLogger(f.log.With("relay", f.Schema)))
-	start("billing consumer", f.Broker.Billing(counting(&f.billing, f.BillingHandler()), 4, f.log.With("consumer", "billing")).Run)
+	start("billing consumer", f.Broker.Billing(counting(&f.billing, chargeHandler(f.Pool)), 4, f.log.With("consumer", "billing")).Run)
 	start("relay", relay.Run)
 	start("notifications consumer", f.Broker.Notifications(counting(&f.notes, notifications.NewNotifyChargeCompletedIdem(f.Pool)),
 		f.log.With("consumer", "notifications")).Run)

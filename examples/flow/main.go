@@ -52,6 +52,8 @@ type Options struct {
 	Timeout     time.Duration
 	LogLevel    slog.Level
 	Log, Output io.Writer
+
+	id string // the run's suffix (default: a fresh one), for tests
 }
 
 func main() {
@@ -122,7 +124,10 @@ func Run(ctx context.Context, o Options) (c Counts, err error) {
 			return c, fmt.Errorf("find the database (or pass -db URL): %w", err)
 		}
 	}
-	id := unique()
+	id := o.id
+	if id == "" {
+		id = unique()
+	}
 	log := slog.New(slog.NewTextHandler(o.Log, &slog.HandlerOptions{Level: o.LogLevel}))
 	f, err := Open(ctx, o.DBURL, "flow_"+id, newEndpoint(o, "flow-"+id), log)
 	if err != nil {
