@@ -134,7 +134,7 @@ func Run(ctx context.Context, o Options) (c Counts, err error) {
 		return c, err
 	}
 	defer func() { err = errors.Join(err, f.Close()) }()
-	fmt.Fprintf(o.Output, "%s: schema %s, queues/streams/topics %s.*\n", o.Broker, f.Schema, f.Endpoint.Prefix)
+	fmt.Fprintf(o.Output, "%s: schema %s; %s %s.*\n", o.Broker, f.Schema, topologyWords[o.Broker], f.Endpoint.Prefix)
 	if err := f.PublishOrders(ctx, o.Orders, o.Copies); err != nil {
 		return c, err
 	}
@@ -145,6 +145,13 @@ func Run(ctx context.Context, o Options) (c Counts, err error) {
 	}
 	fmt.Fprintf(o.Output, "%s: exact: each order charged once, relayed once, notified once; every other delivery a duplicate; nothing left over\n", o.Broker)
 	return c, nil
+}
+
+// topologyWords say what the run's names are on each broker.
+var topologyWords = map[string]string{
+	"rabbitmq":  "queues",
+	"jetstream": "streams and subjects",
+	"kafka":     "topics and groups on an in-process kfake cluster,",
 }
 
 // Line is the counts on one line.
