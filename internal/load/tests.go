@@ -190,9 +190,22 @@ func (c *checker) spell(t model.Type) string {
 	case t.Kind == model.Pointer:
 		return "*" + c.spell(*t.Elem)
 	case t.PkgPath == "" || t.PkgPath == c.pkg.PkgPath:
-		return t.Name
+		return t.Name + c.spellArgs(t.Args)
 	}
-	return t.PkgName + "." + t.Name
+	return t.PkgName + "." + t.Name + c.spellArgs(t.Args)
+}
+
+// spellArgs writes the type arguments of an instantiated type (idem.Message's
+// body), "" for none.
+func (c *checker) spellArgs(args []model.Type) string {
+	if len(args) == 0 {
+		return ""
+	}
+	parts := make([]string, len(args))
+	for i, a := range args {
+		parts[i] = c.spell(a)
+	}
+	return "[" + strings.Join(parts, ", ") + "]"
 }
 
 // fixtureProblem says how fd differs from the fixture's shape, or "" when it
@@ -272,9 +285,15 @@ func (c *checker) importNames(file *ast.File) map[string]string {
 }
 
 // canonical writes a type expression of a named type, or a pointer to one,
-// with package paths: *example.com/billing.Service. Anything else is "".
+// with package paths: *example.com/billing.Service, and an instantiated one
+// with its type arguments: github.com/idemgen/idemgen/idem.Message[example.com/billing.Order].
+// Anything else is "".
 func canonical(e ast.Expr, imports map[string]string, local string) string {
 	switch e := e.(type) {
+	case *ast.IndexExpr:
+		return instantiated(canonical(e.X, imports, local), []ast.Expr{e.Index}, imports, local)
+	case *ast.IndexListExpr:
+		return instantiated(canonical(e.X, imports, local), e.Indices, imports, local)
 	case *ast.ParenExpr:
 		return canonical(e.X, imports, local)
 	case *ast.StarExpr:
@@ -294,15 +313,43 @@ func canonical(e ast.Expr, imports map[string]string, local string) string {
 	return ""
 }
 
+// instantiated writes generic, a canonical type name, with the canonical
+// type arguments args; "" when any of them is not canonical.
+func instantiated(generic string, args []ast.Expr, imports map[string]string, local string) string {
+	if generic == "" {
+		return ""
+	}
+	parts := make([]string, len(args))
+	for i, a := range args {
+		if parts[i] = canonical(a, imports, local); parts[i] == "" {
+			return ""
+		}
+	}
+	return generic + "[" + strings.Join(parts, ",") + "]"
+}
+
 // canonicalType writes t as canonical does.
 func canonicalType(t model.Type) string {
 	switch {
 	case t.Kind == model.Pointer:
 		return "*" + canonicalType(*t.Elem)
 	case t.PkgPath == "":
-		return t.Name
+		return t.Name + canonicalArgs(t.Args)
 	}
-	return t.PkgPath + "." + t.Name
+	return t.PkgPath + "." + t.Name + canonicalArgs(t.Args)
+}
+
+// canonicalArgs writes the type arguments of an instantiated type as
+// instantiated does, "" for none.
+func canonicalArgs(args []model.Type) string {
+	if len(args) == 0 {
+		return ""
+	}
+	parts := make([]string, len(args))
+	for i, a := range args {
+		parts[i] = canonicalType(a)
+	}
+	return "[" + strings.Join(parts, ",") + "]"
 }
 
 // checkTestNames reports test functions of the package that the generated
