@@ -261,10 +261,9 @@ type RabbitMQNode struct {
 	server *exec.Cmd
 	exited chan struct{} // closed when the server process has exited
 	epmd   *exec.Cmd     // nil when it uses the machine's epmd
-	// watchdog stops the node and its epmd when watch closes: when Stop
-	// does not run because the test binary died, the kernel closes it.
-	watchdog *exec.Cmd
-	watch    *os.File
+	// watchdog stops the node and its epmd if the test binary dies before
+	// Stop runs.
+	watchdog *watchdog
 	once     sync.Once
 	err      error
 }
@@ -411,11 +410,7 @@ func (n *RabbitMQNode) Stop() error {
 		var errs []error
 		// Stop does the watchdog's work itself; the watchdog must not act on
 		// pids that are reaped below.
-		if n.watchdog != nil {
-			_ = n.watchdog.Process.Kill()
-			_ = n.watchdog.Wait()
-			n.watch.Close()
-		}
+		n.watchdog.disarm()
 		if n.server != nil {
 			_ = n.server.Process.Signal(syscall.SIGTERM)
 			select {
@@ -439,40 +434,16 @@ func (n *RabbitMQNode) Stop() error {
 	return n.err
 }
 
-// watchdogScript waits for its standard input to close (the test binary's
-// end of a pipe: closed when the binary exits, however it exits), then stops
-// the node as Stop does: SIGTERM to the server script, SIGKILL to its process
-// group after 20s, then its epmd, then removes its directory.
-const watchdogScript = `read _ || true
-kill -TERM "$1" 2>/dev/null
-i=0
-while kill -0 "$1" 2>/dev/null && [ $i -lt 20 ]; do sleep 1; i=$((i + 1)); done
-kill -KILL -- "-$1" 2>/dev/null
-[ -z "$2" ] || kill "$2" 2>/dev/null
-rm -rf "$3"
-`
-
 func (n *RabbitMQNode) startWatchdog() error {
-	r, w, err := os.Pipe()
-	if err != nil {
-		return err
-	}
-	defer r.Close()
-	epmdPid := ""
+	epmdPid := 0
 	if n.epmd != nil {
-		epmdPid = strconv.Itoa(n.epmd.Process.Pid)
+		epmdPid = n.epmd.Process.Pid
 	}
-	n.watchdog = exec.Command("/bin/sh", "-c", watchdogScript, "idem-rabbitmq-watchdog", strconv.Itoa(n.server.Process.Pid), epmdPid, n.Dir)
-	n.watchdog.Stdin = r
-	// Not in the test binary's process group: a Ctrl-C that ends the tests
-	// must not end the watchdog too.
-	n.watchdog.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := n.watchdog.Start(); err != nil {
-		w.Close()
-		n.watchdog = nil
+	w, err := startWatchdog("idem-rabbitmq-watchdog", n.server.Process.Pid, epmdPid, n.Dir)
+	if err != nil {
 		return fmt.Errorf("start the throwaway node's watchdog: %w", err)
 	}
-	n.watch = w
+	n.watchdog = w
 	return nil
 }
 
