@@ -5,11 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
-	"fmt"
-	"net"
 	"os"
-	"os/exec"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -22,93 +18,12 @@ import (
 )
 
 // The tests run against a real NATS server with JetStream:
-// IDEMGEN_TEST_NATS_URL, or the local server at 127.0.0.1:4222, or, when
-// neither answers and nats-server is on PATH, a throwaway server that
-// TestMain starts in a temporary directory on a free port.
-const defaultNATSURL = "nats://127.0.0.1:4222"
+// IDEMGEN_TEST_NATS_URL, the local server at 127.0.0.1:4222, or a throwaway
+// nats-server started from the machine (brokertest.NATSURL says which, and
+// Main stops it).
+func TestMain(m *testing.M) { os.Exit(brokertest.Main(m)) }
 
-var (
-	testNATSURL string // what natsURL returns
-	natsProblem error  // why no server is reachable
-)
-
-func TestMain(m *testing.M) {
-	stop := findNATS()
-	code := m.Run()
-	stop()
-	os.Exit(code)
-}
-
-// findNATS sets testNATSURL, starting a throwaway nats-server if it must,
-// and returns what stops it.
-func findNATS() (stop func()) {
-	if url := os.Getenv("IDEMGEN_TEST_NATS_URL"); url != "" {
-		testNATSURL, natsProblem = url, checkJetStream(url)
-		return func() {}
-	}
-	testNATSURL = defaultNATSURL
-	if natsProblem = checkJetStream(defaultNATSURL); natsProblem == nil {
-		return func() {}
-	}
-	bin, err := exec.LookPath("nats-server")
-	if err != nil {
-		return func() {}
-	}
-	dir, err := os.MkdirTemp("", "idem-nats-")
-	if err != nil {
-		return func() {}
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return func() { os.RemoveAll(dir) }
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	cmd := exec.Command(bin, "-js", "-a", "127.0.0.1", "-p", strconv.Itoa(port), "-sd", dir)
-	if err := cmd.Start(); err != nil {
-		natsProblem = fmt.Errorf("%w; and starting %s failed: %v", natsProblem, bin, err)
-		return func() { os.RemoveAll(dir) }
-	}
-	stop = func() { _ = cmd.Process.Kill(); _ = cmd.Wait(); os.RemoveAll(dir) }
-	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		if err := checkJetStream(url); err == nil {
-			testNATSURL, natsProblem = url, nil
-			return stop
-		} else if time.Now().After(deadline) {
-			natsProblem = fmt.Errorf("%w; and the throwaway %s at %s did not come up: %v", natsProblem, bin, url, err)
-			return stop
-		}
-	}
-}
-
-// checkJetStream reports whether url is a NATS server with JetStream.
-func checkJetStream(url string) error {
-	nc, err := nats.Connect(url, nats.Timeout(3*time.Second))
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-	defer cancel()
-	_, err = js.AccountInfo(ctx)
-	return err
-}
-
-func natsURL(t testing.TB) string {
-	t.Helper()
-	if natsProblem != nil {
-		t.Fatalf("NATS with JetStream is not reachable at %s: %v\n"+
-			"These tests need a NATS server with JetStream enabled: install nats-server "+
-			"(https://github.com/nats-io/nats-server/releases; on PATH, the tests start a throwaway one themselves) "+
-			"or start one with `nats-server -js`, or point IDEMGEN_TEST_NATS_URL at one.", testNATSURL, natsProblem)
-	}
-	return testNATSURL
-}
+var natsURL = brokertest.NATSURL
 
 // connect opens a NATS connection that reconnects forever, closed when the
 // test ends, and its JetStream.

@@ -3,6 +3,7 @@ package jetstream_test
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -12,6 +13,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/idemgen/idemgen/idem"
 	"github.com/idemgen/idemgen/idem/idemtest/brokertest"
@@ -194,4 +197,84 @@ func TestReconnectMidStream(t *testing.T) {
 	}
 	t.Logf("reconnected at %d charged; in the end %d of %d orders charged once, %d processed, %d duplicates",
 		before, charged(), total, rec.Count(idem.Processed), rec.Count(idem.Duplicate))
+}
+
+// TestPublisherReconnectWhilePublishing: the publisher's NATS connection
+// reconnects (ForceReconnect) while the relay is in the middle of publishing
+// 3,000 outbox rows, inside a batch. The relay publishes again what got no
+// PubAck, and in the end every row is published: the stream holds each
+// stable id exactly once (its deduplication window on Nats-Msg-Id drops the
+// second copies), and a consumer keyed on the id charges each order once.
+func TestPublisherReconnectWhilePublishing(t *testing.T) {
+	t.Parallel()
+	url := natsURL(t)
+	db := database(t)
+	top := topology(t)
+	declare(t, url, top)
+	_, logger := newLogs(t)
+
+	const total = 3000
+	rows := orderRows(t, top.Subjects[0], "w", 0, total)
+	commitOutbox(t, db.Pool, rows)
+	// The 512th message (the 13th of the relay's 21st batch of 25: twelve
+	// published before it and awaiting their PubAcks) waits while the
+	// connection reconnects; then the publisher goes on with the batch.
+	const reconnectAt = 512
+	var handed atomic.Int32
+	reconnectNow, reconnectDone := make(chan struct{}), make(chan struct{})
+	pubConn, _ := connect(t, url)
+	runRelay(t, db.Pool, idemjs.NewPublisher(pubConn, idemjs.WithLogger(logger), idemjs.WithMsg(func(idem.OutgoingMessage, *nats.Msg) {
+		if handed.Add(1) == reconnectAt {
+			close(reconnectNow)
+			<-reconnectDone
+		}
+	})))
+	select {
+	case <-reconnectNow:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("the relay handed %d messages to the publisher in 20s; want %d", handed.Load(), reconnectAt)
+	}
+	if err := pubConn.ForceReconnect(); err != nil {
+		t.Fatal(err)
+	}
+	pendingAtReconnect := pendingRows(t, db.Pool)
+	close(reconnectDone)
+	waitFor(t, 60*time.Second, "every row published", func() bool { return pendingRows(t, db.Pool) == 0 })
+
+	_, js := connect(t, url)
+	msgs := streamMsgs(t, js, top.Stream)
+	byID := map[string]int{}
+	for _, m := range msgs {
+		byID[m.Header.Get(jetstream.MsgIDHeader)]++
+	}
+	for _, r := range rows {
+		if n := byID[r.ID.String()]; n != 1 {
+			t.Errorf("row %s is in the stream %d times; want once", r.ID, n)
+		}
+	}
+	if len(msgs) != total {
+		t.Errorf("the stream holds %d messages; want %d, one per row", len(msgs), total)
+	}
+
+	var rec recorder
+	stop := run(t, idemjs.NewConsumer(js, top, rec.Wrap(chargeInbox(db.Pool, nil), nil), idemjs.WithLogger(slog.New(slog.DiscardHandler))))
+	waitFor(t, 60*time.Second, "the stream consumed", func() bool { return len(rec.Snapshot()) >= total && settled(t, js, top) })
+	stop()
+	if p := rec.Count(idem.Processed); p != total {
+		t.Errorf("%d processed; want %d, one per row", p, total)
+	}
+	if n := queryInt(t, db.Pool, `SELECT count(*)::int FROM charged WHERE n = 1`); n != total {
+		t.Errorf("%d orders charged exactly once; want %d", n, total)
+	}
+	if n := queryInt(t, db.Pool, `SELECT count(*)::int FROM idem_outbox WHERE dead_at IS NOT NULL`); n != 0 {
+		t.Errorf("%d outbox rows dead-lettered", n)
+	}
+	again := queryInt(t, db.Pool, `SELECT count(*)::int FROM idem_outbox WHERE attempts > 1`)
+	if pubConn.Stats().Reconnects < 1 {
+		t.Errorf("the publisher's connection did not reconnect")
+	}
+	t.Logf("reconnected the publisher's connection with %d of %d rows pending; %d rows published again; the stream holds %d messages, %d distinct ids; "+
+		"downstream %d processed, %d duplicates, %d orders charged once",
+		pendingAtReconnect, total, again, len(msgs), len(byID), rec.Count(idem.Processed), rec.Count(idem.Duplicate),
+		queryInt(t, db.Pool, `SELECT count(*)::int FROM charged WHERE n = 1`))
 }

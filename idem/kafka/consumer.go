@@ -35,10 +35,6 @@ const (
 // maxReason bounds the idem-reason header.
 const maxReason = 1024
 
-// errCrashed is what Run returns when a test hook stopped it between the
-// database commits and the offset commit.
-var errCrashed = errors.New("kafka: consumer stopped before committing offsets (test hook)")
-
 // Consumer feeds the records of a consumer group's topics to an idem.Handler
 // and acts on each as idem.ActionFor says; see the package documentation.
 // Create it with NewConsumer, run it with Run.
@@ -49,8 +45,6 @@ type Consumer[M any] struct {
 	handler idem.Handler[M]
 	o       options
 	err     error
-
-	crash func() bool // test hook: true stops Run before an offset commit
 
 	mu      sync.Mutex
 	retries map[position]int // failed attempts at a record, in this process
@@ -165,9 +159,6 @@ func (c *Consumer[M]) poll(ctx context.Context, log *slog.Logger, cl *kgo.Client
 		}
 	}
 	if len(commit) > 0 {
-		if c.crash != nil && c.crash() {
-			return errCrashed
-		}
 		// The transactions committed: commit their offsets even when ctx
 		// ended, so that a clean stop does not redeliver them.
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)

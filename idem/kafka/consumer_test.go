@@ -1,16 +1,24 @@
 package kafka_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/idemgen/idemgen/idem"
 	"github.com/idemgen/idemgen/idem/kafka"
@@ -57,49 +65,136 @@ func TestConsumerPublishedThreeTimes(t *testing.T) {
 	checkAttemptLogged(t, logs)
 }
 
-// TestConsumerKilledAfterCommitBeforeOffsetCommit: the consumer stops (its
-// client closed, as if killed) after the handlers' transactions committed and
-// before the offsets were committed; a new member of the group gets the same
-// records again, they are Duplicates, and each order is charged once.
+const envKilledConsumer = "IDEM_TEST_KAFKA_KILLED_CONSUMER"
+
+// TestConsumerKilledAfterCommitBeforeOffsetCommit: a consumer process is
+// killed with SIGKILL after its handlers' transactions committed and before
+// its offset commit took effect: kfake, in this process, holds the child's
+// OffsetCommit request until the child is dead and then drops it. A new
+// member of the group gets the same records again; they are Duplicates, and
+// each order is charged once.
 func TestConsumerKilledAfterCommitBeforeOffsetCommit(t *testing.T) {
+	if env := os.Getenv(envKilledConsumer); env != "" {
+		runKilledConsumer(env) // never returns
+	}
 	t.Parallel()
+	const total, partitions = 40, 2
 	topic, group := uniqueName(t), uniqueName(t)
-	brokers := cluster(t, 1, topic)
+	// A short minimum session timeout: the killed member leaves the group
+	// within a second instead of kfake's default 45s.
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(partitions, topic), kfake.GroupMinSessionTimeout(500*time.Millisecond))
+	if err != nil {
+		t.Fatalf("start an in-process kfake cluster: %v", err)
+	}
+	t.Cleanup(c.Close)
+	brokers := c.ListenAddrs()
 	db := database(t)
 	_, logger := newLogs(t)
 
-	const total = 5
 	cl := client(t, brokers)
 	for i := range total {
 		produce(t, cl, orderRecord(t, topic, fmt.Sprintf("order-k-%d", i), order{OrderID: fmt.Sprintf("k-%d", i), Amount: i}))
 	}
-	var rec recorder
-	first := kafka.NewConsumer(brokers, group, []string{topic}, rec.Wrap(chargeInbox(db.Pool, nil), nil), kafka.WithLogger(logger), fast())
-	kafka.CrashBeforeCommit(first, func() bool { return true })
-	if err := first.Run(context.Background()); !errors.Is(err, kafka.ErrCrashed) {
-		t.Fatalf("the first consumer's Run: %v; want it killed before the offset commit", err)
+
+	// The first OffsetCommit of the group is the child's, after its
+	// transactions committed: it waits here until the child is dead, then
+	// its connection is closed, and the commit never happens.
+	commitArrived, childDead := make(chan int, 1), make(chan struct{})
+	c.ControlKey(int16(kmsg.OffsetCommit), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		r := req.(*kmsg.OffsetCommitRequest)
+		if r.Group != group {
+			return nil, nil, false
+		}
+		n := 0
+		for _, tp := range r.Topics {
+			n += len(tp.Partitions)
+		}
+		commitArrived <- n
+		c.SleepControl(func() { <-childDead })
+		return nil, errors.New("the consumer was killed before its offset commit"), true
+	})
+
+	cmd := exec.Command(os.Args[0], "-test.run=^TestConsumerKilledAfterCommitBeforeOffsetCommit$", "-test.count=1")
+	cmd.Env = append(os.Environ(), envKilledConsumer+"="+strings.Join([]string{brokers[0], group, topic, db.URL}, "\n"))
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
 	}
-	processed := rec.Count(idem.Processed)
-	if processed == 0 {
-		t.Fatalf("the first consumer committed nothing before it was killed:%s", describe(rec.Snapshot()))
+	var commitPartitions int
+	select {
+	case commitPartitions = <-commitArrived:
+	case <-time.After(20 * time.Second):
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		t.Fatalf("the child consumer sent no offset commit within 20s; its output:\n%s", out.String())
 	}
-	if off := committed(t, brokers, group, topic, 0); off >= 0 {
-		t.Fatalf("committed offset %d after the kill; want none", off)
+	// The child is inside its offset commit: every record of its poll
+	// committed in the database.
+	committedByChild := queryInt(t, db.Pool, `SELECT count(*)::int FROM charged`)
+	_ = cmd.Process.Signal(syscall.SIGKILL)
+	err = cmd.Wait()
+	close(childDead)
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+		t.Fatalf("the child consumer ended with %v; want killed by SIGKILL; its output:\n%s", err, out.String())
+	}
+	if committedByChild == 0 {
+		t.Fatalf("the child consumer committed nothing in the database before its offset commit; its output:\n%s", out.String())
+	}
+	for p := range int32(partitions) {
+		if off := committed(t, brokers, group, topic, p); off >= 0 {
+			t.Fatalf("partition %d: committed offset %d after the kill; want none", p, off)
+		}
 	}
 
+	var rec recorder
 	stop := run(t, kafka.NewConsumer(brokers, group, []string{topic}, rec.Wrap(chargeInbox(db.Pool, nil), nil), kafka.WithLogger(logger), fast()))
-	waitFor(t, 15*time.Second, "every record done and committed", func() bool { return committed(t, brokers, group, topic, 0) == total })
+	waitFor(t, 20*time.Second, "every record done and committed", func() bool {
+		n := int64(0)
+		for p := range int32(partitions) {
+			n += max(committed(t, brokers, group, topic, p), 0)
+		}
+		return n == total
+	})
 	stop()
 
 	ds := rec.Snapshot()
-	if p, d := rec.Count(idem.Processed), rec.Count(idem.Duplicate); p != total || d != processed {
-		t.Fatalf("processed %d, duplicates %d; want %d and %d (the records committed before the kill, redelivered):%s", p, d, total, processed, describe(ds))
+	if p, d := rec.Count(idem.Processed), rec.Count(idem.Duplicate); p != total-committedByChild || d != committedByChild {
+		t.Fatalf("the new member: processed %d, duplicates %d; want %d and %d (the records committed before the kill, redelivered):%s",
+			p, d, total-committedByChild, committedByChild, describe(ds))
 	}
-	charged := queryInt(t, db.Pool, `SELECT coalesce(sum(n), 0)::int FROM charged`)
-	t.Logf("killed after %d commits: redelivered as %d duplicates; %d charges for %d orders", processed, rec.Count(idem.Duplicate), charged, total)
-	if charged != total {
-		t.Fatalf("%d charges; want %d, one per order", charged, total)
+	charges := queryInt(t, db.Pool, `SELECT coalesce(sum(n), 0)::int FROM charged`)
+	t.Logf("child SIGKILLed in its offset commit (%d partitions) after %d of %d records committed in the database; "+
+		"the new member: %d duplicates, %d processed; %d charges for %d orders",
+		commitPartitions, committedByChild, total, rec.Count(idem.Duplicate), rec.Count(idem.Processed), charges, total)
+	if charges != total {
+		t.Fatalf("%d charges; want %d, one per order", charges, total)
 	}
+}
+
+// runKilledConsumer is the child process of
+// TestConsumerKilledAfterCommitBeforeOffsetCommit: an ordinary consumer of the
+// charge inbox, killed by the parent during its offset commit.
+func runKilledConsumer(env string) {
+	fail := func(err error) {
+		fmt.Fprintln(os.Stderr, "killed consumer:", err)
+		os.Exit(3)
+	}
+	args := strings.Split(env, "\n")
+	if len(args) != 4 {
+		fail(fmt.Errorf("%s: want brokers, group, topic and database URL", envKilledConsumer))
+	}
+	brokers, group, topic, url := args[0], args[1], args[2], args[3]
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		fail(err)
+	}
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	c := kafka.NewConsumer([]string{brokers}, group, []string{topic}, chargeInbox(pool, nil), kafka.WithLogger(logger),
+		kafka.WithClientOptions(kgo.FetchMaxWait(100*time.Millisecond), kgo.HeartbeatInterval(100*time.Millisecond), kgo.SessionTimeout(time.Second)))
+	fail(fmt.Errorf("Run returned: %v", c.Run(ctx)))
 }
 
 // TestConsumerDeadLetters: an undecodable value, a record without the id its

@@ -57,9 +57,17 @@
 //
 // # Topology
 //
-// The consumer and the publisher create no topics: the consumed topics, their
-// dead-letter topics and the topics the relay publishes to must exist (or the
-// cluster must create topics on first use).
+// The consumer and the publisher create no topics and expect these to exist:
+// the consumed topics, their dead-letter topics (topic + ".dlq", or
+// [WithDeadLetterTopic]) and the topics the relay produces to (the outbox
+// rows' destinations). There is no retry topic: a retry seeks the partition
+// back. Declaring them is opt-in: [Declare] creates (with franz-go's kadm)
+// every topic of a [Topology] — its Topics, their dead-letter topics
+// (Topology.DeadLetterTopic, the same mapping as WithDeadLetterTopic) and its
+// Destinations — with its Partitions, ReplicationFactor (0: the cluster's
+// defaults) and Configs; a topic that exists already is left as it is. Or
+// create them with your own tooling, or let the cluster create topics on
+// first use.
 //
 // # Publisher
 //

@@ -3,14 +3,19 @@ package kafka_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/idemgen/idemgen/idem"
 	"github.com/idemgen/idemgen/idem/idemtest/brokertest"
@@ -125,4 +130,76 @@ func TestPublisherOrderingKeyAndErrors(t *testing.T) {
 	if !slices.Equal(order, want) || len(partitions) != 1 {
 		t.Errorf("records %q on %d partition(s); want %q on one", order, len(partitions), want)
 	}
+}
+
+// TestPublisherConnectionDroppedWhilePublishing: kfake closes the publisher's
+// connection on three produce requests spread over the relay's 3,000
+// rows (the requests unanswered, the batches not stored). franz-go connects
+// again and produces them again; in the end every row is published and the
+// topic holds each stable id exactly once.
+func TestPublisherConnectionDroppedWhilePublishing(t *testing.T) {
+	t.Parallel()
+	const total, drops = 3000, 3
+	topic := uniqueName(t)
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, topic))
+	if err != nil {
+		t.Fatalf("start an in-process kfake cluster: %v", err)
+	}
+	t.Cleanup(c.Close)
+	brokers := c.ListenAddrs()
+	db := database(t)
+
+	rows := orderRows(t, topic, "w", 0, total)
+	commitOutbox(t, db.Pool, rows)
+	// The 20th, 40th and 60th produce requests (from a sixth of the rows on;
+	// the relay's batches are 25 rows) close their connection, each one on a
+	// connection that served others before.
+	var (
+		produces       atomic.Int32
+		dropped        atomic.Int32
+		pendingAtFirst atomic.Int32
+	)
+	c.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		if n := produces.Add(1); n%20 != 0 || dropped.Load() >= drops {
+			return nil, nil, false
+		}
+		if dropped.Add(1) == 1 {
+			var n int32
+			_ = db.Pool.QueryRow(context.Background(), `SELECT count(*)::int FROM idem_outbox WHERE published_at IS NULL`).Scan(&n)
+			pendingAtFirst.Store(n)
+		}
+		return nil, errors.New("connection dropped by the test"), true
+	})
+	pub := kafka.NewPublisher(brokers, kafka.WithLogger(slog.New(slog.DiscardHandler)))
+	t.Cleanup(pub.Close)
+	start := time.Now()
+	runRelay(t, db.Pool, pub)
+	waitFor(t, 30*time.Second, "every row published", func() bool { return pendingRows(t, db.Pool) == 0 })
+	took := time.Since(start)
+
+	if dropped.Load() != drops {
+		t.Fatalf("%d produce requests dropped; want %d", dropped.Load(), drops)
+	}
+	if p := pendingAtFirst.Load(); p == 0 || p == total {
+		t.Fatalf("%d of %d rows pending at the first drop: not mid-stream", p, total)
+	}
+	got := readAll(t, brokers, topic, total+1, 2*time.Second)
+	byID := map[string]int{}
+	for _, r := range got {
+		byID[header(r, kafka.HeaderMessageID)]++
+	}
+	for _, r := range rows {
+		if n := byID[r.ID.String()]; n != 1 {
+			t.Errorf("row %s is in the topic %d times; want once", r.ID, n)
+		}
+	}
+	if len(got) != total {
+		t.Errorf("%d records in %s; want %d, one per row", len(got), topic, total)
+	}
+	if n := queryInt(t, db.Pool, `SELECT count(*)::int FROM idem_outbox WHERE dead_at IS NOT NULL`); n != 0 {
+		t.Errorf("%d outbox rows dead-lettered", n)
+	}
+	t.Logf("dropped %d produce connections from %d of %d rows pending; all published in %v, %d rows published again by the relay; the topic holds %d records, %d distinct ids",
+		dropped.Load(), pendingAtFirst.Load(), total, took.Round(time.Millisecond), queryInt(t, db.Pool, `SELECT count(*)::int FROM idem_outbox WHERE attempts > 1`), len(got), len(byID))
 }

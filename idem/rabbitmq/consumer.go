@@ -423,12 +423,17 @@ func (r *router) publish(ctx context.Context, exchange, key string, p amqp.Publi
 	var returned *amqp.Return
 	for {
 		select {
-		case ret := <-r.returns:
+		case ret, ok := <-r.returns:
+			if !ok { // closed with the channel: not a return
+				return fmt.Errorf("the routing channel closed: %w", amqp.ErrClosed)
+			}
 			returned = &ret
 		case <-dc.Done():
 			select { // a return precedes its confirm
-			case ret := <-r.returns:
-				returned = &ret
+			case ret, ok := <-r.returns:
+				if ok {
+					returned = &ret
+				}
 			default:
 			}
 			switch {

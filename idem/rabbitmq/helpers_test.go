@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"net"
 	"os"
-	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -19,25 +18,12 @@ import (
 	"github.com/idemgen/idemgen/idem/rabbitmq"
 )
 
-// The tests run against a real RabbitMQ: IDEMGEN_TEST_AMQP_URL, or the
-// local node with the default guest account.
-const defaultAMQPURL = "amqp://guest:guest@127.0.0.1:5672/"
+// The tests run against a real RabbitMQ: IDEMGEN_TEST_AMQP_URL, the local
+// node at 127.0.0.1:5672, or a throwaway node started from the machine's
+// rabbitmq-server (brokertest.RabbitMQURL says which, and Main stops it).
+func TestMain(m *testing.M) { os.Exit(brokertest.Main(m)) }
 
-func amqpURL(t testing.TB) string {
-	t.Helper()
-	url := os.Getenv("IDEMGEN_TEST_AMQP_URL")
-	if url == "" {
-		url = defaultAMQPURL
-	}
-	conn, err := amqp.Dial(url)
-	if err != nil {
-		t.Fatalf("RabbitMQ is not reachable at %s: %v\n"+
-			"These tests need a RabbitMQ node: install and start one (Debian/Ubuntu: apt-get install rabbitmq-server; "+
-			"it listens on 127.0.0.1:5672 with guest/guest), or point IDEMGEN_TEST_AMQP_URL at one.", url, err)
-	}
-	conn.Close()
-	return url
-}
+var amqpURL = brokertest.RabbitMQURL
 
 // channel opens a connection and channel for the test's own declarations,
 // publishing and inspection, closed when the test ends.
@@ -156,32 +142,9 @@ func mustJSON(t testing.TB, v any) []byte {
 }
 
 // closeConnectionsNamed closes, from the server side (rabbitmqctl
-// close_connection), every connection whose connection_name starts with
-// prefix, and returns how many it closed.
-func closeConnectionsNamed(t testing.TB, prefix string) int {
-	t.Helper()
-	ctl, err := exec.LookPath("rabbitmqctl")
-	if err != nil {
-		t.Fatalf("rabbitmqctl is not on PATH (%v): the test closes connections from the server side with it; install rabbitmq-server, which brings it", err)
-	}
-	out, err := exec.Command(ctl, "list_connections", "-q", "--no-table-headers", "pid", "client_properties").Output()
-	if err != nil {
-		t.Fatalf("rabbitmqctl list_connections: %v", err)
-	}
-	// Each line: <pid>\t[{"connection_name","name"},...]
-	n := 0
-	for _, line := range strings.Split(string(out), "\n") {
-		pid, props, ok := strings.Cut(line, "\t")
-		if !ok || !strings.Contains(props, `{"connection_name","`+prefix) {
-			continue
-		}
-		if out, err := exec.Command(ctl, "close_connection", pid, "closed by "+t.Name()).CombinedOutput(); err != nil {
-			t.Fatalf("rabbitmqctl close_connection %s: %v: %s", pid, err, out)
-		}
-		n++
-	}
-	return n
-}
+// close_connection, on the node the tests use), every connection whose
+// connection_name starts with prefix, and returns how many it closed.
+var closeConnectionsNamed = brokertest.CloseRabbitMQConnections
 
 // conns records the network connections a consumer or publisher dials, so
 // that a test can cut them.

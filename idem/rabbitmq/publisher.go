@@ -217,7 +217,11 @@ func (p *Publisher) publishChunk(ctx context.Context, msgs []idem.OutgoingMessag
 	wait:
 		for {
 			select {
-			case r := <-p.returns:
+			case r, ok := <-p.returns:
+				if !ok { // the channel closed: its confirms end too
+					p.returns = nil
+					continue
+				}
 				take(r)
 			case <-w.dc.Done():
 				break wait
@@ -237,7 +241,13 @@ func (p *Publisher) publishChunk(ctx context.Context, msgs []idem.OutgoingMessag
 	drain: // a message's return precedes its confirm
 		for {
 			select {
-			case r := <-p.returns:
+			case r, ok := <-p.returns:
+				if !ok {
+					// Closed with the channel: a nil channel is never
+					// ready, so the loop ends at default.
+					p.returns = nil
+					continue
+				}
 				take(r)
 			default:
 				break drain
@@ -247,14 +257,35 @@ func (p *Publisher) publishChunk(ctx context.Context, msgs []idem.OutgoingMessag
 		case ok:
 			exchange, key := p.o.route(m.Destination)
 			errs[w.i] = fmt.Errorf("rabbitmq: publisher: %s to %q returned unroutable (%d %s): no queue is bound for routing key %q on exchange %q", m.ID, m.Destination, r.ReplyCode, r.ReplyText, key, exchange)
+		case !w.dc.Acked() && p.ch.IsClosed():
+			// A closing channel ends its outstanding confirms unacked:
+			// not the broker's nack, the lost channel.
+			lost = fmt.Errorf("rabbitmq: publisher: the channel closed before the broker confirmed %s: %w", m.ID, p.closeReason())
+			errs[w.i] = lost
 		case !w.dc.Acked():
 			errs[w.i] = fmt.Errorf("rabbitmq: publisher: the broker nacked %s to %q", m.ID, m.Destination)
 		}
 	}
+	if lost == nil && p.ch.IsClosed() {
+		lost = fmt.Errorf("rabbitmq: publisher: the channel closed: %w", p.closeReason())
+	}
 	if lost != nil {
-		p.o.logger.Warn("rabbitmq publisher: batch interrupted", "err", lost)
+		p.o.logger.Warn("rabbitmq publisher: batch interrupted; what was not confirmed fails and is published again", "err", lost)
 		p.drop()
 	}
+}
+
+// closeReason is why the publishing channel closed, if the broker said so.
+func (p *Publisher) closeReason() error {
+	if p.closed != nil {
+		select {
+		case e := <-p.closed:
+			p.closed = nil
+			return amqpErr(e)
+		default:
+		}
+	}
+	return amqp.ErrClosed
 }
 
 func headerTable(h map[string]string) amqp.Table {

@@ -3,6 +3,7 @@ package rabbitmq_test
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
+	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/idemgen/idemgen/idem"
 	"github.com/idemgen/idemgen/idem/idemtest/brokertest"
@@ -199,4 +201,98 @@ func TestConnectionsClosedByServer(t *testing.T) {
 	}
 	t.Logf("closed %d connections at %d charged; in the end %d of %d orders charged once, %d processed, %d duplicates",
 		closed, before, charged(), total, rec.Count(idem.Processed), rec.Count(idem.Duplicate))
+}
+
+// TestPublisherConnectionClosedWhilePublishing: the broker closes the
+// publisher's connection (rabbitmqctl close_connection) while the relay is in
+// the middle of publishing 3,000 outbox rows, inside a batch. The
+// publisher connects again, the relay publishes again what was not
+// confirmed, and in the end every row is published, with its stable id:
+// the queue holds every id at least once (a message confirmed by the broker
+// whose confirm was lost with the connection comes twice), and a consumer
+// keyed on the id charges each order exactly once.
+func TestPublisherConnectionClosedWhilePublishing(t *testing.T) {
+	t.Parallel()
+	url := amqpURL(t)
+	db := database(t)
+	name := uniqueName(t)
+	top := rabbitmq.Topology{Queue: name, RetryDelay: 200 * time.Millisecond}
+	declare(t, url, top)
+	logs, logger := newLogs(t)
+
+	const total = 3000
+	rows := orderRows(t, top.Queue, "w", 0, total)
+	commitOutbox(t, db.Pool, rows)
+	// The 512th message handed to the channel (the 13th of the relay's 21st
+	// batch of 25: twelve published before it and awaiting their confirms)
+	// waits while the broker closes the connection; then the publisher goes
+	// on with the batch on the closed connection.
+	const closeAt = 512
+	var handed atomic.Int32
+	closeNow, closeDone := make(chan struct{}), make(chan struct{})
+	pub := rabbitmq.NewPublisher(url, rabbitmq.WithConnectionName(name+"-publisher"), rabbitmq.WithLogger(logger),
+		rabbitmq.WithPublishing(func(idem.OutgoingMessage, *amqp.Publishing) {
+			if handed.Add(1) == closeAt {
+				close(closeNow)
+				<-closeDone
+			}
+		}))
+	t.Cleanup(func() { pub.Close() })
+	runRelay(t, db.Pool, pub)
+
+	select {
+	case <-closeNow:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("the relay handed %d messages to the publisher in 20s; want %d", handed.Load(), closeAt)
+	}
+	closed := closeConnectionsNamed(t, name+"-publisher")
+	pendingAtClose := pendingRows(t, db.Pool)
+	close(closeDone)
+	if closed != 1 {
+		t.Fatalf("rabbitmqctl closed %d connections named %s-publisher; want 1", closed, name)
+	}
+	waitFor(t, 60*time.Second, "every row published", func() bool { return pendingRows(t, db.Pool) == 0 })
+	inQueue := depth(t, url, top.Queue)
+
+	var rec recorder
+	stop := run(t, rabbitmq.NewConsumer(url, top, rec.Wrap(chargeInbox(db.Pool, nil), nil), rabbitmq.WithLogger(slog.New(slog.DiscardHandler)),
+		rabbitmq.WithWorkers(8)))
+	waitFor(t, 60*time.Second, "the queue consumed", func() bool { return len(rec.Snapshot()) >= inQueue && depth(t, url, top.Queue) == 0 })
+	stop()
+
+	byID := map[string]int{}
+	for _, d := range rec.Snapshot() {
+		byID[d.ID]++
+	}
+	missing := 0
+	for _, r := range rows {
+		if byID[r.ID.String()] == 0 {
+			missing++
+		}
+		delete(byID, r.ID.String())
+	}
+	if missing != 0 || len(byID) != 0 {
+		t.Errorf("%d rows never arrived, %d messages with ids of no row; want every row's stable id, nothing else", missing, len(byID))
+	}
+	if p := rec.Count(idem.Processed); p != total {
+		t.Errorf("%d processed; want %d, one per row", p, total)
+	}
+	if n := queryInt(t, db.Pool, `SELECT count(*)::int FROM charged WHERE n = 1`); n != total {
+		t.Errorf("%d orders charged exactly once; want %d", n, total)
+	}
+	if n := queryInt(t, db.Pool, `SELECT count(*)::int FROM idem_outbox WHERE dead_at IS NOT NULL`); n != 0 {
+		t.Errorf("%d outbox rows dead-lettered", n)
+	}
+	again := queryInt(t, db.Pool, `SELECT count(*)::int FROM idem_outbox WHERE attempts > 1`)
+	if again == 0 || !strings.Contains(logs.String(), "rabbitmq publisher: batch interrupted") {
+		t.Errorf("%d rows published again, batch interrupted logged: %v; want the close to interrupt the batch in flight",
+			again, strings.Contains(logs.String(), "rabbitmq publisher: batch interrupted"))
+	}
+	if n := strings.Count(logs.String(), "rabbitmq publisher: connected"); n < 2 {
+		t.Errorf("the publisher connected %d times; want again after the close", n)
+	}
+	t.Logf("closed the publisher's connection with %d of %d rows pending; %d rows published again; the queue held %d messages "+
+		"(%d duplicates by stable id); downstream %d processed, %d duplicates, %d orders charged once",
+		pendingAtClose, total, again, inQueue, inQueue-total, rec.Count(idem.Processed), rec.Count(idem.Duplicate),
+		queryInt(t, db.Pool, `SELECT count(*)::int FROM charged WHERE n = 1`))
 }
