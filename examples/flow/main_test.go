@@ -19,33 +19,41 @@ import (
 	"github.com/idemgen/idemgen/examples/billing"
 	"github.com/idemgen/idemgen/idem"
 	"github.com/idemgen/idemgen/idem/idemtest"
+	"github.com/idemgen/idemgen/idem/idemtest/brokertest"
 )
 
-// These tests run the flow against the real RabbitMQ and NATS servers
-// (IDEMGEN_TEST_AMQP_URL, IDEMGEN_TEST_NATS_URL, else their local defaults),
-// an in-process kfake cluster for Kafka, and the test database.
+// These tests run the flow against real RabbitMQ and NATS servers (the
+// ones brokertest finds: IDEMGEN_TEST_AMQP_URL and IDEMGEN_TEST_NATS_URL,
+// else the local ones, else throwaway servers it starts from the machine's
+// rabbitmq-server and nats-server), an in-process kfake cluster for Kafka,
+// and the test database.
 
 func TestMain(m *testing.M) {
 	if cfg := os.Getenv(childEnv); cfg != "" {
 		killedChild(cfg)
 		return
 	}
-	os.Exit(m.Run())
+	os.Exit(brokertest.Main(m))
 }
 
 // options are the command's options for broker in a test: its servers,
 // the test database, the consumers' warnings in the test log.
 func options(t *testing.T, broker string) Options {
-	return Options{
+	o := Options{
 		Broker:   broker,
-		AMQPURL:  envOr("IDEMGEN_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/"),
-		NATSURL:  envOr("IDEMGEN_TEST_NATS_URL", "nats://127.0.0.1:4222"),
 		DBURL:    idemtest.DatabaseURL(t),
 		Timeout:  time.Minute,
 		LogLevel: slog.LevelWarn,
 		Log:      testLog{t},
 		Output:   testLog{t},
 	}
+	switch broker {
+	case "rabbitmq":
+		o.AMQPURL = brokertest.RabbitMQURL(t)
+	case "jetstream":
+		o.NATSURL = brokertest.NATSURL(t)
+	}
+	return o
 }
 
 // testLog writes each line to t.Log.
