@@ -198,8 +198,8 @@ func runKilledConsumer(env string) {
 }
 
 // TestConsumerDeadLetters: an undecodable value, a record without the id its
-// key needs and a reused key (the same id, another order) go to the
-// dead-letter topic once each, with the reason in a header, without a
+// key needs, a reused key (the same id, another order) and a value over the
+// size limit go to the dead-letter topic once each, with the reason in a header, without a
 // retry; their offsets are committed and the good records around them are
 // charged.
 func TestConsumerDeadLetters(t *testing.T) {
@@ -216,15 +216,16 @@ func TestConsumerDeadLetters(t *testing.T) {
 		&kgo.Record{Topic: topic, Value: mustJSON(t, order{OrderID: "no-id", Amount: 2})},
 		orderRecord(t, topic, "order-d-1", order{OrderID: "d-1-other", Amount: 3}),
 		orderRecord(t, topic, "order-d-2", order{OrderID: "d-2", Amount: 4}),
+		orderRecord(t, topic, "order-big", order{OrderID: strings.Repeat("b", 300), Amount: 5}),
 	)
 	var rec recorder
 	stop := run(t, kafka.NewConsumer(brokers, group, []string{topic}, rec.Wrap(chargeInbox(db.Pool, nil), nil),
-		kafka.WithLogger(logger), kafka.WithRetryDelay(100*time.Millisecond), fast()))
-	waitFor(t, 10*time.Second, "all five committed", func() bool { return committed(t, brokers, group, topic, 0) == 5 })
+		kafka.WithLogger(logger), kafka.WithRetryDelay(100*time.Millisecond), kafka.WithMaxBodySize(256), fast()))
+	waitFor(t, 10*time.Second, "all six committed", func() bool { return committed(t, brokers, group, topic, 0) == 6 })
 	time.Sleep(300 * time.Millisecond) // would a dead letter come back?
 	stop()
 
-	dead := readAll(t, brokers, topic+".dlq", 4, 2*time.Second)
+	dead := readAll(t, brokers, topic+".dlq", 5, 2*time.Second)
 	reasons := map[string]string{}
 	for _, r := range dead {
 		reasons[header(r, kafka.HeaderOffset)] = header(r, kafka.HeaderReason)
@@ -233,18 +234,18 @@ func TestConsumerDeadLetters(t *testing.T) {
 		}
 	}
 	t.Logf("dead letters: %q", reasons)
-	if len(dead) != 3 {
-		t.Fatalf("%d dead letters; want 3 (undecodable, no id, reused key)", len(dead))
+	if len(dead) != 4 {
+		t.Fatalf("%d dead letters; want 4 (undecodable, no id, reused key, oversized)", len(dead))
 	}
-	for offset, want := range map[string]string{"1": "does not decode", "2": "invalid key", "3": "key already used"} {
+	for offset, want := range map[string]string{"1": "does not decode", "2": "invalid key", "3": "key already used", "5": "more than the 256 of WithMaxBodySize"} {
 		if !strings.Contains(reasons[offset], want) {
 			t.Errorf("the dead letter of offset %s says %q; want it to mention %q", offset, reasons[offset], want)
 		}
 	}
-	// The undecodable record never reached the handler; the one without id
+	// The undecodable and the oversized record never reached the handler; the one without id
 	// and the reused key reached it once.
 	if n := len(rec.Snapshot()); n != 4 {
-		t.Errorf("the handler ran %d times; want 4 (the undecodable record never, the others once):%s", n, describe(rec.Snapshot()))
+		t.Errorf("the handler ran %d times; want 4 (the undecodable and the oversized record never, the others once):%s", n, describe(rec.Snapshot()))
 	}
 	if n := queryInt(t, db.Pool, `SELECT coalesce(sum(n), 0)::int FROM charged`); n != 2 {
 		t.Errorf("%d charges; want 2 (d-1 and d-2)", n)
