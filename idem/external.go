@@ -342,9 +342,8 @@ func (x *ExternalInbox[M, R]) run(ctx context.Context, msg M, key []any, idemKey
 	}
 	var encoded any
 	if !x.noResult {
-		data, err := json.Marshal(result)
+		data, err := encodeResult(false, result)
 		if err != nil {
-			err = fmt.Errorf("%w: encode the result: %w", ErrUnencodable, err)
 			if rerr := x.release(ctx, idemKey, c.fence); rerr != nil {
 				err = fmt.Errorf("%w; releasing the claim failed too (its lease runs out instead): %v", err, rerr)
 			}
@@ -584,6 +583,19 @@ func newError(consumer string, fields []string, key []any, err error) error {
 	}
 	e.retryable = hasSQLState(err, pgerrcode.SerializationFailure, pgerrcode.DeadlockDetected)
 	return e
+}
+
+// encodeResult encodes a handler's result as its row stores it: nil for a
+// handler without one.
+func encodeResult(noResult bool, result any) ([]byte, error) {
+	if noResult {
+		return nil, nil
+	}
+	data, err := json.Marshal(result)
+	if err != nil {
+		return nil, fmt.Errorf("%w: encode the result: %w", ErrUnencodable, err)
+	}
+	return data, nil
 }
 
 // decodeResult decodes a stored result as Handle returns it for a Duplicate.

