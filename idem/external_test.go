@@ -686,3 +686,38 @@ func TestExternalOptionsValidated(t *testing.T) {
 	table.Lease = 0
 	idem.NewExternalInbox(nil, table, charge(nil)) // no panic: DefaultLease
 }
+
+// TestExternalCallerCancelledDuringRun: a caller that cancels its context
+// while the handler runs (a consumer stopping) cancels the handler's
+// context; a result the handler still returns is recorded done (Processed),
+// since its effect happened.
+func TestExternalCallerCancelledDuringRun(t *testing.T) {
+	db := payDB(t)
+	p := idemtest.NewProvider()
+	started := make(chan struct{})
+	var handlerCause error
+	x := idem.NewExternalInbox(db.Pool, payTable, func(ctx context.Context, msg payment) (charged, error) {
+		r, err := charge(p)(ctx, msg)
+		close(started)
+		<-ctx.Done()
+		handlerCause = context.Cause(ctx)
+		return r, err
+	}, idem.WithLease(time.Minute))
+	ctx, cancel := context.WithCancel(context.Background())
+	msg := payment{ID: "pay-stopping", Amount: 30}
+	done := make(chan error, 1)
+	var o idem.Outcome
+	go func() {
+		var err error
+		_, o, err = x.Handle(ctx, msg)
+		done <- err
+	}()
+	<-started
+	cancel()
+	err := <-done
+	row := readPayRow(t, db.Pool, msg.ID)
+	t.Logf("caller cancelled during the run: handler's cause %v; Handle %v %v; row %v", handlerCause, o, err, row)
+	if !errors.Is(handlerCause, context.Canceled) || err != nil || o != idem.Processed || row.Status != "done" {
+		t.Errorf("got cause %v, %v %v, row %v; want the handler cancelled, Processed, done", handlerCause, o, err, row)
+	}
+}
