@@ -721,3 +721,43 @@ func TestExternalCallerCancelledDuringRun(t *testing.T) {
 		t.Errorf("got cause %v, %v %v, row %v; want the handler cancelled, Processed, done", handlerCause, o, err, row)
 	}
 }
+
+// TestExternalHeartbeatSurvivesShortOutage: heartbeats that fail for less
+// than the lease (the worker cut off from the database for 700ms, with a
+// lease of 1.5s renewed every 500ms) are retried, and the claim is kept: the
+// run ends Processed, its context never cancelled.
+func TestExternalHeartbeatSurvivesShortOutage(t *testing.T) {
+	const lease = 1500 * time.Millisecond
+	db := payDB(t)
+	cut := &cutDB{pool: db.Pool}
+	p := idemtest.NewProvider()
+	var cancelled atomic.Bool
+	started := make(chan struct{})
+	x := idem.NewExternalInbox(cut, payTable, func(ctx context.Context, msg payment) (charged, error) {
+		close(started)
+		select {
+		case <-ctx.Done():
+			cancelled.Store(true)
+		case <-time.After(2 * lease):
+		}
+		return charge(p)(ctx, msg)
+	}, idem.WithLease(lease))
+	done := make(chan error, 1)
+	var o idem.Outcome
+	msg := payment{ID: "pay-outage", Amount: 5}
+	go func() {
+		var err error
+		_, o, err = x.Handle(context.Background(), msg)
+		done <- err
+	}()
+	<-started
+	cut.cut.Store(true)
+	time.Sleep(700 * time.Millisecond)
+	cut.cut.Store(false)
+	err := <-done
+	row := readPayRow(t, db.Pool, msg.ID)
+	t.Logf("a 700ms outage during a run of %v (lease %v): context cancelled %v; Handle %v %v; row %v", 2*lease, lease, cancelled.Load(), o, err, row)
+	if cancelled.Load() || err != nil || o != idem.Processed || row.Status != "done" || row.Fence != 1 {
+		t.Errorf("got cancelled=%v, %v %v, row %v; want the claim kept: Processed, done, fence 1", cancelled.Load(), o, err, row)
+	}
+}
