@@ -6,9 +6,10 @@ import "context"
 // message: it delivers msg and reports the outcome, the result dropped. What
 // the consumer then does with the delivery is ActionFor(err).
 //
-// Every generated wrapper and every [Inbox] satisfy it, whatever their result
-// type, so that an adapter takes a wrapper directly and user code can wrap or
-// decorate handlers uniformly (see [HandlerFunc]).
+// Every generated wrapper, every [Inbox] and every [ExternalInbox] satisfy
+// it, whatever their result type, so that an adapter takes a wrapper
+// directly and user code can wrap or decorate handlers uniformly (see
+// [HandlerFunc]).
 type Handler[M any] interface {
 	Deliver(ctx context.Context, msg M) (Outcome, error)
 }

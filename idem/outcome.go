@@ -5,7 +5,8 @@ type Outcome uint8
 
 const (
 	// Processed: the handler ran and its transaction, with the inbox row,
-	// committed.
+	// committed; for an ExternalInbox, the handler ran and its key was
+	// marked done with the result, under a claim that was still its own.
 	Processed Outcome = iota + 1
 	// Duplicate: the key was already processed; the stored result was returned
 	// and the handler was not called.

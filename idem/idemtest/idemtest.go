@@ -4,6 +4,10 @@
 // consumer's guarantee (concurrent deliveries, a failure before the commit, a
 // crash after it, a reused key, a duplicate, a business unique violation);
 // the tests idemgen generates in idem_gen_test.go are one Suite per handler.
+// Handlers of mode=external get an ExternalSuite instead (a live claim, a
+// worker that dies after its provider call, heartbeats, a stolen claim),
+// with a Provider double that deduplicates by idempotency key as payment
+// APIs do, in process or over HTTP.
 //
 // The database comes from IDEMGEN_TEST_DATABASE_URL only, never from
 // DATABASE_URL: a developer's shell often points that at a real database, and
