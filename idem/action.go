@@ -46,8 +46,10 @@ func (a Action) String() string {
 // errors.Is:
 //
 //   - Ack: nil (Processed or Duplicate) and ErrStale.
-//   - Retry: ErrInProgress and ErrRetryable (serialization failures and
-//     deadlocks, SQLSTATE 40001 and 40P01). So is every other error by
+//   - Retry: ErrInProgress, ErrRetryable (serialization failures and
+//     deadlocks, SQLSTATE 40001 and 40P01) and ErrClaimLost (an external
+//     handler's claim taken over or reset while it ran; the redelivery is a
+//     Duplicate or claims the key again). So is every other error by
 //     default: transient database errors (a lost connection, an
 //     administrator's shutdown 57P01, too many connections 53300, a lock
 //     timeout 55P03 of the handler's own), a cancelled context or a passed
@@ -67,7 +69,7 @@ func ActionFor(err error) Action {
 	switch {
 	case err == nil, errors.Is(err, ErrStale):
 		return Ack
-	case errors.Is(err, ErrInProgress), errors.Is(err, ErrRetryable):
+	case errors.Is(err, ErrInProgress), errors.Is(err, ErrRetryable), errors.Is(err, ErrClaimLost):
 		return Retry
 	case errors.Is(err, ErrKeyReused),
 		errors.Is(err, ErrInvalidKey),

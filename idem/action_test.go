@@ -41,6 +41,7 @@ var sentinels = []sentinel{
 	{"ErrUnencodable", ErrUnencodable, DeadLetter},
 	{"ErrUndecodablePayload", ErrUndecodablePayload, DeadLetter},
 	{"ErrRetryable", ErrRetryable, Retry},
+	{"ErrClaimLost", ErrClaimLost, Retry},
 }
 
 // actionInbox builds errors exactly as Handle does, through fail and

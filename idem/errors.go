@@ -63,6 +63,17 @@ var (
 	// that conflicted with a row that was gone when read back. Nothing was
 	// committed; redeliver.
 	ErrRetryable = errors.New("idem: retryable")
+
+	// ErrClaimLost: the claim of an external handler's key was taken over by
+	// another worker (its lease had run out) or reset by the sweeper while the
+	// handler ran, or the heartbeats could not renew it before its lease ran
+	// out. The handler's context is cancelled with it as its cause
+	// (context.Cause), and a result the handler still returned was discarded:
+	// the row holds the other worker's outcome, never a second done. ActionFor
+	// says Retry: the redelivery finds the key done (a Duplicate) or claims it
+	// again, and the provider, given the same idempotency key, applies the call
+	// once.
+	ErrClaimLost = errors.New("idem: the claim of the key was lost: another worker took it over after its lease ran out, or the sweeper reset it")
 )
 
 // Error is the error Handle returns: what went wrong, for which consumer and

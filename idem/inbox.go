@@ -423,11 +423,9 @@ func (in *Inbox[M, R]) readBack(ctx context.Context, conn *pgx.Conn, key []any, 
 	case status != "done":
 		return zero, 0, in.fail(key, ErrInProgress)
 	}
-	var result R
-	if !in.noResult && stored != nil {
-		if err := json.Unmarshal(stored, &result); err != nil {
-			return zero, 0, in.fail(key, fmt.Errorf("%w (%T): %w; the message was processed, only its stored result cannot be replayed", ErrUndecodableResult, result, err))
-		}
+	result, err := decodeResult[R](in.noResult, stored)
+	if err != nil {
+		return zero, 0, in.fail(key, err)
 	}
 	return result, Duplicate, nil
 }
@@ -452,12 +450,7 @@ func (in *Inbox[M, R]) Purge(ctx context.Context) (int64, error) {
 }
 
 func (in *Inbox[M, R]) fail(key []any, err error) error {
-	e := &Error{Consumer: in.table.Consumer, Err: err}
-	if key != nil {
-		e.Key = formatKey(in.table.KeyFields, key)
-	}
-	e.retryable = hasSQLState(err, pgerrcode.SerializationFailure, pgerrcode.DeadlockDetected)
-	return e
+	return newError(in.table.Consumer, in.table.KeyFields, key, err)
 }
 
 func (in *Inbox[M, R]) retryable(key []any, err error) error {

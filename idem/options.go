@@ -22,6 +22,12 @@ type options struct {
 	claimWait    time.Duration
 	beforeCommit func(ctx context.Context, tx pgx.Tx) error
 	noNotify     bool
+
+	// mode=external only (NewExternalInbox).
+	lease          time.Duration
+	stuckAttempts  int
+	stuckSet       bool
+	beforeComplete func(ctx context.Context) error
 }
 
 // WithIsolation runs the handler's transaction at the given isolation level
@@ -63,6 +69,41 @@ func WithClaimWait(d time.Duration) Option {
 // Without this option Handle makes no extra round trip.
 func WithBeforeCommit(hook func(ctx context.Context, tx pgx.Tx) error) Option {
 	return func(o *options) { o.beforeCommit = hook }
+}
+
+// WithLease sets the lease of an [ExternalInbox]'s claims, overriding the
+// lease of its table (the directive's lease=): how long a claim holds without
+// a heartbeat, and so how long a redelivery waits for a worker that died
+// before it takes the key over. The heartbeat renews the claim every third of
+// it. NewExternalInbox panics on d <= 0. Tests use a short one (a second) to
+// see takeovers quickly; in production it must be longer than the pauses a
+// worker may have (a GC, a blocked network) plus a heartbeat's round trip.
+// Inboxes of mode=tx ignore it.
+func WithLease(d time.Duration) Option {
+	return func(o *options) { o.lease = d }
+}
+
+// WithStuckAttempts sets the threshold of [ExternalInbox.Sweep]'s report:
+// the claims not done whose attempts are above n are listed as stuck
+// (default DefaultStuckAttempts). NewExternalInbox panics on n < 1. Inboxes
+// of mode=tx ignore it.
+func WithStuckAttempts(n int) Option {
+	return func(o *options) { o.stuckAttempts, o.stuckSet = n, true }
+}
+
+// WithBeforeComplete calls hook in an [ExternalInbox]'s delivery after the
+// handler returned successfully and before its result is stored and the key
+// marked done, with the handler's context: the claim is still held and
+// heartbeats still run. An error from hook is handled like an error of the
+// handler (the claim is released for a retry). It runs only after a real,
+// successful run of the handler, never for a Duplicate.
+//
+// It is the external mode's counterpart of [WithBeforeCommit]: the generated
+// tests (idemtest.ExternalSuite) count the handler's runs with it and hold a
+// delivery between its provider call and its done. Inboxes of mode=tx
+// ignore it.
+func WithBeforeComplete(hook func(ctx context.Context) error) Option {
+	return func(o *options) { o.beforeComplete = hook }
 }
 
 // maxClaimWait is the longest claim wait: PostgreSQL's lock_timeout takes at

@@ -1,0 +1,556 @@
+package idem
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgerrcode"
+	"github.com/jackc/pgx/v5"
+)
+
+// DefaultLease is the lease of an [ExternalTable] that sets none, as the
+// directive's lease= defaults to.
+const DefaultLease = 5 * time.Minute
+
+// DefaultStuckAttempts is the threshold of [ExternalInbox.Sweep]'s report
+// without [WithStuckAttempts]: a claim whose attempts are above it is stuck.
+const DefaultStuckAttempts = 3
+
+// ExternalTable describes one mode=external consumer's table: how a
+// message's key is taken apart and the statements of the claim protocol.
+//
+// For generated code: idemgen declares one per handler with
+// mode=external, with the SQL spelled out, to the placeholder contract below.
+// Do not declare one by hand: the statements must match the migration idemgen
+// writes for the same consumer.
+//
+// Placeholders (n = len(KeyFields)): Claim takes the idempotency key
+// ([ExternalKey]) as $1, the key parts as $2 to $n+1 (NULL allowed), the
+// fingerprint as $n+2 and the lease in seconds (float8) as $n+3; it inserts
+// the key running, or takes over a row of the same fingerprint that is
+// released or running with an expired lease (fence + 1, attempts + 1 for a
+// running one), and returns fence and attempts, or no row. Lookup takes the
+// idempotency key and returns fingerprint, status, result and whether the
+// lease is live. Heartbeat takes key, fence and lease seconds; Complete key,
+// fence and the result (JSON text or NULL); Release key and fence: each
+// updates only a running row with that fence. Sweep takes a batch size and
+// returns idem_key and attempts of the expired claims it reset; Stuck takes
+// the attempts threshold and a limit and returns idem_key, status, attempts
+// and updated_at; Purge takes the retention in seconds and a batch size.
+type ExternalTable[M any] struct {
+	// Consumer is the stable consumer name of the directive.
+	Consumer string
+	// Name is the table, as written in the statements.
+	Name string
+	// KeyFields are the Go field paths of the key parts, in column order.
+	KeyFields []string
+	// Key returns the key parts of msg in column order, or an error wrapping
+	// ErrInvalidKey.
+	Key func(msg M) ([]any, error)
+	// Retain is how long rows that are not running are kept before Purge
+	// deletes them. It must be longer than the provider's retention of
+	// idempotency keys is short: see docs/external.md.
+	Retain time.Duration
+	// Lease is how long a claim holds without a heartbeat (lease=);
+	// [WithLease] overrides it, and 0 means DefaultLease.
+	Lease time.Duration
+
+	Claim     string
+	Lookup    string
+	Heartbeat string
+	Complete  string
+	Release   string
+	Sweep     string
+	Stuck     string
+	Purge     string
+}
+
+// ExternalInbox runs a handler whose effect is outside the database (a
+// payment, an e-mail) at most once per key as far as the provider is
+// concerned: it claims the key in a short statement, runs the handler with no
+// transaction open and [KeyFrom] in its context, renews the claim while the
+// handler runs, and marks the key done with the result only while the claim
+// is still its own. Safe for concurrent use; generated wrappers of
+// mode=external handlers hold one.
+type ExternalInbox[M, R any] struct {
+	db             DB
+	table          ExternalTable[M]
+	handler        func(context.Context, M) (R, error)
+	lease          time.Duration
+	stuckAttempts  int
+	noResult       bool
+	beforeComplete func(ctx context.Context) error
+}
+
+// NewExternalInbox returns the ExternalInbox of table that runs handler.
+// db must reach the database that holds the table. Options: [WithLease],
+// [WithStuckAttempts] and [WithBeforeComplete]; the options of mode=tx (the
+// isolation level, the claim wait, the before-commit hook, WithoutNotify)
+// have no effect. It panics on a lease <= 0 or a stuck threshold below 1.
+func NewExternalInbox[M, R any](db DB, t ExternalTable[M], fn func(ctx context.Context, msg M) (R, error), opts ...Option) *ExternalInbox[M, R] {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	lease := t.Lease
+	if o.lease != 0 {
+		lease = o.lease
+	} else if lease == 0 {
+		lease = DefaultLease
+	}
+	if lease <= 0 {
+		panic(fmt.Sprintf("idem.NewExternalInbox (consumer %s): the lease is %v; want a positive duration (lease= or idem.WithLease)", t.Consumer, lease))
+	}
+	stuck := DefaultStuckAttempts
+	if o.stuckSet {
+		stuck = o.stuckAttempts
+	}
+	if stuck < 1 {
+		panic(fmt.Sprintf("idem.NewExternalInbox (consumer %s): idem.WithStuckAttempts(%d); want at least 1", t.Consumer, stuck))
+	}
+	var zero R
+	_, noResult := any(zero).(None)
+	return &ExternalInbox[M, R]{
+		db:             db,
+		table:          t,
+		handler:        fn,
+		lease:          lease,
+		stuckAttempts:  stuck,
+		noResult:       noResult,
+		beforeComplete: o.beforeComplete,
+	}
+}
+
+// NoResultExternal adapts a mode=external handler that returns only an
+// error to NewExternalInbox.
+//
+// For generated code: the constructor of a generated wrapper calls it.
+func NoResultExternal[M any](fn func(ctx context.Context, msg M) error) func(ctx context.Context, msg M) (None, error) {
+	return func(ctx context.Context, msg M) (None, error) {
+		return None{}, fn(ctx, msg)
+	}
+}
+
+// Deliver is Handle with the result dropped: it makes an ExternalInbox a
+// [Handler] of M.
+func (x *ExternalInbox[M, R]) Deliver(ctx context.Context, msg M) (Outcome, error) {
+	_, o, err := x.Handle(ctx, msg)
+	return o, err
+}
+
+var _ Handler[struct{}] = (*ExternalInbox[struct{}, None])(nil)
+
+// Handle delivers msg. It claims the key (one autocommit statement), runs
+// the handler with no transaction open and the idempotency key in its
+// context ([KeyFrom]), renews the claim every third of the lease while the
+// handler runs, and stores the result with status done only where the claim
+// is still its own (Processed). A key that is done already is a Duplicate
+// with the stored result, without a call of the handler.
+//
+// Errors are *Error values wrapping ErrInvalidKey, ErrKeyReused,
+// ErrInProgress (another worker's claim is live: retry later; it does not
+// wait), ErrClaimLost (the claim was taken over or reset while the handler
+// ran; its result was discarded), ErrUndecodableResult, ErrUnencodable, the
+// handler's own error (the claim is released for the retry), or a database
+// error. The handler's context is cancelled, with cause ErrClaimLost, as soon
+// as a heartbeat finds the claim lost or cannot renew it before its lease
+// runs out.
+func (x *ExternalInbox[M, R]) Handle(ctx context.Context, msg M) (R, Outcome, error) {
+	var zero R
+	key, err := x.table.Key(msg)
+	if err == nil {
+		err = checkKeySize(x.table.KeyFields, key)
+	}
+	if err != nil {
+		return zero, 0, x.fail(nil, err)
+	}
+	fp, err := fingerprint(msg)
+	if err != nil {
+		return zero, 0, x.fail(key, err)
+	}
+	idemKey := ExternalKey(x.table.Consumer, key)
+
+	for try := 0; ; try++ {
+		claimedAt := time.Now()
+		c, claimed, err := x.claim(ctx, idemKey, key, fp)
+		if err != nil {
+			return zero, 0, x.fail(key, fmt.Errorf("idem: claim: %w", err))
+		}
+		if claimed {
+			return x.run(ctx, msg, key, idemKey, c, claimedAt)
+		}
+		row, found, err := x.lookup(ctx, idemKey)
+		if err != nil {
+			return zero, 0, x.fail(key, fmt.Errorf("idem: read the claimed row: %w", err))
+		}
+		if !found {
+			// Purged between the claim and the lookup: claim again.
+			if try == 0 {
+				continue
+			}
+			return zero, 0, x.retryable(key, errors.New("idem: the claim conflicted with a row that was gone when read back"))
+		}
+		switch same, err := sameFingerprint(row.fingerprint, fp, msg); {
+		case err != nil:
+			return zero, 0, x.fail(key, err)
+		case !same:
+			return zero, 0, x.fail(key, ErrKeyReused)
+		}
+		switch {
+		case row.status == statusDone:
+			result, err := decodeResult[R](x.noResult, row.result)
+			if err != nil {
+				return zero, 0, x.fail(key, err)
+			}
+			return result, Duplicate, nil
+		case row.status == statusRunning && row.live:
+			return zero, 0, x.fail(key, ErrInProgress)
+		case try == 0:
+			// Released, or its lease ran out, since the claim: claim again.
+			continue
+		default:
+			return zero, 0, x.fail(key, ErrInProgress)
+		}
+	}
+}
+
+// The statuses of an external table's rows.
+const (
+	statusRunning = "running"
+	statusDone    = "done"
+)
+
+// externalClaim is a claim this delivery holds.
+type externalClaim struct {
+	fence    int64
+	attempts int
+}
+
+// claim runs the claim statement and reports whether it claimed the key.
+func (x *ExternalInbox[M, R]) claim(ctx context.Context, idemKey string, key []any, fp []byte) (externalClaim, bool, error) {
+	args := make([]any, 0, len(key)+3)
+	args = append(args, idemKey)
+	for _, part := range key {
+		args = append(args, param(part))
+	}
+	args = append(args, fp, x.lease.Seconds())
+	var c externalClaim
+	err := queryRow(ctx, x.db, x.table.Claim, args, &c.fence, &c.attempts)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return c, false, nil
+	case err != nil:
+		return c, false, err
+	}
+	return c, true, nil
+}
+
+// externalRow is a row as Lookup reads it.
+type externalRow struct {
+	fingerprint []byte
+	status      string
+	result      []byte
+	live        bool
+}
+
+func (x *ExternalInbox[M, R]) lookup(ctx context.Context, idemKey string) (externalRow, bool, error) {
+	var (
+		row  externalRow
+		live *bool
+	)
+	err := queryRow(ctx, x.db, x.table.Lookup, []any{idemKey}, &row.fingerprint, &row.status, &row.result, &live)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return row, false, nil
+	case err != nil:
+		return row, false, err
+	}
+	row.live = live != nil && *live
+	return row, true, nil
+}
+
+// run runs the handler of a claimed key and completes or releases the claim.
+func (x *ExternalInbox[M, R]) run(ctx context.Context, msg M, key []any, idemKey string, c externalClaim, claimedAt time.Time) (R, Outcome, error) {
+	var zero R
+	hctx, cancel := context.WithCancelCause(context.WithValue(ctx, keyContext{}, idemKey))
+	defer cancel(nil)
+	hb := x.startHeartbeat(ctx, cancel, idemKey, c.fence, claimedAt)
+
+	result, err := x.call(hctx, hb, msg, idemKey, c.fence)
+	hb.stop()
+	if err != nil {
+		if cause := context.Cause(hctx); errors.Is(cause, ErrClaimLost) {
+			err = fmt.Errorf("%w (and %w)", err, cause)
+		}
+		if rerr := x.release(ctx, idemKey, c.fence); rerr != nil {
+			err = fmt.Errorf("%w; releasing the claim failed too (its lease runs out instead): %v", err, rerr)
+		}
+		return zero, 0, x.fail(key, err)
+	}
+	var encoded any
+	if !x.noResult {
+		data, err := json.Marshal(result)
+		if err != nil {
+			err = fmt.Errorf("%w: encode the result: %w", ErrUnencodable, err)
+			if rerr := x.release(ctx, idemKey, c.fence); rerr != nil {
+				err = fmt.Errorf("%w; releasing the claim failed too (its lease runs out instead): %v", err, rerr)
+			}
+			return zero, 0, x.fail(key, err)
+		}
+		encoded = string(data) // as text: see Table.completeStatement
+	}
+	switch done, err := x.complete(ctx, idemKey, c.fence, encoded); {
+	case err != nil:
+		return zero, 0, x.fail(key, fmt.Errorf("idem: store the result: %w", err))
+	case !done:
+		return zero, 0, x.fail(key, fmt.Errorf("%w; the handler's result was discarded, the row was not marked done (this worker's fence %d no longer holds)", ErrClaimLost, c.fence))
+	}
+	return result, Processed, nil
+}
+
+// call runs the handler and then the before-complete hook. A panic
+// releases the claim before it goes on up the stack.
+func (x *ExternalInbox[M, R]) call(ctx context.Context, hb *heartbeat, msg M, idemKey string, fence int64) (result R, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			hb.stop()
+			_ = x.release(ctx, idemKey, fence)
+			panic(p)
+		}
+	}()
+	result, err = x.handler(ctx, msg)
+	if err != nil {
+		return result, fmt.Errorf("idem: handler: %w", err)
+	}
+	if x.beforeComplete != nil {
+		if err := x.beforeComplete(ctx); err != nil {
+			return result, fmt.Errorf("idem: before complete: %w", err)
+		}
+	}
+	return result, nil
+}
+
+// complete stores the result and marks the key done where the fence still
+// holds; done is false when it did not (0 rows). A cancellation of ctx does
+// not cut it short: the handler's effect happened, and recording it spares
+// the provider a second call.
+func (x *ExternalInbox[M, R]) complete(ctx context.Context, idemKey string, fence int64, result any) (done bool, err error) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
+	defer cancel()
+	tag, err := exec(cctx, x.db, x.table.Complete, idemKey, fence, result)
+	if err != nil {
+		return false, err
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+// release frees the claim for the retry, even when ctx is cancelled.
+func (x *ExternalInbox[M, R]) release(ctx context.Context, idemKey string, fence int64) error {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
+	defer cancel()
+	_, err := exec(rctx, x.db, x.table.Release, idemKey, fence)
+	return err
+}
+
+// heartbeat renews a claim while its handler runs.
+type heartbeat struct {
+	halt context.CancelFunc
+	done chan struct{}
+	once sync.Once
+}
+
+// stop ends the heartbeats and waits for the last one to return.
+func (h *heartbeat) stop() {
+	h.once.Do(func() {
+		h.halt()
+		<-h.done
+	})
+}
+
+// startHeartbeat renews the claim every third of the lease. It cancels the
+// handler's context (cancel) with ErrClaimLost when a renewal updates no row,
+// and with an error wrapping it when renewals failed until the lease would
+// have run out (measured from before the last successful renewal was sent,
+// or the claim). It runs on a context of its own: a caller's cancellation
+// cancels the handler, not the renewals of a handler that is still running.
+func (x *ExternalInbox[M, R]) startHeartbeat(ctx context.Context, cancel context.CancelCauseFunc, idemKey string, fence int64, claimedAt time.Time) *heartbeat {
+	hctx, halt := context.WithCancel(context.WithoutCancel(ctx))
+	h := &heartbeat{halt: halt, done: make(chan struct{})}
+	interval := max(x.lease/3, time.Millisecond)
+	go func() {
+		defer close(h.done)
+		expires := claimedAt.Add(x.lease)
+		tick := time.NewTicker(interval)
+		defer tick.Stop()
+		var lastErr error
+		for {
+			select {
+			case <-hctx.Done():
+				return
+			case <-tick.C:
+			}
+			if !time.Now().Before(expires) {
+				cancel(fmt.Errorf("%w: the heartbeats could not renew it before its lease of %v ran out: %v", ErrClaimLost, x.lease, lastErr))
+				return
+			}
+			sent := time.Now()
+			sctx, stop := context.WithDeadline(hctx, expires)
+			tag, err := exec(sctx, x.db, x.table.Heartbeat, idemKey, fence, x.lease.Seconds())
+			stop()
+			switch {
+			case hctx.Err() != nil:
+				return
+			case err == nil && tag.RowsAffected() == 1:
+				expires = sent.Add(x.lease)
+			case err == nil:
+				cancel(ErrClaimLost)
+				return
+			default:
+				lastErr = err
+				if !time.Now().Before(expires) {
+					cancel(fmt.Errorf("%w: the heartbeats could not renew it before its lease of %v ran out: %v", ErrClaimLost, x.lease, lastErr))
+					return
+				}
+			}
+		}
+	}()
+	return h
+}
+
+// Purge deletes the rows that are not running and are older than the
+// table's retention, in batches, and returns how many it deleted. Run it
+// periodically; the retention must outlive the broker's redelivery window.
+func (x *ExternalInbox[M, R]) Purge(ctx context.Context) (int64, error) {
+	var total int64
+	for {
+		tag, err := exec(ctx, x.db, x.table.Purge, x.table.Retain.Seconds(), purgeBatch)
+		if err != nil {
+			return total, x.fail(nil, fmt.Errorf("idem: purge %s: %w", x.table.Name, err))
+		}
+		total += tag.RowsAffected()
+		if tag.RowsAffected() < purgeBatch {
+			return total, nil
+		}
+	}
+}
+
+// SweepReport is what one [ExternalInbox.Sweep] did and found.
+type SweepReport struct {
+	// Consumer is the consumer of the swept table.
+	Consumer string
+	// Reset is the number of expired claims reset to released.
+	Reset int64
+	// Stuck are the claims not done whose attempts are above the threshold
+	// ([WithStuckAttempts]), most attempts first, at most StuckLimit.
+	Stuck []StuckClaim
+}
+
+// StuckClaim is a claim that keeps failing: its attempts are above the
+// sweeper's threshold.
+type StuckClaim struct {
+	// Key is the idempotency key (idem_key).
+	Key string
+	// Status is running or released.
+	Status string
+	// Attempts is the number of the attempt running or to run next.
+	Attempts int
+	// Since is when the row last changed.
+	Since time.Time
+}
+
+// The sizes of a sweep: how many expired claims one statement resets, and
+// how many stuck claims a report lists.
+const (
+	sweepBatch = 1000
+	// StuckLimit bounds the stuck claims a SweepReport lists.
+	StuckLimit = 100
+)
+
+// Sweep resets the claims whose lease ran out, whose workers are gone (or
+// cut off from the database), to released with attempts + 1 and a new
+// fence, so that a redelivery claims them at once and the old worker can no
+// longer complete; and it reports the claims whose attempts are above the
+// threshold. It works in batches that skip rows another sweeper holds, so
+// that several may run at once, each row reset once.
+func (x *ExternalInbox[M, R]) Sweep(ctx context.Context) (SweepReport, error) {
+	rep := SweepReport{Consumer: x.table.Consumer}
+	for {
+		tag, err := exec(ctx, x.db, x.table.Sweep, sweepBatch)
+		if err != nil {
+			return rep, x.fail(nil, fmt.Errorf("idem: sweep %s: %w", x.table.Name, err))
+		}
+		rep.Reset += tag.RowsAffected()
+		if tag.RowsAffected() < sweepBatch {
+			break
+		}
+	}
+	c, err := x.db.Acquire(ctx)
+	if err != nil {
+		return rep, x.fail(nil, fmt.Errorf("idem: sweep %s: acquire a connection: %w", x.table.Name, err))
+	}
+	defer c.Release()
+	rows, err := c.Query(ctx, x.table.Stuck, x.stuckAttempts, StuckLimit)
+	if err != nil {
+		return rep, x.fail(nil, fmt.Errorf("idem: sweep %s: list the stuck claims: %w", x.table.Name, err))
+	}
+	for rows.Next() {
+		var s StuckClaim
+		if err := rows.Scan(&s.Key, &s.Status, &s.Attempts, &s.Since); err != nil {
+			rows.Close()
+			return rep, x.fail(nil, fmt.Errorf("idem: sweep %s: read the stuck claims: %w", x.table.Name, err))
+		}
+		rep.Stuck = append(rep.Stuck, s)
+	}
+	if err := rows.Err(); err != nil {
+		return rep, x.fail(nil, fmt.Errorf("idem: sweep %s: read the stuck claims: %w", x.table.Name, err))
+	}
+	return rep, nil
+}
+
+func (x *ExternalInbox[M, R]) fail(key []any, err error) error {
+	return newError(x.table.Consumer, x.table.KeyFields, key, err)
+}
+
+func (x *ExternalInbox[M, R]) retryable(key []any, err error) error {
+	e := x.fail(key, err).(*Error)
+	e.retryable = true
+	return e
+}
+
+// newError is the *Error of a consumer's delivery.
+func newError(consumer string, fields []string, key []any, err error) error {
+	e := &Error{Consumer: consumer, Err: err}
+	if key != nil {
+		e.Key = formatKey(fields, key)
+	}
+	e.retryable = hasSQLState(err, pgerrcode.SerializationFailure, pgerrcode.DeadlockDetected)
+	return e
+}
+
+// decodeResult decodes a stored result as Handle returns it for a Duplicate.
+func decodeResult[R any](noResult bool, stored []byte) (R, error) {
+	var result R
+	if noResult || stored == nil {
+		return result, nil
+	}
+	if err := json.Unmarshal(stored, &result); err != nil {
+		var zero R
+		return zero, fmt.Errorf("%w (%T): %w; the message was processed, only its stored result cannot be replayed", ErrUndecodableResult, result, err)
+	}
+	return result, nil
+}
+
+// queryRow runs a statement that returns at most one row on a connection of
+// db and scans it.
+func queryRow(ctx context.Context, db DB, sql string, args []any, dest ...any) error {
+	c, err := db.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("acquire a connection: %w", err)
+	}
+	defer c.Release()
+	return c.QueryRow(ctx, sql, args...).Scan(dest...)
+}
