@@ -60,6 +60,9 @@ func (c ExternalChange) Describe() string {
 // Name is "external".
 func (ExternalKind) Name() string { return "external" }
 
+// What is what a chain of the kind is, in messages: "claims table".
+func (ExternalKind) What() string { return "claims table" }
+
 // Owned is true: the table is its consumer's, and the consumer one package's.
 func (ExternalKind) Owned() bool { return true }
 

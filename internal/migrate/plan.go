@@ -282,6 +282,9 @@ func (p *planner) evolve(w Want, chain []link) {
 	steps, err := w.Kind.Evolve(current, w.State)
 	if err != nil {
 		what := "its " + w.Kind.Name()
+		if k, ok := w.Kind.(interface{ What() string }); ok {
+			what = "its " + k.What()
+		}
 		if !w.Kind.Owned() {
 			what = "its tables"
 		}
