@@ -73,7 +73,7 @@ var (
 	// says Retry: the redelivery finds the key done (a Duplicate) or claims it
 	// again, and the provider, given the same idempotency key, applies the call
 	// once.
-	ErrClaimLost = errors.New("idem: the claim of the key was lost: another worker took it over after its lease ran out, or the sweeper reset it")
+	ErrClaimLost = errors.New("idem: the claim of the key was lost")
 )
 
 // Error is the error Handle returns: what went wrong, for which consumer and

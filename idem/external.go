@@ -284,7 +284,7 @@ func (x *ExternalInbox[M, R]) run(ctx context.Context, msg M, key []any, idemKey
 	hb.stop()
 	if err != nil {
 		if cause := context.Cause(hctx); errors.Is(cause, ErrClaimLost) {
-			err = fmt.Errorf("%w (and %w)", err, cause)
+			err = fmt.Errorf("%w (while it ran: %w)", err, cause)
 		}
 		if rerr := x.release(ctx, idemKey, c.fence); rerr != nil {
 			err = fmt.Errorf("%w; releasing the claim failed too (its lease runs out instead): %v", err, rerr)
@@ -307,7 +307,7 @@ func (x *ExternalInbox[M, R]) run(ctx context.Context, msg M, key []any, idemKey
 	case err != nil:
 		return zero, 0, x.fail(key, fmt.Errorf("idem: store the result: %w", err))
 	case !done:
-		return zero, 0, x.fail(key, fmt.Errorf("%w; the handler's result was discarded, the row was not marked done (this worker's fence %d no longer holds)", ErrClaimLost, c.fence))
+		return zero, 0, x.fail(key, fmt.Errorf("%w: another worker took it over after its lease ran out, or the sweeper reset it; the handler's result was discarded and the key not marked done (this worker's fence %d no longer holds)", ErrClaimLost, c.fence))
 	}
 	return result, Processed, nil
 }
