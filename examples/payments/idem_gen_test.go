@@ -17,31 +17,36 @@ import (
 // ChargeRequested at most once per key (OrderID) of the consumer
 // "payments.charge" as far as its provider is concerned, with claims in the
 // table idem_payments_charge. Each scenario is a subtest in a fresh schema with
-// the goose migrations of migrations/ applied, and a lease shortened for the
-// test where it waits for one to expire; its receiver and message come from
-// chargeFixture, called once per scenario with the scenario's
-// idemtest.Provider, which it wires into the receiver:
+// the goose migrations of migrations/ applied, and the lease shortened to 1s
+// (idemtest.ExternalLease); its receiver and message come from chargeFixture,
+// called once per scenario with the scenario's idemtest.Provider, which it
+// wires into the receiver:
 //
-//   - concurrent_deliveries: 16 deliveries of one message while the first holds
-//     a live claim give one handler call and 15 idem.ErrInProgress at once,
-//     without waiting;
-//   - duplicate_after_done: once the key is done, every redelivery is
-//     idem.Duplicate with the stored result and does not run the handler;
-//   - lease_takeover: a worker that stops heartbeating loses its claim when the
-//     lease expires; exactly one redelivery takes it over, with the same
-//     idempotency key (idem.KeyFrom), and the row ends done with attempts = 2;
-//   - claim_lost: the worker whose claim was taken over while its handler ran
-//     cannot record the key done: its result is discarded and it gets
-//     idem.ErrClaimLost;
-//   - key_reused: a message with the same key and another payload gets
-//     idem.ErrKeyReused and changes nothing; that message is the fixture's
+//   - concurrent_during_run: 16 deliveries of one message at once while the
+//     first run is held between its handler and its done give one run and 15
+//     idem.ErrInProgress at once; after done, 16 redeliveries are
+//     idem.Duplicate with the stored result and run nothing;
+//   - lease_takeover: a worker that dies after its handler and before its done
+//     leaves its claim running; once its lease (1s in the test) has run out,
+//     the redelivery takes the key over once: a second run with the same
+//     idempotency key, done with attempts = 2;
+//   - heartbeat_keeps_claim: a run held for three leases keeps its claim
+//     through heartbeats: every duplicate meanwhile is idem.ErrInProgress, and
+//     the run ends processed with attempts = 1;
+//   - claim_lost: a claim whose fence is bumped while its run is held (as a
+//     takeover does) cancels the run's context with cause idem.ErrClaimLost,
+//     and the worker cannot record the key done: idem.ErrClaimLost, its result
+//     discarded;
+//   - key_reused: a message with the key of a processed one and another payload
+//     gets idem.ErrKeyReused and runs nothing; that message is the fixture's
 //     Variant or, without one, the message with AmountCents changed;
-//   - handler_error: a handler error releases the claim, and the retry is
-//     processed.
+//   - handler_error_retry: a run that fails releases the claim (attempts = 2)
+//     and returns its error; the retry is processed.
 //
-// chargeFixture's idemtest.Provider deduplicates by idempotency key, as payment
-// providers do: after each scenario it must have received only the key
-// idem.ExternalKey("payments.charge", key) and made its effect exactly once.
+// chargeFixture wires each scenario's idemtest.Provider, which deduplicates by
+// idempotency key as payment providers do, into the receiver: where a run
+// repeats, the scenarios check that the provider got the same key
+// (idem.ExternalKey("payments.charge", key)) and made its effect once.
 //
 // Without IDEMGEN_TEST_DATABASE_URL (DATABASE_URL is never used) the test is
 // skipped, and with IDEMGEN_REQUIRE_DB set it fails instead;
