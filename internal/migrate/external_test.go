@@ -16,7 +16,9 @@ func externalBase() model.ExternalInbox {
 // from the SQL (inboxsql's).
 var externals = ExternalKind{
 	Create: func(in model.ExternalInbox) []byte { return []byte("-- create\n") },
-	Alter:  func(prev, next model.ExternalInbox, c ExternalChange) []byte { return []byte("-- alter " + c.Describe() + "\n") },
+	Alter: func(prev, next model.ExternalInbox, c ExternalChange) []byte {
+		return []byte("-- alter " + c.Describe() + "\n")
+	},
 }
 
 // TestExternalReadsWhatItRenders: the header of a rendered migration reads
