@@ -67,6 +67,23 @@ func wantKeys(t *testing.T, p *payments.Provider, orderID string, n int) {
 	}
 }
 
+// The migrations go down to 0 and up again, as CI's goose round trip does.
+func TestMigrationsGoDownAndUpAgain(t *testing.T) {
+	db := idemtest.New(t, payments.Migrations())
+	ctx := context.Background()
+	p := db.Migrations(t, payments.Migrations())
+	if _, err := p.DownTo(ctx, 0); err != nil {
+		t.Fatalf("down to 0: %v", err)
+	}
+	var tables int
+	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_tables WHERE schemaname = $1 AND tablename <> 'goose_db_version'`, db.Schema).Scan(&tables); err != nil || tables != 0 {
+		t.Fatalf("%d tables left after down to 0 (%v)", tables, err)
+	}
+	if _, err := p.Up(ctx); err != nil {
+		t.Fatalf("up again: %v", err)
+	}
+}
+
 // A charge delivered three times is charged once; the redeliveries get the
 // stored receipt without calling the provider.
 func TestRedeliveriesChargeOnce(t *testing.T) {
