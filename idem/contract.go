@@ -4,7 +4,9 @@ package idem
 // code idemgen generates for it: the names, signatures and meaning of what a
 // generated wrapper calls and declares ([Table] and its statements'
 // placeholders, [NewInbox], [Inbox] and its methods, [NoResult], [None],
-// [InvalidKey], [CheckString], [CheckUUID], [CheckInt], [Option]) and of
+// [InvalidKey], [CheckString], [CheckUUID], [CheckInt], [Option]; for
+// mode=external [ExternalTable] and its placeholders, [NewExternalInbox],
+// [ExternalInbox] and its methods, [NoResultExternal]) and of
 // what the generated tests call in idem/idemtest.
 //
 // Every generated idem_gen.go references it in a line of its own,

@@ -37,6 +37,17 @@
 // option that would make every delivery fail. Duplicates of a key in flight in
 // this process wait for a connection only within the claim wait.
 //
+// Handlers whose effect is outside the database (a payment, an e-mail) run
+// in mode=external on an [ExternalInbox] instead: a short statement claims
+// the key with a lease and a fence, the handler runs with no transaction
+// open and the idempotency key to give the provider in its context
+// ([KeyFrom]), heartbeats renew the claim while it runs and cancel its
+// context when the claim is lost, and the key is marked done only while the
+// fence is still the worker's ([ErrClaimLost] otherwise). A redelivery takes
+// over a claim whose lease ran out, and [ExternalInbox.Sweep] resets such
+// claims and reports the ones that keep failing. docs/external.md has the
+// protocol and its failure cases.
+//
 // [ActionFor] turns what Handle returned into what the consumer does with the
 // message, so that no caller re-derives the policy: [Ack] when the error is
 // nil (both [Processed] and [Duplicate] mean the message's effect is

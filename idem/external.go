@@ -69,6 +69,59 @@ type ExternalTable[M any] struct {
 	Purge     string
 }
 
+// The statements of an ExternalTable and the arguments idem passes them, in
+// the order of the placeholder contract (see ExternalTable). Every statement
+// is sent through one of these, and TestExternalTablePlaceholders checks each
+// against the statements of the generated ExternalTables.
+
+// claimStatement: the idempotency key, the key parts, the fingerprint and
+// the lease in seconds.
+func (t *ExternalTable[M]) claimStatement(idemKey string, key []any, fp []byte, lease time.Duration) (string, []any) {
+	args := make([]any, 0, len(key)+3)
+	args = append(args, idemKey)
+	for _, part := range key {
+		args = append(args, param(part))
+	}
+	return t.Claim, append(args, fp, lease.Seconds())
+}
+
+// lookupStatement: the idempotency key.
+func (t *ExternalTable[M]) lookupStatement(idemKey string) (string, []any) {
+	return t.Lookup, []any{idemKey}
+}
+
+// heartbeatStatement: the idempotency key, the fence and the lease in
+// seconds.
+func (t *ExternalTable[M]) heartbeatStatement(idemKey string, fence int64, lease time.Duration) (string, []any) {
+	return t.Heartbeat, []any{idemKey, fence, lease.Seconds()}
+}
+
+// completeStatement: the idempotency key, the fence and the result, JSON as
+// a string (never []byte: see Table.completeStatement) or nil.
+func (t *ExternalTable[M]) completeStatement(idemKey string, fence int64, result any) (string, []any) {
+	return t.Complete, []any{idemKey, fence, result}
+}
+
+// releaseStatement: the idempotency key and the fence.
+func (t *ExternalTable[M]) releaseStatement(idemKey string, fence int64) (string, []any) {
+	return t.Release, []any{idemKey, fence}
+}
+
+// sweepStatement: the batch size.
+func (t *ExternalTable[M]) sweepStatement() (string, []any) {
+	return t.Sweep, []any{sweepBatch}
+}
+
+// stuckStatement: the attempts threshold and the limit of the report.
+func (t *ExternalTable[M]) stuckStatement(threshold int) (string, []any) {
+	return t.Stuck, []any{threshold, StuckLimit}
+}
+
+// purgeStatement: the retention in seconds and the batch size.
+func (t *ExternalTable[M]) purgeStatement() (string, []any) {
+	return t.Purge, []any{t.Retain.Seconds(), purgeBatch}
+}
+
 // ExternalInbox runs a handler whose effect is outside the database (a
 // payment, an e-mail) at most once per key as far as the provider is
 // concerned: it claims the key in a short statement, runs the handler with no
@@ -232,14 +285,9 @@ type externalClaim struct {
 
 // claim runs the claim statement and reports whether it claimed the key.
 func (x *ExternalInbox[M, R]) claim(ctx context.Context, idemKey string, key []any, fp []byte) (externalClaim, bool, error) {
-	args := make([]any, 0, len(key)+3)
-	args = append(args, idemKey)
-	for _, part := range key {
-		args = append(args, param(part))
-	}
-	args = append(args, fp, x.lease.Seconds())
+	sql, args := x.table.claimStatement(idemKey, key, fp, x.lease)
 	var c externalClaim
-	err := queryRow(ctx, x.db, x.table.Claim, args, &c.fence, &c.attempts)
+	err := queryRow(ctx, x.db, sql, args, &c.fence, &c.attempts)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return c, false, nil
@@ -262,7 +310,8 @@ func (x *ExternalInbox[M, R]) lookup(ctx context.Context, idemKey string) (exter
 		row  externalRow
 		live *bool
 	)
-	err := queryRow(ctx, x.db, x.table.Lookup, []any{idemKey}, &row.fingerprint, &row.status, &row.result, &live)
+	sql, args := x.table.lookupStatement(idemKey)
+	err := queryRow(ctx, x.db, sql, args, &row.fingerprint, &row.status, &row.result, &live)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return row, false, nil
@@ -293,9 +342,8 @@ func (x *ExternalInbox[M, R]) run(ctx context.Context, msg M, key []any, idemKey
 	}
 	var encoded any
 	if !x.noResult {
-		data, err := json.Marshal(result)
+		data, err := encodeResult(false, result)
 		if err != nil {
-			err = fmt.Errorf("%w: encode the result: %w", ErrUnencodable, err)
 			if rerr := x.release(ctx, idemKey, c.fence); rerr != nil {
 				err = fmt.Errorf("%w; releasing the claim failed too (its lease runs out instead): %v", err, rerr)
 			}
@@ -341,7 +389,8 @@ func (x *ExternalInbox[M, R]) call(ctx context.Context, hb *heartbeat, msg M, id
 func (x *ExternalInbox[M, R]) complete(ctx context.Context, idemKey string, fence int64, result any) (done bool, err error) {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
 	defer cancel()
-	tag, err := exec(cctx, x.db, x.table.Complete, idemKey, fence, result)
+	sql, args := x.table.completeStatement(idemKey, fence, result)
+	tag, err := exec(cctx, x.db, sql, args...)
 	if err != nil {
 		return false, err
 	}
@@ -352,7 +401,8 @@ func (x *ExternalInbox[M, R]) complete(ctx context.Context, idemKey string, fenc
 func (x *ExternalInbox[M, R]) release(ctx context.Context, idemKey string, fence int64) error {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
 	defer cancel()
-	_, err := exec(rctx, x.db, x.table.Release, idemKey, fence)
+	sql, args := x.table.releaseStatement(idemKey, fence)
+	_, err := exec(rctx, x.db, sql, args...)
 	return err
 }
 
@@ -399,7 +449,8 @@ func (x *ExternalInbox[M, R]) startHeartbeat(ctx context.Context, cancel context
 			}
 			sent := time.Now()
 			sctx, stop := context.WithDeadline(hctx, expires)
-			tag, err := exec(sctx, x.db, x.table.Heartbeat, idemKey, fence, x.lease.Seconds())
+			sql, args := x.table.heartbeatStatement(idemKey, fence, x.lease)
+			tag, err := exec(sctx, x.db, sql, args...)
 			stop()
 			switch {
 			case hctx.Err() != nil:
@@ -427,7 +478,8 @@ func (x *ExternalInbox[M, R]) startHeartbeat(ctx context.Context, cancel context
 func (x *ExternalInbox[M, R]) Purge(ctx context.Context) (int64, error) {
 	var total int64
 	for {
-		tag, err := exec(ctx, x.db, x.table.Purge, x.table.Retain.Seconds(), purgeBatch)
+		sql, args := x.table.purgeStatement()
+		tag, err := exec(ctx, x.db, sql, args...)
 		if err != nil {
 			return total, x.fail(nil, fmt.Errorf("idem: purge %s: %w", x.table.Name, err))
 		}
@@ -479,7 +531,8 @@ const (
 func (x *ExternalInbox[M, R]) Sweep(ctx context.Context) (SweepReport, error) {
 	rep := SweepReport{Consumer: x.table.Consumer}
 	for {
-		tag, err := exec(ctx, x.db, x.table.Sweep, sweepBatch)
+		sql, args := x.table.sweepStatement()
+		tag, err := exec(ctx, x.db, sql, args...)
 		if err != nil {
 			return rep, x.fail(nil, fmt.Errorf("idem: sweep %s: %w", x.table.Name, err))
 		}
@@ -493,7 +546,8 @@ func (x *ExternalInbox[M, R]) Sweep(ctx context.Context) (SweepReport, error) {
 		return rep, x.fail(nil, fmt.Errorf("idem: sweep %s: acquire a connection: %w", x.table.Name, err))
 	}
 	defer c.Release()
-	rows, err := c.Query(ctx, x.table.Stuck, x.stuckAttempts, StuckLimit)
+	sql, args := x.table.stuckStatement(x.stuckAttempts)
+	rows, err := c.Query(ctx, sql, args...)
 	if err != nil {
 		return rep, x.fail(nil, fmt.Errorf("idem: sweep %s: list the stuck claims: %w", x.table.Name, err))
 	}
@@ -529,6 +583,19 @@ func newError(consumer string, fields []string, key []any, err error) error {
 	}
 	e.retryable = hasSQLState(err, pgerrcode.SerializationFailure, pgerrcode.DeadlockDetected)
 	return e
+}
+
+// encodeResult encodes a handler's result as its row stores it: nil for a
+// handler without one.
+func encodeResult(noResult bool, result any) ([]byte, error) {
+	if noResult {
+		return nil, nil
+	}
+	data, err := json.Marshal(result)
+	if err != nil {
+		return nil, fmt.Errorf("%w: encode the result: %w", ErrUnencodable, err)
+	}
+	return data, nil
 }
 
 // decodeResult decodes a stored result as Handle returns it for a Duplicate.

@@ -612,3 +612,77 @@ func TestExternalKeyFrom(t *testing.T) {
 // pinnedExternalKey is ExternalKey("billing.payout", []any{"order-1",
 // int64(7)}), computed once.
 const pinnedExternalKey = "d19da53672507b18b173f5fcae08d55656399e81b6cb86c47a1926fccee0fc96"
+
+// TestExternalPurgeSparesRunningClaims: Purge deletes the rows older than
+// the retention that are not running (done, released) and keeps a running
+// claim however old, and the younger rows.
+func TestExternalPurgeSparesRunningClaims(t *testing.T) {
+	db := payDB(t)
+	ctx := context.Background()
+	if _, err := db.Pool.Exec(ctx, `INSERT INTO idem_test_pay (idem_key, key_id, fingerprint, status, fence, attempts, lease_until, created_at) VALUES
+		('k-done-old', 'done-old', '\x01', 'done', 1, 1, NULL, now() - interval '2 hours'),
+		('k-released-old', 'released-old', '\x01', 'released', 1, 2, NULL, now() - interval '2 hours'),
+		('k-running-old', 'running-old', '\x01', 'running', 1, 1, now() - interval '1 minute', now() - interval '2 hours'),
+		('k-done-new', 'done-new', '\x01', 'done', 1, 1, NULL, now())`); err != nil {
+		t.Fatal(err)
+	}
+	table := payTable
+	table.Retain = time.Hour
+	x := idem.NewExternalInbox(db.Pool, table, charge(idemtest.NewProvider()))
+	n, err := x.Purge(ctx)
+	left := queryInt(t, db.Pool, `SELECT count(*)::int FROM idem_test_pay WHERE key_id IN ('running-old', 'done-new')`)
+	all := queryInt(t, db.Pool, `SELECT count(*)::int FROM idem_test_pay`)
+	t.Logf("purge with a retention of 1h: deleted %d (%v); %d rows left, the old running claim and the young row among them: %d", n, err, all, left)
+	if err != nil || n != 2 || all != 2 || left != 2 {
+		t.Errorf("purge deleted %d (%v), left %d rows (%d of the two to keep); want 2 deleted, the running claim and the young row kept", n, err, all, left)
+	}
+}
+
+// TestExternalUndecodableStoredResult: a done row whose stored result no
+// longer decodes into the result type is ErrUndecodableResult
+// (dead-letter), without a call of the handler.
+func TestExternalUndecodableStoredResult(t *testing.T) {
+	db := payDB(t)
+	p := idemtest.NewProvider()
+	x := idem.NewExternalInbox(db.Pool, payTable, charge(p))
+	ctx := context.Background()
+	msg := payment{ID: "pay-undecodable", Amount: 10}
+	if _, _, err := x.Handle(ctx, msg); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Pool.Exec(ctx, `UPDATE idem_test_pay SET result = '{"charge_id": 17}' WHERE key_id = $1`, msg.ID); err != nil {
+		t.Fatal(err)
+	}
+	_, o, err := x.Handle(ctx, msg)
+	t.Logf("a stored result of another type: %v %v (action %v); provider calls %d", o, err, idem.ActionFor(err), p.Calls())
+	if !errors.Is(err, idem.ErrUndecodableResult) || idem.ActionFor(err) != idem.DeadLetter || p.Calls() != 1 {
+		t.Errorf("got %v %v, %d provider calls; want ErrUndecodableResult (dead-letter) and no second call", o, err, p.Calls())
+	}
+}
+
+// TestExternalOptionsValidated: NewExternalInbox panics on a lease that is
+// not positive and a stuck threshold below 1, naming the consumer, and not
+// on a table without a lease (it runs with DefaultLease).
+func TestExternalOptionsValidated(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		opts []idem.Option
+		want string
+	}{
+		{"negative lease", []idem.Option{idem.WithLease(-time.Second)}, "the lease is -1s"},
+		{"stuck threshold 0", []idem.Option{idem.WithStuckAttempts(0)}, "WithStuckAttempts(0)"},
+	} {
+		func() {
+			defer func() {
+				p := recover()
+				if s, _ := p.(string); !strings.Contains(s, c.want) || !strings.Contains(s, payConsumer) {
+					t.Errorf("%s: panic %v; want one naming the consumer and %q", c.name, p, c.want)
+				}
+			}()
+			idem.NewExternalInbox(nil, payTable, charge(nil), c.opts...)
+		}()
+	}
+	table := payTable
+	table.Lease = 0
+	idem.NewExternalInbox(nil, table, charge(nil)) // no panic: DefaultLease
+}

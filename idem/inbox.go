@@ -2,7 +2,6 @@ package idem
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"reflect"
@@ -187,12 +186,10 @@ func (in *Inbox[M, R]) Handle(ctx context.Context, msg M) (R, Outcome, error) {
 		rollback(ctx, conn)
 		return zero, 0, in.fail(key, err)
 	}
-	var encoded []byte
-	if !in.noResult {
-		if encoded, err = json.Marshal(result); err != nil {
-			rollback(ctx, conn)
-			return zero, 0, in.fail(key, fmt.Errorf("%w: encode the result: %w", ErrUnencodable, err))
-		}
+	encoded, err := encodeResult(in.noResult, result)
+	if err != nil {
+		rollback(ctx, conn)
+		return zero, 0, in.fail(key, err)
 	}
 	if err := in.complete(ctx, conn, key, encoded, out); err != nil {
 		rollback(ctx, conn)

@@ -35,10 +35,10 @@ func TextKeyExternal[M any](consumer, table, field string, key func(M) string) (
 			`lease_until = EXCLUDED.lease_until, updated_at = now() ` +
 			`WHERE r.fingerprint = EXCLUDED.fingerprint AND (r.status = 'released' OR (r.status = 'running' AND r.lease_until < now())) ` +
 			`RETURNING r.fence, r.attempts`,
-		Lookup: `SELECT fingerprint, status, result, lease_until > now() AS live FROM ` + table + ` WHERE idem_key = $1::text`,
+		Lookup: `SELECT fingerprint, status, result, coalesce(lease_until > now(), false) AS live FROM ` + table + ` WHERE idem_key = $1::text`,
 		Heartbeat: `UPDATE ` + table + ` SET lease_until = now() + make_interval(secs => $3::float8), updated_at = now() ` +
 			`WHERE idem_key = $1::text AND fence = $2::bigint AND status = 'running'`,
-		Complete: `UPDATE ` + table + ` SET status = 'done', result = $3::jsonb, lease_until = NULL, done_at = now(), updated_at = now() ` +
+		Complete: `UPDATE ` + table + ` SET status = 'done', result = $3::json, lease_until = NULL, done_at = now(), updated_at = now() ` +
 			`WHERE idem_key = $1::text AND fence = $2::bigint AND status = 'running'`,
 		Release: `UPDATE ` + table + ` SET status = 'released', attempts = attempts + 1, lease_until = NULL, updated_at = now() ` +
 			`WHERE idem_key = $1::text AND fence = $2::bigint AND status = 'running'`,
@@ -61,7 +61,7 @@ CREATE TABLE %[1]s (
     fence       bigint      NOT NULL,
     attempts    integer     NOT NULL,
     lease_until timestamptz,
-    result      jsonb,
+    result      json,
     created_at  timestamptz NOT NULL DEFAULT now(),
     updated_at  timestamptz NOT NULL DEFAULT now(),
     done_at     timestamptz
