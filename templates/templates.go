@@ -1,5 +1,6 @@
 // Package templates embeds the SQL templates idemgen renders: the inbox
-// migration and the statements the runtime runs against an inbox table.
+// migration and the statements the runtime runs against an inbox table, and
+// the same for the claims table of a mode=external consumer.
 package templates
 
 import "embed"

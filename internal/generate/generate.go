@@ -38,8 +38,13 @@ type Options struct {
 	Outbox fs.FS
 }
 
-// inboxes is the kind of a consumer's inbox chain, rendered by inboxsql.
-var inboxes = migrate.InboxKind{Create: inboxsql.Create, Alter: inboxsql.Alter}
+// inboxes is the kind of a mode=tx consumer's inbox chain, and externals
+// that of a mode=external consumer's claims table, both rendered by
+// inboxsql.
+var (
+	inboxes   = migrate.InboxKind{Create: inboxsql.Create, Alter: inboxsql.Alter}
+	externals = migrate.ExternalKind{Create: inboxsql.CreateExternal, Alter: inboxsql.AlterExternal}
+)
 
 // Generate returns the files of prog. dirs are its migrations folders
 // (prog.MigrationsDirs) as read. Errors in the returned list mean the set
@@ -87,11 +92,12 @@ func Generate(prog model.Program, dirs []migrate.Dir, opts Options) (*output.Set
 }
 
 // request is what prog wants of the migrations folder at path: an inbox
-// chain per handler whose migrations go there, and the outbox chain when one
-// of them takes an *idem.Outbox. The kinds are listed in the order their new
-// migrations take versions: inboxes, then the outbox.
+// chain per mode=tx handler whose migrations go there, a claims table chain
+// per mode=external one, and the outbox chain when one of them takes an
+// *idem.Outbox. The kinds are listed in the order their new migrations take
+// versions: inboxes, claims tables, then the outbox.
 func request(prog model.Program, path string, outbox migrate.OutboxKind, opts Options) migrate.Request {
-	req := migrate.Request{Kinds: []migrate.Kind{inboxes, outbox}, Rehash: opts.Rehash, AcceptResultChange: opts.AcceptResultChange}
+	req := migrate.Request{Kinds: []migrate.Kind{inboxes, externals, outbox}, Rehash: opts.Rehash, AcceptResultChange: opts.AcceptResultChange}
 	publishes := false
 	for _, pkg := range prog.Packages {
 		req.Packages = append(req.Packages, pkg.Path)
@@ -102,7 +108,11 @@ func request(prog model.Program, path string, outbox migrate.OutboxKind, opts Op
 			if h.MigrationsDir != path {
 				continue
 			}
-			req.Wants = append(req.Wants, migrate.Want{Kind: inboxes, Name: h.Consumer, State: inboxOf(h), Owner: h.Package, Pos: h.Pos})
+			if h.External() {
+				req.Wants = append(req.Wants, migrate.Want{Kind: externals, Name: h.Consumer, State: inboxsql.ExternalSchema(h), Owner: h.Package, Pos: h.Pos, ModePos: h.ModePos})
+			} else {
+				req.Wants = append(req.Wants, migrate.Want{Kind: inboxes, Name: h.Consumer, State: inboxOf(h), Owner: h.Package, Pos: h.Pos, ModePos: h.ModePos})
+			}
 			req.Results = append(req.Results, migrate.Result{Consumer: h.Consumer, Shape: h.ResultShape, Pos: h.ResultPos})
 			if h.Outbox && !publishes {
 				publishes = true

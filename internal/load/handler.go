@@ -53,6 +53,7 @@ func (c *checker) handler(fd *ast.FuncDecl, d directive.Directive) (model.Handle
 	h := model.Handler{Pos: c.pos(fd.Name), Func: fd.Name.Name, Retain: DefaultRetain}
 
 	c.options(d, &h)
+	modeOK := c.mode(d, &h)
 
 	fn, _ := c.pkg.TypesInfo.Defs[fd.Name].(*types.Func)
 	if fn == nil {
@@ -61,8 +62,11 @@ func (c *checker) handler(fd *ast.FuncDecl, d directive.Directive) (model.Handle
 	}
 	sig := fn.Type().(*types.Signature)
 	c.receiver(fd, sig, &h)
+	if !modeOK {
+		// The form of the signature is the mode's.
+		return h, false
+	}
 	msg, msgOK := c.signature(fd, sig, &h)
-	c.mode(d, &h)
 
 	keyOpt, hasKey := d.Lookup("key")
 	if !hasKey {
@@ -72,7 +76,7 @@ func (c *checker) handler(fd *ast.FuncDecl, d directive.Directive) (model.Handle
 		c.checkNullable(keyOpt, h.Key)
 		c.hygiene(d, keyOpt, h.Envelope)
 	}
-	if msgOK {
+	if msgOK && !c.externalGuard(d, h) {
 		h.Guard = c.guard(d, msg)
 	}
 	if msgOK && hasKey {
@@ -85,4 +89,21 @@ func (c *checker) handler(fd *ast.FuncDecl, d directive.Directive) (model.Handle
 		c.fixture(o, &h)
 	}
 	return h, c.ok
+}
+
+// externalGuard refuses the stale-message guard (order=, version=) on a
+// mode=external handler, and reports whether it did: the guard's versions are
+// written in the handler's transaction, which only mode=tx has.
+func (c *checker) externalGuard(d directive.Directive, h model.Handler) bool {
+	if !h.External() {
+		return false
+	}
+	refused := false
+	for _, name := range []string{"order", "version"} {
+		if o, ok := d.Lookup(name); ok {
+			c.errorf(o.Pos, "%s= (the stale-message guard) is for mode=tx only: the guard records versions in the handler's transaction, and a mode=external handler runs with none", name)
+			refused = true
+		}
+	}
+	return refused
 }

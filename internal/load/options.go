@@ -9,12 +9,24 @@ import (
 	"github.com/idemgen/idemgen/internal/model"
 )
 
-// The options of //idem:handler. Those in laterOptions belong to the design
-// but are not implemented by this version; they are refused with that
-// explanation rather than as unknown.
+// The options of //idem:handler.
+var handlerOptions = []string{"consumer", "key", "table", "retain", "order", "version", "stable", "zero", "fixture", "mode", "lease"}
+
+// The modes of mode=: those in laterModes belong to the design (DESIGN §12)
+// but are not implemented by this version, and are refused as such rather
+// than as unknown.
 var (
-	handlerOptions = []string{"consumer", "key", "table", "retain", "order", "version", "stable", "zero", "fixture"}
-	laterOptions   = []string{"mode", "lease"}
+	modes      = []string{string(model.ModeTx), string(model.ModeExternal)}
+	laterModes = []string{"entity", "natural"}
+)
+
+// DefaultLease is how long a claim of a mode=external handler is honoured
+// when the directive says nothing (lease=), and MinLease the shortest lease=
+// accepted: the heartbeat extends the lease every third of it, and a lease
+// under a second would be lost to a slow round trip.
+const (
+	DefaultLease = 5 * time.Minute
+	MinLease     = time.Second
 )
 
 // options checks the directive's option names and reads the options that
@@ -23,13 +35,9 @@ func (c *checker) options(d directive.Directive, h *model.Handler) {
 	for _, o := range d.Options {
 		switch {
 		case slices.Contains(handlerOptions, o.Name):
-		case o.Name == "mode":
-			// Checked with the signature (mode).
-		case slices.Contains(laterOptions, o.Name):
-			c.errorf(o.Pos, "option %s= is not supported by this version of idemgen", o.Name)
 		default:
 			msg := fmt.Sprintf("unknown option %s=", o.Name)
-			if s := directive.Suggest(o.Name, append(handlerOptions, laterOptions...)); s != "" {
+			if s := directive.Suggest(o.Name, handlerOptions); s != "" {
 				msg += fmt.Sprintf(" (did you mean %s=?)", s)
 			}
 			c.errorf(o.Pos, "%s", msg)
@@ -63,20 +71,51 @@ func (c *checker) options(d directive.Directive, h *model.Handler) {
 	}
 }
 
-// mode refuses mode=, which this version does not implement; to a handler
-// that takes an *idem.Outbox, a mode other than tx is refused for what it
-// is: its outgoing messages are written in the handler's transaction, which
-// only mode=tx has.
-func (c *checker) mode(d directive.Directive, h *model.Handler) {
-	o, ok := d.Lookup("mode")
+// mode reads mode= and lease=: the mode is needed before the signature is
+// checked, whose form depends on it. lease= belongs to mode=external only.
+// It reports false for a mode= it refused, whose signature cannot be checked.
+func (c *checker) mode(d directive.Directive, h *model.Handler) bool {
+	h.Mode, h.ModePos = model.ModeTx, d.Pos
+	known := true
+	mode, hasMode := d.Lookup("mode")
+	if hasMode {
+		h.ModePos = mode.ValuePos
+		switch {
+		case mode.Value == string(model.ModeTx):
+		case mode.Value == string(model.ModeExternal):
+			h.Mode, h.Lease = model.ModeExternal, DefaultLease
+		case slices.Contains(laterModes, mode.Value):
+			known = false
+			c.errorf(mode.ValuePos, "mode=%s is not supported yet by this version of idemgen; the modes it supports are tx (the default: the business change commits in the inbox's transaction) and external (a side effect outside the database: a claim with a lease around the call)", mode.Value)
+		default:
+			known = false
+			msg := fmt.Sprintf("unknown mode=%s; want tx (the default: the business change commits in the inbox's transaction) or external (a side effect outside the database: a claim with a lease around the call)", mode.Value)
+			if s := directive.Suggest(mode.Value, append(modes, laterModes...)); s != "" {
+				msg = fmt.Sprintf("unknown mode=%s (did you mean mode=%s?); want tx (the default: the business change commits in the inbox's transaction) or external (a side effect outside the database: a claim with a lease around the call)", mode.Value, s)
+			}
+			c.errorf(mode.ValuePos, "%s", msg)
+		}
+	}
+	o, ok := d.Lookup("lease")
 	if !ok {
-		return
+		return known
 	}
-	if h.Outbox && o.Value != "tx" {
-		c.errorf(o.ValuePos, "handler %s takes an *idem.Outbox, which mode=%s does not support: outgoing messages are written in the handler's transaction, and only mode=tx (the default) gives it one", h.Func, o.Value)
-		return
+	if !h.External() {
+		if !hasMode || mode.Value == string(model.ModeTx) {
+			c.errorf(o.Pos, "lease= is for mode=external only: it bounds how long a claim of a handler that runs outside a transaction is honoured; a mode=tx handler holds its key's row lock while it runs and needs no lease. Add mode=external or remove lease=")
+		}
+		return known
 	}
-	c.errorf(o.Pos, "option %s= is not supported by this version of idemgen", o.Name)
+	lease, err := time.ParseDuration(o.Value)
+	switch {
+	case err != nil:
+		c.errorf(o.ValuePos, "lease %q is not a Go duration such as 2m or 30s", o.Value)
+	case lease < MinLease:
+		c.errorf(o.ValuePos, "lease=%s is shorter than %s: the heartbeat extends the claim every third of its lease, and a shorter lease would be lost to a slow round trip", o.Value, MinLease)
+	default:
+		h.Lease = lease
+	}
+	return known
 }
 
 // zero reads zero=, the integer key parts (and order= entity) for which 0 is

@@ -34,21 +34,24 @@ func (c *checker) receiver(fd *ast.FuncDecl, sig *types.Signature, h *model.Hand
 // signature checks the parameters and results and returns the message's
 // struct type.
 func (c *checker) signature(fd *ast.FuncDecl, sig *types.Signature, h *model.Handler) (types.Type, bool) {
-	const want = "want func(ctx context.Context, tx pgx.Tx, msg M) (R, error) or (...) error, or the same with out *idem.Outbox right after tx, with M a named struct type or a pointer to one"
-	params, results := sig.Params(), sig.Results()
-	at := c.pos(fd.Type)
-	if sig.Variadic() {
-		last := params.At(params.Len() - 1)
-		c.errorf(c.paramPos(fd, params.Len()-1), "handler %s is variadic (its last parameter %s is ...%s): one delivery is one message; %s",
-			h.Func, last.Name(), c.typeString(last.Type().(*types.Slice).Elem()), want)
-		return nil, false
+	if h.External() {
+		return c.externalSignature(fd, sig, h)
 	}
-	if !c.outbox(fd, sig, h) {
+	const want = "want func(ctx context.Context, tx pgx.Tx, msg M) (R, error) or (...) error, or the same with out *idem.Outbox right after tx, with M a named struct type or a pointer to one"
+	params := sig.Params()
+	at := c.pos(fd.Type)
+	if c.variadic(fd, sig, h, want) || !c.outbox(fd, sig, h) {
 		return nil, false
 	}
 	msgAt := 2
 	if h.Outbox {
 		msgAt = 3
+	}
+	if params.Len() == 2 && isNamed(params.At(0).Type(), "context", "Context") && !isNamed(params.At(1).Type(), pgxPath, "Tx") {
+		c.errorf(at, "handler %s takes no pgx.Tx: in mode=tx (the default) the business change commits in the inbox's transaction, "+
+			"which the handler gets as its second parameter, func(ctx context.Context, tx pgx.Tx, msg M); "+
+			"for a side effect outside the database (a payment API, an e-mail) that takes func(ctx context.Context, msg M), add mode=external to the directive", h.Func)
+		return nil, false
 	}
 	if params.Len() != msgAt+1 {
 		c.errorf(at, "handler %s has %d parameters; %s", h.Func, params.Len(), want)
@@ -61,7 +64,65 @@ func (c *checker) signature(fd *ast.FuncDecl, sig *types.Signature, h *model.Han
 		c.errorf(c.paramPos(fd, 1), "the second parameter of handler %s must be pgx.Tx (%s), not %s: the business change must use the inbox's transaction",
 			h.Func, pgxPath, c.typeString(params.At(1).Type()))
 	}
+	return c.resultAndMessage(fd, sig, h, msgAt, want)
+}
 
+// externalSignature checks the form of a mode=external handler,
+// func(ctx context.Context, msg M) (R, error) or (...) error: no transaction
+// and no outbox, which only mode=tx has.
+func (c *checker) externalSignature(fd *ast.FuncDecl, sig *types.Signature, h *model.Handler) (types.Type, bool) {
+	const want = "want func(ctx context.Context, msg M) (R, error) or (...) error for mode=external, with M a named struct type or a pointer to one"
+	params := sig.Params()
+	if c.variadic(fd, sig, h, want) {
+		return nil, false
+	}
+	ok := true
+	for i := range params.Len() {
+		t := params.At(i).Type()
+		if p, isPtr := types.Unalias(t).(*types.Pointer); isPtr {
+			t = p.Elem()
+		}
+		switch {
+		case isNamed(t, pgxPath, "Tx"):
+			c.errorf(c.paramPos(fd, i), "handler %s takes a pgx.Tx (parameter %d), which mode=external does not give: the handler runs with no transaction open, "+
+				"because its effect (a payment, an e-mail) is outside the database and cannot be rolled back with one; "+
+				"remove the parameter and pass idem.KeyFrom(ctx) to the provider, or use mode=tx for a change to this database", h.Func, i+1)
+			ok = false
+		case isNamed(t, idemPath, "Outbox"):
+			c.errorf(c.paramPos(fd, i), "handler %s takes an *idem.Outbox, which mode=external does not support: outgoing messages are written in the handler's transaction, and only mode=tx (the default) gives it one", h.Func)
+			ok = false
+		}
+	}
+	if !ok {
+		return nil, false
+	}
+	if params.Len() != 2 {
+		c.errorf(c.pos(fd.Type), "handler %s has %d parameters; %s", h.Func, params.Len(), want)
+		return nil, false
+	}
+	if !isNamed(params.At(0).Type(), "context", "Context") {
+		c.errorf(c.paramPos(fd, 0), "the first parameter of handler %s must be context.Context, not %s: the wrapper cancels it when the claim is lost, and idem.KeyFrom reads the idempotency key from it",
+			h.Func, c.typeString(params.At(0).Type()))
+	}
+	return c.resultAndMessage(fd, sig, h, 1, want)
+}
+
+// variadic reports a variadic handler.
+func (c *checker) variadic(fd *ast.FuncDecl, sig *types.Signature, h *model.Handler, want string) bool {
+	if !sig.Variadic() {
+		return false
+	}
+	params := sig.Params()
+	last := params.At(params.Len() - 1)
+	c.errorf(c.paramPos(fd, params.Len()-1), "handler %s is variadic (its last parameter %s is ...%s): one delivery is one message; %s",
+		h.Func, last.Name(), c.typeString(last.Type().(*types.Slice).Elem()), want)
+	return true
+}
+
+// resultAndMessage checks the results and the message, parameter msgAt, of
+// either form, and returns the message's struct type.
+func (c *checker) resultAndMessage(fd *ast.FuncDecl, sig *types.Signature, h *model.Handler, msgAt int, want string) (types.Type, bool) {
+	params, results := sig.Params(), sig.Results()
 	errorType := types.Universe.Lookup("error").Type()
 	switch {
 	case results.Len() == 1 && types.Identical(results.At(0).Type(), errorType):

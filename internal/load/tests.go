@@ -137,7 +137,11 @@ func lookup(files []*ast.File, name string) (*ast.FuncDecl, *ast.File) {
 //	func NAME(t testing.TB, db *idemtest.DB) idemtest.Fixture[V, M]
 //
 // with V the handler's receiver type (idemtest.NoReceiver for a function) and
-// M its message type.
+// M its message type; for a mode=external handler
+//
+//	func NAME(t testing.TB, p *idemtest.Provider) idemtest.ExternalFixture[V, M]
+//
+// which wires the provider double into the receiver.
 func (c *checker) fixture(o directive.Option, h *model.Handler) {
 	name := o.Value
 	if !token.IsIdentifier(name) {
@@ -170,7 +174,22 @@ func (c *checker) testPos(fd *ast.FuncDecl) string {
 // fixtureShape spells the function a fixture must be, as the package's tests
 // would write it.
 func (c *checker) fixtureShape(name string, h model.Handler) string {
-	return fmt.Sprintf("func %s(t testing.TB, db *idemtest.DB) idemtest.Fixture[%s, %s]", name, c.recvSpelling(h), c.spell(h.Msg))
+	f := fixtureForm(h)
+	return fmt.Sprintf("func %s(t testing.TB, %s) idemtest.%s[%s, %s]", name, f.param, f.result, c.recvSpelling(h), c.spell(h.Msg))
+}
+
+// fixtureFormOf is what a fixture of a mode takes second and returns.
+type fixtureFormOf struct {
+	param   string // as written: db *idemtest.DB
+	ptrType string // the second parameter's type, an idemtest type behind a pointer: DB
+	result  string // the idemtest type returned: Fixture
+}
+
+func fixtureForm(h model.Handler) fixtureFormOf {
+	if h.External() {
+		return fixtureFormOf{param: "p *idemtest.Provider", ptrType: "Provider", result: "ExternalFixture"}
+	}
+	return fixtureFormOf{param: "db *idemtest.DB", ptrType: "DB", result: "Fixture"}
 }
 
 func (c *checker) recvSpelling(h model.Handler) string {
@@ -213,6 +232,7 @@ func (c *checker) spellArgs(args []model.Type) string {
 func (c *checker) fixtureProblem(fd *ast.FuncDecl, file *ast.File, h model.Handler) string {
 	imports := c.importNames(file)
 	canon := func(e ast.Expr) string { return canonical(e, imports, c.pkg.PkgPath) }
+	form := fixtureForm(h)
 
 	if fd.Type.TypeParams != nil && len(fd.Type.TypeParams.List) > 0 {
 		return "is generic"
@@ -228,15 +248,15 @@ func (c *checker) fixtureProblem(fd *ast.FuncDecl, file *ast.File, h model.Handl
 		return fmt.Sprintf("has %d parameters", len(params))
 	case canon(params[0]) != "testing.TB":
 		return "does not take a testing.TB first"
-	case canon(params[1]) != "*"+idemtestPath+".DB":
-		return "does not take a *idemtest.DB second"
+	case canon(params[1]) != "*"+idemtestPath+"."+form.ptrType:
+		return "does not take a *idemtest." + form.ptrType + " second"
 	}
 	if fd.Type.Results == nil || len(fd.Type.Results.List) != 1 || len(fd.Type.Results.List[0].Names) > 1 {
-		return "does not return one idemtest.Fixture"
+		return "does not return one idemtest." + form.result
 	}
 	result, ok := fd.Type.Results.List[0].Type.(*ast.IndexListExpr)
-	if !ok || canon(result.X) != idemtestPath+".Fixture" || len(result.Indices) != 2 {
-		return "does not return an idemtest.Fixture"
+	if !ok || canon(result.X) != idemtestPath+"."+form.result || len(result.Indices) != 2 {
+		return "does not return an idemtest." + form.result
 	}
 	wantRecv := idemtestPath + ".NoReceiver"
 	if h.Recv != nil {
@@ -246,10 +266,10 @@ func (c *checker) fixtureProblem(fd *ast.FuncDecl, file *ast.File, h model.Handl
 		}
 	}
 	if canon(result.Indices[0]) != wantRecv {
-		return "has the wrong receiver type in its idemtest.Fixture"
+		return "has the wrong receiver type in its idemtest." + form.result
 	}
 	if canon(result.Indices[1]) != canonicalType(h.Msg) {
-		return "has the wrong message type in its idemtest.Fixture"
+		return "has the wrong message type in its idemtest." + form.result
 	}
 	return ""
 }

@@ -40,6 +40,9 @@ func (InboxKind) Name() string { return "inbox" }
 // Owned is true: an inbox is its consumer's, and the consumer one package's.
 func (InboxKind) Owned() bool { return true }
 
+// Mode is the mode= of the handlers whose chains are of this kind.
+func (InboxKind) Mode() string { return string(model.ModeTx) }
+
 // Read reads the consumer and the schema from the header of an inbox
 // migration.
 func (InboxKind) Read(content []byte) (string, State, bool, error) {

@@ -43,3 +43,13 @@ type ChainID struct {
 	Kind string // Kind.Name
 	Name string // the consumer, for an owned kind
 }
+
+// A ModeKind is an owned Kind that holds the chains of the handlers of one
+// mode=. A consumer name is one chain whatever its kind: a consumer whose
+// folder holds a chain of another ModeKind than the one its handler wants
+// switched modes, which the planner refuses (its rows mean something else).
+type ModeKind interface {
+	Kind
+	// Mode is the directive's mode= value: "tx".
+	Mode() string
+}

@@ -44,6 +44,10 @@ type Want struct {
 	// an owned kind; Pos is where (the handler), for the messages.
 	Owner string
 	Pos   diag.Pos
+	// ModePos is where the handler's directive says its mode (its mode=,
+	// or the directive itself), for the refusal of a switch of modes
+	// (ModeKind); Pos when zero.
+	ModePos diag.Pos
 }
 
 // Retired is a consumer that its package retired (//idem:retired): its
@@ -128,7 +132,7 @@ func (p *planner) plan() {
 	wants := p.wants()
 	for _, w := range wants {
 		id := ChainID{w.Kind.Name(), w.Name}
-		if w.Kind.Owned() && p.ownedElsewhere(w, chains[id], recorded) {
+		if w.Kind.Owned() && (p.switchedMode(w, chains) || p.ownedElsewhere(w, chains[id], recorded)) {
 			continue
 		}
 		p.evolve(w, chains[id])
@@ -278,6 +282,9 @@ func (p *planner) evolve(w Want, chain []link) {
 	steps, err := w.Kind.Evolve(current, w.State)
 	if err != nil {
 		what := "its " + w.Kind.Name()
+		if k, ok := w.Kind.(interface{ What() string }); ok {
+			what = "its " + k.What()
+		}
 		if !w.Kind.Owned() {
 			what = "its tables"
 		}
@@ -327,13 +334,45 @@ func (p *planner) ownedElsewhere(w Want, chain []link, recorded map[string]sumEn
 	return true
 }
 
+// switchedMode refuses w when the folder holds a chain of its consumer of
+// another ModeKind: the handler switched between mode=tx and mode=external,
+// and the rows recorded so far mean something else in the other mode (a
+// committed change; a claim of a call to a provider).
+func (p *planner) switchedMode(w Want, chains map[ChainID][]link) bool {
+	mine, ok := w.Kind.(ModeKind)
+	if !ok {
+		return false
+	}
+	for _, k := range p.req.Kinds {
+		other, ok := k.(ModeKind)
+		chain := chains[ChainID{k.Name(), w.Name}]
+		if !ok || k.Name() == w.Kind.Name() || len(chain) == 0 {
+			continue
+		}
+		pos := w.ModePos
+		if pos == (diag.Pos{}) {
+			pos = w.Pos
+		}
+		p.diags.Errorf(pos, "consumer %s was mode=%s (chain %s/%s, migration %s); switching to mode=%s needs a new consumer name: "+
+			"the rows of its table mean something else in mode=%s. Give the handler another consumer= (and table=, if it names one), "+
+			"and retire the old name with \"//idem:retired consumer=%s\" (its table stays until you drop it)",
+			w.Name, other.Mode(), k.Name(), w.Name, chain[len(chain)-1].Name, mine.Mode(), mine.Mode(), w.Name)
+		return true
+	}
+	return false
+}
+
 // removedConsumers refuses to go on when a consumer that a loaded package
 // owns has lost its handler without being retired: its inbox would be
 // forgotten while it may still answer redeliveries.
 func (p *planner) removedConsumers(chains map[ChainID][]link, wants []Want, recorded map[string]sumEntry) {
 	declared := map[ChainID]bool{}
+	switched := map[string]bool{} // consumers of a ModeKind, whose other chains switchedMode reports
 	for _, w := range wants {
 		declared[ChainID{w.Kind.Name(), w.Name}] = true
+		if _, ok := w.Kind.(ModeKind); ok {
+			switched[w.Name] = true
+		}
 	}
 	retired := map[string]bool{}
 	for _, r := range p.req.Retired {
@@ -342,7 +381,8 @@ func (p *planner) removedConsumers(chains map[ChainID][]link, wants []Want, reco
 	for _, id := range slices.SortedFunc(maps.Keys(chains), compareChains) {
 		chain := chains[id]
 		owner := recorded[chain[0].Name].Package
-		if !p.kinds[id.Kind].Owned() || declared[id] || retired[id.Name] || !slices.Contains(p.req.Packages, owner) {
+		_, moded := p.kinds[id.Kind].(ModeKind)
+		if !p.kinds[id.Kind].Owned() || declared[id] || retired[id.Name] || (moded && switched[id.Name]) || !slices.Contains(p.req.Packages, owner) {
 			continue
 		}
 		p.diags.Errorf(p.at(chain[0].Name), "consumer %s of package %s has no handler any more; its inbox may still answer redeliveries, and its migrations stay. "+

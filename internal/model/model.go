@@ -77,7 +77,17 @@ type Handler struct {
 	Consumer string
 	Table    string // SQL name, optionally schema-qualified
 	Retain   time.Duration
-	Key      []KeyPart
+	// Mode is how the handler's effect is made idempotent: in the inbox's
+	// transaction (ModeTx) or, for an effect outside the database, by a
+	// claim with a lease around a call that passes the idempotency key on
+	// (ModeExternal). ModePos is where the directive says it: its mode=
+	// option, or the directive itself for the default.
+	Mode    Mode
+	ModePos diag.Pos
+	// Lease is how long a claim of a ModeExternal handler is honoured
+	// before another worker may take it over (lease=); 0 in ModeTx.
+	Lease time.Duration
+	Key   []KeyPart
 	// Guard is the stale-message guard (order= and version=), nil without
 	// one.
 	Guard *Guard
@@ -101,6 +111,22 @@ type Handler struct {
 	// envelope (ID, Body.Field).
 	Envelope bool
 }
+
+// Mode is a handler's mode= (DESIGN §2).
+type Mode string
+
+const (
+	// ModeTx: the business change commits in the inbox's transaction (the
+	// default).
+	ModeTx Mode = "tx"
+	// ModeExternal: claim the key with a lease, call the handler with no
+	// transaction open (idem.KeyFrom gives it the key to pass on), then
+	// record it done where the claim still holds.
+	ModeExternal Mode = "external"
+)
+
+// External reports whether h runs in ModeExternal.
+func (h Handler) External() bool { return h.Mode == ModeExternal }
 
 // Body is the body type T of an Envelope handler's idem.Message[T].
 func (h Handler) Body() Type { return h.Msg.Deref().Args[0] }
@@ -313,6 +339,16 @@ func (in Inbox) ResultType() string {
 		return ResultJSON
 	}
 	return in.Result
+}
+
+// ExternalInbox is the schema of a ModeExternal consumer's table as
+// migrations leave it: its rows are claims keyed by the idempotency key
+// (idem_key, the primary key), with the typed key parts beside it for people
+// and audits, a status, a fence, attempts, a lease and the result.
+type ExternalInbox struct {
+	Consumer string
+	Table    string
+	Key      []Column
 }
 
 // Column is a column of an inbox's key. Type is its SQL type as migrations

@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/dave/jennifer/jen"
 
@@ -265,4 +266,35 @@ func TypeText(t model.Type, pkgPath string) string {
 		s += "[" + strings.Join(args, ", ") + "]"
 	}
 	return s
+}
+
+// Duration spells d as a reader would: 720 * time.Hour.
+func Duration(d time.Duration) jen.Code {
+	for _, u := range []struct {
+		unit time.Duration
+		name string
+	}{{time.Hour, "Hour"}, {time.Minute, "Minute"}, {time.Second, "Second"}, {time.Millisecond, "Millisecond"}} {
+		if d%u.unit == 0 {
+			return jen.Lit(int(d/u.unit)).Op("*").Qual("time", u.name)
+		}
+	}
+	return jen.Qual("time", "Duration").Call(jen.Lit(int64(d)))
+}
+
+// DurationText spells d for documentation: 720h (30 days).
+func DurationText(d time.Duration) string {
+	switch {
+	case d%(24*time.Hour) == 0:
+		days := int(d / (24 * time.Hour))
+		unit := "days"
+		if days == 1 {
+			unit = "day"
+		}
+		return fmt.Sprintf("%dh (%d %s)", int(d/time.Hour), days, unit)
+	case d%time.Hour == 0:
+		return fmt.Sprintf("%dh", int(d/time.Hour))
+	case d%time.Minute == 0:
+		return fmt.Sprintf("%dm", int(d/time.Minute))
+	}
+	return d.String()
 }

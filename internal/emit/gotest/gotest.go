@@ -31,6 +31,10 @@ func File(pkg model.Package) ([]byte, error) {
 type emitter struct{ gocode.Emitter }
 
 func (e emitter) test(f *jen.File) {
+	if e.H.External() {
+		e.externalTest(f)
+		return
+	}
 	h := e.H
 	recv, msg, result := e.recvType(), gocode.Type(h.Msg), e.resultType()
 
@@ -50,16 +54,19 @@ func (e emitter) test(f *jen.File) {
 			jen.Line(),
 		))
 	}
-	var fields []jen.Code
-	for i := 0; i < len(suite); i += 2 {
-		fields = append(fields, jen.Line().Add(suite[i]).Op(":").Add(suite[i+1]))
-	}
-	fields = append(fields, jen.Line())
-
 	f.Comment(e.doc())
 	f.Func().Id(e.N.Test).Params(jen.Id("t").Op("*").Qual("testing", "T")).Block(
-		jen.Qual(gocode.IdemtestPkg, "Suite").Types(recv, msg, result).Values(fields...).Dot("Run").Call(jen.Id("t")),
+		jen.Qual(gocode.IdemtestPkg, "Suite").Types(recv, msg, result).Values(fieldLines(suite)...).Dot("Run").Call(jen.Id("t")),
 	)
+}
+
+// fieldLines lays out name, value pairs of a composite literal one a line.
+func fieldLines(pairs []jen.Code) []jen.Code {
+	var fields []jen.Code
+	for i := 0; i < len(pairs); i += 2 {
+		fields = append(fields, jen.Line().Add(pairs[i]).Op(":").Add(pairs[i+1]))
+	}
+	return append(fields, jen.Line())
 }
 
 // newFunc builds the wrapper on the scenario's pool:
@@ -97,7 +104,13 @@ func (e emitter) fixture() jen.Code {
 	if h.Fixture != "" {
 		return jen.Id(h.Fixture)
 	}
-	fixtureType := jen.Qual(gocode.IdemtestPkg, "Fixture").Types(e.recvType(), gocode.Type(h.Msg))
+	fixture, param, paramType := "Fixture", "db", "DB"
+	if h.External() {
+		fixture, param, paramType = "ExternalFixture", "p", "Provider"
+	}
+	fixtureType := func() *jen.Statement {
+		return jen.Qual(gocode.IdemtestPkg, fixture).Types(e.recvType(), gocode.Type(h.Msg))
+	}
 	var body []jen.Code
 	if h.Msg.Kind == model.Pointer {
 		body = append(body, jen.Id("msg").Op(":=").Op("&").Add(gocode.Type(*h.Msg.Elem)).Values())
@@ -156,11 +169,11 @@ func (e emitter) fixture() jen.Code {
 		values = append(values, jen.Line().Id("Receiver").Op(":").Add(r))
 	}
 	values = append(values, jen.Line().Id("Message").Op(":").Id("msg"), jen.Line())
-	body = append(body, jen.Return(jen.Add(fixtureType).Values(values...)))
+	body = append(body, jen.Return(fixtureType().Values(values...)))
 	return jen.Func().Params(
 		jen.Id("t").Qual("testing", "TB"),
-		jen.Id("db").Op("*").Qual(gocode.IdemtestPkg, "DB"),
-	).Add(jen.Qual(gocode.IdemtestPkg, "Fixture").Types(e.recvType(), gocode.Type(h.Msg))).Block(body...)
+		jen.Id(param).Op("*").Qual(gocode.IdemtestPkg, paramType),
+	).Add(fixtureType()).Block(body...)
 }
 
 // zeroReceiver spells the zero value of the receiver type: &Service{} for a

@@ -12,3 +12,9 @@ func TestDeliveriesIsTheRuntimeDefault(t *testing.T) {
 		t.Errorf("Deliveries = %d, idemtest.DefaultDeliveries = %d", Deliveries, idemtest.DefaultDeliveries)
 	}
 }
+
+func TestExternalLeaseIsTheSuites(t *testing.T) {
+	if ExternalLease != idemtest.ExternalLease {
+		t.Errorf("ExternalLease = %v, idemtest.ExternalLease = %v", ExternalLease, idemtest.ExternalLease)
+	}
+}

@@ -1,6 +1,7 @@
 // Package gowrap emits idem_gen.go: for each handler of a package, the
-// wrapper type, its constructor and methods, the inbox table description and
-// the key function. The protocol itself is the idem runtime's; what is emitted
+// wrapper type, its constructor and methods, the inbox table description
+// (idem.Table, or idem.ExternalTable for a mode=external handler) and the key
+// function. The protocol itself is the idem runtime's; what is emitted
 // is only what is specific to one handler.
 package gowrap
 
@@ -9,7 +10,6 @@ import (
 	"maps"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/dave/jennifer/jen"
 
@@ -30,6 +30,10 @@ func File(pkg model.Package) ([]byte, error) {
 type emitter struct{ gocode.Emitter }
 
 func (e emitter) wrapper(f *jen.File) {
+	if e.H.External() {
+		e.externalWrapper(f)
+		return
+	}
 	h, n := e.H, e.N
 	msg := gocode.Type(h.Msg)
 	var result jen.Code = jen.Qual(gocode.IdemPkg, "None")
@@ -126,7 +130,7 @@ func (e emitter) wrapper(f *jen.File) {
 
 	f.Comment(gocode.Doc(fmt.Sprintf(
 		"Purge deletes the rows of %s older than the retention of %s, in batches, and returns how many it deleted. "+
-			"Run it periodically.", h.Table, durationText(h.Retain))))
+			"Run it periodically.", h.Table, gocode.DurationText(h.Retain))))
 	f.Func().Params(jen.Id("w").Op("*").Id(n.Wrapper)).Id("Purge").
 		Params(jen.Id("ctx").Qual("context", "Context")).
 		Params(jen.Int64(), jen.Error()).
@@ -160,7 +164,7 @@ func (e emitter) table(f *jen.File) {
 		pairs = append(pairs, "Order", jen.Id(n.OrderFunc))
 	}
 	pairs = append(pairs,
-		"Retain", durationCode(h.Retain),
+		"Retain", gocode.Duration(h.Retain),
 		"Claim", jen.Lit(st.Claim),
 		"Complete", jen.Lit(st.Complete),
 		"Lookup", jen.Lit(st.Lookup),
@@ -323,35 +327,4 @@ func convert(k model.KeyPart, value *jen.Statement) jen.Code {
 	default:
 		return jen.Id(k.GoValue).Parens(value)
 	}
-}
-
-// durationCode spells d as a reader would: 720 * time.Hour.
-func durationCode(d time.Duration) jen.Code {
-	for _, u := range []struct {
-		unit time.Duration
-		name string
-	}{{time.Hour, "Hour"}, {time.Minute, "Minute"}, {time.Second, "Second"}, {time.Millisecond, "Millisecond"}} {
-		if d%u.unit == 0 {
-			return jen.Lit(int(d/u.unit)).Op("*").Qual("time", u.name)
-		}
-	}
-	return jen.Qual("time", "Duration").Call(jen.Lit(int64(d)))
-}
-
-// durationText spells d for documentation: 720h (30 days).
-func durationText(d time.Duration) string {
-	switch {
-	case d%(24*time.Hour) == 0:
-		days := int(d / (24 * time.Hour))
-		unit := "days"
-		if days == 1 {
-			unit = "day"
-		}
-		return fmt.Sprintf("%dh (%d %s)", int(d/time.Hour), days, unit)
-	case d%time.Hour == 0:
-		return fmt.Sprintf("%dh", int(d/time.Hour))
-	case d%time.Minute == 0:
-		return fmt.Sprintf("%dm", int(d/time.Minute))
-	}
-	return d.String()
 }

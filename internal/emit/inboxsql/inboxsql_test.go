@@ -105,3 +105,19 @@ func TestIdentifierOfALongSuffix(t *testing.T) {
 		t.Errorf("Identifier(...) = %q: the start of the name is lost", a)
 	}
 }
+
+// TestExternalObjectNames: the objects of a claims table have distinct names
+// within PostgreSQL's limit, also for a table name of 63 bytes.
+func TestExternalObjectNames(t *testing.T) {
+	for _, table := range []string{"idem_payments_charge", strings.Repeat("t", MaxIdentifier), "app." + strings.Repeat("x", 60)} {
+		names := ExternalObjectNames(model.ExternalInbox{Consumer: "app.x", Table: table})
+		if d := duplicate(names); d != "" {
+			t.Errorf("table %s: name %s is given twice: %q", table, d, names)
+		}
+		for _, n := range names {
+			if len(n) > MaxIdentifier {
+				t.Errorf("table %s: name %s is %d bytes, more than %d", table, n, len(n), MaxIdentifier)
+			}
+		}
+	}
+}

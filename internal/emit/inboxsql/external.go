@@ -1,0 +1,164 @@
+package inboxsql
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/idemgen/idemgen/internal/migrate"
+	"github.com/idemgen/idemgen/internal/model"
+)
+
+// ExternalSchema returns the schema of the claims table a mode=external
+// handler h needs: its key columns with the SQL types of their Go facts.
+func ExternalSchema(h model.Handler) model.ExternalInbox {
+	in := model.ExternalInbox{Consumer: h.Consumer, Table: h.Table}
+	for _, k := range h.Key {
+		in.Key = append(in.Key, model.Column{Name: k.Column, Type: ColumnType(k), Nullable: k.Null != nil})
+	}
+	return in
+}
+
+// ExternalStatements are the SQL texts of a mode=external consumer's table,
+// as idem.ExternalTable wants them.
+type ExternalStatements struct {
+	Claim, Lookup, Heartbeat, Complete, Release, Sweep, Stuck, Purge string
+}
+
+// ExternalStatementsFor renders the statements of h's claims table. The
+// claim takes idem_key as $1, the key parts as $2..$n+1 (NULL for a NULL
+// part), the fingerprint as $n+2 and the lease in seconds as $n+3.
+func ExternalStatementsFor(h model.Handler) ExternalStatements {
+	in := ExternalSchema(h)
+	d := externalStatementData{Table: TableName(in.Table)}
+	var cols, values []string
+	for i, c := range in.Key {
+		cols = append(cols, Quote(c.Name))
+		values = append(values, fmt.Sprintf("$%d::%s", i+2, c.Type))
+	}
+	d.KeyColumns, d.KeyValues = strings.Join(cols, ", "), strings.Join(values, ", ")
+	d.Fingerprint = fmt.Sprintf("$%d", len(in.Key)+2)
+	d.Lease = fmt.Sprintf("$%d", len(in.Key)+3)
+	return ExternalStatements{
+		Claim:     render("external_claim", d),
+		Lookup:    render("external_lookup", d),
+		Heartbeat: render("external_heartbeat", d),
+		Complete:  render("external_complete", d),
+		Release:   render("external_release", d),
+		Sweep:     render("external_sweep", d),
+		Stuck:     render("external_stuck", d),
+		Purge:     render("external_purge", d),
+	}
+}
+
+type externalStatementData struct {
+	Table       string
+	KeyColumns  string // key_a, key_b
+	KeyValues   string // $2::text, $3::bigint
+	Fingerprint string
+	Lease       string
+}
+
+// externalNames are the names of the objects of a claims table, unquoted:
+// like the inbox's, each within PostgreSQL's limit and distinct from the
+// others also once cut short (Identifier hashes the whole name into a long
+// one).
+type externalNames struct {
+	base, pkey, statusCheck, leaseIndex, createdIndex string
+}
+
+func namesOfExternal(in model.ExternalInbox) externalNames {
+	_, base := split(in.Table)
+	return externalNames{
+		base:         base,
+		pkey:         Identifier(base, "pkey"),
+		statusCheck:  Identifier(base, "status_check"),
+		leaseIndex:   Identifier(base, "lease_until_idx"),
+		createdIndex: Identifier(base, "created_at_idx"),
+	}
+}
+
+// ExternalObjectNames lists the names of the objects in's migration creates
+// in its schema, unquoted: the table, its constraints and its indexes.
+func ExternalObjectNames(in model.ExternalInbox) []string {
+	n := namesOfExternal(in)
+	return []string{n.base, n.pkey, n.statusCheck, n.leaseIndex, n.createdIndex}
+}
+
+// CreateExternal renders the SQL of the migration that creates the claims
+// table in: what follows the header migrate writes. The result column is
+// json, as in a tx inbox: jsonb refuses a result holding \u0000, and the
+// provider's effect would then have happened without the key ever being
+// recorded done.
+func CreateExternal(in model.ExternalInbox) []byte {
+	n := namesOfExternal(in)
+	d := externalCreateData{Consumer: in.Consumer, Table: TableName(in.Table),
+		LeaseIndex: Quote(n.leaseIndex), CreatedIndex: Quote(n.createdIndex)}
+	type column struct{ name, typ, rest string }
+	cols := []column{{"idem_key", "text", "NOT NULL"}}
+	for _, c := range in.Key {
+		rest := "NOT NULL"
+		if c.Nullable {
+			rest = ""
+		}
+		cols = append(cols, column{Quote(c.Name), c.Type, rest})
+	}
+	cols = append(cols,
+		column{"fingerprint", "bytea", "NOT NULL"},
+		column{"status", "text", "NOT NULL"},
+		column{"fence", "bigint", "NOT NULL"},
+		column{"attempts", "integer", "NOT NULL"},
+		column{"lease_until", "timestamptz", ""},
+		column{"result", model.ResultJSON, ""},
+		column{"created_at", "timestamptz", "NOT NULL DEFAULT now()"},
+		column{"updated_at", "timestamptz", "NOT NULL DEFAULT now()"},
+		column{"done_at", "timestamptz", ""},
+	)
+	nameWidth, typeWidth := 0, 0
+	for _, c := range cols {
+		nameWidth = max(nameWidth, len(c.name))
+		typeWidth = max(typeWidth, len(c.typ))
+	}
+	for _, c := range cols {
+		line := fmt.Sprintf("%-*s %-*s %s", nameWidth, c.name, typeWidth, c.typ, c.rest)
+		d.Lines = append(d.Lines, strings.TrimRight(line, " "))
+	}
+	d.Lines = append(d.Lines,
+		"CONSTRAINT "+Quote(n.pkey)+" PRIMARY KEY (idem_key)",
+		"CONSTRAINT "+Quote(n.statusCheck)+" CHECK (status IN ('running', 'released', 'done'))",
+	)
+	return []byte(render("external.sql.tmpl", d))
+}
+
+type externalCreateData struct {
+	Consumer     string
+	Table        string
+	Lines        []string
+	LeaseIndex   string
+	CreatedIndex string
+}
+
+// AlterExternal renders the SQL of the migration that makes the change c
+// from prev's claims table to next: what follows the header migrate writes.
+func AlterExternal(prev, next model.ExternalInbox, c migrate.ExternalChange) []byte {
+	t := TableName(next.Table)
+	d := alterData{}
+	var summary []string
+	for _, col := range c.DropNotNull {
+		d.Up = append(d.Up, fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s DROP NOT NULL", t, Quote(col.Name)))
+		summary = append(summary, "makes the key part "+col.Name+" nullable")
+	}
+	for _, col := range c.Widen {
+		d.Up = append(d.Up, fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s TYPE %s", t, Quote(col.Name), col.Type))
+		summary = append(summary, fmt.Sprintf("widens the key part %s from %s to %s", col.Name, c.Old[col.Name].Type, col.Type))
+	}
+	for _, col := range c.Widen {
+		d.Down = append(d.Down, fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s TYPE %s", t, Quote(col.Name), c.Old[col.Name].Type))
+	}
+	for _, col := range c.DropNotNull {
+		d.Down = append(d.Down, fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s SET NOT NULL", t, Quote(col.Name)))
+	}
+	d.Summary = fmt.Sprintf("Changes the claims table of consumer %s (%s, mode=external): %s. "+
+		"The idempotency keys recorded so far stay what they were: a value enters the key the same way whatever the width of its integer type and whether its part may be NULL.",
+		next.Consumer, next.Table, strings.Join(summary, "; "))
+	return []byte(render("alter.sql.tmpl", d))
+}
