@@ -46,8 +46,11 @@ import (
 )
 
 // lease is the demo's lease, shorter than the directive's 30s so that the
-// redelivery after the killed worker does not wait long.
-const lease = time.Second
+// redelivery after the killed worker does not wait long, and long enough
+// that the redelivery right after the kill still finds the claim live on a
+// loaded machine: the killed worker's last heartbeat left at least two
+// thirds of it.
+const lease = 3 * time.Second
 
 func main() {
 	if os.Getenv(workerEnv) != "" {

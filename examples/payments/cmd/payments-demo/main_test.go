@@ -36,7 +36,7 @@ charge ord-2 300 EUR, 8 copies while a worker holds it  8 in progress  retries 8
 the holding worker's done                               processed      acks             {ChargeID:ch_2}
 charge ord-3 700 EUR: its worker SIGKILLed              -              -                after its provider call, before done
 redelivered at once                                     error          retries          idem.ErrInProgress
-redelivered after the lease (1s)                        processed      acks             {ChargeID:ch_3}
+redelivered after the lease (3s)                        processed      acks             {ChargeID:ch_3}
 
 the provider made 3 charges in 4 calls: every repeat came with the idempotency key of its order
 ord-3's key, idem.ExternalKey("payments.charge", ord-3) = ef7d440bd807763d…, came 2 times
