@@ -78,11 +78,11 @@ func TestRunReportsEachCondition(t *testing.T) {
 	}
 	const day = 24 * time.Hour
 	type want struct {
-		mode                                               model.Mode
+		mode                                                 model.Mode
 		rows, past, running, expired, released, retried, max int64
-		oldest                                             time.Duration
-		retain, lease                                      time.Duration
-		outPending, outDead                                int64
+		oldest                                               time.Duration
+		retain, lease                                        time.Duration
+		outPending, outDead                                  int64
 	}
 	wants := map[string]want{
 		"billing.charge":       {mode: model.ModeTx, rows: 3, past: 1, max: 1, oldest: 40 * day, retain: 720 * time.Hour, outPending: 2, outDead: 1},
