@@ -20,6 +20,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"golang.org/x/mod/modfile"
 
@@ -46,6 +47,10 @@ Usage:
                                           missing or orphaned; write nothing
   idemgen vet [flags] [packages]          report every problem and doubt about the
                                           handlers and their keys; write nothing
+  idemgen audit -db URL [flags] [packages]
+                                          report each consumer's inbox, claims and
+                                          outbox in a database, and find doubled work
+                                          in a business table (idemgen audit -h)
 
 Packages are go/packages patterns: directories (., ./..., ./billing) or import
 paths; the default is ".". A pattern that matches no package is an error.
@@ -65,7 +70,7 @@ func Run(args []string, stdout, stderr io.Writer) int {
 }
 
 // commands are idemgen's subcommands.
-var commands = []string{"generate", "check", "vet", "help"}
+var commands = []string{"generate", "check", "vet", "audit", "help"}
 
 func run(dir string, args []string, stdout, stderr io.Writer) int {
 	return runner{}.run(dir, args, stdout, stderr)
@@ -76,6 +81,9 @@ type runner struct {
 	// outbox holds the runtime's outbox migrations; nil is migrations.FS.
 	// Tests give another, to play a runtime that gained a migration.
 	outbox fs.FS
+	// now is the time audit measures ages against; zero is the database
+	// server's now(). Tests fix it for stable output.
+	now time.Time
 }
 
 func (r runner) run(dir string, args []string, stdout, stderr io.Writer) int {
@@ -89,6 +97,9 @@ func (r runner) run(dir string, args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stderr, "Run 'idemgen help' for usage.")
 			return ExitUsage
 		}
+	}
+	if cmd == "audit" {
+		return r.audit(dir, args, stdout, stderr)
 	}
 	flags := flag.NewFlagSet("idemgen "+cmd, flag.ContinueOnError)
 	flags.SetOutput(stderr)
@@ -171,7 +182,7 @@ func unknownCommand(dir, word string) string {
 	if s := directive.Suggest(word, commands); s != "" {
 		msg += fmt.Sprintf(" (did you mean %s?)", s)
 	} else {
-		msg += "; the commands are generate (the default), check, vet and help"
+		msg += "; the commands are generate (the default), check, vet, audit and help"
 	}
 	if info, err := os.Stat(filepath.Join(dir, word)); err == nil && info.IsDir() {
 		msg += fmt.Sprintf("; for the package in directory %s, write ./%s", word, word)
