@@ -416,7 +416,7 @@ func TestConsumerRebalanceTenThousand(t *testing.T) {
 	if err := <-produced; err != nil {
 		t.Fatalf("produce: %v", err)
 	}
-	waitFor(t, 30*time.Second, "all committed", func() bool { return sumCommitted() == total })
+	waitProgress(t, 20*time.Second, "the committed offsets", total, sumCommitted)
 	stopA()
 	stopB()
 

@@ -162,6 +162,7 @@ var (
 	checkAttemptLogged = brokertest.CheckAttemptLogged
 	run                = brokertest.Run
 	waitFor            = brokertest.WaitFor
+	waitProgress       = brokertest.WaitProgress
 	describe           = brokertest.Describe
 )
 

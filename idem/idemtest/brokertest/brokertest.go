@@ -254,6 +254,25 @@ func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() bool)
 	}
 }
 
+// WaitProgress waits until count() reaches want. It fails only when the
+// count stands still for stall (a consumer that stopped, not one slowed
+// down by a loaded machine), saying how far it got.
+func WaitProgress(t testing.TB, stall time.Duration, what string, want int64, count func() int64) {
+	t.Helper()
+	last, since := count(), time.Now()
+	for last < want {
+		time.Sleep(50 * time.Millisecond)
+		n := count()
+		if n != last {
+			last, since = n, time.Now()
+			continue
+		}
+		if time.Since(since) > stall {
+			t.Fatalf("waiting for %s: stuck at %d of %d for %v", what, n, want, stall)
+		}
+	}
+}
+
 // OutRow is an outbox row as a generated wrapper writes it.
 type OutRow struct {
 	ID          uuid.UUID
