@@ -27,6 +27,7 @@ type report struct {
 	alloc             *allocResults
 	mem               *memResults
 	outbox            *outboxResults
+	brokers           *brokersResults
 	gen               *genResults
 }
 
@@ -154,6 +155,9 @@ func (r *report) markdown() []byte {
 	if r.outbox != nil {
 		r.writeOutbox(w)
 	}
+	if r.brokers != nil {
+		r.writeBrokers(w)
+	}
 	if r.alloc != nil {
 		r.writeAlloc(w)
 	}
@@ -208,6 +212,9 @@ func (r *report) writeTargets(w writer) {
 	}
 	if r.outbox != nil {
 		r.outboxTargets(w)
+	}
+	if r.brokers != nil {
+		r.brokersTargets(w)
 	}
 	if r.gen != nil {
 		worst, worstName := 0.0, ""
@@ -559,6 +566,9 @@ func ratio(x float64) string {
 	}
 	if math.Abs(x) >= 100 {
 		return fmt.Sprintf("%.0f×", x)
+	}
+	if x != 0 && math.Abs(x) < 0.1 {
+		return fmt.Sprintf("%.3f×", x)
 	}
 	return fmt.Sprintf("%.2f×", x)
 }
