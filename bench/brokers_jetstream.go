@@ -112,20 +112,26 @@ func (s *jsSource) consumeRaw(ctx context.Context, workers int, done func()) err
 	if err != nil {
 		return err
 	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		once  sync.Once
+		first error
+	)
+	fail := func(err error) { once.Do(func() { first = err; cancel() }) }
 	work := make(chan jetstream.Msg)
-	errc := make(chan error, workers+1)
 	var wg sync.WaitGroup
 	for range workers {
 		wg.Go(func() {
 			for msg := range work {
 				var d ledger.Deposit
 				if err := json.Unmarshal(msg.Data(), &d); err != nil || d.MessageID == "" {
-					errc <- fmt.Errorf("undecodable message %q: %v", msg.Data(), err)
+					fail(fmt.Errorf("undecodable message %q: %v", msg.Data(), err))
 					continue
 				}
 				if err := msg.DoubleAck(ctx); err != nil {
 					if ctx.Err() == nil {
-						errc <- err
+						fail(err)
 					}
 					continue
 				}
@@ -139,7 +145,7 @@ func (s *jsSource) consumeRaw(ctx context.Context, workers int, done func()) err
 			break
 		}
 		if err != nil {
-			errc <- err
+			fail(err)
 			break
 		}
 		select {
@@ -150,12 +156,7 @@ func (s *jsSource) consumeRaw(ctx context.Context, workers int, done func()) err
 	it.Stop()
 	close(work)
 	wg.Wait()
-	select {
-	case err := <-errc:
-		return err
-	default:
-		return nil
-	}
+	return first
 }
 
 func (s *jsSource) settled(ctx context.Context) error {

@@ -94,37 +94,40 @@ func (s *rabbitSource) consumeRaw(ctx context.Context, workers int, done func())
 	if err := ch.Qos(2*workers, 0, false); err != nil {
 		return err
 	}
-	deliveries, err := ch.ConsumeWithContext(ctx, s.top.Queue, "", false, false, false, false, nil)
+	deliveries, err := ch.Consume(s.top.Queue, "", false, false, false, false, nil)
 	if err != nil {
 		return err
 	}
-	var wg sync.WaitGroup
-	errc := make(chan error, workers)
+	var (
+		wg    sync.WaitGroup
+		once  sync.Once
+		first error
+	)
+	failed := make(chan struct{})
+	fail := func(err error) { once.Do(func() { first = err; close(failed) }) }
 	for range workers {
 		wg.Go(func() {
 			for d := range deliveries {
 				var msg ledger.Deposit
 				if err := json.Unmarshal(d.Body, &msg); err != nil || msg.MessageID == "" {
-					errc <- fmt.Errorf("undecodable delivery %q: %v", d.Body, err)
+					fail(fmt.Errorf("undecodable delivery %q: %v", d.Body, err))
 					return
 				}
 				if err := d.Ack(false); err != nil {
-					errc <- err
+					fail(err)
 					return
 				}
 				done()
 			}
 		})
 	}
-	<-ctx.Done()
-	_ = ch.Close() // returns what was not acked; ends the deliveries
-	wg.Wait()
 	select {
-	case err := <-errc:
-		return err
-	default:
-		return nil
+	case <-ctx.Done():
+	case <-failed:
 	}
+	_ = conn.Close() // returns what was not acked; ends the deliveries
+	wg.Wait()
+	return first
 }
 
 func (s *rabbitSource) settled(ctx context.Context) error {
