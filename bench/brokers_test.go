@@ -51,18 +51,18 @@ func TestBrokersPart(t *testing.T) {
 		}
 	}
 	for si, side := range peerSides {
-		for _, steady := range []bool{false, true} {
-			runs := res.peer.runs[peerKey{si, steady}]
+		for _, mode := range peerModes {
+			runs := res.peer.runs[peerKey{si, mode}]
 			want := 60
-			if steady {
+			if mode == modeSteady {
 				want = 100 // 1s at 100 msgs/s after the warm-up
 			}
 			if len(runs) != 1 || runs[0].msgs != want || len(runs[0].lat) != want || runs[0].dups != 0 || !(runs[0].rate() > 0) {
-				t.Errorf("%s %s: runs %+v; want one of %d messages, each received once", side.name, peerMode(steady), runs, want)
+				t.Errorf("%s %s: runs %+v; want one of %d messages, each received once", side.name, mode, runs, want)
 				continue
 			}
 			lat := runs[0].lat
-			t.Logf("%s %s: %.0f msgs/s, first latency %s", side.name, peerMode(steady), runs[0].rate(), lat[0])
+			t.Logf("%s %s: %.0f msgs/s, first latency %s", side.name, mode, runs[0].rate(), lat[0])
 		}
 	}
 	md := string((&report{cfg: cfg, brokers: res}).markdown())

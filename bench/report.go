@@ -355,6 +355,9 @@ func cellRatio(ca, cb *cell) string {
 		q := ca.samples[i].rate() / cb.samples[i].rate()
 		lo, hi = math.Min(lo, q), math.Max(hi, q)
 	}
+	if hi < 0.1 {
+		return fmt.Sprintf("%s [%.3f–%.3f]", ratio(pooled), lo, hi)
+	}
 	return fmt.Sprintf("%s [%.2f–%.2f]", ratio(pooled), lo, hi)
 }
 

@@ -36,10 +36,9 @@ func (r *report) brokersTargets(w writer) {
 		joinInts(b.workers, " / "), strings.Join(cons, "; "))
 	w("| the relay's publish rate against a raw publisher with confirms, reported | relay / raw: %s | reported |\n", strings.Join(pub, "; "))
 	if p := b.peer; p != nil {
-		idemBurst, wmBurst := p.pooled(0, false), p.pooled(1, false)
-		is, ws := p.latencies(0, true), p.latencies(1, true)
-		w("| idemgen's outbox against Watermill's on the same RabbitMQ, reported | burst of %s: %s against %s msgs/s (%s); steady %d msgs/s, commit to delivery p50 %s against %s, p99 %s against %s (Watermill's defaults) | reported |\n",
-			thousands(float64(p.burst)), thousands(idemBurst), thousands(wmBurst), ratio(idemBurst/wmBurst), p.rate,
+		is, ws := p.latencies(0, modeSteady), p.latencies(1, modeSteady)
+		w("| idemgen's outbox against Watermill's on the same RabbitMQ, reported | idemgen / Watermill (its defaults), %s messages: %s / %s msgs/s committed and delivered in a burst, %s / %s msgs/s relayed from a backlog; at %d msgs/s, commit to delivery p50 %s / %s, p99 %s / %s ([below](#against-watermills-outbox)) | reported |\n",
+			thousands(float64(p.burst)), thousands(p.pooled(0, modeBurst)), thousands(p.pooled(1, modeBurst)), thousands(p.pooled(0, modeBacklog)), thousands(p.pooled(1, modeBacklog)), p.rate,
 			dur(percentile(is, 50)), dur(percentile(ws, 50)), dur(percentile(is, 99)), dur(percentile(ws, 99)))
 	}
 }
@@ -53,10 +52,10 @@ func joinInts(xs []int, sep string) string {
 }
 
 // pooled is a side's throughput over its rounds: messages over time.
-func (p *peerResults) pooled(side int, steady bool) float64 {
+func (p *peerResults) pooled(side int, mode peerMode) float64 {
 	var msgs int
 	var elapsed time.Duration
-	for _, r := range p.runs[peerKey{side, steady}] {
+	for _, r := range p.runs[peerKey{side, mode}] {
 		msgs += r.msgs
 		elapsed += r.elapsed
 	}
@@ -67,9 +66,9 @@ func (p *peerResults) pooled(side int, steady bool) float64 {
 }
 
 // latencies are a side's latencies over its rounds, sorted.
-func (p *peerResults) latencies(side int, steady bool) []time.Duration {
+func (p *peerResults) latencies(side int, mode peerMode) []time.Duration {
 	var all []time.Duration
-	for _, r := range p.runs[peerKey{side, steady}] {
+	for _, r := range p.runs[peerKey{side, mode}] {
 		all = append(all, r.lat...)
 	}
 	slices.Sort(all)
@@ -138,56 +137,63 @@ func (r *report) writePeer(w writer) {
 	w("the business write and `sql.NewPublisher(sql.TxFromPgx(tx), DefaultPostgreSQLSchema)`, wrapped in `forwarder.NewPublisher`, in one pgx transaction; the `forwarder` component reading the table with a watermill-sql subscriber (`DefaultPostgreSQLSchema`, `DefaultPostgreSQLOffsetsAdapter`, batches of 100) and publishing to RabbitMQ through watermill-amqp's `NewDurableQueueConfig` with `ConfirmDelivery` on (off by default; without it the forwarder would count a message forwarded before RabbitMQ took it). ")
 	w("Its subscriber polls (`PollInterval`, 1 s by default; it queries again at once while it finds rows), so it ran twice: with the default and with a 10 ms poll. ")
 	w("idemgen's side is `ledger.NewPublishingPost` (the generated inbox's transaction: the claim, the same business write, one `out.Publish`, the result, and the outbox row with a NOTIFY in the commit) and one `idem.NewRelay` with its defaults (woken by the NOTIFY, polling every 1 s) publishing through `rabbitmq.NewPublisher`. ")
-	w("Both publish the same `ledger.Credited` body (JSON, about 80 bytes) to a fresh durable classic queue on the same RabbitMQ, where one plain amqp091 consumer (auto-ack) records when each message first arrived. ")
+	w("Both publish the same `ledger.Credited` body (JSON, about 80 bytes) to a fresh durable classic queue on the same RabbitMQ, where one plain amqp091 consumer (auto-ack) records when each message first arrived; every message arrived (checked). ")
 	w("%d producers on a pool of their own commit the deposits; the relay or the forwarder has a pool of its own (3 connections). A message's latency runs from its commit returning to the producer to its receipt.\n\n", p.producers)
-	w("- **burst**: %s messages, the producers committing as fast as they can; throughput is the messages over the time from the first commit to the last receipt;\n", thousands(float64(p.burst)))
-	w("- **steady**: %d messages per second at even intervals for %s after a %s warm-up (not counted).\n\n", p.rate, p.duration, p.warmup)
-	for _, steady := range []bool{false, true} {
-		if steady {
-			w("Steady, %d msgs/s:\n\n", p.rate)
-		} else {
-			w("Burst of %s:\n\n", thousands(float64(p.burst)))
+	w("- **burst**: %s messages, the producers committing as fast as they can while the relay runs; throughput is the messages over the time from the first commit to the last receipt; **commits/s** is the producers' own rate: where the delivery rate stays below it the relay or the forwarder is the bound, where the two match the producers are;\n", thousands(float64(p.burst)))
+	w("- **backlog**: the same %s messages committed first, then the relay or the forwarder started: its own throughput, from its start to the last receipt;\n", thousands(float64(p.burst)))
+	w("- **steady**: %d messages per second at even intervals for %s after a %s warm-up (not counted): latency.\n\n", p.rate, p.duration, p.warmup)
+	w("| outbox | burst msgs/s | per round | commits/s | burst p50 | burst p99 | backlog msgs/s | per round | received twice |\n| --- | ---: | --- | ---: | ---: | ---: | ---: | --- | ---: |\n")
+	for si, side := range peerSides {
+		lat := p.latencies(si, modeBurst)
+		var commits time.Duration
+		var msgs int
+		for _, run := range p.runs[peerKey{si, modeBurst}] {
+			commits += run.commits
+			msgs += run.msgs
 		}
-		if steady {
-			w("| outbox | messages | p50 | p90 | p99 | max | received twice |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n")
-		} else {
-			w("| outbox | messages | msgs/s, commit to delivery | per round | commits/s | p50 | p90 | p99 | max | received twice |\n| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n")
-		}
-		for si, side := range peerSides {
-			runs := p.runs[peerKey{si, steady}]
-			lat := p.latencies(si, steady)
-			var msgs, dups int
-			var commits time.Duration
-			var per []string
-			for _, run := range runs {
-				msgs += run.msgs
-				dups += run.dups
-				commits += run.commits
-				per = append(per, thousands(run.rate()))
-			}
-			maxLat := time.Duration(0)
-			if len(lat) > 0 {
-				maxLat = lat[len(lat)-1]
-			}
-			w("| %s | %s |", side.name, thousands(float64(msgs)))
-			if !steady {
-				w(" %s | %s | %s |", thousands(p.pooled(si, steady)), strings.Join(per, ", "), thousands(float64(msgs)/commits.Seconds()))
-			}
-			w(" %s | %s | %s | %s | %d |\n", dur(percentile(lat, 50)), dur(percentile(lat, 90)), dur(percentile(lat, 99)), dur(maxLat), dups)
-		}
-		w("\n")
+		w("| %s | %s | %s | %s | %s | %s | %s | %s | %d |\n", side.name, thousands(p.pooled(si, modeBurst)), p.perRound(si, modeBurst), thousands(float64(msgs)/commits.Seconds()),
+			dur(percentile(lat, 50)), dur(percentile(lat, 99)), thousands(p.pooled(si, modeBacklog)), p.perRound(si, modeBacklog), p.dups(si, modeBurst)+p.dups(si, modeBacklog))
 	}
-	ib, wb, wf := p.pooled(0, false), p.pooled(1, false), p.pooled(2, false)
-	is, ws, wfs := p.latencies(0, true), p.latencies(1, true), p.latencies(2, true)
-	w("**commits/s** is the producers' rate (the first commit to the last): where the delivery rate stays below it, the relay or the forwarder is the bound; where they match, the producers are. ")
-	w("idemgen against Watermill: burst throughput %s the default forwarder's, %s the 10 ms poll's; at the steady rate Watermill's p50 latency is %s idemgen's with its defaults and %s with the 10 ms poll, its p99 %s and %s.\n\n",
-		ratio(ib/wb), ratio(ib/wf), ratio(float64(percentile(ws, 50))/float64(percentile(is, 50))), ratio(float64(percentile(wfs, 50))/float64(percentile(is, 50))),
+	w("\nSteady, %d msgs/s, commit to delivery:\n\n", p.rate)
+	w("| outbox | messages | p50 | p90 | p99 | max | received twice |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+	for si, side := range peerSides {
+		lat := p.latencies(si, modeSteady)
+		maxLat := time.Duration(0)
+		if len(lat) > 0 {
+			maxLat = lat[len(lat)-1]
+		}
+		w("| %s | %s | %s | %s | %s | %s | %d |\n", side.name, thousands(float64(len(lat))), dur(percentile(lat, 50)), dur(percentile(lat, 90)), dur(percentile(lat, 99)), dur(maxLat), p.dups(si, modeSteady))
+	}
+	ib, wb, wf := p.pooled(0, modeBurst), p.pooled(1, modeBurst), p.pooled(2, modeBurst)
+	ik, wk, wfk := p.pooled(0, modeBacklog), p.pooled(1, modeBacklog), p.pooled(2, modeBacklog)
+	is, ws, wfs := p.latencies(0, modeSteady), p.latencies(1, modeSteady), p.latencies(2, modeSteady)
+	w("\nidemgen against Watermill (its defaults, then the 10 ms poll): burst throughput %s and %s; the relay's own throughput over the backlog %s and %s; at the steady rate Watermill's p50 latency is %s and %s idemgen's, its p99 %s and %s.\n\n",
+		ratio(ib/wb), ratio(ib/wf), ratio(ik/wk), ratio(ik/wfk),
+		ratio(float64(percentile(ws, 50))/float64(percentile(is, 50))), ratio(float64(percentile(wfs, 50))/float64(percentile(is, 50))),
 		ratio(float64(percentile(ws, 99))/float64(percentile(is, 99))), ratio(float64(percentile(wfs, 99))/float64(percentile(is, 99))))
 	w("What each side guarantees differs, and the numbers should be read with it:\n\n")
 	w("- **Downstream deduplication.** idemgen's rows carry a stable id (the consumer, the key of the message being handled, the position), sent as the AMQP `message_id`; a relay's second try of a row, or the handler's transaction run again for a redelivered input, produces the same id, and the next consumer's idemgen inbox turns it into a `Duplicate`. Watermill's forwarder gives the message the UUID the producer chose (`watermill.NewUUID()` per publish, as its examples do), carried in its own `_watermill_message_uuid` header, not `message_id`; a second forward after a crash between the publish and the offset ack delivers it again with nothing downstream that drops it unless the consumer keys on that header itself, and a retried business transaction publishes a new UUID.\n")
-	w("- **Inbound deduplication.** idemgen's side also claims the incoming message's key in the same transaction (the inbox row and the stored result): a redelivered deposit is not applied or published twice. Watermill's side here is the outbox alone, one write fewer per transaction; Watermill leaves deduplication of the input to the application (its router's `Deduplicator` middleware keeps the ids it saw in an expiring repository, in memory by default, outside the business transaction).\n")
+	w("- **Inbound deduplication.** idemgen's side also claims the incoming message's key in the same transaction (the inbox row and the stored result): a redelivered deposit is not applied or published twice. Watermill's side here is the outbox alone, one write fewer per transaction, and no NOTIFY, so its producers commit faster (commits/s above); Watermill leaves deduplication of the input to the application (its router's `Deduplicator` middleware keeps the ids it saw in an expiring repository, in memory by default, outside the business transaction).\n")
 	w("- **Ordering and parallel relays.** Watermill's PostgreSQL subscriber reads rows in transaction-id order, only those below the oldest transaction still running on the server (`pg_snapshot_xmin`), so one long transaction anywhere on the server, in any database, holds delivery back; it forwards one message at a time, each publish awaiting its confirm, and the subscribers of one consumer group take turns (the group's offsets row is locked `FOR UPDATE` while a batch is forwarded). idem's relay claims batches with `FOR UPDATE SKIP LOCKED` under a lease, publishes a batch with all its messages in flight, and several relays share one table; it keeps no order by default, and each ordering key's order in ordered mode (`idem.WithRelayOrdered`).\n")
 	w("- **Latency.** Watermill's forwarder finds new rows when it polls; idem's relay is woken by the commit's NOTIFY (the NOTIFY's cost at commit is in the [outbox](#notify-and-committing-throughput) section), and polls as a fallback.\n\n")
+}
+
+// perRound lists a side's throughput in each round.
+func (p *peerResults) perRound(side int, mode peerMode) string {
+	var per []string
+	for _, run := range p.runs[peerKey{side, mode}] {
+		per = append(per, thousands(run.rate()))
+	}
+	return strings.Join(per, ", ")
+}
+
+// dups adds up the messages a side's runs received twice.
+func (p *peerResults) dups(side int, mode peerMode) int {
+	n := 0
+	for _, run := range p.runs[peerKey{side, mode}] {
+		n += run.dups
+	}
+	return n
 }
 
 // redactURL hides the password of a URL for the report.

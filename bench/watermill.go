@@ -35,7 +35,9 @@ import (
 // same RabbitMQ, received by the same plain amqp091 consumer.
 //
 // Each side runs a burst (as many messages as -peermsgs, the producers
-// committing as fast as they can: throughput from the first commit to the
+// committing as fast as they can while the relay runs: throughput from the
+// first commit to the last delivery), a backlog (the same messages committed
+// before the relay starts: the relay's own throughput, from its start to the
 // last delivery) and a steady rate (-obxrate messages per second for the
 // warm-up and -duration: latency from each commit to its receipt).
 
@@ -58,15 +60,30 @@ var peerSides = []peerSide{
 // run's fresh schema).
 const wmForwarderTopic = "idembench_forward"
 
+// peerMode is how a run's messages are committed.
+type peerMode int
+
+const (
+	modeBurst peerMode = iota
+	modeBacklog
+	modeSteady
+)
+
+var peerModes = []peerMode{modeBurst, modeBacklog, modeSteady}
+
+func (m peerMode) String() string {
+	return [...]string{"burst", "backlog", "steady"}[m]
+}
+
 type peerKey struct {
-	side   int
-	steady bool
+	side int
+	mode peerMode
 }
 
 // peerRun is one run of one side.
 type peerRun struct {
 	msgs    int           // measured messages
-	elapsed time.Duration // from the first measured commit to the last measured receipt
+	elapsed time.Duration // from the first measured commit (for a backlog: the relay's start) to the last receipt
 	commits time.Duration // from the first measured commit to the last
 	lat     []time.Duration
 	dups    int // receipts of a message received before
@@ -89,32 +106,27 @@ func newPeerResults(cfg *config) *peerResults {
 		warmup: cfg.warmup, duration: cfg.duration}
 }
 
-func (p *peerResults) runsPerRound() int { return 2 * len(peerSides) }
+func (p *peerResults) runsPerRound() int { return len(peerModes) * len(peerSides) }
 
-func peerMode(steady bool) string {
-	if steady {
-		return "steady"
-	}
-	return "burst"
-}
-
-// runRound runs every side in both modes, the order of the sides rotating.
+// runRound runs every side in every mode, the order of the modes and of the
+// sides rotating.
 func (p *peerResults) runRound(ctx context.Context, cfg *config, round int, step func(string, ...any)) ([]string, error) {
 	var order []string
-	for _, steady := range pairOrder(round) {
+	for mi := range peerModes {
+		mode := peerModes[(mi+round)%len(peerModes)]
 		for i := range peerSides {
 			si := (i + round) % len(peerSides)
 			side := peerSides[si]
-			step("round %d, outbox peer, %s, %s", round+1, side.name, peerMode(steady))
-			run, err := runPeer(ctx, cfg, side, steady)
+			step("round %d, outbox peer, %s, %s", round+1, side.name, mode)
+			run, err := runPeer(ctx, cfg, side, mode)
 			if err != nil {
-				return nil, fmt.Errorf("brokers round %d, %s, %s: %w", round+1, side.name, peerMode(steady), err)
+				return nil, fmt.Errorf("brokers round %d, %s, %s: %w", round+1, side.name, mode, err)
 			}
 			lat := slices.Sorted(slices.Values(run.lat))
 			logf("    %d messages at %s msgs/s: p50 %s, p99 %s", run.msgs, thousands(run.rate()), dur(percentile(lat, 50)), dur(percentile(lat, 99)))
-			k := peerKey{si, steady}
+			k := peerKey{si, mode}
 			p.runs[k] = append(p.runs[k], run)
-			order = append(order, fmt.Sprintf("%s %s", side.name, peerMode(steady)))
+			order = append(order, fmt.Sprintf("%s %s", side.name, mode))
 		}
 	}
 	return order, nil
@@ -123,7 +135,7 @@ func (p *peerResults) runRound(ctx context.Context, cfg *config, round int, step
 // runPeer runs one side once: producers commit deposits that each publish
 // one ledger.Credited through the side's outbox, its relay publishes them to
 // a fresh durable queue, and a plain amqp091 consumer receives them.
-func runPeer(ctx context.Context, cfg *config, side peerSide, steady bool) (peerRun, error) {
+func runPeer(ctx context.Context, cfg *config, side peerSide, mode peerMode) (peerRun, error) {
 	migrations, err := ledger.MigrationsWithOutbox()
 	if err != nil {
 		return peerRun{}, err
@@ -160,7 +172,7 @@ func runPeer(ctx context.Context, cfg *config, side peerSide, steady bool) (peer
 
 	var total, warm int
 	var interval time.Duration
-	if steady {
+	if mode == modeSteady {
 		interval = time.Second / time.Duration(cfg.obxRate)
 		warm = int(cfg.warmup / interval)
 		total = warm + int(cfg.duration/interval)
@@ -176,23 +188,30 @@ func runPeer(ctx context.Context, cfg *config, side peerSide, steady bool) (peer
 	// The relay.
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	var stopRelay func() error
+	var startRelay func() (stop func() error, err error)
 	var produce func(ctx context.Context, d ledger.Deposit) error
 	if side.watermill {
-		fwd, err := startForwarder(rctx, relayPool, cfg.amqpURL, side.poll)
-		if err != nil {
+		if err := initWatermill(relayPool); err != nil {
 			return peerRun{}, err
 		}
-		stopRelay = fwd.Close
+		startRelay = func() (func() error, error) {
+			fwd, err := startForwarder(rctx, relayPool, cfg.amqpURL, side.poll)
+			if err != nil {
+				return nil, err
+			}
+			return fwd.Close, nil
+		}
 		produce = func(ctx context.Context, d ledger.Deposit) error { return watermillDeposit(ctx, producers, tag, d) }
 	} else {
 		pub := rabbitmq.NewPublisher(cfg.amqpURL, rabbitmq.WithRoute(func(string) (string, string) { return "", tag }),
 			rabbitmq.WithLogger(quietLog), rabbitmq.WithConnectionName("idem bench peer relay"))
 		defer pub.Close()
-		relay := idem.NewRelay(relayPool, pub, idem.WithRelayID(tag), idem.WithRelayLogger(quietLog))
-		errc := make(chan error, 1)
-		go func() { errc <- relay.Run(rctx) }()
-		stopRelay = func() error { cancel(); return <-errc }
+		startRelay = func() (func() error, error) {
+			relay := idem.NewRelay(relayPool, pub, idem.WithRelayID(tag), idem.WithRelayLogger(quietLog))
+			errc := make(chan error, 1)
+			go func() { errc <- relay.Run(rctx) }()
+			return func() error { cancel(); return <-errc }, nil
+		}
 		in := ledger.NewPublishingPost(producers, 1)
 		produce = func(ctx context.Context, d ledger.Deposit) error {
 			_, outcome, err := in.Handle(ctx, d)
@@ -202,12 +221,17 @@ func runPeer(ctx context.Context, cfg *config, side peerSide, steady bool) (peer
 			return err
 		}
 	}
-	stopped := false
+	var stopRelay func() error
 	defer func() {
-		if !stopped {
+		if stopRelay != nil {
 			_ = stopRelay()
 		}
 	}()
+	if mode != modeBacklog {
+		if stopRelay, err = startRelay(); err != nil {
+			return peerRun{}, err
+		}
+	}
 
 	commits := make([]time.Time, total)
 	var (
@@ -225,7 +249,7 @@ func runPeer(ctx context.Context, cfg *config, side peerSide, steady bool) (peer
 				if i >= total {
 					return
 				}
-				if steady {
+				if mode == modeSteady {
 					if d := time.Until(start.Add(time.Duration(i) * interval)); d > 0 {
 						time.Sleep(d)
 					}
@@ -249,12 +273,21 @@ func runPeer(ctx context.Context, cfg *config, side peerSide, steady bool) (peer
 		return peerRun{}, first
 	}
 	lastCommit := slices.MaxFunc(commits, func(a, b time.Time) int { return a.Compare(b) })
-	wait := 3*max(side.poll, idem.DefaultRelayPoll) + 30*time.Second
+	var relayStart time.Time
+	if mode == modeBacklog {
+		relayStart = time.Now()
+		if stopRelay, err = startRelay(); err != nil {
+			return peerRun{}, err
+		}
+		lastCommit = time.Now() // the backlog's wait runs from the relay's start
+	}
+	wait := 3*max(side.poll, idem.DefaultRelayPoll) + time.Duration(total)*time.Millisecond + 30*time.Second
 	if err := recv.wait(ctx, lastCommit.Add(wait)); err != nil {
 		return peerRun{}, fmt.Errorf("%w by %s after the last commit", err, wait)
 	}
-	stopped = true
-	if err := stopRelay(); err != nil && !errors.Is(err, context.Canceled) {
+	stop := stopRelay
+	stopRelay = nil
+	if err := stop(); err != nil && !errors.Is(err, context.Canceled) {
 		return peerRun{}, fmt.Errorf("stop the relay: %w", err)
 	}
 	recv.stop()
@@ -272,6 +305,9 @@ func runPeer(ctx context.Context, cfg *config, side peerSide, steady bool) (peer
 		}
 	}
 	run.elapsed = lastReceipt.Sub(firstCommit)
+	if mode == modeBacklog {
+		run.elapsed = lastReceipt.Sub(relayStart)
+	}
 	run.commits = slices.MaxFunc(commits[warm:], func(a, b time.Time) int { return a.Compare(b) }).Sub(firstCommit)
 	return run, nil
 }
@@ -306,6 +342,20 @@ func watermillDeposit(ctx context.Context, pool *pgxpool.Pool, queue string, d l
 		return err
 	}
 	return tx.Commit(ctx)
+}
+
+// initWatermill creates the forwarder topic's table and offsets table, as the
+// forwarder's subscriber does when it subscribes, for the backlog that is
+// written before the forwarder starts.
+func initWatermill(pool *pgxpool.Pool) error {
+	sub, err := wmsql.NewSubscriber(wmsql.BeginnerFromPgx(pool), wmsql.SubscriberConfig{
+		SchemaAdapter: wmsql.DefaultPostgreSQLSchema{}, OffsetsAdapter: wmsql.DefaultPostgreSQLOffsetsAdapter{},
+	}, watermill.NopLogger{})
+	if err != nil {
+		return err
+	}
+	defer sub.Close()
+	return sub.SubscribeInitialize(wmForwarderTopic)
 }
 
 // startForwarder runs Watermill's forwarder: a watermill-sql subscriber of
