@@ -195,11 +195,7 @@ func runPeer(ctx context.Context, cfg *config, side peerSide, mode peerMode) (pe
 			return peerRun{}, err
 		}
 		startRelay = func() (func() error, error) {
-			fwd, err := startForwarder(rctx, relayPool, cfg.amqpURL, side.poll)
-			if err != nil {
-				return nil, err
-			}
-			return fwd.Close, nil
+			return startForwarder(rctx, relayPool, cfg.amqpURL, side.poll)
 		}
 		produce = func(ctx context.Context, d ledger.Deposit) error { return watermillDeposit(ctx, producers, tag, d) }
 	} else {
@@ -363,8 +359,9 @@ func initWatermill(pool *pgxpool.Pool) error {
 // initialised on subscribing) and a watermill-amqp publisher to durable
 // queues with delivery confirmation on (the default is off: without it the
 // forwarder would mark rows done before RabbitMQ took them). It returns
-// once the forwarder runs and its table exists.
-func startForwarder(ctx context.Context, pool *pgxpool.Pool, amqpURL string, poll time.Duration) (*forwarder.Forwarder, error) {
+// once the forwarder runs and its table exists, with what stops it (the
+// forwarder, then the AMQP publisher, which the forwarder does not close).
+func startForwarder(ctx context.Context, pool *pgxpool.Pool, amqpURL string, poll time.Duration) (stop func() error, err error) {
 	sub, err := wmsql.NewSubscriber(wmsql.BeginnerFromPgx(pool), wmsql.SubscriberConfig{
 		SchemaAdapter:    wmsql.DefaultPostgreSQLSchema{},
 		OffsetsAdapter:   wmsql.DefaultPostgreSQLOffsetsAdapter{},
@@ -385,27 +382,29 @@ func startForwarder(ctx context.Context, pool *pgxpool.Pool, amqpURL string, pol
 		_ = pub.Close()
 		return nil, err
 	}
+	stop = func() error { return errors.Join(fwd.Close(), pub.Close()) }
 	errc := make(chan error, 1)
 	go func() { errc <- fwd.Run(ctx) }()
 	select {
 	case <-fwd.Running():
 	case err := <-errc:
+		_ = pub.Close()
 		return nil, fmt.Errorf("the forwarder stopped: %v", err)
 	case <-time.After(30 * time.Second):
-		_ = fwd.Close()
+		_ = stop()
 		return nil, fmt.Errorf("the forwarder did not start in 30s")
 	}
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 		var ok bool
 		if err := pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, `"watermill_`+wmForwarderTopic+`"`).Scan(&ok); err != nil {
-			_ = fwd.Close()
+			_ = stop()
 			return nil, err
 		}
 		if ok {
-			return fwd, nil
+			return stop, nil
 		}
 		if time.Now().After(deadline) {
-			_ = fwd.Close()
+			_ = stop()
 			return nil, fmt.Errorf("the forwarder's subscriber did not create its table in 30s")
 		}
 	}
