@@ -15,6 +15,12 @@
 //     without the commit's NOTIFY; commit-to-publish latency of an
 //     idem.Relay woken by NOTIFY against one that only polls; and relay
 //     throughput over a backlog, for 1 and 4 relays;
+//   - the brokers (brokers.go): consuming from RabbitMQ, NATS JetStream and
+//     Kafka (kfake, in-process) through idem's adapters into the generated
+//     wrapper, at 1, 4 and 16 handlers, against the same library's raw
+//     consume-and-ack; the relay's publish rate through each adapter against
+//     a raw publisher with confirms; and idemgen's outbox against
+//     Watermill's (watermill-sql and its forwarder to RabbitMQ);
 //   - idemgen's running time against go vet on the same packages, and how it
 //     grows with the number of handlers.
 //
@@ -64,15 +70,23 @@ type config struct {
 	obxPoll    time.Duration
 	obxBacklog int
 	obxRelays  []int
-	keep       bool
-	parts      map[string]bool
-	out        string
-	root       string
-	args       []string
+	// The brokers part: the brokers, their addresses, the backlog of each
+	// consume and publish cell, the messages of the peer comparison's
+	// burst.
+	brokers  []string
+	amqpURL  string
+	natsURL  string
+	brkMsgs  int
+	peerMsgs int
+	keep     bool
+	parts    map[string]bool
+	out      string
+	root     string
+	args     []string
 }
 
 // allParts are the parts of the run, in the order they run.
-var allParts = []string{"mem", "db", "outbox", "alloc", "gen"}
+var allParts = []string{"mem", "db", "outbox", "brokers", "alloc", "gen"}
 
 func main() {
 	if err := run(); err != nil {
@@ -110,6 +124,11 @@ func run() error {
 			return err
 		}
 	}
+	if cfg.parts["brokers"] {
+		if rep.brokers, err = runBrokers(ctx, cfg); err != nil {
+			return err
+		}
+	}
 	if cfg.parts["alloc"] {
 		if rep.alloc, err = runAlloc(ctx, cfg); err != nil {
 			return err
@@ -135,7 +154,7 @@ func run() error {
 
 func parseFlags() (*config, error) {
 	cfg := &config{args: os.Args[1:]}
-	var workers, sizes, parts, relays string
+	var workers, sizes, parts, relays, brokers string
 	flag.StringVar(&cfg.db, "db", "", "PostgreSQL `URL` (default: $IDEMGEN_TEST_DATABASE_URL, else database idemgen_test on the local socket, created if missing)")
 	flag.DurationVar(&cfg.duration, "duration", 5*time.Second, "measured time of each cell")
 	flag.DurationVar(&cfg.warmup, "warmup", time.Second, "warm-up before each cell's measurement")
@@ -151,8 +170,13 @@ func parseFlags() (*config, error) {
 	flag.DurationVar(&cfg.obxPoll, "obxpoll", idem.DefaultRelayPoll, "outbox: the relay's poll interval in the latency runs (NOTIFY and poll-only)")
 	flag.IntVar(&cfg.obxBacklog, "obxbacklog", 50000, "outbox: rows in the backlog of the relay throughput runs")
 	flag.StringVar(&relays, "obxrelays", "1,4", "outbox: relays at once in the throughput runs, comma-separated")
+	flag.StringVar(&brokers, "brokers", strings.Join(brokerNames, ","), "brokers: the brokers of the brokers part, comma-separated (rabbitmq also runs the Watermill comparison)")
+	flag.StringVar(&cfg.amqpURL, "amqp", envOr("IDEMGEN_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/"), "brokers: the RabbitMQ `URL`")
+	flag.StringVar(&cfg.natsURL, "nats", envOr("IDEMGEN_TEST_NATS_URL", "nats://127.0.0.1:4222"), "brokers: the NATS (JetStream) `URL`")
+	flag.IntVar(&cfg.brkMsgs, "brkmsgs", 10000, "brokers: messages in the backlog of each consume and publish cell")
+	flag.IntVar(&cfg.peerMsgs, "peermsgs", 5000, "brokers: messages of the burst of the Watermill comparison")
 	flag.BoolVar(&cfg.keep, "keep", false, "keep the generator's temporary module (its path is logged)")
-	flag.StringVar(&parts, "parts", strings.Join(allParts, ","), "parts to run: mem (the long run), db (the scenarios), outbox, alloc, gen")
+	flag.StringVar(&parts, "parts", strings.Join(allParts, ","), "parts to run: mem (the long run), db (the scenarios), outbox, brokers, alloc, gen")
 	flag.StringVar(&cfg.out, "out", "BENCHMARKS.md", "results file, relative to the repository root")
 	flag.Parse()
 	if flag.NArg() > 0 {
@@ -171,6 +195,15 @@ func parseFlags() (*config, error) {
 	}
 	if cfg.obxRate < 1 || cfg.obxRate > 100000 || cfg.obxPoll <= 0 || cfg.obxBacklog < 1 {
 		return nil, fmt.Errorf("-obxrate must be 1 to 100000, -obxpoll positive and -obxbacklog at least 1")
+	}
+	for _, b := range strings.Split(brokers, ",") {
+		if !slices.Contains(brokerNames, b) {
+			return nil, fmt.Errorf("-brokers: unknown broker %q (want %s)", b, strings.Join(brokerNames, ","))
+		}
+		cfg.brokers = append(cfg.brokers, b)
+	}
+	if cfg.brkMsgs < 100 || cfg.peerMsgs < 10 {
+		return nil, fmt.Errorf("-brkmsgs must be at least 100 and -peermsgs at least 10")
 	}
 	cfg.parts = map[string]bool{}
 	for _, p := range strings.Split(parts, ",") {
@@ -225,6 +258,13 @@ func findPgbench() string {
 		}
 	}
 	return ""
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
 }
 
 func intList(s string) ([]int, error) {

@@ -27,6 +27,7 @@ type report struct {
 	alloc             *allocResults
 	mem               *memResults
 	outbox            *outboxResults
+	brokers           *brokersResults
 	gen               *genResults
 }
 
@@ -154,6 +155,9 @@ func (r *report) markdown() []byte {
 	if r.outbox != nil {
 		r.writeOutbox(w)
 	}
+	if r.brokers != nil {
+		r.writeBrokers(w)
+	}
 	if r.alloc != nil {
 		r.writeAlloc(w)
 	}
@@ -208,6 +212,9 @@ func (r *report) writeTargets(w writer) {
 	}
 	if r.outbox != nil {
 		r.outboxTargets(w)
+	}
+	if r.brokers != nil {
+		r.brokersTargets(w)
 	}
 	if r.gen != nil {
 		worst, worstName := 0.0, ""
@@ -347,6 +354,9 @@ func cellRatio(ca, cb *cell) string {
 	for i := range min(len(ca.samples), len(cb.samples)) {
 		q := ca.samples[i].rate() / cb.samples[i].rate()
 		lo, hi = math.Min(lo, q), math.Max(hi, q)
+	}
+	if hi < 0.1 {
+		return fmt.Sprintf("%s [%.3f–%.3f]", ratio(pooled), lo, hi)
 	}
 	return fmt.Sprintf("%s [%.2f–%.2f]", ratio(pooled), lo, hi)
 }
@@ -559,6 +569,9 @@ func ratio(x float64) string {
 	}
 	if math.Abs(x) >= 100 {
 		return fmt.Sprintf("%.0f×", x)
+	}
+	if x != 0 && math.Abs(x) < 0.1 {
+		return fmt.Sprintf("%.3f×", x)
 	}
 	return fmt.Sprintf("%.2f×", x)
 }
