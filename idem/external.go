@@ -244,23 +244,26 @@ func (x *ExternalInbox[M, R]) Handle(ctx context.Context, msg M) (result R, o Ou
 	observed := false
 	defer func() {
 		if !observed { // the handler panicked
-			observeDelivery(ctx, &x.ob, msg, 0, errPanicked, time.Since(start), claimAttempt, func() string { return x.keyText(msg) })
+			observeDelivery(ctx, &x.ob, msg, 0, errPanicked, time.Since(start), claimAttempt, x.keyText(msg))
 		}
 	}()
 	result, o, err = x.handle(ctx, msg, &claimAttempt)
 	observed = true
-	observeDelivery(ctx, &x.ob, msg, o, err, time.Since(start), claimAttempt, func() string { return x.keyText(msg) })
+	observeDelivery(ctx, &x.ob, msg, o, err, time.Since(start), claimAttempt, x.keyText(msg))
 	return result, o, err
 }
 
-// keyText is the idempotency key of msg, as the log record shows it, or ""
-// when the key parts cannot be taken from msg.
-func (x *ExternalInbox[M, R]) keyText(msg M) string {
-	key, err := x.table.Key(msg)
-	if err != nil {
-		return ""
+// keyText returns what renders msg's key parts (as Field=value pairs) and
+// its idempotency key for the log record, both "" when the key parts cannot
+// be taken from msg.
+func (x *ExternalInbox[M, R]) keyText(msg M) func() (string, string) {
+	return func() (string, string) {
+		key, err := x.table.Key(msg)
+		if err != nil {
+			return "", ""
+		}
+		return formatKey(x.table.KeyFields, key), ExternalKey(x.table.Consumer, key)
 	}
-	return ExternalKey(x.table.Consumer, key)
 }
 
 // handle is Handle; it sets *claimAttempt to the attempts of the claim it

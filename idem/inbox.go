@@ -128,12 +128,12 @@ func (in *Inbox[M, R]) Handle(ctx context.Context, msg M) (result R, o Outcome, 
 	observed := false
 	defer func() {
 		if !observed { // the handler panicked
-			observeDelivery(ctx, &in.ob, msg, 0, errPanicked, time.Since(start), 0, func() string { return in.keyText(msg, nil) })
+			observeDelivery(ctx, &in.ob, msg, 0, errPanicked, time.Since(start), 0, func() (string, string) { return in.keyText(msg, nil), "" })
 		}
 	}()
 	result, o, err = in.handle(ctx, msg)
 	observed = true
-	observeDelivery(ctx, &in.ob, msg, o, err, time.Since(start), 0, func() string { return in.keyText(msg, err) })
+	observeDelivery(ctx, &in.ob, msg, o, err, time.Since(start), 0, func() (string, string) { return in.keyText(msg, err), "" })
 	return result, o, err
 }
 

@@ -55,17 +55,18 @@ func (m Message[T]) deliveryAttempt() int { return m.Attempt }
 // panic goes on up the stack).
 var errPanicked = errors.New("idem: the handler panicked")
 
-// observeDelivery records one delivery of msg. keyText renders the key for
-// the log record; it, like the boxing of msg for its attempt, runs only when
+// observeDelivery records one delivery of msg. keyText renders the key (and
+// for mode=external the idempotency key) for the log record; it, like the boxing of msg for its attempt, runs only when
 // the record is logged, so that a delivery whose record the logger's level
 // leaves out costs the two measurements alone.
-func observeDelivery[M any](ctx context.Context, ob *observer, msg M, o Outcome, err error, d time.Duration, claimAttempt int, keyText func() string) {
+func observeDelivery[M any](ctx context.Context, ob *observer, msg M, o Outcome, err error, d time.Duration, claimAttempt int, keyText func() (key, idemKey string)) {
 	oc := outcomeOf(o, err)
 	ob.c.Outcome(ctx, oc, d)
 	if !obs.Enabled(ctx, ob.log, oc) {
 		return
 	}
-	rec := obs.Delivery{Consumer: ob.c.Name(), Key: keyText(), Outcome: oc, ClaimAttempt: claimAttempt, Duration: d, Err: err}
+	rec := obs.Delivery{Consumer: ob.c.Name(), Outcome: oc, ClaimAttempt: claimAttempt, Duration: d, Err: err}
+	rec.Key, rec.IdemKey = keyText()
 	if a, ok := any(msg).(attempter); ok {
 		rec.Attempt = a.deliveryAttempt()
 	}

@@ -327,6 +327,7 @@ const (
 
 	LogConsumer     = "consumer"
 	LogKey          = "key"
+	LogIdemKey      = "idem_key"
 	LogOutcome      = "outcome"
 	LogAttempt      = "attempt"
 	LogClaimAttempt = "claim_attempt"
@@ -338,8 +339,13 @@ const (
 // payload: only the key, as text.
 type Delivery struct {
 	Consumer string
-	Key      string
-	Outcome  Outcome
+	// Key is the key parts as Field=value pairs, "" when they could not be
+	// taken from the message.
+	Key string
+	// IdemKey is a mode=external delivery's idempotency key (what the
+	// provider sees), "" for mode=tx.
+	IdemKey string
+	Outcome Outcome
 	// Attempt is the broker's delivery attempt (idem.Message.Attempt), 0
 	// when not known.
 	Attempt int
@@ -358,11 +364,14 @@ func Enabled(ctx context.Context, l *slog.Logger, o Outcome) bool {
 
 // Log writes the delivery's record at its outcome's level.
 func Log(ctx context.Context, l *slog.Logger, d Delivery) {
-	attrs := make([]slog.Attr, 0, 7)
+	attrs := make([]slog.Attr, 0, 8)
 	attrs = append(attrs,
 		slog.String(LogConsumer, d.Consumer),
-		slog.String(LogKey, d.Key),
-		slog.String(LogOutcome, d.Outcome.String()))
+		slog.String(LogKey, d.Key))
+	if d.IdemKey != "" {
+		attrs = append(attrs, slog.String(LogIdemKey, d.IdemKey))
+	}
+	attrs = append(attrs, slog.String(LogOutcome, d.Outcome.String()))
 	if d.Attempt > 0 {
 		attrs = append(attrs, slog.Int(LogAttempt, d.Attempt))
 	}
