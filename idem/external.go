@@ -148,7 +148,8 @@ type ExternalInbox[M, R any] struct {
 
 // NewExternalInbox returns the ExternalInbox of table that runs handler.
 // db must reach the database that holds the table. Options: [WithLease],
-// [WithStuckAttempts] and [WithBeforeComplete]; the options of mode=tx (the
+// [WithStuckAttempts], [WithBeforeComplete], [WithLogger] and
+// [WithMeterProvider]; the options of mode=tx (the
 // isolation level, the claim wait, the before-commit hook, WithoutNotify)
 // have no effect. It panics on a lease <= 0 or a stuck threshold below 1.
 func NewExternalInbox[M, R any](db DB, t ExternalTable[M], fn func(ctx context.Context, msg M) (R, error), opts ...Option) *ExternalInbox[M, R] {
@@ -236,34 +237,32 @@ var _ Handler[struct{}] = (*ExternalInbox[struct{}, None])(nil)
 //
 // Each delivery is counted (idem.deliveries, idem.handler.duration; a claim
 // taken over from an expired lease in idem.lease.takeovers) and logged at its
-// outcome's level, with the idempotency key as its key ([WithMeterProvider],
-// [WithLogger]; docs/observability.md).
+// outcome's level, with the key parts and the idempotency key
+// ([WithMeterProvider], [WithLogger]; docs/observability.md).
 func (x *ExternalInbox[M, R]) Handle(ctx context.Context, msg M) (result R, o Outcome, err error) {
 	start := time.Now()
 	var claimAttempt int
 	observed := false
 	defer func() {
 		if !observed { // the handler panicked
-			observeDelivery(ctx, &x.ob, msg, 0, errPanicked, time.Since(start), claimAttempt, x.keyText(msg))
+			observeDelivery(ctx, &x.ob, msg, 0, errPanicked, time.Since(start), claimAttempt, func() (string, string) { return x.keyText(msg) })
 		}
 	}()
 	result, o, err = x.handle(ctx, msg, &claimAttempt)
 	observed = true
-	observeDelivery(ctx, &x.ob, msg, o, err, time.Since(start), claimAttempt, x.keyText(msg))
+	observeDelivery(ctx, &x.ob, msg, o, err, time.Since(start), claimAttempt, func() (string, string) { return x.keyText(msg) })
 	return result, o, err
 }
 
-// keyText returns what renders msg's key parts (as Field=value pairs) and
-// its idempotency key for the log record, both "" when the key parts cannot
-// be taken from msg.
-func (x *ExternalInbox[M, R]) keyText(msg M) func() (string, string) {
-	return func() (string, string) {
-		key, err := x.table.Key(msg)
-		if err != nil {
-			return "", ""
-		}
-		return formatKey(x.table.KeyFields, key), ExternalKey(x.table.Consumer, key)
+// keyText renders msg's key parts (as Field=value pairs) and its
+// idempotency key for the log record, both "" when the key parts cannot be
+// taken from msg.
+func (x *ExternalInbox[M, R]) keyText(msg M) (key, idemKey string) {
+	parts, err := x.table.Key(msg)
+	if err != nil {
+		return "", ""
 	}
+	return formatKey(x.table.KeyFields, parts), ExternalKey(x.table.Consumer, parts)
 }
 
 // handle is Handle; it sets *claimAttempt to the attempts of the claim it
