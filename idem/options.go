@@ -3,10 +3,12 @@ package idem
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel/metric"
 )
 
 // DefaultClaimWait is how long a delivery waits, by default, for another
@@ -22,6 +24,8 @@ type options struct {
 	claimWait    time.Duration
 	beforeCommit func(ctx context.Context, tx pgx.Tx) error
 	noNotify     bool
+	logger       *slog.Logger
+	meter        metric.MeterProvider
 
 	// mode=external only (NewExternalInbox).
 	lease          time.Duration
@@ -71,6 +75,25 @@ func WithBeforeCommit(hook func(ctx context.Context, tx pgx.Tx) error) Option {
 	return func(o *options) { o.beforeCommit = hook }
 }
 
+// WithLogger sets the logger of the inbox's records: one per delivery,
+// "idem delivery", with the consumer, the key as text, the outcome, the
+// broker's attempt where the message is an idem.Message, the duration and the
+// error; never a payload. The level depends on the outcome (Debug for
+// processed and duplicate): see docs/observability.md. nil, or no option,
+// is slog.Default() at the time the inbox is made.
+func WithLogger(l *slog.Logger) Option {
+	return func(o *options) { o.logger = l }
+}
+
+// WithMeterProvider sets the OpenTelemetry MeterProvider of the inbox's
+// instruments (idem.deliveries, idem.handler.duration, and for mode=external
+// idem.lease.takeovers and idem.sweeper.resets; idem.purged for Purge): see
+// docs/observability.md. nil, or no option, is otel.GetMeterProvider(), the
+// global one, which records nothing until the application sets one.
+func WithMeterProvider(mp metric.MeterProvider) Option {
+	return func(o *options) { o.meter = mp }
+}
+
 // WithLease sets the lease of an [ExternalInbox]'s claims, overriding the
 // lease of its table (the directive's lease=): how long a claim holds without
 // a heartbeat, and so how long a redelivery waits for a worker that died
@@ -104,6 +127,14 @@ func WithStuckAttempts(n int) Option {
 // ignore it.
 func WithBeforeComplete(hook func(ctx context.Context) error) Option {
 	return func(o *options) { o.beforeComplete = hook }
+}
+
+// loggerOrDefault is the logger of WithLogger, or slog.Default().
+func (o options) loggerOrDefault() *slog.Logger {
+	if o.logger == nil {
+		return slog.Default()
+	}
+	return o.logger
 }
 
 // maxClaimWait is the longest claim wait: PostgreSQL's lock_timeout takes at

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/metric"
 )
 
 // The relay's defaults: what NewRelay uses for an option not given.
@@ -35,6 +36,7 @@ type relayOptions struct {
 	pollOnly    bool
 	id          string
 	logger      *slog.Logger
+	meter       metric.MeterProvider
 	purgeBatch  int
 }
 
@@ -102,6 +104,16 @@ func WithRelayID(id string) RelayOption {
 // slog.Default()). No record holds a payload.
 func WithRelayLogger(l *slog.Logger) RelayOption {
 	return func(o *relayOptions) { o.logger = l }
+}
+
+// WithRelayMeterProvider sets the OpenTelemetry MeterProvider of the
+// relay's instruments: idem.relay.published and idem.relay.failures by
+// destination, idem.purged for Purge, and the outbox gauges
+// idem.outbox.backlog, idem.outbox.oldest_age and idem.outbox.dead (see
+// docs/observability.md). nil, or no option, is otel.GetMeterProvider(), the
+// global one.
+func WithRelayMeterProvider(mp metric.MeterProvider) RelayOption {
+	return func(o *relayOptions) { o.meter = mp }
 }
 
 // WithRelayPurgeBatch sets how many rows one statement of [Relay.Purge]
