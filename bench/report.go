@@ -27,6 +27,7 @@ type report struct {
 	alloc             *allocResults
 	mem               *memResults
 	outbox            *outboxResults
+	purge             *purgeResults
 	gen               *genResults
 }
 
@@ -154,6 +155,9 @@ func (r *report) markdown() []byte {
 	if r.outbox != nil {
 		r.writeOutbox(w)
 	}
+	if r.purge != nil {
+		r.writePurge(w)
+	}
 	if r.alloc != nil {
 		r.writeAlloc(w)
 	}
@@ -208,6 +212,9 @@ func (r *report) writeTargets(w writer) {
 	}
 	if r.outbox != nil {
 		r.outboxTargets(w)
+	}
+	if r.purge != nil {
+		r.purgeTargets(w)
 	}
 	if r.gen != nil {
 		worst, worstName := 0.0, ""

@@ -1,8 +1,8 @@
 package ledger_test
 
 import (
-	"fmt"
 	"context"
+	"fmt"
 	"io/fs"
 	"slices"
 	"strings"

@@ -182,8 +182,8 @@ type createData struct {
 	// migration that replaces it).
 	RetentionIndex string
 	BRIN           bool
-	Versions      string
-	VersionsTable string
+	Versions       string
+	VersionsTable  string
 }
 
 // Alter renders the SQL of the migration that makes the change c from prev
