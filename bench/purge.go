@@ -48,6 +48,44 @@ type purgeResults struct {
 	janitorBlocks, janitorWaits time.Duration
 	blockSeen, waitSeen         int
 	otherWaits                  int // lock waits between deliveries (not the janitor's)
+	// statements are the durations of the janitor's statements, sorted,
+	// timed on its connection (a pgx tracer).
+	statements []time.Duration
+	// Redeliveries of keys at the purge's front: how many, and how many
+	// found their row still there (ErrKeyReused: the payload differs from
+	// the seeded one) or gone (processed anew, a row to keep).
+	redelivered, reused int64
+}
+
+// purgeRedeliverEvery: one delivery in so many during the purge re-sends the
+// key of an expired row just ahead of the purge, so that deliveries touch the
+// rows the purge is deleting.
+const purgeRedeliverEvery = 10
+
+// statementTimer times the statements of a connection.
+type statementTimer struct {
+	mu    sync.Mutex
+	start map[*pgx.Conn]time.Time
+	took  []time.Duration
+}
+
+func (st *statementTimer) TraceQueryStart(ctx context.Context, c *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	st.mu.Lock()
+	st.start[c] = time.Now()
+	st.mu.Unlock()
+	return ctx
+}
+
+func (st *statementTimer) TraceQueryEnd(_ context.Context, c *pgx.Conn, _ pgx.TraceQueryEndData) {
+	st.mu.Lock()
+	st.took = append(st.took, time.Since(st.start[c]))
+	st.mu.Unlock()
+}
+
+func (st *statementTimer) done() int {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return len(st.took)
 }
 
 // runPurge runs the purge part in a fresh schema.
@@ -67,12 +105,12 @@ func runPurge(ctx context.Context, cfg *config) (*purgeResults, error) {
 	logf("purge: seeding %d expired inbox rows and %d that expire in a day", res.rows, res.keep)
 	started := time.Now()
 	if _, err := admin.Exec(ctx, `INSERT INTO idem_bench_ledger (key_message_id, fingerprint, result, created_at)
-		SELECT 'expired-' || g, '\x00'::bytea, '{"account":1,"amount":1}', now() - interval '31 days' - g * interval '1 ms'
+		SELECT 'expired-' || g, '\x01'::bytea || sha256(g::text::bytea), '{"account":1,"amount":1}', now() - interval '31 days' - g * interval '1 ms'
 		FROM generate_series(1, $1::int) g`, res.rows); err != nil {
 		return nil, fmt.Errorf("seed the expired rows: %w", err)
 	}
 	if _, err := admin.Exec(ctx, `INSERT INTO idem_bench_ledger (key_message_id, fingerprint, result, created_at)
-		SELECT 'kept-' || g, '\x00'::bytea, '{"account":1,"amount":1}', now() - interval '29 days' - g * interval '1 ms'
+		SELECT 'kept-' || g, '\x01'::bytea || sha256(g::text::bytea), '{"account":1,"amount":1}', now() - interval '29 days' - g * interval '1 ms'
 		FROM generate_series(1, $1::int) g`, res.keep); err != nil {
 		return nil, fmt.Errorf("seed the rows to keep: %w", err)
 	}
@@ -82,19 +120,26 @@ func runPurge(ctx context.Context, cfg *config) (*purgeResults, error) {
 	res.seed = time.Since(started)
 	logf("purge: seeded in %s", res.seed.Round(time.Millisecond))
 
-	pool, err := s.namedPool(ctx, res.workers, "idembench-worker")
+	pool, err := s.namedPool(ctx, res.workers, "idembench-worker", nil)
 	if err != nil {
 		return nil, err
 	}
 	defer pool.Close()
-	jpool, err := s.namedPool(ctx, 1, "idembench-janitor")
+	timer := &statementTimer{start: map[*pgx.Conn]time.Time{}}
+	jpool, err := s.namedPool(ctx, 1, "idembench-janitor", timer)
 	if err != nil {
 		return nil, err
 	}
 	defer jpool.Close()
 	post := ledger.NewPostIdem(pool)
-	var seq atomic.Int64
-	deliver := func(ctx context.Context, stop <-chan struct{}) ([]time.Duration, error) {
+	var seq, processed, redelivered, reused atomic.Int64
+	// front is the key number of the oldest expired row not yet purged: the
+	// rows are 'expired-<g>', older as g grows, and the purge takes them
+	// oldest first, a batch per statement.
+	front := func() int64 {
+		return int64(res.rows) - int64(timer.done())*int64(res.batch)
+	}
+	deliver := func(ctx context.Context, stop <-chan struct{}, redeliver bool) ([]time.Duration, error) {
 		var (
 			mu   sync.Mutex
 			all  []time.Duration
@@ -121,8 +166,26 @@ func runPurge(ctx context.Context, cfg *config) (*purgeResults, error) {
 					}
 					n := seq.Add(1)
 					msg := ledger.Deposit{MessageID: "m-" + strconv.FormatInt(n, 10), Account: n%int64(cfg.accounts) + 1, Amount: 1}
+					again := redeliver && n%purgeRedeliverEvery == 0
+					if again {
+						// A key the current batch or the next holds.
+						g := max(front()-n%int64(2*res.batch), 1)
+						msg.MessageID = "expired-" + strconv.FormatInt(g, 10)
+					}
 					t0 := time.Now()
 					_, outcome, err := post.Handle(ctx, msg)
+					switch {
+					case again && errors.Is(err, idem.ErrKeyReused):
+						redelivered.Add(1)
+						reused.Add(1)
+						lat = append(lat, time.Since(t0))
+						continue
+					case err == nil && outcome == idem.Processed:
+						processed.Add(1)
+						if again {
+							redelivered.Add(1)
+						}
+					}
 					if err != nil || outcome != idem.Processed {
 						mu.Lock()
 						errs = append(errs, fmt.Errorf("worker %d: %v, %v", w, outcome, err))
@@ -141,11 +204,13 @@ func runPurge(ctx context.Context, cfg *config) (*purgeResults, error) {
 	logf("purge: %d workers deliver for %s without the purge", res.workers, cfg.purgeBaseline)
 	stop := make(chan struct{})
 	time.AfterFunc(cfg.purgeBaseline, func() { close(stop) })
-	if res.without, err = deliver(ctx, stop); err != nil {
+	if res.without, err = deliver(ctx, stop, false); err != nil {
 		return nil, err
 	}
 
-	j, err := idem.NewJanitor(jpool, []idem.Maintained{post}, idem.WithJanitorLogger(slog.New(slog.DiscardHandler)))
+	// The janitor's statements run on the db of the inbox it is given: a
+	// wrapper of its own pool, as a janitor process of its own would have.
+	j, err := idem.NewJanitor(jpool, []idem.Maintained{ledger.NewPostIdem(jpool)}, idem.WithJanitorLogger(slog.New(slog.DiscardHandler)))
 	if err != nil {
 		return nil, err
 	}
@@ -161,7 +226,7 @@ func runPurge(ctx context.Context, cfg *config) (*purgeResults, error) {
 		res.report, janErr = j.RunOnce(ctx)
 		res.purgeTook = time.Since(t0)
 	}()
-	res.during, err = deliver(ctx, stop)
+	res.during, err = deliver(ctx, stop, true)
 	stopSampler()
 	if serr := <-sampled; serr != nil && !errors.Is(serr, context.Canceled) {
 		return nil, fmt.Errorf("sample pg_stat_activity: %w", serr)
@@ -173,13 +238,16 @@ func runPurge(ctx context.Context, cfg *config) (*purgeResults, error) {
 		return nil, janErr
 	}
 	res.purged = res.report.Purged["idem_bench_ledger"]
-	res.delivered = seq.Load()
+	res.delivered = processed.Load()
+	res.redelivered, res.reused = redelivered.Load(), reused.Load()
+	res.statements = slices.Clone(timer.took)
+	slices.Sort(res.statements)
 	if err := admin.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE key_message_id LIKE 'kept-%') FROM idem_bench_ledger`).Scan(&res.left, &res.keptLeft); err != nil {
 		return nil, err
 	}
-	logf("purge: %d rows purged in %s (%d statements, the longest %s); p99 %s without, %s during; %d rows left (%d kept + %d delivered)",
-		res.purged, res.purgeTook.Round(time.Millisecond), res.report.Statements, dur(res.report.Longest),
-		dur(percentile(res.without, 99)), dur(percentile(res.during, 99)), res.left, res.keptLeft, res.delivered)
+	logf("purge: %d rows purged in %s (%d statements, p50 %s, p99 %s, the longest %s); p99 %s without, %s during; %d rows left (%d kept + %d delivered); %d redeliveries at the front, %d found their row",
+		res.purged, res.purgeTook.Round(time.Millisecond), res.report.Statements, dur(percentile(res.statements, 50)), dur(percentile(res.statements, 99)), dur(res.report.Longest),
+		dur(percentile(res.without, 99)), dur(percentile(res.during, 99)), res.left, res.keptLeft, res.delivered, res.redelivered, res.reused)
 	if res.purged != int64(res.rows) || res.keptLeft != int64(res.keep) || res.left != int64(res.keep)+res.delivered {
 		return nil, fmt.Errorf("the purge deleted %d rows, want %d; %d rows left, want %d kept + %d delivered", res.purged, res.rows, res.left, res.keep, res.delivered)
 	}
@@ -187,14 +255,15 @@ func runPurge(ctx context.Context, cfg *config) (*purgeResults, error) {
 }
 
 // namedPool is a pool of up to size connections on the schema whose
-// backends carry application_name name.
-func (s *schema) namedPool(ctx context.Context, size int, name string) (*pgxpool.Pool, error) {
+// backends carry application_name name, traced by tracer if not nil.
+func (s *schema) namedPool(ctx context.Context, size int, name string, tracer pgx.QueryTracer) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(s.base)
 	if err != nil {
 		return nil, err
 	}
 	cfg.ConnConfig.RuntimeParams["search_path"] = s.name
 	cfg.ConnConfig.RuntimeParams["application_name"] = name
+	cfg.ConnConfig.Tracer = tracer
 	cfg.MaxConns = int32(size)
 	return pgxpool.NewWithConfig(ctx, cfg)
 }
