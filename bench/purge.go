@@ -55,6 +55,9 @@ type purgeResults struct {
 	// found their row still there (ErrKeyReused: the payload differs from
 	// the seeded one) or gone (processed anew, a row to keep).
 	redelivered, reused int64
+	// retried counts the redeliveries tried again after a retryable error:
+	// the claim met the row and the purge deleted it before the read back.
+	retried int64
 }
 
 // purgeRedeliverEvery: one delivery in so many during the purge re-sends the
@@ -62,7 +65,8 @@ type purgeResults struct {
 // rows the purge is deleting.
 const purgeRedeliverEvery = 10
 
-// statementTimer times the statements of a connection.
+// statementTimer times the statements of a connection, and the batches
+// that the janitor sends its statements in.
 type statementTimer struct {
 	mu    sync.Mutex
 	start map[*pgx.Conn]time.Time
@@ -80,6 +84,19 @@ func (st *statementTimer) TraceQueryEnd(_ context.Context, c *pgx.Conn, _ pgx.Tr
 	st.mu.Lock()
 	st.took = append(st.took, time.Since(st.start[c]))
 	st.mu.Unlock()
+}
+
+// The janitor sends each statement in a batch of its own (begin, the
+// setting, the statement, commit): a batch is one statement's round trip.
+
+func (st *statementTimer) TraceBatchStart(ctx context.Context, c *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	return st.TraceQueryStart(ctx, c, pgx.TraceQueryStartData{})
+}
+
+func (st *statementTimer) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+
+func (st *statementTimer) TraceBatchEnd(ctx context.Context, c *pgx.Conn, _ pgx.TraceBatchEndData) {
+	st.TraceQueryEnd(ctx, c, pgx.TraceQueryEndData{})
 }
 
 func (st *statementTimer) done() int {
@@ -132,7 +149,7 @@ func runPurge(ctx context.Context, cfg *config) (*purgeResults, error) {
 	}
 	defer jpool.Close()
 	post := ledger.NewPostIdem(pool)
-	var seq, processed, redelivered, reused atomic.Int64
+	var seq, processed, redelivered, reused, retried atomic.Int64
 	// front is the key number of the oldest expired row not yet purged: the
 	// rows are 'expired-<g>', older as g grows, and the purge takes them
 	// oldest first, a batch per statement.
@@ -174,10 +191,21 @@ func runPurge(ctx context.Context, cfg *config) (*purgeResults, error) {
 					}
 					t0 := time.Now()
 					_, outcome, err := post.Handle(ctx, msg)
+					for tries := 0; again && errors.Is(err, idem.ErrRetryable) && tries < 10; tries++ {
+						// The claim met the row, the purge deleted it before
+						// the read back: what the broker's redelivery does.
+						retried.Add(1)
+						_, outcome, err = post.Handle(ctx, msg)
+					}
 					switch {
 					case again && errors.Is(err, idem.ErrKeyReused):
 						redelivered.Add(1)
 						reused.Add(1)
+						lat = append(lat, time.Since(t0))
+						continue
+					case again && err == nil && outcome == idem.Duplicate:
+						// An earlier redelivery of the key processed it anew.
+						redelivered.Add(1)
 						lat = append(lat, time.Since(t0))
 						continue
 					case err == nil && outcome == idem.Processed:
@@ -239,7 +267,7 @@ func runPurge(ctx context.Context, cfg *config) (*purgeResults, error) {
 	}
 	res.purged = res.report.Purged["idem_bench_ledger"]
 	res.delivered = processed.Load()
-	res.redelivered, res.reused = redelivered.Load(), reused.Load()
+	res.redelivered, res.reused, res.retried = redelivered.Load(), reused.Load(), retried.Load()
 	res.statements = slices.Clone(timer.took)
 	slices.Sort(res.statements)
 	if err := admin.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE key_message_id LIKE 'kept-%') FROM idem_bench_ledger`).Scan(&res.left, &res.keptLeft); err != nil {
@@ -291,20 +319,24 @@ func (r *purgeResults) sample(ctx context.Context, s *schema) error {
 	}
 	first, last := map[waitKey]time.Time{}, map[waitKey]time.Time{}
 	kind := map[waitKey]string{}
+	// The longest waits, however the sampling ends (a cancel may come in
+	// the middle of a query).
+	defer func() {
+		for k, f := range first {
+			d := last[k].Sub(f) + purgeSampleEvery
+			switch kind[k] {
+			case "blocks":
+				r.janitorBlocks = max(r.janitorBlocks, d)
+			case "waits":
+				r.janitorWaits = max(r.janitorWaits, d)
+			}
+		}
+	}()
 	tick := time.NewTicker(purgeSampleEvery)
 	defer tick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			for k, f := range first {
-				d := last[k].Sub(f) + purgeSampleEvery
-				switch kind[k] {
-				case "blocks":
-					r.janitorBlocks = max(r.janitorBlocks, d)
-				case "waits":
-					r.janitorWaits = max(r.janitorWaits, d)
-				}
-			}
 			return ctx.Err()
 		case <-tick.C:
 		}

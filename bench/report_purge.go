@@ -45,6 +45,7 @@ func (r *report) writePurge(w writer) {
 	w("A statement's duration bounds how long it can hold a delivery that needs one of its rows; the lock waits below say how long any delivery did wait. ")
 	w("%s deliveries re-sent a key at the purge's front: %s found their row (`ErrKeyReused`), %s came after it was purged and were processed anew. ",
 		thousands(float64(p.redelivered)), thousands(float64(p.reused)), thousands(float64(p.redelivered-p.reused)))
+	w("%s times a redelivery's claim met its row and the purge deleted the row before the read back: a retryable error (`idem.ErrRetryable`), tried again at once as a broker's redelivery would (its latency counts both tries). ", thousands(float64(p.retried)))
 	w("Afterwards the table held %s rows: the %s rows a day from expiry and the %s the workers wrote. ", thousands(float64(p.left)), thousands(float64(p.keptLeft)), thousands(float64(p.delivered)))
 	w("Lock waits in %d samples: a delivery waiting on the janitor %d times (longest %s), the janitor waiting on a delivery %d times (longest %s), deliveries waiting on each other %d times.\n\n",
 		p.samples, p.blockSeen, dur(p.janitorBlocks), p.waitSeen, dur(p.janitorWaits), p.otherWaits)

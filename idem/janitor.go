@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/idemgen/idemgen/generated/outboxdb"
@@ -17,7 +18,7 @@ import (
 // The janitor's defaults: what NewJanitor uses for an option not given.
 const (
 	DefaultJanitorInterval  = time.Minute
-	DefaultJanitorBatchSize = 1000
+	DefaultJanitorBatchSize = 500
 )
 
 // Janitor keeps the tables of idem from growing without bound: on a
@@ -63,7 +64,7 @@ func WithJanitorInterval(d time.Duration) JanitorOption {
 }
 
 // WithJanitorBatchSize sets how many rows one statement deletes or resets at
-// most (default 1000): the bound on how long a statement holds its locks.
+// most (default 500): the bound on how long a statement holds its locks.
 func WithJanitorBatchSize(n int) JanitorOption {
 	return func(o *janitorOptions) { o.batchSize = n }
 }
@@ -281,12 +282,11 @@ func (j *Janitor) batches(ctx context.Context, rep *JanitorReport, db DB, sql st
 	var total int64
 	for ctx.Err() == nil {
 		started := time.Now()
-		tag, err := exec(ctx, db, sql, args...)
+		n, err := execAsync(ctx, db, sql, args...)
 		rep.statement(time.Since(started))
 		if err != nil {
 			return total, err
 		}
-		n := tag.RowsAffected()
 		total += n
 		record(ctx, n)
 		if n < int64(j.o.batchSize) {
@@ -294,6 +294,46 @@ func (j *Janitor) batches(ctx context.Context, rep *JanitorReport, db DB, sql st
 		}
 	}
 	return total, nil
+}
+
+// execAsync runs one statement in a transaction of its own that does not
+// wait for its commit record to reach the disk (synchronous_commit off),
+// in one round trip, and returns the rows it affected. The wait for the
+// flush would only lengthen the time the statement holds its row locks:
+// a purge or a reset lost in a crash is done again by the next round, and
+// a later commit that depends on it (a claim of the same key) flushes it
+// first, as WAL is written in order.
+func execAsync(ctx context.Context, db DB, sql string, args ...any) (int64, error) {
+	c, err := db.Acquire(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer c.Release()
+	b := newBatch(4)
+	b.Queue("begin")
+	b.Queue("SELECT set_config('synchronous_commit', 'off', true)")
+	b.Queue(sql, args...)
+	b.Queue("commit")
+	br := c.SendBatch(ctx, b)
+	var tag pgconn.CommandTag
+	_, err = br.Exec()
+	if err == nil {
+		_, err = br.Exec()
+	}
+	if err == nil {
+		tag, err = br.Exec()
+	}
+	if err == nil {
+		_, err = br.Exec()
+	}
+	if closeErr := br.Close(); err == nil {
+		err = closeErr
+	}
+	if err != nil {
+		rollback(ctx, c.Conn())
+		return 0, err
+	}
+	return tag.RowsAffected(), nil
 }
 
 func (j *Janitor) purgeOutbox(ctx context.Context, rep *JanitorReport) (int64, error) {
