@@ -10,6 +10,8 @@ import (
 
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/idemgen/idemgen/idem/internal/obs"
 )
 
 // DefaultLease is the lease of an [ExternalTable] that sets none, as the
@@ -137,11 +139,17 @@ type ExternalInbox[M, R any] struct {
 	stuckAttempts  int
 	noResult       bool
 	beforeComplete func(ctx context.Context) error
+
+	// claimSQL is the table's Claim wrapped so that it also returns the
+	// status the row had before (see takeoverClaim).
+	claimSQL string
+	ob       observer
 }
 
 // NewExternalInbox returns the ExternalInbox of table that runs handler.
 // db must reach the database that holds the table. Options: [WithLease],
-// [WithStuckAttempts] and [WithBeforeComplete]; the options of mode=tx (the
+// [WithStuckAttempts], [WithBeforeComplete], [WithLogger] and
+// [WithMeterProvider]; the options of mode=tx (the
 // isolation level, the claim wait, the before-commit hook, WithoutNotify)
 // have no effect. It panics on a lease <= 0 or a stuck threshold below 1.
 func NewExternalInbox[M, R any](db DB, t ExternalTable[M], fn func(ctx context.Context, msg M) (R, error), opts ...Option) *ExternalInbox[M, R] {
@@ -175,7 +183,21 @@ func NewExternalInbox[M, R any](db DB, t ExternalTable[M], fn func(ctx context.C
 		stuckAttempts:  stuck,
 		noResult:       noResult,
 		beforeComplete: o.beforeComplete,
+		claimSQL:       takeoverClaim(t.Name, t.Claim),
+		ob:             newObserver(o, t.Consumer),
 	}
+}
+
+// takeoverClaim wraps a table's Claim statement (which returns fence and
+// attempts) in a statement that returns, third, the status the key's row had
+// before the claim ("" for a new key), read in the same statement's
+// snapshot: a claim that finds it running took the key over from a worker
+// whose lease ran out (idem.lease.takeovers). The wrapping costs no round
+// trip and keeps the Claim's placeholders ($1 is the idempotency key).
+func takeoverClaim(table, claim string) string {
+	return `WITH idem_prev AS MATERIALIZED (SELECT status FROM ` + table + ` WHERE idem_key = $1::text), ` +
+		`idem_claim AS (` + claim + `) ` +
+		`SELECT idem_claim.*, coalesce((SELECT status FROM idem_prev), '') FROM idem_claim`
 }
 
 // NoResultExternal adapts a mode=external handler that returns only an
@@ -212,7 +234,40 @@ var _ Handler[struct{}] = (*ExternalInbox[struct{}, None])(nil)
 // error. The handler's context is cancelled, with cause ErrClaimLost, as soon
 // as a heartbeat finds the claim lost or cannot renew it before its lease
 // runs out.
-func (x *ExternalInbox[M, R]) Handle(ctx context.Context, msg M) (R, Outcome, error) {
+//
+// Each delivery is counted (idem.deliveries, idem.handler.duration; a claim
+// taken over from an expired lease in idem.lease.takeovers) and logged at its
+// outcome's level, with the key parts and the idempotency key
+// ([WithMeterProvider], [WithLogger]; docs/observability.md).
+func (x *ExternalInbox[M, R]) Handle(ctx context.Context, msg M) (result R, o Outcome, err error) {
+	start := time.Now()
+	var claimAttempt int
+	observed := false
+	defer func() {
+		if !observed { // the handler panicked
+			observeDelivery(ctx, &x.ob, msg, 0, errPanicked, time.Since(start), claimAttempt, func() (string, string) { return x.keyText(msg) })
+		}
+	}()
+	result, o, err = x.handle(ctx, msg, &claimAttempt)
+	observed = true
+	observeDelivery(ctx, &x.ob, msg, o, err, time.Since(start), claimAttempt, func() (string, string) { return x.keyText(msg) })
+	return result, o, err
+}
+
+// keyText renders msg's key parts (as Field=value pairs) and its
+// idempotency key for the log record, both "" when the key parts cannot be
+// taken from msg.
+func (x *ExternalInbox[M, R]) keyText(msg M) (key, idemKey string) {
+	parts, err := x.table.Key(msg)
+	if err != nil {
+		return "", ""
+	}
+	return formatKey(x.table.KeyFields, parts), ExternalKey(x.table.Consumer, parts)
+}
+
+// handle is Handle; it sets *claimAttempt to the attempts of the claim it
+// made, if any.
+func (x *ExternalInbox[M, R]) handle(ctx context.Context, msg M, claimAttempt *int) (R, Outcome, error) {
 	var zero R
 	key, err := x.table.Key(msg)
 	if err == nil {
@@ -234,6 +289,10 @@ func (x *ExternalInbox[M, R]) Handle(ctx context.Context, msg M) (R, Outcome, er
 			return zero, 0, x.fail(key, fmt.Errorf("idem: claim: %w", err))
 		}
 		if claimed {
+			*claimAttempt = c.attempts
+			if c.previous == statusRunning {
+				x.ob.c.LeaseTakeover(ctx)
+			}
 			return x.run(ctx, msg, key, idemKey, c, claimedAt)
 		}
 		row, found, err := x.lookup(ctx, idemKey)
@@ -281,13 +340,16 @@ const (
 type externalClaim struct {
 	fence    int64
 	attempts int
+	// previous is the row's status before the claim: "" for a new key,
+	// released, or running for a takeover.
+	previous string
 }
 
 // claim runs the claim statement and reports whether it claimed the key.
 func (x *ExternalInbox[M, R]) claim(ctx context.Context, idemKey string, key []any, fp []byte) (externalClaim, bool, error) {
-	sql, args := x.table.claimStatement(idemKey, key, fp, x.lease)
+	_, args := x.table.claimStatement(idemKey, key, fp, x.lease)
 	var c externalClaim
-	err := queryRow(ctx, x.db, sql, args, &c.fence, &c.attempts)
+	err := queryRow(ctx, x.db, x.claimSQL, args, &c.fence, &c.attempts, &c.previous)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return c, false, nil
@@ -480,6 +542,7 @@ func (x *ExternalInbox[M, R]) Purge(ctx context.Context) (int64, error) {
 	for {
 		sql, args := x.table.purgeStatement()
 		tag, err := exec(ctx, x.db, sql, args...)
+		x.ob.ins.Purged(ctx, x.table.Name, obs.KindExternal, tag.RowsAffected())
 		if err != nil {
 			return total, x.fail(nil, fmt.Errorf("idem: purge %s: %w", x.table.Name, err))
 		}
@@ -533,6 +596,7 @@ func (x *ExternalInbox[M, R]) Sweep(ctx context.Context) (SweepReport, error) {
 	for {
 		sql, args := x.table.sweepStatement()
 		tag, err := exec(ctx, x.db, sql, args...)
+		x.ob.c.SweeperResets(ctx, tag.RowsAffected())
 		if err != nil {
 			return rep, x.fail(nil, fmt.Errorf("idem: sweep %s: %w", x.table.Name, err))
 		}

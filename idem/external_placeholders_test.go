@@ -175,6 +175,14 @@ func TestExternalTablePlaceholders(t *testing.T) {
 		fp := []byte{0xf1}
 		sql, args := tab.claimStatement("idem-key", key, fp, 2*time.Minute)
 		used := checkStatement(t, where, "Claim", sql, args)
+		// ExternalInbox sends the Claim wrapped (takeoverClaim), reading the
+		// row's previous status by $1 as text.
+		checkStatement(t, where, "Claim wrapped by takeoverClaim", takeoverClaim(tab.Name, sql), args)
+		for _, c := range castOf(used, 1) {
+			if c != "text" && c != "" {
+				t.Errorf("%s: Claim casts the idempotency key $1 to %s; takeoverClaim reads it as text", where, c)
+			}
+		}
 		for _, w := range []struct {
 			what     string
 			position int

@@ -11,6 +11,8 @@ import (
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/idemgen/idemgen/idem/internal/obs"
 )
 
 // None is the result type of handlers that return only an error: their inbox
@@ -58,6 +60,8 @@ type Inbox[M, R any] struct {
 	noResult   bool
 
 	beforeCommit func(ctx context.Context, tx pgx.Tx) error
+
+	ob observer
 }
 
 // NewInbox returns the Inbox of table that runs handler. db (a
@@ -93,6 +97,7 @@ func newInbox[M, R any](db DB, table Table[M], opts []Option) *Inbox[M, R] {
 		noResult:  noResult,
 
 		beforeCommit: o.beforeCommit,
+		ob:           newObserver(o, table.Consumer),
 	}
 	if !reflect.ValueOf(db).Comparable() {
 		in.flightDB = in
@@ -113,7 +118,40 @@ func newInbox[M, R any](db DB, table Table[M], opts []Option) *Inbox[M, R] {
 // reports a serialization failure or deadlock. In every error
 // case nothing was committed, except that an error from COMMIT itself leaves
 // the outcome unknown: the redelivery resolves it.
-func (in *Inbox[M, R]) Handle(ctx context.Context, msg M) (R, Outcome, error) {
+//
+// Each delivery is counted (idem.deliveries, idem.handler.duration) and
+// logged at its outcome's level ([WithMeterProvider], [WithLogger];
+// docs/observability.md), a handler's panic as an error before it goes on
+// up the stack.
+func (in *Inbox[M, R]) Handle(ctx context.Context, msg M) (result R, o Outcome, err error) {
+	start := time.Now()
+	observed := false
+	defer func() {
+		if !observed { // the handler panicked
+			observeDelivery(ctx, &in.ob, msg, 0, errPanicked, time.Since(start), 0, func() (string, string) { return in.keyText(msg, nil), "" })
+		}
+	}()
+	result, o, err = in.handle(ctx, msg)
+	observed = true
+	observeDelivery(ctx, &in.ob, msg, o, err, time.Since(start), 0, func() (string, string) { return in.keyText(msg, err), "" })
+	return result, o, err
+}
+
+// keyText is the key of msg as the log record shows it: the key parts as
+// Field=value pairs, or "" when they cannot be taken from msg.
+func (in *Inbox[M, R]) keyText(msg M, err error) string {
+	var e *Error
+	if errors.As(err, &e) && e.Key != "" {
+		return e.Key
+	}
+	key, kerr := in.table.Key(msg)
+	if kerr != nil {
+		return ""
+	}
+	return formatKey(in.table.KeyFields, key)
+}
+
+func (in *Inbox[M, R]) handle(ctx context.Context, msg M) (R, Outcome, error) {
 	var zero R
 	key, err := in.table.Key(msg)
 	if err == nil {
@@ -436,6 +474,7 @@ func (in *Inbox[M, R]) Purge(ctx context.Context) (int64, error) {
 	for {
 		sql, args := in.table.purgeStatement()
 		tag, err := exec(ctx, in.db, sql, args...)
+		in.ob.ins.Purged(ctx, in.table.Name, obs.KindInbox, tag.RowsAffected())
 		if err != nil {
 			return total, in.fail(nil, fmt.Errorf("idem: purge %s: %w", in.table.Name, err))
 		}

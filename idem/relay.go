@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/idemgen/idemgen/generated/outboxdb"
+	"github.com/idemgen/idemgen/idem/internal/obs"
 )
 
 // OutboxChannel is the channel of the NOTIFY that a committing transaction
@@ -45,6 +46,8 @@ type Relay struct {
 	pub Publisher
 	o   relayOptions
 
+	ins *obs.Instruments
+
 	running atomic.Bool
 	// beforeListen, when set (by tests), runs before each attempt to open the
 	// listening connection.
@@ -70,7 +73,7 @@ func NewRelay(db DB, pub Publisher, opts ...RelayOption) *Relay {
 	if db == nil || pub == nil {
 		panic(fmt.Sprintf("idem.NewRelay (relay %s): the db and the publisher must not be nil", o.id))
 	}
-	return &Relay{db: db, q: outboxdb.New(acquiringDB{db}), pub: pub, o: o}
+	return &Relay{db: db, q: outboxdb.New(acquiringDB{db}), pub: pub, o: o, ins: obs.New(o.meter)}
 }
 
 // ID is the relay's name, as given to [WithRelayID] or chosen by NewRelay.
@@ -91,6 +94,12 @@ func (r *Relay) Run(ctx context.Context) error {
 		return fmt.Errorf("idem: relay %s: Run called while it is running", r.o.id)
 	}
 	defer r.running.Store(false)
+
+	gauges, err := r.registerGauges()
+	if err != nil {
+		return fmt.Errorf("idem: relay %s: register the outbox gauges: %w", r.o.id, err)
+	}
+	defer func() { _ = gauges.Unregister() }()
 
 	wake := make(chan struct{}, 1)
 	var listener sync.WaitGroup
@@ -192,9 +201,11 @@ func (r *Relay) round(ctx context.Context) (int, error) {
 	book, cancelBook := bookkeeping()
 	defer cancelBook()
 	var ok []int64
+	var okRows []claimedRow
 	for i, row := range sent {
 		if errs[i] == nil {
 			ok = append(ok, row.ID)
+			okRows = append(okRows, row)
 			continue
 		}
 		failed = append(failed, row)
@@ -204,6 +215,7 @@ func (r *Relay) round(ctx context.Context) (int, error) {
 		if err := r.markPublished(book, token, ok); err != nil {
 			return len(rows), err
 		}
+		countByDestination(okRows, func(dest string, n int64) { r.ins.Published(book, dest, n) })
 	}
 	if len(failed) == 0 {
 		return len(rows), nil
@@ -385,6 +397,7 @@ func (r *Relay) recordFailure(ctx context.Context, token pgtype.UUID, rows []cla
 	if err != nil {
 		return fmt.Errorf("idem: relay %s: record %d failed rows: %w", r.o.id, len(rows), err)
 	}
+	countByDestination(rows, func(dest string, n int64) { r.ins.PublishFailures(ctx, dest, n) })
 	for i, row := range rows {
 		level, msg := slog.LevelWarn, "idem relay publish failed; will retry"
 		if int(row.Attempts) >= r.o.maxAttempts {
@@ -419,6 +432,7 @@ func (r *Relay) Purge(ctx context.Context, olderThan time.Duration) (int64, erro
 			OlderThanSeconds: olderThan.Seconds(), BatchSize: int32(r.o.purgeBatch),
 		})
 		total += n
+		r.ins.Purged(ctx, outboxTable, obs.KindOutbox, n)
 		if err != nil {
 			return total, fmt.Errorf("idem: relay %s: purge published outbox rows older than %v: %w", r.o.id, olderThan, err)
 		}
@@ -438,13 +452,20 @@ type OutboxBacklog struct {
 	OldestAge time.Duration
 }
 
-// Backlog reads what is waiting in the outbox, for metrics and alerts.
+// Backlog reads what is waiting in the outbox, for metrics and alerts: the
+// statement of the outbox gauges (idem.outbox.backlog, idem.outbox.oldest_age,
+// idem.outbox.dead), which reads the unpublished rows only, through the
+// outbox's partial indexes.
 func (r *Relay) Backlog(ctx context.Context) (OutboxBacklog, error) {
-	b, err := r.q.Backlog(ctx)
-	if err != nil {
+	var (
+		b   OutboxBacklog
+		age float64
+	)
+	if err := queryRow(ctx, r.db, outboxGaugeQuery, nil, &b.Pending, &age, &b.Dead); err != nil {
 		return OutboxBacklog{}, fmt.Errorf("idem: relay %s: read the outbox backlog: %w", r.o.id, err)
 	}
-	return OutboxBacklog{Pending: b.Pending, Dead: b.Dead, OldestAge: time.Duration(b.OldestSeconds * float64(time.Second))}, nil
+	b.OldestAge = time.Duration(age * float64(time.Second))
+	return b, nil
 }
 
 // retryDelay is the wait before the n-th retry (n >= 1) of something that

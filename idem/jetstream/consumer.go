@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/idem/internal/obs"
 )
 
 // Headers the consumer sets on the dead-letter copies.
@@ -48,6 +49,7 @@ type Consumer[M any] struct {
 	top     Topology
 	handler idem.Handler[M]
 	o       options
+	ins     *obs.Instruments
 	err     error
 }
 
@@ -62,6 +64,7 @@ type Consumer[M any] struct {
 // WithDecoder, WithRetryDelay, WithBackoff, WithLogger.
 func NewConsumer[M any](js jetstream.JetStream, top Topology, h idem.Handler[M], opts ...Option) *Consumer[M] {
 	c := &Consumer[M]{js: js, top: top, handler: h, o: newOptions(opts)}
+	c.ins = obs.New(c.o.meter)
 	c.err = top.validate()
 	if c.err == nil {
 		c.err = c.o.validate("consumer " + top.Consumer)
@@ -237,6 +240,7 @@ func (c *Consumer[M]) deliver(ctx context.Context, log *slog.Logger, msg jetstre
 			log.Warn("jetstream consumer: the nak failed; the server delivers it again after the ack wait", "err", err, "nak_err", nakErr)
 			return
 		}
+		c.ins.Retry(sctx, obs.SystemNATS, c.top.Stream)
 		log.Warn("jetstream consumer: retry after the delay", "delay", delay, "err", err)
 	default:
 		dlq := c.top.DeadLetterSubjectName()
@@ -250,6 +254,7 @@ func (c *Consumer[M]) deliver(ctx context.Context, log *slog.Logger, msg jetstre
 			log.Warn("jetstream consumer: dead-lettered but the term failed; the server delivers it again and the dead-letter stream drops the second copy", "err", err, "term_err", termErr)
 			return
 		}
+		c.ins.DeadLetter(sctx, obs.SystemNATS, c.top.Stream)
 		log.Error("jetstream consumer: dead-lettered", "dead_letter_subject", dlq, "err", err)
 	}
 }

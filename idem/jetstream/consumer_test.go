@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/idem/internal/obs"
+	"github.com/idemgen/idemgen/idem/internal/obs/obstest"
 	idemjs "github.com/idemgen/idemgen/idem/jetstream"
 )
 
@@ -196,11 +198,12 @@ func TestConsumerDeadLetters(t *testing.T) {
 	top.DuplicateWindow = 100 * time.Millisecond // so that the reused key is stored
 	declare(t, url, top)
 	logs, logger := newLogs(t)
+	meter := obstest.New(t)
 	_, js := connect(t, url)
 
 	var rec recorder
 	stop := run(t, idemjs.NewConsumer(js, top, rec.Wrap(chargeInbox(db.Pool, nil), nil),
-		idemjs.WithLogger(logger), idemjs.WithMaxBodySize(256), idemjs.WithRetryDelay(100*time.Millisecond, time.Second)))
+		idemjs.WithLogger(logger), idemjs.WithMaxBodySize(256), idemjs.WithRetryDelay(100*time.Millisecond, time.Second), idemjs.WithMeterProvider(meter)))
 	subject := top.Subjects[0]
 	publish(t, js, subject, "order-o-3", mustJSON(t, order{OrderID: "o-3", Amount: 1}))
 	waitFor(t, 10*time.Second, "the first order", func() bool { return rec.Count(idem.Processed) == 1 })
@@ -239,6 +242,14 @@ func TestConsumerDeadLetters(t *testing.T) {
 			t.Errorf("dead letter %q: reason %q (present %v); want one mentioning %q", id, got, ok, want)
 		}
 	}
+	// Each dead letter is counted once, under the system and the stream consumed; nothing was retried.
+	snap := meter.Collect(t)
+	deadLetters := snap.Int(t, obs.NameDeadLetters, obs.AttrSystem.String(obs.SystemNATS), obs.AttrDestination.String(top.Stream))
+	retries := snap.Int(t, obs.NameRetries, obs.AttrSystem.String(obs.SystemNATS), obs.AttrDestination.String(top.Stream))
+	if deadLetters != int64(len(dead)) || retries != 0 {
+		t.Errorf("%s = %d, %s = %d; want %d and 0", obs.NameDeadLetters, deadLetters, obs.NameRetries, retries, len(dead))
+	}
+	t.Logf("%s = %d, %s = %d", obs.NameDeadLetters, deadLetters, obs.NameRetries, retries)
 	if len(dead) != 4 {
 		t.Errorf("%d dead letters; want 4", len(dead))
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/idemgen/idemgen/idem"
 )
@@ -34,6 +35,7 @@ type Option func(*options)
 
 type options struct {
 	logger      *slog.Logger
+	meter       metric.MeterProvider
 	workers     int
 	prefetch    int
 	maxAttempts int
@@ -104,6 +106,15 @@ func (o *options) retryDelay(attempt int) time.Duration {
 		d *= 2
 	}
 	return min(d, o.retryMax)
+}
+
+// WithMeterProvider sets the OpenTelemetry MeterProvider of the consumer's
+// counters, idem.broker.dead_letters and idem.broker.retries, with
+// messaging.system nats and messaging.destination.name the
+// stream consumed (docs/observability.md). nil, or no option, is
+// otel.GetMeterProvider(), the global one. Consumer.
+func WithMeterProvider(mp metric.MeterProvider) Option {
+	return func(o *options) { o.meter = mp }
 }
 
 // WithLogger sets the logger (default slog.Default()). Consumer and

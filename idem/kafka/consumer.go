@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/idem/internal/obs"
 )
 
 // Headers the consumer reads, and sets on the dead-letter copies it produces.
@@ -44,6 +45,7 @@ type Consumer[M any] struct {
 	topics  []string
 	handler idem.Handler[M]
 	o       options
+	ins     *obs.Instruments
 	err     error
 
 	mu      sync.Mutex
@@ -65,6 +67,7 @@ type position struct {
 // WithLogger, WithClientOptions.
 func NewConsumer[M any](brokers []string, group string, topics []string, h idem.Handler[M], opts ...Option) *Consumer[M] {
 	c := &Consumer[M]{brokers: brokers, group: group, topics: topics, handler: h, o: newOptions(opts), retries: map[position]int{}}
+	c.ins = obs.New(c.o.meter)
 	what := fmt.Sprintf("consumer group %q", group)
 	switch {
 	case len(brokers) == 0:
@@ -238,6 +241,7 @@ func (c *Consumer[M]) record(ctx context.Context, log *slog.Logger, cl *kgo.Clie
 		return true
 	case idem.Retry:
 		c.failed(pos)
+		c.ins.Retry(ctx, obs.SystemKafka, r.Topic)
 		log.Warn("kafka consumer: retry after the delay; offset not committed, partition sought back", "delay", c.o.retryDelay, "err", err)
 		return false
 	default:
@@ -251,6 +255,7 @@ func (c *Consumer[M]) record(ctx context.Context, log *slog.Logger, cl *kgo.Clie
 			return false
 		}
 		c.forget(pos)
+		c.ins.DeadLetter(ctx, obs.SystemKafka, r.Topic)
 		log.Error("kafka consumer: dead-lettered", "dead_letter_topic", dlq, "err", err)
 		return true
 	}

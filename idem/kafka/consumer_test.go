@@ -21,6 +21,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/idem/internal/obs"
+	"github.com/idemgen/idemgen/idem/internal/obs/obstest"
 	"github.com/idemgen/idemgen/idem/kafka"
 )
 
@@ -208,6 +210,7 @@ func TestConsumerDeadLetters(t *testing.T) {
 	brokers := cluster(t, 1, topic, topic+".dlq")
 	db := database(t)
 	logs, logger := newLogs(t)
+	meter := obstest.New(t)
 
 	cl := client(t, brokers)
 	produce(t, cl,
@@ -220,7 +223,7 @@ func TestConsumerDeadLetters(t *testing.T) {
 	)
 	var rec recorder
 	stop := run(t, kafka.NewConsumer(brokers, group, []string{topic}, rec.Wrap(chargeInbox(db.Pool, nil), nil),
-		kafka.WithLogger(logger), kafka.WithRetryDelay(100*time.Millisecond), kafka.WithMaxBodySize(256), fast()))
+		kafka.WithLogger(logger), kafka.WithRetryDelay(100*time.Millisecond), kafka.WithMaxBodySize(256), kafka.WithMeterProvider(meter), fast()))
 	waitFor(t, 10*time.Second, "all six committed", func() bool { return committed(t, brokers, group, topic, 0) == 6 })
 	time.Sleep(300 * time.Millisecond) // would a dead letter come back?
 	stop()
@@ -233,6 +236,14 @@ func TestConsumerDeadLetters(t *testing.T) {
 			t.Errorf("dead letter at offset %s: topic %q attempt %q; want %q and 1", header(r, kafka.HeaderOffset), header(r, kafka.HeaderTopic), header(r, kafka.HeaderAttempt), topic)
 		}
 	}
+	// Each dead letter is counted once, under the system and the topic consumed; nothing was retried.
+	snap := meter.Collect(t)
+	deadLetters := snap.Int(t, obs.NameDeadLetters, obs.AttrSystem.String(obs.SystemKafka), obs.AttrDestination.String(topic))
+	retries := snap.Int(t, obs.NameRetries, obs.AttrSystem.String(obs.SystemKafka), obs.AttrDestination.String(topic))
+	if deadLetters != int64(len(dead)) || retries != 0 {
+		t.Errorf("%s = %d, %s = %d; want %d and 0", obs.NameDeadLetters, deadLetters, obs.NameRetries, retries, len(dead))
+	}
+	t.Logf("%s = %d, %s = %d", obs.NameDeadLetters, deadLetters, obs.NameRetries, retries)
 	t.Logf("dead letters: %q", reasons)
 	if len(dead) != 4 {
 		t.Fatalf("%d dead letters; want 4 (undecodable, no id, reused key, oversized)", len(dead))
@@ -266,6 +277,7 @@ func TestConsumerRetryWithDelay(t *testing.T) {
 	brokers := cluster(t, 1, topic)
 	db := database(t)
 	logs, logger := newLogs(t)
+	meter := obstest.New(t)
 
 	var failures atomic.Int32
 	h := chargeInbox(db.Pool, func(msg idem.Message[order]) error {
@@ -283,10 +295,13 @@ func TestConsumerRetryWithDelay(t *testing.T) {
 		if err != nil && committed(t, brokers, group, topic, 0) < 0 {
 			sawUncommitted.Store(true)
 		}
-	}), kafka.WithLogger(logger), kafka.WithRetryDelay(delay), fast()))
+	}), kafka.WithLogger(logger), kafka.WithRetryDelay(delay), kafka.WithMeterProvider(meter), fast()))
 	waitFor(t, 15*time.Second, "both committed", func() bool { return committed(t, brokers, group, topic, 0) == 2 })
 	stop()
 
+	if n := meter.Collect(t).Int(t, obs.NameRetries, obs.AttrSystem.String(obs.SystemKafka), obs.AttrDestination.String(topic)); n != 2 {
+		t.Errorf("%s = %d; want 2 (r-1 failed twice)", obs.NameRetries, n)
+	}
 	ds := rec.Snapshot()
 	if len(ds) != 4 {
 		t.Fatalf("%d deliveries; want 4 (r-1 three times, r-2 once):%s", len(ds), describe(ds))

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/idemgen/idemgen/idem"
 )
@@ -30,6 +31,7 @@ type Option func(*options)
 type options struct {
 	client      []kgo.Opt
 	logger      *slog.Logger
+	meter       metric.MeterProvider
 	workers     int
 	maxAttempts int
 	maxBody     int
@@ -85,6 +87,15 @@ func (o *options) validate(what string) error {
 // and win.
 func WithClientOptions(opts ...kgo.Opt) Option {
 	return func(o *options) { o.client = append(o.client, opts...) }
+}
+
+// WithMeterProvider sets the OpenTelemetry MeterProvider of the consumer's
+// counters, idem.broker.dead_letters and idem.broker.retries, with
+// messaging.system kafka and messaging.destination.name the
+// topic consumed (docs/observability.md). nil, or no option, is
+// otel.GetMeterProvider(), the global one. Consumer.
+func WithMeterProvider(mp metric.MeterProvider) Option {
+	return func(o *options) { o.meter = mp }
 }
 
 // WithLogger sets where the consumer and publisher log (default slog.Default()).

@@ -14,6 +14,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/idem/internal/obs"
 )
 
 // Headers the consumer sets on the copies it routes.
@@ -40,6 +41,7 @@ type Consumer[M any] struct {
 	top     Topology
 	handler idem.Handler[M]
 	o       options
+	ins     *obs.Instruments
 	err     error // of the configuration; Run returns it
 }
 
@@ -52,6 +54,7 @@ type Consumer[M any] struct {
 // WithConfig, WithConnectionName.
 func NewConsumer[M any](url string, top Topology, h idem.Handler[M], opts ...Option) *Consumer[M] {
 	c := &Consumer[M]{url: url, top: top, handler: h, o: newOptions("consumer", opts)}
+	c.ins = obs.New(c.o.meter)
 	c.err = top.validate()
 	if c.err == nil {
 		c.err = c.o.validate("consumer of " + top.Queue)
@@ -239,6 +242,7 @@ func (c *Consumer[M]) deliver(ctx context.Context, log *slog.Logger, r *router, 
 			log.Warn("rabbitmq consumer: a retry copy was queued but the ack failed; the message comes back twice and the inbox makes the second a duplicate", "err", err, "ack_err", ackErr)
 			return nil
 		}
+		c.ins.Retry(ctx, obs.SystemRabbitMQ, c.top.Queue)
 		log.Warn("rabbitmq consumer: retry after the delay", "delay", c.top.retryDelay(), "err", err)
 	default:
 		if rerr := r.publish(ctx, c.top.DeadLetterExchange(), c.top.Queue, deadLetterCopy(d, attempt, c.top.Queue, err)); rerr != nil {
@@ -249,6 +253,7 @@ func (c *Consumer[M]) deliver(ctx context.Context, log *slog.Logger, r *router, 
 			log.Warn("rabbitmq consumer: dead-lettered but the ack failed; the broker redelivers it", "err", err, "ack_err", ackErr)
 			return nil
 		}
+		c.ins.DeadLetter(ctx, obs.SystemRabbitMQ, c.top.Queue)
 		log.Error("rabbitmq consumer: dead-lettered", "dead_letter_queue", c.top.DeadLetterQueue(), "err", err)
 	}
 	return nil

@@ -12,6 +12,8 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/idem/internal/obs"
+	"github.com/idemgen/idemgen/idem/internal/obs/obstest"
 	"github.com/idemgen/idemgen/idem/rabbitmq"
 )
 
@@ -109,10 +111,11 @@ func TestConsumerDeadLetters(t *testing.T) {
 	top := rabbitmq.Topology{Queue: uniqueName(t), RetryDelay: 200 * time.Millisecond}
 	declare(t, url, top)
 	logs, logger := newLogs(t)
+	meter := obstest.New(t)
 
 	var rec recorder
 	stop := run(t, rabbitmq.NewConsumer(url, top, rec.Wrap(chargeInbox(db.Pool, nil), nil),
-		rabbitmq.WithLogger(logger), rabbitmq.WithMaxBodySize(256)))
+		rabbitmq.WithLogger(logger), rabbitmq.WithMaxBodySize(256), rabbitmq.WithMeterProvider(meter)))
 	ch := channel(t, url)
 	publish(t, ch, top.Queue, "order-o-3", mustJSON(t, order{OrderID: "o-3", Amount: 1}))
 	waitFor(t, 10*time.Second, "the first order", func() bool { return rec.Count(idem.Processed) == 1 })
@@ -163,6 +166,14 @@ func TestConsumerDeadLetters(t *testing.T) {
 	if n := queryInt(t, db.Pool, `SELECT coalesce(sum(n), 0)::int FROM charged`); n != 1 {
 		t.Errorf("%d charges; want 1 (the first order)", n)
 	}
+	// Each dead letter is counted once, under the system and the queue consumed; nothing was retried.
+	snap := meter.Collect(t)
+	deadLetters := snap.Int(t, obs.NameDeadLetters, obs.AttrSystem.String(obs.SystemRabbitMQ), obs.AttrDestination.String(top.Queue))
+	retries := snap.Int(t, obs.NameRetries, obs.AttrSystem.String(obs.SystemRabbitMQ), obs.AttrDestination.String(top.Queue))
+	if deadLetters != int64(len(dead)) || retries != 0 {
+		t.Errorf("%s = %d, %s = %d; want %d and 0", obs.NameDeadLetters, deadLetters, obs.NameRetries, retries, len(dead))
+	}
+	t.Logf("%s = %d, %s = %d", obs.NameDeadLetters, deadLetters, obs.NameRetries, retries)
 	t.Logf("dead letters: %d, with reasons %q", len(dead), reasons)
 	checkAttemptLogged(t, logs)
 }

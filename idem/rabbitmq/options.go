@@ -7,6 +7,7 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/idemgen/idemgen/idem"
 )
@@ -32,6 +33,7 @@ type options struct {
 	config      amqp.Config
 	connName    string
 	logger      *slog.Logger
+	meter       metric.MeterProvider
 	workers     int
 	prefetch    int
 	maxAttempts int
@@ -114,6 +116,15 @@ func WithConfig(c amqp.Config) Option {
 // rabbitmq consumer" or "idem rabbitmq publisher"). Consumer and Publisher.
 func WithConnectionName(name string) Option {
 	return func(o *options) { o.connName = name }
+}
+
+// WithMeterProvider sets the OpenTelemetry MeterProvider of the consumer's
+// counters, idem.broker.dead_letters and idem.broker.retries, with
+// messaging.system rabbitmq and messaging.destination.name the
+// queue consumed (docs/observability.md). nil, or no option, is
+// otel.GetMeterProvider(), the global one. Consumer.
+func WithMeterProvider(mp metric.MeterProvider) Option {
+	return func(o *options) { o.meter = mp }
 }
 
 // WithLogger sets the logger (default slog.Default()). Consumer and

@@ -38,6 +38,7 @@ const (
 	NameRelayPublished  = "idem.relay.published"
 	NameRelayFailures   = "idem.relay.failures"
 	NameDeadLetters     = "idem.broker.dead_letters"
+	NameRetries         = "idem.broker.retries"
 )
 
 // The attributes' keys.
@@ -123,6 +124,7 @@ type Instruments struct {
 	published   metric.Int64Counter
 	failures    metric.Int64Counter
 	deadLetters metric.Int64Counter
+	retries     metric.Int64Counter
 
 	consumers sync.Map // string -> *Consumer
 	sets      sync.Map // attrKey -> []metric.AddOption
@@ -177,7 +179,9 @@ func build(mp metric.MeterProvider) *Instruments {
 	in.failures, _ = m.Int64Counter(NameRelayFailures, metric.WithUnit("{message}"),
 		metric.WithDescription("Outbox rows whose publish attempt failed, by destination."))
 	in.deadLetters, _ = m.Int64Counter(NameDeadLetters, metric.WithUnit("{message}"),
-		metric.WithDescription("Messages a broker adapter dead-lettered, by messaging system and consumer."))
+		metric.WithDescription("Messages a broker adapter dead-lettered, by messaging system and the destination it consumes."))
+	in.retries, _ = m.Int64Counter(NameRetries, metric.WithUnit("{message}"),
+		metric.WithDescription("Deliveries a broker adapter sent back for a retry after a delay, by messaging system and the destination it consumes."))
 	return in
 }
 
@@ -297,11 +301,24 @@ func (in *Instruments) PublishFailures(ctx context.Context, destination string, 
 	}
 }
 
+// The values of messaging.system of the adapters (OpenTelemetry's
+// messaging semantic conventions; NATS has none there, "nats" is ours).
+const (
+	SystemRabbitMQ = "rabbitmq"
+	SystemNATS     = "nats"
+	SystemKafka    = "kafka"
+)
+
 // DeadLetter records one message that a broker adapter of system
-// ("rabbitmq", "nats", "kafka": OpenTelemetry's messaging.system values)
-// dead-lettered for consumer.
-func (in *Instruments) DeadLetter(ctx context.Context, system, consumer string) {
-	in.deadLetters.Add(ctx, 1, in.opts(NameDeadLetters, AttrSystem, system, AttrConsumer, consumer)...)
+// dead-lettered from destination (the queue, stream or topic it consumes).
+func (in *Instruments) DeadLetter(ctx context.Context, system, destination string) {
+	in.deadLetters.Add(ctx, 1, in.opts(NameDeadLetters, AttrSystem, system, AttrDestination, destination)...)
+}
+
+// Retry records one delivery that a broker adapter of system sent back for
+// a retry after a delay (a retry queue, a NakWithDelay, a seek back).
+func (in *Instruments) Retry(ctx context.Context, system, destination string) {
+	in.retries.Add(ctx, 1, in.opts(NameRetries, AttrSystem, system, AttrDestination, destination)...)
 }
 
 // The log record of a delivery: its message and its attributes' keys.
@@ -310,6 +327,7 @@ const (
 
 	LogConsumer     = "consumer"
 	LogKey          = "key"
+	LogIdemKey      = "idem_key"
 	LogOutcome      = "outcome"
 	LogAttempt      = "attempt"
 	LogClaimAttempt = "claim_attempt"
@@ -321,8 +339,13 @@ const (
 // payload: only the key, as text.
 type Delivery struct {
 	Consumer string
-	Key      string
-	Outcome  Outcome
+	// Key is the key parts as Field=value pairs, "" when they could not be
+	// taken from the message.
+	Key string
+	// IdemKey is a mode=external delivery's idempotency key (what the
+	// provider sees), "" for mode=tx.
+	IdemKey string
+	Outcome Outcome
 	// Attempt is the broker's delivery attempt (idem.Message.Attempt), 0
 	// when not known.
 	Attempt int
@@ -341,11 +364,14 @@ func Enabled(ctx context.Context, l *slog.Logger, o Outcome) bool {
 
 // Log writes the delivery's record at its outcome's level.
 func Log(ctx context.Context, l *slog.Logger, d Delivery) {
-	attrs := make([]slog.Attr, 0, 7)
+	attrs := make([]slog.Attr, 0, 8)
 	attrs = append(attrs,
 		slog.String(LogConsumer, d.Consumer),
-		slog.String(LogKey, d.Key),
-		slog.String(LogOutcome, d.Outcome.String()))
+		slog.String(LogKey, d.Key))
+	if d.IdemKey != "" {
+		attrs = append(attrs, slog.String(LogIdemKey, d.IdemKey))
+	}
+	attrs = append(attrs, slog.String(LogOutcome, d.Outcome.String()))
 	if d.Attempt > 0 {
 		attrs = append(attrs, slog.Int(LogAttempt, d.Attempt))
 	}

@@ -72,7 +72,9 @@ func TestInstrumentsRecordUnderTheirNames(t *testing.T) {
 	in.Purged(ctx, "inbox_a", obs.KindInbox, 7)
 	in.Published(ctx, "orders", 2)
 	in.PublishFailures(ctx, "orders", 1)
-	in.DeadLetter(ctx, "rabbitmq", "billing.Charge")
+	in.DeadLetter(ctx, obs.SystemRabbitMQ, "orders.q")
+	in.Retry(ctx, obs.SystemKafka, "orders")
+	in.Retry(ctx, obs.SystemKafka, "orders")
 
 	ms := collect(t, r)
 	cons := obs.AttrConsumer.String("billing.Charge")
@@ -99,8 +101,11 @@ func TestInstrumentsRecordUnderTheirNames(t *testing.T) {
 	if got := sum(t, ms[obs.NameRelayFailures], obs.AttrDestination.String("orders")); got != 1 {
 		t.Errorf("failures = %d, want 1", got)
 	}
-	if got := sum(t, ms[obs.NameDeadLetters], obs.AttrSystem.String("rabbitmq"), cons); got != 1 {
+	if got := sum(t, ms[obs.NameDeadLetters], obs.AttrSystem.String("rabbitmq"), obs.AttrDestination.String("orders.q")); got != 1 {
 		t.Errorf("dead letters = %d, want 1", got)
+	}
+	if got := sum(t, ms[obs.NameRetries], obs.AttrSystem.String("kafka"), obs.AttrDestination.String("orders")); got != 2 {
+		t.Errorf("retries = %d, want 2", got)
 	}
 	units := map[string]string{obs.NameDeliveries: "{delivery}", obs.NameHandlerDuration: "s", obs.NamePurged: "{row}"}
 	for name, unit := range units {

@@ -1,0 +1,74 @@
+package idem
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/idemgen/idemgen/idem/internal/obs"
+)
+
+// observer records the deliveries of one consumer: a count and a duration
+// per outcome (obs), and one log record per delivery at the outcome's level.
+type observer struct {
+	ins *obs.Instruments
+	c   *obs.Consumer
+	log *slog.Logger
+}
+
+func newObserver(o options, consumer string) observer {
+	ins := obs.New(o.meter)
+	return observer{ins: ins, c: ins.Consumer(consumer), log: o.loggerOrDefault()}
+}
+
+// outcomeOf names what a delivery came to, for the metrics and the log.
+func outcomeOf(o Outcome, err error) obs.Outcome {
+	switch {
+	case err == nil && o == Duplicate:
+		return obs.Duplicate
+	case err == nil:
+		return obs.Processed
+	case errors.Is(err, ErrClaimLost), errors.Is(err, errClaimLost):
+		return obs.ClaimLost
+	case errors.Is(err, ErrInProgress):
+		return obs.InProgress
+	case errors.Is(err, ErrKeyReused):
+		return obs.KeyReused
+	case errors.Is(err, ErrInvalidKey):
+		return obs.InvalidKey
+	case errors.Is(err, ErrStale):
+		return obs.Stale
+	default:
+		return obs.Error
+	}
+}
+
+// attempter is implemented by Message[T]: the broker's delivery attempt,
+// for the log record.
+type attempter interface{ deliveryAttempt() int }
+
+func (m Message[T]) deliveryAttempt() int { return m.Attempt }
+
+// errPanicked is what the log record of a delivery whose handler panicked
+// says (the panic's value, which may hold a payload, is not logged; the
+// panic goes on up the stack).
+var errPanicked = errors.New("idem: the handler panicked")
+
+// observeDelivery records one delivery of msg. keyText renders the key (and
+// for mode=external the idempotency key) for the log record; it, like the boxing of msg for its attempt, runs only when
+// the record is logged, so that a delivery whose record the logger's level
+// leaves out costs the two measurements alone.
+func observeDelivery[M any](ctx context.Context, ob *observer, msg M, o Outcome, err error, d time.Duration, claimAttempt int, keyText func() (key, idemKey string)) {
+	oc := outcomeOf(o, err)
+	ob.c.Outcome(ctx, oc, d)
+	if !obs.Enabled(ctx, ob.log, oc) {
+		return
+	}
+	rec := obs.Delivery{Consumer: ob.c.Name(), Outcome: oc, ClaimAttempt: claimAttempt, Duration: d, Err: err}
+	rec.Key, rec.IdemKey = keyText()
+	if a, ok := any(msg).(attempter); ok {
+		rec.Attempt = a.deliveryAttempt()
+	}
+	obs.Log(ctx, ob.log, rec)
+}
