@@ -21,6 +21,9 @@
 //     consume-and-ack; the relay's publish rate through each adapter against
 //     a raw publisher with confirms; and idemgen's outbox against
 //     Watermill's (watermill-sql and its forwarder to RabbitMQ);
+//   - the purge: idem.Janitor deleting a million expired inbox rows while
+//     16 workers deliver, their p99 next to their p99 without it, and the
+//     lock waits between the purge and the deliveries;
 //   - idemgen's running time against go vet on the same packages, and how it
 //     grows with the number of handlers.
 //
@@ -78,15 +81,20 @@ type config struct {
 	natsURL  string
 	brkMsgs  int
 	peerMsgs int
-	keep     bool
-	parts    map[string]bool
-	out      string
-	root     string
-	args     []string
+	// The purge part: the expired rows, the workers delivering meanwhile
+	// and how long they deliver without the purge first.
+	purgeRows     int
+	purgeWorkers  int
+	purgeBaseline time.Duration
+	keep          bool
+	parts         map[string]bool
+	out           string
+	root          string
+	args          []string
 }
 
 // allParts are the parts of the run, in the order they run.
-var allParts = []string{"mem", "db", "outbox", "brokers", "alloc", "gen"}
+var allParts = []string{"mem", "db", "outbox", "brokers", "purge", "alloc", "gen"}
 
 func main() {
 	if err := run(); err != nil {
@@ -126,6 +134,11 @@ func run() error {
 	}
 	if cfg.parts["brokers"] {
 		if rep.brokers, err = runBrokers(ctx, cfg); err != nil {
+			return err
+		}
+	}
+	if cfg.parts["purge"] {
+		if rep.purge, err = runPurge(ctx, cfg); err != nil {
 			return err
 		}
 	}
@@ -176,7 +189,10 @@ func parseFlags() (*config, error) {
 	flag.IntVar(&cfg.brkMsgs, "brkmsgs", 10000, "brokers: messages in the backlog of each consume and publish cell")
 	flag.IntVar(&cfg.peerMsgs, "peermsgs", 5000, "brokers: messages of the burst of the Watermill comparison")
 	flag.BoolVar(&cfg.keep, "keep", false, "keep the generator's temporary module (its path is logged)")
-	flag.StringVar(&parts, "parts", strings.Join(allParts, ","), "parts to run: mem (the long run), db (the scenarios), outbox, brokers, alloc, gen")
+	flag.IntVar(&cfg.purgeRows, "purgerows", 1000000, "purge: expired inbox rows the janitor purges")
+	flag.IntVar(&cfg.purgeWorkers, "purgeworkers", 16, "purge: workers delivering messages during the purge")
+	flag.DurationVar(&cfg.purgeBaseline, "purgebase", 10*time.Second, "purge: how long the workers deliver without the purge, before it")
+	flag.StringVar(&parts, "parts", strings.Join(allParts, ","), "parts to run: mem (the long run), db (the scenarios), outbox, brokers, purge (idem.Janitor under load), alloc, gen")
 	flag.StringVar(&cfg.out, "out", "BENCHMARKS.md", "results file, relative to the repository root")
 	flag.Parse()
 	if flag.NArg() > 0 {

@@ -28,6 +28,7 @@ type report struct {
 	mem               *memResults
 	outbox            *outboxResults
 	brokers           *brokersResults
+	purge             *purgeResults
 	gen               *genResults
 }
 
@@ -158,6 +159,9 @@ func (r *report) markdown() []byte {
 	if r.brokers != nil {
 		r.writeBrokers(w)
 	}
+	if r.purge != nil {
+		r.writePurge(w)
+	}
 	if r.alloc != nil {
 		r.writeAlloc(w)
 	}
@@ -215,6 +219,9 @@ func (r *report) writeTargets(w writer) {
 	}
 	if r.brokers != nil {
 		r.brokersTargets(w)
+	}
+	if r.purge != nil {
+		r.purgeTargets(w)
 	}
 	if r.gen != nil {
 		worst, worstName := 0.0, ""

@@ -56,6 +56,14 @@ func (w *PostIdem) Purge(ctx context.Context) (int64, error) {
 	return w.inbox.Purge(ctx)
 }
 
+// Maintenance returns what an idem.Janitor needs to purge idem_bench_ledger
+// past its retention: pass the wrapper to idem.NewJanitor.
+func (w *PostIdem) Maintenance() idem.Maintenance {
+	return w.inbox.Maintenance()
+}
+
+var _ idem.Maintained = (*PostIdem)(nil)
+
 // idemPostTable is the inbox of the consumer "bench.ledger".
 var idemPostTable = idem.Table[Deposit]{
 	Consumer:  "bench.ledger",
@@ -66,7 +74,7 @@ var idemPostTable = idem.Table[Deposit]{
 	Claim:     "WITH wait AS MATERIALIZED (SELECT set_config('lock_timeout', $3::text, true) FROM (SELECT set_config('idem.lock_timeout', current_setting('lock_timeout'), true) OFFSET 0) AS saved) INSERT INTO idem_bench_ledger (key_message_id, fingerprint) SELECT $1::text, $2::bytea FROM wait ON CONFLICT DO NOTHING RETURNING set_config('lock_timeout', current_setting('idem.lock_timeout'), true) IS NOT NULL",
 	Complete:  "UPDATE idem_bench_ledger SET result = $2 WHERE key_message_id = $1",
 	Lookup:    "SELECT fingerprint, status, result FROM idem_bench_ledger WHERE key_message_id = $1",
-	Purge:     "DELETE FROM idem_bench_ledger WHERE ctid = ANY (ARRAY(SELECT ctid FROM idem_bench_ledger WHERE created_at < now() - make_interval(secs => $1) LIMIT $2))",
+	Purge:     "DELETE FROM idem_bench_ledger WHERE ctid = ANY (ARRAY(SELECT ctid FROM idem_bench_ledger WHERE created_at < now() - make_interval(secs => $1) ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED))",
 }
 
 // idemPostKey returns the key parts of msg in column order: MessageID.

@@ -62,6 +62,14 @@ func (w *ChargeIdem) Purge(ctx context.Context) (int64, error) {
 	return w.inbox.Purge(ctx)
 }
 
+// Maintenance returns what an idem.Janitor needs to purge idem_billing_charge
+// past its retention: pass the wrapper to idem.NewJanitor.
+func (w *ChargeIdem) Maintenance() idem.Maintenance {
+	return w.inbox.Maintenance()
+}
+
+var _ idem.Maintained = (*ChargeIdem)(nil)
+
 // idemChargeTable is the inbox of the consumer "billing.charge".
 var idemChargeTable = idem.Table[OrderPlaced]{
 	Consumer:  "billing.charge",
@@ -72,7 +80,7 @@ var idemChargeTable = idem.Table[OrderPlaced]{
 	Claim:     "WITH wait AS MATERIALIZED (SELECT set_config('lock_timeout', $3::text, true) FROM (SELECT set_config('idem.lock_timeout', current_setting('lock_timeout'), true) OFFSET 0) AS saved) INSERT INTO idem_billing_charge (key_order_id, fingerprint) SELECT $1::text, $2::bytea FROM wait ON CONFLICT DO NOTHING RETURNING set_config('lock_timeout', current_setting('idem.lock_timeout'), true) IS NOT NULL",
 	Complete:  "UPDATE idem_billing_charge SET result = $2 WHERE key_order_id = $1",
 	Lookup:    "SELECT fingerprint, status, result FROM idem_billing_charge WHERE key_order_id = $1",
-	Purge:     "DELETE FROM idem_billing_charge WHERE ctid = ANY (ARRAY(SELECT ctid FROM idem_billing_charge WHERE created_at < now() - make_interval(secs => $1) LIMIT $2))",
+	Purge:     "DELETE FROM idem_billing_charge WHERE ctid = ANY (ARRAY(SELECT ctid FROM idem_billing_charge WHERE created_at < now() - make_interval(secs => $1) ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED))",
 }
 
 // idemChargeKey returns the key parts of msg in column order: OrderID.
@@ -125,6 +133,14 @@ func (w *BookPaymentIdem) Purge(ctx context.Context) (int64, error) {
 	return w.inbox.Purge(ctx)
 }
 
+// Maintenance returns what an idem.Janitor needs to purge idem_billing_payment
+// past its retention: pass the wrapper to idem.NewJanitor.
+func (w *BookPaymentIdem) Maintenance() idem.Maintenance {
+	return w.inbox.Maintenance()
+}
+
+var _ idem.Maintained = (*BookPaymentIdem)(nil)
+
 // idemBookPaymentTable is the inbox of the consumer "billing.payment".
 var idemBookPaymentTable = idem.Table[*PaymentReceived]{
 	Consumer:  "billing.payment",
@@ -135,7 +151,7 @@ var idemBookPaymentTable = idem.Table[*PaymentReceived]{
 	Claim:     "WITH wait AS MATERIALIZED (SELECT set_config('lock_timeout', $4::text, true) FROM (SELECT set_config('idem.lock_timeout', current_setting('lock_timeout'), true) OFFSET 0) AS saved) INSERT INTO idem_billing_payment (key_provider, key_payment_id, fingerprint) SELECT $1::text, $2::text, $3::bytea FROM wait ON CONFLICT DO NOTHING RETURNING set_config('lock_timeout', current_setting('idem.lock_timeout'), true) IS NOT NULL",
 	Complete:  "UPDATE idem_billing_payment SET result = $3 WHERE key_provider = $1 AND key_payment_id = $2",
 	Lookup:    "SELECT fingerprint, status, result FROM idem_billing_payment WHERE key_provider = $1 AND key_payment_id = $2",
-	Purge:     "DELETE FROM idem_billing_payment WHERE ctid = ANY (ARRAY(SELECT ctid FROM idem_billing_payment WHERE created_at < now() - make_interval(secs => $1) LIMIT $2))",
+	Purge:     "DELETE FROM idem_billing_payment WHERE ctid = ANY (ARRAY(SELECT ctid FROM idem_billing_payment WHERE created_at < now() - make_interval(secs => $1) ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED))",
 }
 
 // idemBookPaymentKey returns the key parts of msg in column order: Provider,
@@ -193,6 +209,15 @@ func (w *OpenAccountIdem) Purge(ctx context.Context) (int64, error) {
 	return w.inbox.Purge(ctx)
 }
 
+// Maintenance returns what an idem.Janitor needs to purge
+// idem_billing_open_account past its retention: pass the wrapper to
+// idem.NewJanitor.
+func (w *OpenAccountIdem) Maintenance() idem.Maintenance {
+	return w.inbox.Maintenance()
+}
+
+var _ idem.Maintained = (*OpenAccountIdem)(nil)
+
 // idemOpenAccountTable is the inbox of the consumer "billing.open-account".
 var idemOpenAccountTable = idem.Table[OpenAccountRequested]{
 	Consumer:  "billing.open-account",
@@ -203,7 +228,7 @@ var idemOpenAccountTable = idem.Table[OpenAccountRequested]{
 	Claim:     "WITH wait AS MATERIALIZED (SELECT set_config('lock_timeout', $3::text, true) FROM (SELECT set_config('idem.lock_timeout', current_setting('lock_timeout'), true) OFFSET 0) AS saved) INSERT INTO idem_billing_open_account (key_request_id, fingerprint) SELECT $1::uuid, $2::bytea FROM wait ON CONFLICT DO NOTHING RETURNING set_config('lock_timeout', current_setting('idem.lock_timeout'), true) IS NOT NULL",
 	Complete:  "UPDATE idem_billing_open_account SET result = $2 WHERE key_request_id = $1",
 	Lookup:    "SELECT fingerprint, status, result FROM idem_billing_open_account WHERE key_request_id = $1",
-	Purge:     "DELETE FROM idem_billing_open_account WHERE ctid = ANY (ARRAY(SELECT ctid FROM idem_billing_open_account WHERE created_at < now() - make_interval(secs => $1) LIMIT $2))",
+	Purge:     "DELETE FROM idem_billing_open_account WHERE ctid = ANY (ARRAY(SELECT ctid FROM idem_billing_open_account WHERE created_at < now() - make_interval(secs => $1) ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED))",
 }
 
 // idemOpenAccountKey returns the key parts of msg in column order: RequestID.

@@ -58,6 +58,15 @@ func (w *ReceiveGoodsIdem) Purge(ctx context.Context) (int64, error) {
 	return w.inbox.Purge(ctx)
 }
 
+// Maintenance returns what an idem.Janitor needs to purge
+// idem_inventory_goods_received past its retention: pass the wrapper to
+// idem.NewJanitor.
+func (w *ReceiveGoodsIdem) Maintenance() idem.Maintenance {
+	return w.inbox.Maintenance()
+}
+
+var _ idem.Maintained = (*ReceiveGoodsIdem)(nil)
+
 // idemReceiveGoodsTable is the inbox of the consumer
 // "inventory.goods-received".
 var idemReceiveGoodsTable = idem.Table[CloudEvent]{
@@ -69,7 +78,7 @@ var idemReceiveGoodsTable = idem.Table[CloudEvent]{
 	Claim:     "WITH wait AS MATERIALIZED (SELECT set_config('lock_timeout', $4::text, true) FROM (SELECT set_config('idem.lock_timeout', current_setting('lock_timeout'), true) OFFSET 0) AS saved) INSERT INTO idem_inventory_goods_received (key_source, key_id, fingerprint) SELECT $1::text, $2::text, $3::bytea FROM wait ON CONFLICT DO NOTHING RETURNING set_config('lock_timeout', current_setting('idem.lock_timeout'), true) IS NOT NULL",
 	Complete:  "UPDATE idem_inventory_goods_received SET result = $3 WHERE key_source = $1 AND key_id = $2",
 	Lookup:    "SELECT fingerprint, status, result FROM idem_inventory_goods_received WHERE key_source = $1 AND key_id = $2",
-	Purge:     "DELETE FROM idem_inventory_goods_received WHERE ctid = ANY (ARRAY(SELECT ctid FROM idem_inventory_goods_received WHERE created_at < now() - make_interval(secs => $1) LIMIT $2))",
+	Purge:     "DELETE FROM idem_inventory_goods_received WHERE ctid = ANY (ARRAY(SELECT ctid FROM idem_inventory_goods_received WHERE created_at < now() - make_interval(secs => $1) ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED))",
 }
 
 // idemReceiveGoodsKey returns the key parts of msg in column order: Source, ID.
@@ -123,6 +132,14 @@ func (w *BookReturnIdem) Purge(ctx context.Context) (int64, error) {
 	return w.inbox.Purge(ctx)
 }
 
+// Maintenance returns what an idem.Janitor needs to purge idem_inventory_return
+// past its retention: pass the wrapper to idem.NewJanitor.
+func (w *BookReturnIdem) Maintenance() idem.Maintenance {
+	return w.inbox.Maintenance()
+}
+
+var _ idem.Maintained = (*BookReturnIdem)(nil)
+
 // idemBookReturnTable is the inbox of the consumer "inventory.return".
 var idemBookReturnTable = idem.Table[ReturnReceived]{
 	Consumer:  "inventory.return",
@@ -133,7 +150,7 @@ var idemBookReturnTable = idem.Table[ReturnReceived]{
 	Claim:     "WITH wait AS MATERIALIZED (SELECT set_config('lock_timeout', $4::text, true) FROM (SELECT set_config('idem.lock_timeout', current_setting('lock_timeout'), true) OFFSET 0) AS saved) INSERT INTO idem_inventory_return (key_order_id, key_rma, fingerprint) SELECT $1::text, $2::text, $3::bytea FROM wait ON CONFLICT DO NOTHING RETURNING set_config('lock_timeout', current_setting('idem.lock_timeout'), true) IS NOT NULL",
 	Complete:  "UPDATE idem_inventory_return SET result = $3 WHERE key_order_id = $1 AND key_rma = $2",
 	Lookup:    "SELECT fingerprint, status, result FROM idem_inventory_return WHERE key_order_id = $1 AND key_rma = $2",
-	Purge:     "DELETE FROM idem_inventory_return WHERE ctid = ANY (ARRAY(SELECT ctid FROM idem_inventory_return WHERE created_at < now() - make_interval(secs => $1) LIMIT $2))",
+	Purge:     "DELETE FROM idem_inventory_return WHERE ctid = ANY (ARRAY(SELECT ctid FROM idem_inventory_return WHERE created_at < now() - make_interval(secs => $1) ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED))",
 	NullComplete: map[uint64]string{
 		0b10: "UPDATE idem_inventory_return SET result = $2 WHERE key_order_id = $1 AND key_rma IS NULL",
 	},
@@ -199,6 +216,14 @@ func (w *ApplyCountIdem) Purge(ctx context.Context) (int64, error) {
 	return w.inbox.Purge(ctx)
 }
 
+// Maintenance returns what an idem.Janitor needs to purge idem_inventory_count
+// past its retention: pass the wrapper to idem.NewJanitor.
+func (w *ApplyCountIdem) Maintenance() idem.Maintenance {
+	return w.inbox.Maintenance()
+}
+
+var _ idem.Maintained = (*ApplyCountIdem)(nil)
+
 // idemApplyCountTable is the inbox of the consumer "inventory.count".
 var idemApplyCountTable = idem.Table[StockCounted]{
 	Consumer:  "inventory.count",
@@ -210,7 +235,7 @@ var idemApplyCountTable = idem.Table[StockCounted]{
 	Claim:     "WITH wait AS MATERIALIZED (SELECT set_config('lock_timeout', $3::text, true) FROM (SELECT set_config('idem.lock_timeout', current_setting('lock_timeout'), true) OFFSET 0) AS saved), claim AS (INSERT INTO idem_inventory_count (key_count_id, fingerprint) SELECT $1::uuid, $2::bytea FROM wait ON CONFLICT DO NOTHING RETURNING 1), fresh AS (INSERT INTO idem_inventory_count_versions (entity, version) SELECT $4::text, $5::bigint FROM claim ON CONFLICT (entity) DO UPDATE SET version = EXCLUDED.version, updated_at = now() WHERE idem_inventory_count_versions.version < EXCLUDED.version RETURNING set_config('lock_timeout', current_setting('idem.lock_timeout'), true)) SELECT EXISTS (SELECT FROM fresh) FROM claim",
 	Complete:  "UPDATE idem_inventory_count SET result = $2 WHERE key_count_id = $1",
 	Lookup:    "SELECT fingerprint, status, result FROM idem_inventory_count WHERE key_count_id = $1",
-	Purge:     "DELETE FROM idem_inventory_count WHERE ctid = ANY (ARRAY(SELECT ctid FROM idem_inventory_count WHERE created_at < now() - make_interval(secs => $1) LIMIT $2))",
+	Purge:     "DELETE FROM idem_inventory_count WHERE ctid = ANY (ARRAY(SELECT ctid FROM idem_inventory_count WHERE created_at < now() - make_interval(secs => $1) ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED))",
 }
 
 // idemApplyCountKey returns the key parts of msg in column order: CountID.

@@ -61,6 +61,15 @@ func (w *NotifyChargeCompletedIdem) Purge(ctx context.Context) (int64, error) {
 	return w.inbox.Purge(ctx)
 }
 
+// Maintenance returns what an idem.Janitor needs to purge
+// idem_notifications_charge_completed past its retention: pass the wrapper to
+// idem.NewJanitor.
+func (w *NotifyChargeCompletedIdem) Maintenance() idem.Maintenance {
+	return w.inbox.Maintenance()
+}
+
+var _ idem.Maintained = (*NotifyChargeCompletedIdem)(nil)
+
 // idemNotifyChargeCompletedTable is the inbox of the consumer
 // "notifications.charge-completed".
 var idemNotifyChargeCompletedTable = idem.Table[idem.Message[billing.ChargeCompleted]]{
@@ -72,7 +81,7 @@ var idemNotifyChargeCompletedTable = idem.Table[idem.Message[billing.ChargeCompl
 	Claim:     "WITH wait AS MATERIALIZED (SELECT set_config('lock_timeout', $3::text, true) FROM (SELECT set_config('idem.lock_timeout', current_setting('lock_timeout'), true) OFFSET 0) AS saved) INSERT INTO idem_notifications_charge_completed (key_id, fingerprint) SELECT $1::text, $2::bytea FROM wait ON CONFLICT DO NOTHING RETURNING set_config('lock_timeout', current_setting('idem.lock_timeout'), true) IS NOT NULL",
 	Complete:  "UPDATE idem_notifications_charge_completed SET result = $2 WHERE key_id = $1",
 	Lookup:    "SELECT fingerprint, status, result FROM idem_notifications_charge_completed WHERE key_id = $1",
-	Purge:     "DELETE FROM idem_notifications_charge_completed WHERE ctid = ANY (ARRAY(SELECT ctid FROM idem_notifications_charge_completed WHERE created_at < now() - make_interval(secs => $1) LIMIT $2))",
+	Purge:     "DELETE FROM idem_notifications_charge_completed WHERE ctid = ANY (ARRAY(SELECT ctid FROM idem_notifications_charge_completed WHERE created_at < now() - make_interval(secs => $1) ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED))",
 }
 
 // idemNotifyChargeCompletedKey returns the key parts of msg in column order:

@@ -76,6 +76,15 @@ func (w *ChargeIdem) Sweep(ctx context.Context) (idem.SweepReport, error) {
 	return w.inbox.Sweep(ctx)
 }
 
+// Maintenance returns what an idem.Janitor needs to purge idem_payments_charge
+// past its retention and reset its expired claims: pass the wrapper to
+// idem.NewJanitor.
+func (w *ChargeIdem) Maintenance() idem.Maintenance {
+	return w.inbox.Maintenance()
+}
+
+var _ idem.Maintained = (*ChargeIdem)(nil)
+
 // idemChargeTable is the claims table of the consumer "payments.charge"
 // (mode=external, lease 30s).
 var idemChargeTable = idem.ExternalTable[ChargeRequested]{
@@ -92,7 +101,7 @@ var idemChargeTable = idem.ExternalTable[ChargeRequested]{
 	Release:   "UPDATE idem_payments_charge SET status = 'released', attempts = attempts + 1, lease_until = NULL, updated_at = now() WHERE idem_key = $1 AND fence = $2 AND status = 'running'",
 	Sweep:     "UPDATE idem_payments_charge SET status = 'released', fence = fence + 1, attempts = attempts + 1, lease_until = NULL, updated_at = now() WHERE idem_key IN (SELECT idem_key FROM idem_payments_charge WHERE status = 'running' AND lease_until < now() ORDER BY lease_until LIMIT $1 FOR UPDATE SKIP LOCKED) AND status = 'running' AND lease_until < now() RETURNING idem_key, attempts",
 	Stuck:     "SELECT idem_key, status, attempts, updated_at FROM idem_payments_charge WHERE status <> 'done' AND attempts > $1 ORDER BY attempts DESC, idem_key LIMIT $2",
-	Purge:     "DELETE FROM idem_payments_charge WHERE ctid = ANY (ARRAY(SELECT ctid FROM idem_payments_charge WHERE status <> 'running' AND created_at < now() - make_interval(secs => $1) LIMIT $2))",
+	Purge:     "DELETE FROM idem_payments_charge WHERE ctid = ANY (ARRAY(SELECT ctid FROM idem_payments_charge WHERE status <> 'running' AND created_at < now() - make_interval(secs => $1) ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED))",
 }
 
 // idemChargeKey returns the key parts of msg in column order: OrderID.

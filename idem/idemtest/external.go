@@ -50,7 +50,7 @@ func TextKeyExternal[M any](consumer, table, field string, key func(M) string) (
 		Stuck: `SELECT idem_key, status, attempts, updated_at FROM ` + table + ` WHERE status <> 'done' AND attempts > $1 ` +
 			`ORDER BY attempts DESC, idem_key LIMIT $2`,
 		Purge: `DELETE FROM ` + table + ` WHERE ctid = ANY (ARRAY(SELECT ctid FROM ` + table +
-			` WHERE status <> 'running' AND created_at < now() - make_interval(secs => $1) LIMIT $2))`,
+			` WHERE status <> 'running' AND created_at < now() - make_interval(secs => $1) ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED))`,
 	}
 	migration := fmt.Sprintf(`-- +goose Up
 CREATE TABLE %[1]s (

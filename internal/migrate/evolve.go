@@ -29,6 +29,9 @@ type Change struct {
 	// ResultJSON: the result column changes from jsonb to json, which
 	// holds every result encoding/json writes (jsonb refuses \u0000).
 	ResultJSON bool
+	// RetentionBTree: the BRIN index on created_at is replaced by a B-tree,
+	// which the purge reads oldest first.
+	RetentionBTree bool
 }
 
 // Describe names the change for a migration file name.
@@ -48,6 +51,9 @@ func (c Change) Describe() string {
 	}
 	if c.ResultJSON {
 		parts = append(parts, "result_json")
+	}
+	if c.RetentionBTree {
+		parts = append(parts, "retention_btree")
 	}
 	if len(parts) == 0 {
 		parts = append(parts, "unique")
@@ -128,6 +134,13 @@ func Evolve(prev, next model.Inbox) (Change, error) {
 		c.ResultJSON = true
 	default:
 		return c, fmt.Errorf("its result column would change type from %s to %s, which cannot hold every result recorded so far; keep %s", prev, next, prev)
+	}
+	switch prev, next := prev.RetentionIndex(), next.RetentionIndex(); {
+	case prev == next:
+	case prev == model.RetentionBRIN && next == model.RetentionBTree:
+		c.RetentionBTree = true
+	default:
+		return c, fmt.Errorf("its retention index would change from %s to %s; idemgen only moves inboxes from BRIN to B-tree", prev, next)
 	}
 	return c, nil
 }

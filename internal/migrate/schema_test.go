@@ -11,14 +11,14 @@ import (
 // schemas are inboxes of every shape a schema line records.
 var schemas = map[string]model.Inbox{
 	"one text part": {Consumer: "app.a", Table: "idem_app_a", Unique: model.PrimaryKey, Result: model.ResultJSON,
-		Key: []model.Column{{Name: "key_id", Type: "text"}}},
+		Key: []model.Column{{Name: "key_id", Type: "text"}}, Retention: model.RetentionBRIN},
 	"nullable parts, partial indexes, guard": {Consumer: "app.b", Table: "billing.idem_b", Unique: model.PartialIndexes, Result: model.ResultJSON,
 		Key:   []model.Column{{Name: "key_id", Type: "uuid"}, {Name: "key_ref", Type: "bigint", Nullable: true}, {Name: "key_n", Type: "numeric(20)", Nullable: true}},
-		Guard: &model.Column{Name: "entity", Type: "text"}},
+		Guard: &model.Column{Name: "entity", Type: "text"}, Retention: model.RetentionBRIN},
 	"nulls not distinct": {Consumer: "app.c", Table: "idem_c", Unique: model.NullsNotDistinct, Result: model.ResultJSON,
-		Key: []model.Column{{Name: "key_a", Type: "integer", Nullable: true}}},
+		Key: []model.Column{{Name: "key_a", Type: "integer", Nullable: true}}, Retention: model.RetentionBTree},
 	"legacy jsonb result": {Consumer: "app.d", Table: "idem_d", Unique: model.PrimaryKey, Result: model.ResultJSONB,
-		Key: []model.Column{{Name: "key_a", Type: "smallint"}}},
+		Key: []model.Column{{Name: "key_a", Type: "smallint"}}, Retention: model.RetentionBRIN},
 }
 
 // TestSchemaLineRoundTrip: every schema reads back from its line as it was.
@@ -33,6 +33,33 @@ func TestSchemaLineRoundTrip(t *testing.T) {
 	want := "-- idemgen:schema table=billing.idem_b key=key_id:uuid,key_ref:bigint?,key_n:numeric(20)? unique=partial guard=entity:text result=json"
 	if got := SchemaLine(schemas["nullable parts, partial indexes, guard"]); got != want {
 		t.Errorf("SchemaLine = %q, want %q (a changed line makes every recorded migration read as edited)", got, want)
+	}
+}
+
+// TestRetentionSchemaLine: a schema line without retention= (written before
+// idemgen indexed created_at with a B-tree) reads as a BRIN index and
+// renders as written, and evolves once, to a B-tree, recorded as
+// retention=btree.
+func TestRetentionSchemaLine(t *testing.T) {
+	const line = "-- idemgen:schema table=idem_app_a key=key_id:text unique=pkey result=json"
+	old, err := ParseSchemaLine("app.a", line)
+	if err != nil || old.RetentionIndex() != model.RetentionBRIN {
+		t.Fatalf("line without retention=: %+v, %v; want a BRIN index", old, err)
+	}
+	if SchemaLine(old) != line {
+		t.Errorf("line renders as %q; it must render as written, or its migration reads as edited", SchemaLine(old))
+	}
+	want := old
+	want.Retention = model.RetentionBTree
+	change, err := Evolve(old, want)
+	if err != nil || !change.RetentionBTree || change.Describe() != "retention_btree" {
+		t.Fatalf("Evolve(brin, btree) = %+v (%q), %v; want the index replaced", change, change.Describe(), err)
+	}
+	if !strings.HasSuffix(SchemaLine(want), " retention=btree") {
+		t.Errorf("new line %q does not record retention=btree", SchemaLine(want))
+	}
+	if _, err := Evolve(want, old); err == nil {
+		t.Error("Evolve(btree, brin) succeeded; want it refused")
 	}
 }
 

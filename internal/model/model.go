@@ -323,6 +323,29 @@ type Inbox struct {
 	// schema a handler without a result wants, it is empty: a new inbox
 	// gets json, an existing one keeps its column.
 	Result string
+	// Retention is the index the purge finds expired rows by:
+	// RetentionBTree (also when empty), or RetentionBRIN in an inbox created
+	// before idemgen indexed created_at with a B-tree, whose schema line has
+	// no retention= field.
+	Retention string
+}
+
+// The indexes of an inbox's created_at, which the purge reads. A BRIN index
+// stops finding old rows once purged pages are reused by new ones (each
+// range's summary then spans old and new), and cannot give the rows in
+// order, so the purge of a large inbox scanned the table; a B-tree gives the
+// oldest rows first and stops after a batch.
+const (
+	RetentionBTree = "btree"
+	RetentionBRIN  = "brin"
+)
+
+// RetentionIndex is the kind of the index on created_at.
+func (in Inbox) RetentionIndex() string {
+	if in.Retention == "" {
+		return RetentionBTree
+	}
+	return in.Retention
 }
 
 // The types of an inbox's result column. json keeps the text encoding/json

@@ -112,6 +112,8 @@ func (e emitter) externalWrapper(f *jen.File) {
 		Block(jen.Return(jen.Id("w").Dot("inbox").Dot("Sweep").Call(jen.Id("ctx"))))
 	f.Line()
 
+	e.maintenance(f, "purge "+h.Table+" past its retention and reset its expired claims")
+
 	e.externalTable(f)
 	f.Line()
 	e.keyFunc(f)

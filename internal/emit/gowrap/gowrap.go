@@ -137,6 +137,8 @@ func (e emitter) wrapper(f *jen.File) {
 		Block(jen.Return(jen.Id("w").Dot("inbox").Dot("Purge").Call(jen.Id("ctx"))))
 	f.Line()
 
+	e.maintenance(f, "purge "+h.Table+" past its retention")
+
 	e.table(f)
 	f.Line()
 	e.keyFunc(f)
@@ -144,6 +146,21 @@ func (e emitter) wrapper(f *jen.File) {
 		f.Line()
 		e.orderFunc(f)
 	}
+}
+
+// maintenance emits the Maintenance method, which hands the wrapper's table
+// to an idem.Janitor, and the assertion that the wrapper is an
+// idem.Maintained.
+func (e emitter) maintenance(f *jen.File, what string) {
+	n := e.N
+	f.Comment(gocode.Doc(fmt.Sprintf(
+		"Maintenance returns what an idem.Janitor needs to %s: pass the wrapper to idem.NewJanitor.", what)))
+	f.Func().Params(jen.Id("w").Op("*").Id(n.Wrapper)).Id("Maintenance").Params().
+		Qual(gocode.IdemPkg, "Maintenance").
+		Block(jen.Return(jen.Id("w").Dot("inbox").Dot("Maintenance").Call()))
+	f.Line()
+	f.Var().Id("_").Qual(gocode.IdemPkg, "Maintained").Op("=").Parens(jen.Op("*").Id(n.Wrapper)).Parens(jen.Nil())
+	f.Line()
 }
 
 func (e emitter) table(f *jen.File) {

@@ -129,6 +129,8 @@ func Create(in model.Inbox) []byte {
 	n := names(in)
 	d := createData{Consumer: in.Consumer, Table: n.table}
 	d.CreatedIndex = Quote(n.createdIndex)
+	d.RetentionIndex = Quote(n.retentionIndex)
+	d.BRIN = in.RetentionIndex() == model.RetentionBRIN
 
 	type column struct{ name, typ, rest string }
 	var cols []column
@@ -175,8 +177,13 @@ type createData struct {
 	Lines         []string
 	UniqueIndexes []string
 	CreatedIndex  string
-	Versions      string
-	VersionsTable string
+	// RetentionIndex is the B-tree index on created_at; BRIN says the
+	// inbox has the BRIN index of older inboxes instead (in tests of the
+	// migration that replaces it).
+	RetentionIndex string
+	BRIN           bool
+	Versions       string
+	VersionsTable  string
 }
 
 // Alter renders the SQL of the migration that makes the change c from prev
@@ -217,6 +224,22 @@ func Alter(prev, next model.Inbox, c migrate.Change) []byte {
 			"apply it in a quiet hour, or purge old rows first. Going down fails while a stored result holds \\u0000")
 	}
 
+	if c.RetentionBTree {
+		n := names(next)
+		d.Up = append(d.Up,
+			fmt.Sprintf("CREATE INDEX IF NOT EXISTS %s ON %s (created_at)", Quote(n.retentionIndex), t),
+			"DROP INDEX IF EXISTS "+qualify(n.schema, n.createdIndex))
+		summary = append(summary, "indexes created_at with a B-tree instead of BRIN, so that the purge (idem.Janitor, the wrapper's Purge) finds the oldest rows "+
+			"without scanning the table. Building the index blocks the consumer's deliveries (a SHARE lock) until it is done: on a large inbox, "+
+			"build it first with CREATE INDEX CONCURRENTLY under the same name, and this migration keeps it (check that it is valid)")
+	}
+
+	if c.RetentionBTree {
+		n := names(next)
+		d.Down = append(d.Down,
+			fmt.Sprintf("CREATE INDEX %s ON %s USING brin (created_at) WITH (autosummarize = on)", Quote(n.createdIndex), t),
+			"DROP INDEX "+qualify(n.schema, n.retentionIndex))
+	}
 	if c.ResultJSON {
 		d.Down = append(d.Down, fmt.Sprintf("ALTER TABLE %s ALTER COLUMN result TYPE jsonb", t))
 	}

@@ -79,7 +79,9 @@ type inboxNames struct {
 	pkey          string
 	unique        string
 	statusCheck   string
-	createdIndex  string
+	createdIndex  string // the BRIN index on created_at of older inboxes
+	// retentionIndex is the B-tree index on created_at that the purge reads.
+	retentionIndex string
 	// partial are the partial unique indexes, by null pattern of the
 	// nullable parts (bit j: nullable part j is NULL).
 	partial []string
@@ -91,7 +93,7 @@ type inboxNames struct {
 // bytes each.
 func ObjectNames(in model.Inbox) []string {
 	n := names(in)
-	return append([]string{n.base, n.versions, n.pkey, n.unique, n.statusCheck, n.createdIndex}, n.partial...)
+	return append([]string{n.base, n.versions, n.pkey, n.unique, n.statusCheck, n.createdIndex, n.retentionIndex}, n.partial...)
 }
 
 // names derives the names of in's objects. The table and its indexes share
@@ -125,6 +127,7 @@ func names(in model.Inbox) inboxNames {
 	n.unique = reserve("key", "key", false)
 	n.statusCheck = reserve("status_check", "status_check", false)
 	n.createdIndex = reserve("created_at_idx", "created_at_idx", false)
+	n.retentionIndex = reserve("retention_idx", "retention_idx", false)
 
 	// A partial index is named by the parts that are NULL in its pattern,
 	// without their key_ prefix. Two patterns can spell the same name

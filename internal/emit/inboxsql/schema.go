@@ -10,7 +10,7 @@ import (
 // of their Go facts, how it keeps one row per key, and the entity column of
 // its stale-message guard.
 func Schema(h model.Handler) model.Inbox {
-	in := model.Inbox{Consumer: h.Consumer, Table: h.Table, Unique: model.PrimaryKey, Result: model.ResultJSON}
+	in := model.Inbox{Consumer: h.Consumer, Table: h.Table, Unique: model.PrimaryKey, Result: model.ResultJSON, Retention: model.RetentionBTree}
 	for _, k := range h.Key {
 		in.Key = append(in.Key, model.Column{Name: k.Column, Type: ColumnType(k), Nullable: k.Null != nil})
 		if k.Null != nil {

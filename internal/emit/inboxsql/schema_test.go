@@ -78,16 +78,16 @@ func TestSchema(t *testing.T) {
 		want string
 	}{
 		{"required key", model.Handler{Table: "idem_a", Key: []model.KeyPart{str}},
-			"table=idem_a key=key_id:text unique=pkey result=json"},
+			"table=idem_a key=key_id:text unique=pkey result=json retention=btree"},
 		{"nullable part", model.Handler{Table: "idem_a", Key: []model.KeyPart{str, ref, line}},
-			"table=idem_a key=key_id:text,key_ref:bigint?,key_line:bigint? unique=partial result=json"},
+			"table=idem_a key=key_id:text,key_ref:bigint?,key_line:bigint? unique=partial result=json retention=btree"},
 		{"nullable part, PostgreSQL 15", model.Handler{Table: "idem_a", Key: []model.KeyPart{str, ref}, NullsNotDistinct: true},
-			"table=idem_a key=key_id:text,key_ref:bigint? unique=nulls-not-distinct result=json"},
+			"table=idem_a key=key_id:text,key_ref:bigint? unique=nulls-not-distinct result=json retention=btree"},
 		{"required key, PostgreSQL 15", model.Handler{Table: "idem_a", Key: []model.KeyPart{str}, NullsNotDistinct: true},
-			"table=idem_a key=key_id:text unique=pkey result=json"},
+			"table=idem_a key=key_id:text unique=pkey result=json retention=btree"},
 		{"guard", model.Handler{Table: "app.inbox", Key: []model.KeyPart{str},
 			Guard: &model.Guard{Entity: entity, Version: model.KeyPart{Kind: model.KeyInt, Bits: 64}}},
-			"table=app.inbox key=key_id:text unique=pkey guard=entity:uuid result=json"},
+			"table=app.inbox key=key_id:text unique=pkey guard=entity:uuid result=json retention=btree"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			c.h.Consumer = "app.a"
