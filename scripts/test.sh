@@ -38,9 +38,20 @@ if ! _test_has_package "$@"; then
 	packages=(./...)
 fi
 
+# go test's own default of 10 minutes per package binary is short for
+# internal/cli on a loaded 2-core machine: its golden test builds and tests
+# dozens of generated modules. A -timeout given on the command line wins.
+timeout=(-timeout=30m)
+for arg in "$@"; do
+	case $arg in
+	-timeout | -timeout=* | --timeout | --timeout=*) timeout=() ;;
+	-args | --args) break ;;
+	esac
+done
+
 # shellcheck source=scripts/pgenv.sh
 source scripts/pgenv.sh
 
 # Not exec: the EXIT trap from pgenv.sh must still run to stop a throwaway
 # server. Being the last command, go test's status is the script's status.
-go test ${packages[@]+"${packages[@]}"} "$@"
+go test ${timeout[@]+"${timeout[@]}"} ${packages[@]+"${packages[@]}"} "$@"
