@@ -101,7 +101,7 @@ func checkEntityTable(h model.Handler, dir migrate.Dir, diags *diag.List) {
 	at := diag.Pos{File: filepath.Join(dir.Path, created.Name), Line: 1, Col: 1}
 	if ours != 0 && created.Version > ours {
 		diags.Errorf(at, "migration %s creates %s, the table of mode=entity consumer %s, after idemgen's migration (version %d) that adds its fingerprint column: goose runs them in version order, so that ALTER TABLE would find no table; "+
-			"give the CREATE TABLE a version below %d (if neither was applied anywhere), or create the table in a migration before it", created.Name, h.Entity.Table, h.Consumer, ours, ours)
+			"create the table in a migration numbered before %05d (if neither was applied anywhere yet, swap their versions and run idemgen -rehash)", created.Name, h.Entity.Table, h.Consumer, ours, ours)
 	}
 	if renamed {
 		return // columns may be renamed: leave them to the generated test

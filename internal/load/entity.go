@@ -179,9 +179,10 @@ func (c *checker) resultShape(h *model.Handler, name string) string {
 	return fmt.Sprintf("func %s(%s) (%s, error)", name, strings.Join(parts, ", "), typeName(*h.Result))
 }
 
+// lowerFirst names a parameter after a field: OrderID → orderID, ID → id.
 func lowerFirst(s string) string {
-	if s == "" {
-		return s
+	if s == "" || strings.ToUpper(s) == s {
+		return strings.ToLower(s)
 	}
 	return strings.ToLower(s[:1]) + s[1:]
 }
