@@ -72,7 +72,7 @@ type config struct {
 }
 
 // allParts are the parts of the run, in the order they run.
-var allParts = []string{"mem", "db", "outbox", "alloc", "gen"}
+var allParts = []string{"mem", "db", "outbox", "entity", "alloc", "gen"}
 
 func main() {
 	if err := run(); err != nil {
@@ -107,6 +107,11 @@ func run() error {
 	}
 	if cfg.parts["outbox"] {
 		if rep.outbox, err = runOutbox(ctx, cfg); err != nil {
+			return err
+		}
+	}
+	if cfg.parts["entity"] {
+		if rep.entity, err = runEntity(ctx, cfg); err != nil {
 			return err
 		}
 	}
@@ -152,7 +157,7 @@ func parseFlags() (*config, error) {
 	flag.IntVar(&cfg.obxBacklog, "obxbacklog", 50000, "outbox: rows in the backlog of the relay throughput runs")
 	flag.StringVar(&relays, "obxrelays", "1,4", "outbox: relays at once in the throughput runs, comma-separated")
 	flag.BoolVar(&cfg.keep, "keep", false, "keep the generator's temporary module (its path is logged)")
-	flag.StringVar(&parts, "parts", strings.Join(allParts, ","), "parts to run: mem (the long run), db (the scenarios), outbox, alloc, gen")
+	flag.StringVar(&parts, "parts", strings.Join(allParts, ","), "parts to run: mem (the long run), db (the scenarios), outbox, entity (mode=entity against the bare transaction and mode=tx), alloc, gen")
 	flag.StringVar(&cfg.out, "out", "BENCHMARKS.md", "results file, relative to the repository root")
 	flag.Parse()
 	if flag.NArg() > 0 {

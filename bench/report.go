@@ -28,6 +28,7 @@ type report struct {
 	mem               *memResults
 	outbox            *outboxResults
 	gen               *genResults
+	entity            *entityResults
 }
 
 // describeMachine records what the numbers depend on: the Go toolchain, the
@@ -154,6 +155,9 @@ func (r *report) markdown() []byte {
 	if r.outbox != nil {
 		r.writeOutbox(w)
 	}
+	if r.entity != nil {
+		r.writeEntity(w)
+	}
 	if r.alloc != nil {
 		r.writeAlloc(w)
 	}
@@ -234,6 +238,9 @@ func (r *report) writeTargets(w writer) {
 		w("| no growth in memory over a long run | live heap %s on average, trend %+.1f%% over the last two thirds of %s; goroutines %d → %d | %s |\n",
 			bytesIEC(mean), 100*overRun, r.mem.elapsed.Round(time.Second), first.goroutines, last.goroutines,
 			verdict(math.Abs(overRun) < 0.05 && last.goroutines <= first.goroutines))
+	}
+	if r.entity != nil {
+		r.entityTargets(w)
 	}
 	w("\n")
 }

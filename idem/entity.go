@@ -57,9 +57,10 @@ type EntityTable[M any] struct {
 	Check  string
 }
 
-// EntityInbox runs a mode=entity handler: BEGIN with the fingerprint
-// setting (one round trip), the handler, then the check that the marker row
-// is there and COMMIT (one round trip). A unique violation of the table's
+// EntityInbox runs a mode=entity handler: BEGIN and the fingerprint
+// setting sent with the handler's first statement (one round trip), the
+// handler's other statements, then the check that the marker row is there
+// with COMMIT (one round trip). A unique violation of the table's
 // constraint raised by the handler is the duplicate signal: the transaction
 // rolls back and the row's fingerprint, read in a fresh snapshot, decides
 // Duplicate or ErrKeyReused. It is safe for concurrent use; generated
@@ -158,16 +159,14 @@ func (in *EntityInbox[M, R]) Handle(ctx context.Context, msg M) (R, Outcome, err
 	defer pooled.Release()
 	conn := pooled.Conn()
 
-	tx, err := beginWithFingerprint(ctx, conn, in.txOptions, fp)
-	if err != nil {
-		rollback(ctx, conn)
-		return zero, 0, in.classify(key, fmt.Errorf("idem: begin: %w", err))
-	}
+	// BEGIN and the setting go with the handler's first statement.
+	tx := &lazyTx{conn: conn, opts: in.txOptions, fp: hex.EncodeToString(fp)}
 	var out *Outbox
 	if in.publishing {
 		out = &Outbox{}
 	}
 	htx := newHandlerTx(tx, conn)
+	htx.lazy = tx
 	result, err := callHandler(ctx, conn, htx, func(ctx context.Context, tx pgx.Tx) (R, error) { return in.handler(ctx, tx, out, msg) }, out)
 	if err != nil {
 		dup, derr := in.isDuplicate(ctx, conn, err)
@@ -187,6 +186,9 @@ func (in *EntityInbox[M, R]) Handle(ctx context.Context, msg M) (R, Outcome, err
 			return zero, 0, in.fail(key, fmt.Errorf("idem: before commit: %w", err))
 		}
 	}
+	if !tx.begun() {
+		return zero, 0, in.fail(key, in.noRow(key, errNoStatement))
+	}
 	if err := stillInTransaction(conn); err != nil {
 		rollback(ctx, conn)
 		return zero, 0, in.fail(key, err)
@@ -196,26 +198,6 @@ func (in *EntityInbox[M, R]) Handle(ctx context.Context, msg M) (R, Outcome, err
 		return zero, 0, in.classify(key, err)
 	}
 	return result, Processed, nil
-}
-
-// beginWithFingerprint begins the transaction and sets FingerprintSetting for
-// it, in one round trip (a pipeline of BEGIN and set_config; pgx sends the two
-// statements together in every exec mode once they are known to the
-// connection, and in QueryExecModeCacheStatement prepares set_config with a
-// round trip of its own on a connection's first delivery).
-func beginWithFingerprint(ctx context.Context, conn *pgx.Conn, opts pgx.TxOptions, fp []byte) (pgx.Tx, error) {
-	b := newBatch(2)
-	b.BeginTx(opts)
-	b.Queue(setFingerprint, hex.EncodeToString(fp))
-	br := conn.SendBatch(ctx, b)
-	_, err := br.Exec()
-	if err == nil {
-		_, err = br.Exec()
-	}
-	if closeErr := br.Close(); err == nil {
-		err = closeErr
-	}
-	return br.Tx(), err
 }
 
 // setFingerprint sets FingerprintSetting for the transaction only.
@@ -250,6 +232,9 @@ func runBeforeCommit(ctx context.Context, conn *pgx.Conn, tx pgx.Tx, hook func(c
 		return nil
 	}
 	htx := newHandlerTx(tx, conn)
+	if l, ok := tx.(*lazyTx); ok {
+		htx.lazy = l
+	}
 	defer func() {
 		htx.s.ended = true
 		if p := recover(); p != nil {
@@ -357,8 +342,7 @@ func (in *EntityInbox[M, R]) commit(ctx context.Context, conn *pgx.Conn, key []a
 	}
 	if err == nil {
 		if _, err = br.Exec(); isMarkerCheckFailure(err) {
-			err = fmt.Errorf("idem: the handler returned without inserting the row of key %s into %s with this delivery's fingerprint (did it use ON CONFLICT DO NOTHING, or another key?); "+
-				"in mode=entity that row is the message's only record, so the transaction was rolled back", formatKey(in.table.KeyFields, key), in.table.Name)
+			err = in.noRow(key, nil)
 		}
 	}
 	var committed pgconn.CommandTag
@@ -379,6 +363,16 @@ func (in *EntityInbox[M, R]) commit(ctx context.Context, conn *pgx.Conn, key []a
 	return nil
 }
 
+// noRow explains a handler that returned without inserting its row.
+func (in *EntityInbox[M, R]) noRow(key []any, why error) error {
+	what := "did it use ON CONFLICT DO NOTHING, or another key?"
+	if why != nil {
+		what = "it " + why.Error()
+	}
+	return fmt.Errorf("idem: the handler returned without inserting the row of key %s into %s with this delivery's fingerprint (%s); "+
+		"in mode=entity that row is the message's only record, so nothing was committed", formatKey(in.table.KeyFields, key), in.table.Name, what)
+}
+
 // MarkerCheckMessage is the text of the error an EntityTable's Check raises.
 const MarkerCheckMessage = "idem: no entity row with this fingerprint"
 
@@ -389,33 +383,17 @@ func isMarkerCheckFailure(err error) bool {
 
 // readBack resolves a delivery whose insert collided with the key's row: it
 // rolls back and reads the row's fingerprint in a fresh snapshot, in one
-// round trip, and for an equal one reads the result back (result=) in a
-// read-only transaction.
+// round trip once the lookup is prepared on the connection, and for an equal
+// one reads the result back (result=) in a read-only transaction.
 func (in *EntityInbox[M, R]) readBack(ctx context.Context, conn *pgx.Conn, key []any, fp []byte, msg M) (R, Outcome, error) {
 	var zero R
-	if conn.PgConn().TxStatus() == txFailed {
+	stored, err := in.lookup(ctx, conn, key)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) && !conn.IsClosed() && conn.PgConn().TxStatus() != txIdle {
+		// The aborted transaction refused the lookup's Parse, which pgx
+		// sends ahead of the pipeline for a statement it has not prepared
+		// on this connection yet: roll back on its own, then look up.
 		rollback(ctx, conn)
-	}
-	b := newBatch(2)
-	if conn.PgConn().TxStatus() != txIdle {
-		b.Queue("rollback")
-	}
-	args := make([]any, 0, len(key))
-	for _, part := range key {
-		args = append(args, param(part))
-	}
-	b.Queue(in.table.Lookup, args...)
-	br := conn.SendBatch(ctx, b)
-	var stored []byte
-	var err error
-	if b.Len() == 2 {
-		_, err = br.Exec()
-	}
-	if err == nil {
-		err = br.QueryRow().Scan(&stored)
-	}
-	if closeErr := br.Close(); err == nil {
-		err = closeErr
+		stored, err = in.lookup(ctx, conn, key)
 	}
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
@@ -440,6 +418,34 @@ func (in *EntityInbox[M, R]) readBack(ctx context.Context, conn *pgx.Conn, key [
 		return zero, 0, in.fail(key, fmt.Errorf("idem: read the result back (result=): %w", err))
 	}
 	return result, Duplicate, nil
+}
+
+// lookup reads the fingerprint of key's row, after rolling back the
+// connection's transaction in the same round trip (the collision aborted it).
+func (in *EntityInbox[M, R]) lookup(ctx context.Context, conn *pgx.Conn, key []any) ([]byte, error) {
+	b := newBatch(2)
+	rb := conn.PgConn().TxStatus() != txIdle
+	if rb {
+		b.Queue("rollback")
+	}
+	args := make([]any, 0, len(key))
+	for _, part := range key {
+		args = append(args, param(part))
+	}
+	b.Queue(in.table.Lookup, args...)
+	br := conn.SendBatch(ctx, b)
+	var stored []byte
+	var err error
+	if rb {
+		_, err = br.Exec()
+	}
+	if err == nil {
+		err = br.QueryRow().Scan(&stored)
+	}
+	if closeErr := br.Close(); err == nil {
+		err = closeErr
+	}
+	return stored, err
 }
 
 // readResult runs the result= function in a read-only transaction.
