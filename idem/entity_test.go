@@ -162,3 +162,51 @@ func TestEntityInEveryExecMode(t *testing.T) {
 		})
 	}
 }
+
+// TestEntityPublishes: a mode=entity handler that publishes through an
+// *idem.Outbox writes its outgoing messages with the commit, with ids derived
+// from the consumer and the key; a duplicate writes none, a failed delivery
+// none.
+func TestEntityPublishes(t *testing.T) {
+	var sql string
+	for _, f := range purchaseMigrations {
+		sql = string(f.Data)
+	}
+	db := idemtest.New(t, outboxFS(t, map[string]string{"00100_purchases.sql": sql}))
+	ctx := context.Background()
+	in := idem.NewPublishingEntityInbox(db.Pool, purchaseTable, func(ctx context.Context, tx pgx.Tx, out *idem.Outbox, msg purchase) (idem.None, error) {
+		if _, err := buy(ctx, tx, msg); err != nil {
+			return idem.None{}, err
+		}
+		for i := range 2 {
+			if err := out.Publish("test.bought", map[string]any{"id": msg.ID, "seq": i}); err != nil {
+				return idem.None{}, err
+			}
+		}
+		if msg.Amount < 0 {
+			return idem.None{}, errors.New("refused")
+		}
+		return idem.None{}, nil
+	}, nil)
+	msg := purchase{ID: "p-1", Amount: 5}
+	for i, want := range []idem.Outcome{idem.Processed, idem.Duplicate} {
+		if _, o, err := in.Handle(ctx, msg); err != nil || o != want {
+			t.Fatalf("delivery %d: %v %v; want %v", i+1, o, err, want)
+		}
+	}
+	if _, _, err := in.Handle(ctx, purchase{ID: "p-2", Amount: -1}); err == nil {
+		t.Fatal("the refused purchase succeeded")
+	}
+	rows, err := db.Pool.Query(ctx, `SELECT message_id::text FROM idem_outbox ORDER BY message_id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{idem.OutgoingMessageID("test.purchase", []any{"p-1"}, 0), idem.OutgoingMessageID("test.purchase", []any{"p-1"}, 1)}
+	if len(ids) != 2 || !(ids[0] == want[0] && ids[1] == want[1] || ids[0] == want[1] && ids[1] == want[0]) {
+		t.Fatalf("outbox ids %v; want %v (one run of p-1, nothing of the duplicate or of p-2)", ids, want)
+	}
+}
