@@ -31,7 +31,7 @@ func (r *report) entityTargets(w writer) {
 	n := entityWorkers[len(entityWorkers)-1]
 	bare, bareLo, bareHi := r.entityRatio(scEntity, scEntityBare, n)
 	tx, txLo, txHi := r.entityRatio(scEntity, scEntityTx, n)
-	w("| mode=entity ≥ %.1f× the bare transaction at %d workers | %.2f× [%.2f–%.2f] ([below](#mode-entity)) | %s |\n", targetEntityVsBare, n, bare, bareLo, bareHi, verdict(bare >= targetEntityVsBare))
+	w("| mode=entity ≥ %.1f× the bare transaction at %d workers | %.2f× [%.2f–%.2f] ([below](#modeentity)) | %s |\n", targetEntityVsBare, n, bare, bareLo, bareHi, verdict(bare >= targetEntityVsBare))
 	w("| mode=entity ≥ %.1f× mode=tx at %d workers | %.2f× [%.2f–%.2f] | %s |\n", targetEntityVsTx, n, tx, txLo, txHi, verdict(tx >= targetEntityVsTx))
 }
 
