@@ -40,7 +40,7 @@ func (r *report) writeEntity(w writer) {
 	w("## mode=entity\n\n")
 	w("One consumer, [`bench/orders`](bench/orders/), whose business change is `INSERT INTO orders (id, customer, amount) VALUES ($1, $2, $3)`, each message a new order, delivered as:\n\n")
 	w("- **%s**: `orders.Bare`: `BEGIN; INSERT; COMMIT` in one pgx pipeline (one round trip), no deduplication;\n", scEntityBare)
-	w("- **%s**: `orders.PlaceEntityIdem`, the generated wrapper: `BEGIN` with `set_config('idem.fingerprint', …)` in one round trip, the handler's INSERT (whose default records the fingerprint), then the marker check with `COMMIT` in one round trip;\n", scEntity)
+	w("- **%s**: `orders.PlaceEntityIdem`, the generated wrapper: `BEGIN` and `set_config('idem.fingerprint', …)` in one pipeline with the handler's INSERT (whose default records the fingerprint), then the marker check with `COMMIT`: two round trips;\n", scEntity)
 	w("- **%s**: `orders.PlaceTxIdem`, the generated wrapper of the same INSERT into `orders_tx`, with an inbox row (`BEGIN` with the claim; the INSERT; `COMMIT`).\n\n", scEntityTx)
 	w("Cells as in the message delivery table: %s after a %s warm-up, %d round(s), the scenarios in a rotating order, a fresh schema per cell, a pool of as many connections as workers, round trips counted on the wire. "+
 		"**WAL/msg** is `pg_current_wal_lsn()` after the measurement minus before, over the messages: the position is the server's, so other sessions of the shared machine add to it; the table gives the least of the rounds.\n\n",
@@ -70,6 +70,6 @@ func (r *report) writeEntity(w writer) {
 				r.entity.walPerMsg(name, n), dur(s.clientCPU), server, vsBare, vsTx)
 		}
 	}
-	w("\nmode=entity costs the bare transaction two round trips (BEGIN with the setting, and the check with COMMIT, around the handler's own statement) and writes about as much WAL (a 33-byte fingerprint in the row); mode=tx writes a second row and a second index entry per message. " +
-		"How a delivery runs, and why the setting cannot travel with the handler's INSERT: [docs/natural.md](docs/natural.md#cost).\n\n")
+	w("\nmode=entity costs one round trip more than the bare transaction (its COMMIT, with the marker check, can only be sent once the handler has returned; BEGIN and the setting ride with the handler's INSERT) and writes about as much WAL (a 33-byte fingerprint in the row); mode=tx has a third round trip and writes a second row and a second index entry per message. " +
+		"On this 2-core shared machine a round trip is CPU on both sides, so the ratios follow the round trips: see [docs/natural.md](docs/natural.md#cost).\n\n")
 }
