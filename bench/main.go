@@ -94,7 +94,7 @@ type config struct {
 }
 
 // allParts are the parts of the run, in the order they run.
-var allParts = []string{"mem", "db", "outbox", "brokers", "purge", "alloc", "gen"}
+var allParts = []string{"mem", "db", "outbox", "brokers", "purge", "entity", "alloc", "gen"}
 
 func main() {
 	if err := run(); err != nil {
@@ -139,6 +139,11 @@ func run() error {
 	}
 	if cfg.parts["purge"] {
 		if rep.purge, err = runPurge(ctx, cfg); err != nil {
+			return err
+		}
+	}
+	if cfg.parts["entity"] {
+		if rep.entity, err = runEntity(ctx, cfg); err != nil {
 			return err
 		}
 	}

@@ -30,6 +30,7 @@ type report struct {
 	brokers           *brokersResults
 	purge             *purgeResults
 	gen               *genResults
+	entity            *entityResults
 }
 
 // describeMachine records what the numbers depend on: the Go toolchain, the
@@ -162,6 +163,9 @@ func (r *report) markdown() []byte {
 	if r.purge != nil {
 		r.writePurge(w)
 	}
+	if r.entity != nil {
+		r.writeEntity(w)
+	}
 	if r.alloc != nil {
 		r.writeAlloc(w)
 	}
@@ -248,6 +252,9 @@ func (r *report) writeTargets(w writer) {
 		w("| no growth in memory over a long run | live heap %s on average, trend %+.1f%% over the last two thirds of %s; goroutines %d → %d | %s |\n",
 			bytesIEC(mean), 100*overRun, r.mem.elapsed.Round(time.Second), first.goroutines, last.goroutines,
 			verdict(math.Abs(overRun) < 0.05 && last.goroutines <= first.goroutines))
+	}
+	if r.entity != nil {
+		r.entityTargets(w)
 	}
 	w("\n")
 }

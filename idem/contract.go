@@ -6,7 +6,10 @@ package idem
 // placeholders, [NewInbox], [Inbox] and its methods, [NoResult], [None],
 // [InvalidKey], [CheckString], [CheckUUID], [CheckInt], [Option]; for
 // mode=external [ExternalTable] and its placeholders, [NewExternalInbox],
-// [ExternalInbox] and its methods, [NoResultExternal]) and of
+// [ExternalInbox] and its methods, [NoResultExternal]; for mode=entity
+// [EntityTable] and its statements, [NewEntityInbox], [NewPublishingEntityInbox],
+// [EntityInbox], [FingerprintColumn], [FingerprintSetting], [MarkerCheckMessage];
+// for mode=natural [NaturalTable], [NewNaturalInbox], [NaturalInbox]) and of
 // what the generated tests call in idem/idemtest.
 //
 // Every generated idem_gen.go references it in a line of its own,

@@ -48,6 +48,14 @@
 // claims and reports the ones that keep failing. docs/external.md has the
 // protocol and its failure cases.
 //
+// Handlers that need no inbox row run on an [EntityInbox] (mode=entity: the
+// business row the handler inserts is the marker; BEGIN and the
+// [FingerprintSetting] travel with its first statement, a unique violation of
+// the table's key constraint is the duplicate signal, and the row's
+// [FingerprintColumn] tells [Duplicate] from [ErrKeyReused]) or a
+// [NaturalInbox] (mode=natural: a transaction, retried on serialization
+// failures, nothing recorded). docs/natural.md has both.
+//
 // [ActionFor] turns what Handle returned into what the consumer does with the
 // message, so that no caller re-derives the policy: [Ack] when the error is
 // nil (both [Processed] and [Duplicate] mean the message's effect is

@@ -40,6 +40,10 @@ type handlerTx struct {
 	conn      *pgx.Conn
 	s         *txState
 	savepoint bool // a nested transaction: Commit and Rollback are its own
+	// lazy, for a mode=entity delivery, begins the transaction with the
+	// handler's first statement: until then the connection is idle on
+	// purpose.
+	lazy *lazyTx
 }
 
 // txState is shared by a handler's Tx and the savepoints it begins.
@@ -62,6 +66,7 @@ func (t *handlerTx) before() error {
 		return pgx.ErrTxClosed
 	case t.s.escaped != nil:
 		return t.s.escaped
+	case t.lazy != nil && !t.lazy.begun():
 	case !t.conn.IsClosed() && t.conn.PgConn().TxStatus() == txIdle:
 		// Ended by a statement that did not go through this Tx (through
 		// tx.Conn(), say).
@@ -116,7 +121,7 @@ func (t *handlerTx) Begin(ctx context.Context) (pgx.Tx, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &handlerTx{Tx: sp, conn: t.conn, s: t.s, savepoint: true}, nil
+	return &handlerTx{Tx: sp, conn: t.conn, s: t.s, savepoint: true, lazy: t.lazy}, nil
 }
 
 func (t *handlerTx) Commit(ctx context.Context) error {

@@ -7,7 +7,10 @@
 // Handlers of mode=external get an ExternalSuite instead (a live claim, a
 // worker that dies after its provider call, heartbeats, a stolen claim),
 // with a Provider double that deduplicates by idempotency key as payment
-// APIs do, in process or over HTTP.
+// APIs do, in process or over HTTP. Handlers of mode=entity get an
+// EntitySuite (Suite's scenarios on the business table, and a process killed
+// with SIGKILL inside its transaction), and handlers of mode=natural a
+// NaturalSuite, which compares a snapshot of the state after redeliveries.
 //
 // The database comes from IDEMGEN_TEST_DATABASE_URL only, never from
 // DATABASE_URL: a developer's shell often points that at a real database, and

@@ -44,6 +44,7 @@ type Options struct {
 var (
 	inboxes   = migrate.InboxKind{Create: inboxsql.Create, Alter: inboxsql.Alter}
 	externals = migrate.ExternalKind{Create: inboxsql.CreateExternal, Alter: inboxsql.AlterExternal}
+	entities  = migrate.EntityKind{Create: inboxsql.CreateEntity}
 )
 
 // Generate returns the files of prog. dirs are its migrations folders
@@ -86,6 +87,7 @@ func Generate(prog model.Program, dirs []migrate.Dir, opts Options) (*output.Set
 		return set, diags
 	}
 	for _, dir := range dirs {
+		checkEntityTables(prog, dir, diags)
 		dir.Plan(request(prog, dir.Path, outbox, opts), set, diags)
 	}
 	return set, diags
@@ -94,10 +96,12 @@ func Generate(prog model.Program, dirs []migrate.Dir, opts Options) (*output.Set
 // request is what prog wants of the migrations folder at path: an inbox
 // chain per mode=tx handler whose migrations go there, a claims table chain
 // per mode=external one, and the outbox chain when one of them takes an
-// *idem.Outbox. The kinds are listed in the order their new migrations take
-// versions: inboxes, claims tables, then the outbox.
+// *idem.Outbox; a mode=entity one wants the fingerprint column on its
+// business table, a mode=natural one nothing. The kinds are listed in the
+// order their new migrations take versions: inboxes, claims tables,
+// fingerprint columns, then the outbox.
 func request(prog model.Program, path string, outbox migrate.OutboxKind, opts Options) migrate.Request {
-	req := migrate.Request{Kinds: []migrate.Kind{inboxes, externals, outbox}, Rehash: opts.Rehash, AcceptResultChange: opts.AcceptResultChange}
+	req := migrate.Request{Kinds: []migrate.Kind{inboxes, externals, entities, outbox}, Rehash: opts.Rehash, AcceptResultChange: opts.AcceptResultChange}
 	publishes := false
 	for _, pkg := range prog.Packages {
 		req.Packages = append(req.Packages, pkg.Path)
@@ -108,9 +112,20 @@ func request(prog model.Program, path string, outbox migrate.OutboxKind, opts Op
 			if h.MigrationsDir != path {
 				continue
 			}
-			if h.External() {
+			switch {
+			case h.Natural():
+				// Nothing records its messages: no migration.
+				continue
+			case h.EntityMode():
+				req.Wants = append(req.Wants, migrate.Want{Kind: entities, Name: h.Consumer, State: inboxsql.EntitySchema(h), Owner: h.Package, Pos: h.Pos, ModePos: h.ModePos})
+				if h.Outbox && !publishes {
+					publishes = true
+					req.Wants = append(req.Wants, migrate.Want{Kind: outbox, Name: migrate.OutboxChain, State: outbox.Steps(), Pos: h.Pos})
+				}
+				continue
+			case h.External():
 				req.Wants = append(req.Wants, migrate.Want{Kind: externals, Name: h.Consumer, State: inboxsql.ExternalSchema(h), Owner: h.Package, Pos: h.Pos, ModePos: h.ModePos})
-			} else {
+			default:
 				req.Wants = append(req.Wants, migrate.Want{Kind: inboxes, Name: h.Consumer, State: inboxOf(h), Owner: h.Package, Pos: h.Pos, ModePos: h.ModePos})
 			}
 			req.Results = append(req.Results, migrate.Result{Consumer: h.Consumer, Shape: h.ResultShape, Pos: h.ResultPos})

@@ -76,6 +76,13 @@ func (c *checker) handler(fd *ast.FuncDecl, d directive.Directive) (model.Handle
 		c.checkNullable(keyOpt, h.Key)
 		c.hygiene(d, keyOpt, h.Envelope)
 	}
+	if msgOK && hasKey {
+		c.entityKey(d, &h)
+		c.entityResult(d, &h, msg)
+	}
+	if msgOK {
+		c.naturalChecks(d, &h)
+	}
 	if msgOK && !c.externalGuard(d, h) {
 		h.Guard = c.guard(d, msg)
 	}
@@ -95,13 +102,18 @@ func (c *checker) handler(fd *ast.FuncDecl, d directive.Directive) (model.Handle
 // mode=external handler, and reports whether it did: the guard's versions are
 // written in the handler's transaction, which only mode=tx has.
 func (c *checker) externalGuard(d directive.Directive, h model.Handler) bool {
-	if !h.External() {
+	if h.Mode == model.ModeTx {
 		return false
 	}
+	why := map[model.Mode]string{
+		model.ModeExternal: "a mode=external handler runs with none",
+		model.ModeEntity:   "a mode=entity handler's transaction records nothing but its entity row (put a version column in the entity and guard it in the handler's UPDATE)",
+		model.ModeNatural:  "a mode=natural handler records nothing (guard a version column in the handler's own upsert: ON CONFLICT ... DO UPDATE ... WHERE t.version < EXCLUDED.version)",
+	}[h.Mode]
 	refused := false
 	for _, name := range []string{"order", "version"} {
 		if o, ok := d.Lookup(name); ok {
-			c.errorf(o.Pos, "%s= (the stale-message guard) is for mode=tx only: the guard records versions in the handler's transaction, and a mode=external handler runs with none", name)
+			c.errorf(o.Pos, "%s= (the stale-message guard) is for mode=tx only: the guard records versions in the handler's transaction, and %s", name, why)
 			refused = true
 		}
 	}

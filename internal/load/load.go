@@ -378,8 +378,13 @@ func checkAcrossPackages(prog model.Program, diags *diag.List) {
 				continue
 			}
 			consumers[h.Consumer] = h
+			if h.Natural() {
+				continue // it has no table
+			}
 			tk := h.MigrationsDir + "\x00" + h.Table
-			if other, dup := tables[tk]; dup {
+			if other, dup := tables[tk]; dup && other.EntityMode() && h.EntityMode() {
+				continue // the generator says why two mode=entity consumers cannot share a table
+			} else if dup {
 				diags.Errorf(h.Pos, "consumers %s and %s would share the inbox table %s; give one of them another table=",
 					other.Consumer, h.Consumer, h.Table)
 				continue

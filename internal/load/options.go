@@ -10,15 +10,14 @@ import (
 )
 
 // The options of //idem:handler.
-var handlerOptions = []string{"consumer", "key", "table", "retain", "order", "version", "stable", "zero", "fixture", "mode", "lease"}
+var handlerOptions = []string{"consumer", "key", "table", "retain", "order", "version", "stable", "zero", "fixture", "mode", "lease", "columns", "constraint", "result"}
 
-// The modes of mode=: those in laterModes belong to the design (DESIGN §12)
-// but are not implemented by this version, and are refused as such rather
-// than as unknown.
-var (
-	modes      = []string{string(model.ModeTx), string(model.ModeExternal)}
-	laterModes = []string{"entity", "natural"}
-)
+// The modes of mode= (DESIGN §2, §12).
+var modes = []string{string(model.ModeTx), string(model.ModeExternal), string(model.ModeEntity), string(model.ModeNatural)}
+
+// modeChoices explains the modes, for the message about an unknown one.
+const modeChoices = "want tx (the default: the business change commits in the inbox's transaction), external (a side effect outside the database: a claim with a lease around the call), " +
+	"entity (the business row the handler inserts is the marker: table= and columns=) or natural (no marker: the handler is idempotent by construction, which its generated test proves)"
 
 // DefaultLease is how long a claim of a mode=external handler is honoured
 // when the directive says nothing (lease=), and MinLease the shortest lease=
@@ -84,24 +83,26 @@ func (c *checker) mode(d directive.Directive, h *model.Handler) bool {
 		case mode.Value == string(model.ModeTx):
 		case mode.Value == string(model.ModeExternal):
 			h.Mode, h.Lease = model.ModeExternal, DefaultLease
-		case slices.Contains(laterModes, mode.Value):
-			known = false
-			c.errorf(mode.ValuePos, "mode=%s is not supported yet by this version of idemgen; the modes it supports are tx (the default: the business change commits in the inbox's transaction) and external (a side effect outside the database: a claim with a lease around the call)", mode.Value)
+		case mode.Value == string(model.ModeEntity):
+			h.Mode = model.ModeEntity
+		case mode.Value == string(model.ModeNatural):
+			h.Mode = model.ModeNatural
 		default:
 			known = false
-			msg := fmt.Sprintf("unknown mode=%s; want tx (the default: the business change commits in the inbox's transaction) or external (a side effect outside the database: a claim with a lease around the call)", mode.Value)
-			if s := directive.Suggest(mode.Value, append(modes, laterModes...)); s != "" {
-				msg = fmt.Sprintf("unknown mode=%s (did you mean mode=%s?); want tx (the default: the business change commits in the inbox's transaction) or external (a side effect outside the database: a claim with a lease around the call)", mode.Value, s)
+			msg := fmt.Sprintf("unknown mode=%s; %s", mode.Value, modeChoices)
+			if s := directive.Suggest(mode.Value, modes); s != "" {
+				msg = fmt.Sprintf("unknown mode=%s (did you mean mode=%s?); %s", mode.Value, s, modeChoices)
 			}
 			c.errorf(mode.ValuePos, "%s", msg)
 		}
 	}
+	c.entityOptions(d, h)
 	o, ok := d.Lookup("lease")
 	if !ok {
 		return known
 	}
 	if !h.External() {
-		if !hasMode || mode.Value == string(model.ModeTx) {
+		if !hasMode || mode.Value != string(model.ModeExternal) && known {
 			c.errorf(o.Pos, "lease= is for mode=external only: it bounds how long a claim of a handler that runs outside a transaction is honoured; a mode=tx handler holds its key's row lock while it runs and needs no lease. Add mode=external or remove lease=")
 		}
 		return known

@@ -189,6 +189,9 @@ func fixtureForm(h model.Handler) fixtureFormOf {
 	if h.External() {
 		return fixtureFormOf{param: "p *idemtest.Provider", ptrType: "Provider", result: "ExternalFixture"}
 	}
+	if h.Natural() {
+		return fixtureFormOf{param: "db *idemtest.DB", ptrType: "DB", result: "NaturalFixture"}
+	}
 	return fixtureFormOf{param: "db *idemtest.DB", ptrType: "DB", result: "Fixture"}
 }
 

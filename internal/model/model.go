@@ -84,6 +84,9 @@ type Handler struct {
 	// option, or the directive itself for the default.
 	Mode    Mode
 	ModePos diag.Pos
+	// Entity is the business table of a ModeEntity handler, whose rows are
+	// its markers; nil in the other modes.
+	Entity *Entity
 	// Lease is how long a claim of a ModeExternal handler is honoured
 	// before another worker may take it over (lease=); 0 in ModeTx.
 	Lease time.Duration
@@ -123,10 +126,50 @@ const (
 	// transaction open (idem.KeyFrom gives it the key to pass on), then
 	// record it done where the claim still holds.
 	ModeExternal Mode = "external"
+	// ModeEntity: the row the handler inserts into its business table is
+	// the marker; a unique violation of the table's key constraint is the
+	// duplicate signal, and a fingerprint column (added by idemgen's
+	// migration) tells a duplicate from a reused key.
+	ModeEntity Mode = "entity"
+	// ModeNatural: no marker; the handler is idempotent by construction,
+	// which its generated test proves against a snapshot of its state.
+	ModeNatural Mode = "natural"
 )
+
+// Entity is the business table of a ModeEntity handler (table=, columns=,
+// constraint=, result=).
+type Entity struct {
+	// Table is the business table, as the user's migrations name it,
+	// optionally schema-qualified; TablePos is where table= says it.
+	Table    string
+	TablePos diag.Pos
+	// Columns hold the key parts, in key order; ColumnsPos is where
+	// columns= says them.
+	Columns    []string
+	ColumnsPos diag.Pos
+	// Constraint is the unique constraint (or index) over Columns; empty
+	// for the one covering exactly Columns, which the runtime finds.
+	Constraint string
+	// Result is the function of the package that reads a duplicate's
+	// result back (result=), empty for a handler without a result.
+	Result string
+}
+
+// EntityMarker is what idemgen's migrations of a ModeEntity consumer leave
+// behind: the fingerprint column on its business table.
+type EntityMarker struct {
+	Consumer string
+	Table    string
+}
 
 // External reports whether h runs in ModeExternal.
 func (h Handler) External() bool { return h.Mode == ModeExternal }
+
+// Natural reports whether h runs in ModeNatural.
+func (h Handler) Natural() bool { return h.Mode == ModeNatural }
+
+// EntityMode reports whether h runs in ModeEntity.
+func (h Handler) EntityMode() bool { return h.Mode == ModeEntity }
 
 // Body is the body type T of an Envelope handler's idem.Message[T].
 func (h Handler) Body() Type { return h.Msg.Deref().Args[0] }

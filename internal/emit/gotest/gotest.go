@@ -31,8 +31,15 @@ func File(pkg model.Package) ([]byte, error) {
 type emitter struct{ gocode.Emitter }
 
 func (e emitter) test(f *jen.File) {
-	if e.H.External() {
+	switch {
+	case e.H.External():
 		e.externalTest(f)
+		return
+	case e.H.EntityMode():
+		e.entityTest(f)
+		return
+	case e.H.Natural():
+		e.naturalTest(f)
 		return
 	}
 	h := e.H

@@ -30,8 +30,15 @@ func File(pkg model.Package) ([]byte, error) {
 type emitter struct{ gocode.Emitter }
 
 func (e emitter) wrapper(f *jen.File) {
-	if e.H.External() {
+	switch {
+	case e.H.External():
 		e.externalWrapper(f)
+		return
+	case e.H.EntityMode():
+		e.entityWrapper(f)
+		return
+	case e.H.Natural():
+		e.naturalWrapper(f)
 		return
 	}
 	h, n := e.H, e.N

@@ -1,0 +1,75 @@
+package main
+
+import (
+	"fmt"
+	"math"
+)
+
+// The entity part's targets (issue 15), read at 16 workers.
+const (
+	targetEntityVsBare = 0.9
+	targetEntityVsTx   = 1.5
+)
+
+// entityRatio is the ratio of two cells' throughput at n workers, and the
+// range of the per-round ratios.
+func (r *report) entityRatio(a, b string, n int) (ratio, lo, hi float64) {
+	ca, cb := r.entity.cell(a, n), r.entity.cell(b, n)
+	if ca == nil || cb == nil {
+		return math.NaN(), math.NaN(), math.NaN()
+	}
+	ratio = ca.summary().rate / cb.summary().rate
+	lo, hi = math.Inf(1), math.Inf(-1)
+	for i := range min(len(ca.samples), len(cb.samples)) {
+		x := ca.samples[i].rate() / cb.samples[i].rate()
+		lo, hi = math.Min(lo, x), math.Max(hi, x)
+	}
+	return ratio, lo, hi
+}
+
+func (r *report) entityTargets(w writer) {
+	n := entityWorkers[len(entityWorkers)-1]
+	bare, bareLo, bareHi := r.entityRatio(scEntity, scEntityBare, n)
+	tx, txLo, txHi := r.entityRatio(scEntity, scEntityTx, n)
+	w("| mode=entity ≥ %.1f× the bare transaction at %d workers | %.2f× [%.2f–%.2f] ([below](#modeentity)) | %s |\n", targetEntityVsBare, n, bare, bareLo, bareHi, verdict(bare >= targetEntityVsBare))
+	w("| mode=entity ≥ %.1f× mode=tx at %d workers | %.2f× [%.2f–%.2f] | %s |\n", targetEntityVsTx, n, tx, txLo, txHi, verdict(tx >= targetEntityVsTx))
+}
+
+func (r *report) writeEntity(w writer) {
+	cfg := r.cfg
+	w("## mode=entity\n\n")
+	w("One consumer, [`bench/orders`](bench/orders/), whose business change is `INSERT INTO orders (id, customer, amount) VALUES ($1, $2, $3)`, each message a new order, delivered as:\n\n")
+	w("- **%s**: `orders.Bare`: `BEGIN; INSERT; COMMIT` in one pgx pipeline (one round trip), no deduplication;\n", scEntityBare)
+	w("- **%s**: `orders.PlaceEntityIdem`, the generated wrapper: `BEGIN` and `set_config('idem.fingerprint', …)` in one pipeline with the handler's INSERT (whose default records the fingerprint), then the marker check with `COMMIT`: two round trips;\n", scEntity)
+	w("- **%s**: `orders.PlaceTxIdem`, the generated wrapper of the same INSERT into `orders_tx`, with an inbox row (`BEGIN` with the claim; the INSERT; `COMMIT`).\n\n", scEntityTx)
+	w("Cells as in the message delivery table: %s after a %s warm-up, %d round(s), the scenarios in a rotating order, a fresh schema per cell, a pool of as many connections as workers, round trips counted on the wire. "+
+		"**WAL/msg** is `pg_current_wal_lsn()` after the measurement minus before, over the messages: the position is the server's, so other sessions of the shared machine add to it; the table gives the least of the rounds.\n\n",
+		cfg.duration, cfg.warmup, cfg.rounds)
+	w("| workers | scenario | msgs/s | p50 | p99 | round trips/msg | WAL/msg | client CPU/msg | server CPU/msg | vs bare | vs mode=tx |\n")
+	w("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
+	for _, n := range entityWorkers {
+		bare, tx := r.entity.cell(scEntityBare, n), r.entity.cell(scEntityTx, n)
+		for _, name := range entityScenarios {
+			c := r.entity.cell(name, n)
+			if c == nil {
+				continue
+			}
+			s := c.summary()
+			server := "n/a"
+			if s.serverCPU >= 0 {
+				server = dur(s.serverCPU)
+			}
+			vsBare, vsTx := "", ""
+			if bare != nil && name != scEntityBare {
+				vsBare = fmt.Sprintf("%.2f×", s.rate/bare.summary().rate)
+			}
+			if tx != nil && name != scEntityTx {
+				vsTx = fmt.Sprintf("%.2f×", s.rate/tx.summary().rate)
+			}
+			w("| %d | %s | %.0f | %s | %s | %.2f | %.0f B | %s | %s | %s | %s |\n", n, name, s.rate, dur(s.p50), dur(s.p99), s.tripsPerMsg,
+				r.entity.walPerMsg(name, n), dur(s.clientCPU), server, vsBare, vsTx)
+		}
+	}
+	w("\nmode=entity costs one round trip more than the bare transaction (its COMMIT, with the marker check, can only be sent once the handler has returned; BEGIN and the setting ride with the handler's INSERT) and writes about as much WAL (a 33-byte fingerprint in the row); mode=tx has a third round trip and writes a second row and a second index entry per message. " +
+		"On this 2-core shared machine a round trip is CPU on both sides, so the ratios follow the round trips: see [docs/natural.md](docs/natural.md#cost).\n\n")
+}

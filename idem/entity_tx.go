@@ -1,0 +1,214 @@
+package idem
+
+import (
+	"context"
+	"errors"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// lazyTx is the transaction of a mode=entity delivery before and after it
+// begins: BEGIN and the fingerprint setting are not sent on their own but
+// in front of the handler's first statement, in the same pipeline (one
+// round trip for BEGIN, set_config and the INSERT, as the bare business
+// transaction has for BEGIN and its INSERT). A first use that cannot carry
+// them (SendBatch, CopyFrom, Prepare, a savepoint, large objects) begins
+// the transaction in a round trip of its own first.
+type lazyTx struct {
+	conn *pgx.Conn
+	opts pgx.TxOptions
+	fp   string // hex
+	tx   pgx.Tx // nil until the transaction began
+}
+
+func (l *lazyTx) begun() bool { return l.tx != nil }
+
+// begin begins the transaction on its own, if it has not begun.
+func (l *lazyTx) begin(ctx context.Context) error {
+	if l.tx != nil {
+		return nil
+	}
+	b := newBatch(2)
+	b.BeginTx(l.opts)
+	b.Queue(setFingerprint, l.fp)
+	br := l.conn.SendBatch(ctx, b)
+	l.tx = br.Tx()
+	_, err := br.Exec()
+	if err == nil {
+		_, err = br.Exec()
+	}
+	if closeErr := br.Close(); err == nil {
+		err = closeErr
+	}
+	return err
+}
+
+// send sends BEGIN, the setting and the statement in one pipeline and
+// returns the batch with the statement's result next to read.
+func (l *lazyTx) send(ctx context.Context, sql string, args []any) (pgx.BatchResults, error) {
+	b := newBatch(3)
+	b.BeginTx(l.opts)
+	b.Queue(setFingerprint, l.fp)
+	b.Queue(sql, args...)
+	br := l.conn.SendBatch(ctx, b)
+	l.tx = br.Tx()
+	_, err := br.Exec()
+	if err == nil {
+		_, err = br.Exec()
+	}
+	if err != nil {
+		_ = br.Close()
+		return nil, err
+	}
+	return br, nil
+}
+
+func (l *lazyTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	if l.tx != nil {
+		return l.tx.Exec(ctx, sql, args...)
+	}
+	br, err := l.send(ctx, sql, args)
+	if err != nil {
+		return pgconn.CommandTag{}, err
+	}
+	tag, err := br.Exec()
+	if closeErr := br.Close(); err == nil {
+		err = closeErr
+	}
+	return tag, err
+}
+
+func (l *lazyTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	if l.tx != nil {
+		return l.tx.Query(ctx, sql, args...)
+	}
+	br, err := l.send(ctx, sql, args)
+	if err != nil {
+		return errRows{err}, err
+	}
+	rows, err := br.Query()
+	if err != nil {
+		_ = br.Close()
+		return rows, err
+	}
+	return &batchRows{Rows: rows, br: br}, nil
+}
+
+func (l *lazyTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	rows, err := l.Query(ctx, sql, args...)
+	if err != nil {
+		return errRows{err}
+	}
+	return firstRow{rows}
+}
+
+func (l *lazyTx) Begin(ctx context.Context) (pgx.Tx, error) {
+	if err := l.begin(ctx); err != nil {
+		return nil, err
+	}
+	return l.tx.Begin(ctx)
+}
+
+func (l *lazyTx) Commit(ctx context.Context) error {
+	if l.tx == nil {
+		return nil
+	}
+	return l.tx.Commit(ctx)
+}
+
+func (l *lazyTx) Rollback(ctx context.Context) error {
+	if l.tx == nil {
+		return nil
+	}
+	return l.tx.Rollback(ctx)
+}
+
+func (l *lazyTx) CopyFrom(ctx context.Context, table pgx.Identifier, columns []string, src pgx.CopyFromSource) (int64, error) {
+	if err := l.begin(ctx); err != nil {
+		return 0, err
+	}
+	return l.tx.CopyFrom(ctx, table, columns, src)
+}
+
+func (l *lazyTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	if err := l.begin(ctx); err != nil {
+		return pgx.FailedBatchResults(b, err)
+	}
+	return l.tx.SendBatch(ctx, b)
+}
+
+func (l *lazyTx) LargeObjects() pgx.LargeObjects {
+	_ = l.begin(context.Background())
+	return l.tx.LargeObjects()
+}
+
+func (l *lazyTx) Prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription, error) {
+	if err := l.begin(ctx); err != nil {
+		return nil, err
+	}
+	return l.tx.Prepare(ctx, name, sql)
+}
+
+func (l *lazyTx) Conn() *pgx.Conn { return l.conn }
+
+// batchRows are the rows of the handler's first statement, read from the
+// pipeline that began the transaction: the pipeline is closed (its
+// ReadyForQuery read, so that the connection's transaction status is known)
+// when the rows end.
+type batchRows struct {
+	pgx.Rows
+	br     pgx.BatchResults
+	closed bool
+	err    error
+}
+
+func (r *batchRows) finish() {
+	if !r.closed {
+		r.closed = true
+		r.err = r.br.Close()
+	}
+}
+
+func (r *batchRows) Next() bool {
+	if r.Rows.Next() {
+		return true
+	}
+	r.finish()
+	return false
+}
+
+func (r *batchRows) Close() {
+	r.Rows.Close()
+	r.finish()
+}
+
+func (r *batchRows) Err() error {
+	if err := r.Rows.Err(); err != nil {
+		return err
+	}
+	return r.err
+}
+
+// firstRow is QueryRow's row over rows: pgx's Row semantics.
+type firstRow struct{ rows pgx.Rows }
+
+func (r firstRow) Scan(dest ...any) error {
+	rows := r.rows
+	defer rows.Close()
+	if !rows.Next() {
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		return pgx.ErrNoRows
+	}
+	if err := rows.Scan(dest...); err != nil {
+		return err
+	}
+	rows.Close()
+	return rows.Err()
+}
+
+// errNoStatement is what a mode=entity handler that sent no statement at
+// all gets: it cannot have inserted its row.
+var errNoStatement = errors.New("sent no statement")

@@ -1,0 +1,149 @@
+package idem
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/jackc/pgerrcode"
+	"github.com/jackc/pgx/v5"
+)
+
+// NaturalTable describes a mode=natural consumer: it records nothing, so it
+// has no table; the key is taken apart only to refuse an invalid one and to
+// name it in errors.
+//
+// For generated code: idemgen declares one per mode=natural handler.
+type NaturalTable[M any] struct {
+	// Consumer is the stable consumer name of the directive.
+	Consumer string
+	// KeyFields are the Go field paths of the key parts.
+	KeyFields []string
+	// Key returns the key parts of msg, or an error wrapping ErrInvalidKey.
+	Key func(msg M) ([]any, error)
+}
+
+// NaturalAttempts is how many times a NaturalInbox runs a delivery whose
+// transaction fails with a serialization failure or a deadlock before it
+// returns the (retryable) error.
+const NaturalAttempts = 10
+
+// NaturalInbox runs a mode=natural handler, one that is idempotent by
+// construction (an upsert on the natural key, absolute values): in a
+// transaction, retried on serialization failures and deadlocks, with
+// nothing recorded. Every delivery, a redelivery included, runs the handler
+// and is Processed; the generated test (idemtest.NaturalSuite) proves that
+// running it again leaves the state as one run did. It is safe for
+// concurrent use; generated wrappers hold one.
+type NaturalInbox[M, R any] struct {
+	db           DB
+	table        NaturalTable[M]
+	handler      func(context.Context, pgx.Tx, M) (R, error)
+	txOptions    pgx.TxOptions
+	beforeCommit func(ctx context.Context, tx pgx.Tx) error
+}
+
+// NewNaturalInbox returns the NaturalInbox of table that runs handler.
+// Options: WithIsolation (a handler that reads before it writes may need
+// REPEATABLE READ or SERIALIZABLE to stay idempotent under concurrency; the
+// retries make that cheap), WithBeforeCommit.
+func NewNaturalInbox[M, R any](db DB, table NaturalTable[M], handler func(ctx context.Context, tx pgx.Tx, msg M) (R, error), opts ...Option) *NaturalInbox[M, R] {
+	o := options{claimWait: DefaultClaimWait}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	o.validate(table.Consumer)
+	return &NaturalInbox[M, R]{db: db, table: table, handler: handler,
+		txOptions: pgx.TxOptions{IsoLevel: o.isolation}, beforeCommit: o.beforeCommit}
+}
+
+// Deliver is Handle with the result dropped: it makes a NaturalInbox a
+// Handler of M.
+func (in *NaturalInbox[M, R]) Deliver(ctx context.Context, msg M) (Outcome, error) {
+	_, o, err := in.Handle(ctx, msg)
+	return o, err
+}
+
+// Handle runs the handler in a transaction and commits it (Processed). A
+// serialization failure or deadlock is retried, up to NaturalAttempts runs
+// in all, and then returned marked retryable (errors.Is(err,
+// ErrRetryable)); any other error is the handler's, and nothing committed.
+func (in *NaturalInbox[M, R]) Handle(ctx context.Context, msg M) (R, Outcome, error) {
+	var zero R
+	key, err := in.table.Key(msg)
+	if err == nil {
+		err = checkKeySize(in.table.KeyFields, key)
+	}
+	if err != nil {
+		return zero, 0, in.fail(nil, err, false)
+	}
+	pooled, err := in.db.Acquire(ctx)
+	if err != nil {
+		return zero, 0, in.fail(key, fmt.Errorf("idem: acquire a connection: %w", err), false)
+	}
+	defer pooled.Release()
+	conn := pooled.Conn()
+	for attempt := 1; ; attempt++ {
+		result, err := in.run(ctx, conn, msg)
+		if err == nil {
+			return result, Processed, nil
+		}
+		retry := hasSQLState(err, pgerrcode.SerializationFailure, pgerrcode.DeadlockDetected)
+		if !retry || attempt == NaturalAttempts || ctx.Err() != nil || conn.IsClosed() {
+			return zero, 0, in.fail(key, err, retry)
+		}
+		// Full jitter over a window that doubles: 2ms, 4ms, ... 512ms.
+		backoff := rand.N(time.Duration(2<<min(attempt, 8)) * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			return zero, 0, in.fail(key, err, retry)
+		case <-time.After(backoff):
+		}
+	}
+}
+
+// run is one attempt: BEGIN, the handler, the before-commit hook, COMMIT.
+func (in *NaturalInbox[M, R]) run(ctx context.Context, conn *pgx.Conn, msg M) (R, error) {
+	var zero R
+	tx, err := conn.BeginTx(ctx, in.txOptions)
+	if err != nil {
+		return zero, fmt.Errorf("idem: begin: %w", err)
+	}
+	result, err := callHandler(ctx, conn, newHandlerTx(tx, conn), func(ctx context.Context, tx pgx.Tx) (R, error) { return in.handler(ctx, tx, msg) }, nil)
+	if err != nil {
+		rollback(ctx, conn)
+		return zero, fmt.Errorf("idem: handler: %w", err)
+	}
+	if in.beforeCommit != nil {
+		if err := runBeforeCommit(ctx, conn, tx, in.beforeCommit); err != nil {
+			rollback(ctx, conn)
+			return zero, fmt.Errorf("idem: before commit: %w", err)
+		}
+	}
+	if err := stillInTransaction(conn); err != nil {
+		rollback(ctx, conn)
+		return zero, err
+	}
+	if err := ctx.Err(); err != nil {
+		rollback(ctx, conn)
+		return zero, fmt.Errorf("idem: %w before the commit; the transaction was rolled back", err)
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
+	defer cancel()
+	tag, err := conn.Exec(cctx, "commit")
+	switch {
+	case err != nil:
+		rollback(ctx, conn)
+		return zero, fmt.Errorf("idem: commit: %w", err)
+	case tag.String() == "ROLLBACK":
+		return zero, errAborted
+	}
+	return result, nil
+}
+
+func (in *NaturalInbox[M, R]) fail(key []any, err error, retryable bool) error {
+	e := newError(in.table.Consumer, in.table.KeyFields, key, err).(*Error)
+	e.retryable = retryable
+	return e
+}
