@@ -45,11 +45,15 @@ func (s *soak) check(ctx context.Context) (report string, ok bool, err error) {
 		}
 	}
 
+	// Fresh statistics: the tables grew from empty during the run.
+	if _, aerr := s.pool.Exec(ctx, `ANALYZE`); aerr != nil {
+		return "", false, aerr
+	}
 	host, _ := os.Hostname()
 	var pgVersion string
 	_ = s.pool.QueryRow(ctx, `SHOW server_version`).Scan(&pgVersion)
 	s.mu.Lock()
-	injected, sent, hostile := s.injected, s.sent, slices.Clone(s.hostile)
+	injected, sent, hostile, conns := s.injected, s.sent, slices.Clone(s.hostile), s.brokerConns
 	faults := map[string]int{}
 	for k, v := range s.faults {
 		faults[k] = v
@@ -89,7 +93,7 @@ func (s *soak) check(ctx context.Context) (report string, ok bool, err error) {
 	offending("charges not notified", keys(`SELECT order_id FROM charges EXCEPT SELECT order_id FROM notifications`))
 	ninbox := count(`SELECT count(*) FROM idem_notifications_charge_completed`)
 	line("notifications inbox rows            %9d  want %d  %s", ninbox, m, verdict(ninbox == m))
-	wrongID := keys(`SELECT n.order_id FROM notifications n JOIN idem_outbox o ON o.message_id::text = n.message_id
+	wrongID := keys(`SELECT n.order_id FROM notifications n JOIN idem_outbox o ON o.message_id = n.message_id::uuid
 		WHERE convert_from(o.payload, 'UTF8')::jsonb->>'order_id' <> n.order_id`)
 	line("notifications of another event      %9d  want 0  %s", len(wrongID), verdict(len(wrongID) == 0))
 	offending("orders", wrongID)
@@ -177,6 +181,7 @@ func (s *soak) check(ctx context.Context) (report string, ok bool, err error) {
 	for _, k := range kinds {
 		line("  %-33s %9d", k, faults[k])
 	}
+	line("  (broker connections closed in all: %d)", conns)
 	line("pgRestart once                      %9d  want 1  %s", faults[faultPGRestart], verdict(faults[faultPGRestart] == 1))
 	line("```")
 	if ok {

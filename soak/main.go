@@ -19,6 +19,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -33,6 +34,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -119,6 +121,10 @@ type soak struct {
 	sent     int // messages published, copies and hostile ones included
 	hostile  []string
 	out      io.Writer
+
+	closing     atomic.Bool    // a broker-connection fault is running
+	bg          sync.WaitGroup // background faults
+	brokerConns int            // broker connections closed
 }
 
 // proc is a child process slot: the incarnation running now and the stats
@@ -209,22 +215,20 @@ func (s *soak) run(ctx context.Context) (int, error) {
 	waitErr := s.waitDone(ctx, pubErr)
 	stopRun()
 	wg.Wait()
-	if waitErr != nil {
-		s.stopAll()
-		s.logTails()
-		return 1, waitErr
-	}
-	// Faults are over: whatever a fault left behind (a redelivery, a row the
-	// relay has to publish again) arrives now.
-	if err := s.settle(ctx); err != nil {
-		s.stopAll()
-		s.logTails()
-		return 1, err
+	if waitErr == nil {
+		// Faults are over: whatever a fault left behind (a redelivery, a
+		// row the relay has to publish again) arrives now.
+		waitErr = s.settle(context.WithoutCancel(ctx))
 	}
 	s.stopAll()
+	// The report also when the run did not finish: it says how far it got.
 	rep, ok, err := s.check(context.WithoutCancel(ctx))
 	if err != nil {
-		return 1, err
+		return 1, errors.Join(waitErr, err)
+	}
+	if waitErr != nil {
+		rep += fmt.Sprintf("\nNOT FINISHED: %v\n", waitErr)
+		ok = false
 	}
 	fmt.Fprint(s.out, rep)
 	if s.o.reportPath != "" {
@@ -245,6 +249,8 @@ func (s *soak) setupDB(ctx context.Context) error {
 		return err
 	}
 	cfg.ConnConfig.RuntimeParams["application_name"] = "soak-parent"
+	// Bounded in time: no query of the soak's own may hang it.
+	cfg.ConnConfig.RuntimeParams["statement_timeout"] = "120s"
 	cfg.MaxConns = 4
 	if s.pool, err = pgxpool.NewWithConfig(ctx, cfg); err != nil {
 		return err

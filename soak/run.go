@@ -138,6 +138,7 @@ func (s *soak) injectFaults(ctx context.Context) {
 	pgAt := int(float64(s.o.messages) * (0.3 + 0.3*s.rnd.Float64()))
 	pgDone := false
 	kinds := []string{faultKillBilling, faultKillBilling, faultKillNotify, faultKillRelay, faultKillRelay, faultTerminate, faultTerminate, faultBroker}
+	defer s.bg.Wait()
 	for {
 		wait := time.Duration(float64(s.o.faultEvery) * (0.3 + 1.4*s.rnd.Float64()))
 		select {
@@ -168,12 +169,25 @@ func (s *soak) injectFaults(ctx context.Context) {
 				continue
 			}
 		case faultBroker:
-			if n, err := s.closeBrokerConnections(); err != nil {
-				s.logf("close broker connections: %v", err)
-				continue
-			} else if n == 0 {
+			// rabbitmqctl takes seconds per call: close in the background,
+			// and let the other faults go on meanwhile.
+			if !s.closing.CompareAndSwap(false, true) {
 				continue
 			}
+			s.bg.Add(1)
+			go func() {
+				defer s.bg.Done()
+				defer s.closing.Store(false)
+				if n, err := s.closeBrokerConnections(); err != nil {
+					s.logf("close broker connections: %v", err)
+				} else if n > 0 {
+					s.mu.Lock()
+					s.faults[faultBroker]++
+					s.brokerConns += n
+					s.mu.Unlock()
+				}
+			}()
+			continue
 		}
 		s.mu.Lock()
 		s.faults[kind]++
