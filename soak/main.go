@@ -103,16 +103,18 @@ func orderBody(i int) []byte {
 
 // soak is one run.
 type soak struct {
-	o       options
-	rnd     *mrand.Rand
-	started time.Time
-	dir     string // logs of the child processes
-	pg      *cluster
-	pool    *pgxpool.Pool
-	end     endpoint // what children use
-	ctl     broker   // the parent's own connection
-	nats    *proxy
-	exe     string
+	o options
+	// pubRnd decides what is published, faultRnd which faults come when:
+	// both from -seed, each used by one goroutine.
+	pubRnd, faultRnd *mrand.Rand
+	started          time.Time
+	dir              string // logs of the child processes
+	pg               *cluster
+	pool             *pgxpool.Pool
+	end              endpoint // what children use
+	ctl              broker   // the parent's own connection
+	nats             *proxy
+	exe              string
 
 	mu       sync.Mutex
 	procs    map[string]*proc // by slot name
@@ -139,7 +141,7 @@ type proc struct {
 }
 
 func run(ctx context.Context, o options) int {
-	s := &soak{o: o, rnd: mrand.New(mrand.NewPCG(o.seed, 0x5eed)), procs: map[string]*proc{}, faults: map[string]int{}, out: os.Stdout}
+	s := &soak{o: o, pubRnd: mrand.New(mrand.NewPCG(o.seed, 1)), faultRnd: mrand.New(mrand.NewPCG(o.seed, 2)), procs: map[string]*proc{}, faults: map[string]int{}, out: os.Stdout}
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
 	code, err := s.run(ctx)

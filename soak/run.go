@@ -33,8 +33,8 @@ func (s *soak) publishAll(ctx context.Context) error {
 	injected := 0
 	for i := 1; i <= s.o.messages; i++ {
 		seq = append(seq, i)
-		if s.rnd.Float64() < s.o.dupShare {
-			extra := 1 + s.rnd.IntN(2)
+		if s.pubRnd.Float64() < s.o.dupShare {
+			extra := 1 + s.pubRnd.IntN(2)
 			injected += extra
 			for range extra {
 				seq = append(seq, i)
@@ -44,7 +44,7 @@ func (s *soak) publishAll(ctx context.Context) error {
 	for n := 1; n <= 2*h; n++ {
 		seq = append(seq, -n) // -1..-h undecodable, -h-1..-2h oversized
 	}
-	s.rnd.Shuffle(len(seq), func(a, b int) { seq[a], seq[b] = seq[b], seq[a] })
+	s.pubRnd.Shuffle(len(seq), func(a, b int) { seq[a], seq[b] = seq[b], seq[a] })
 	s.mu.Lock()
 	s.injected = injected
 	s.mu.Unlock()
@@ -102,7 +102,7 @@ func (s *soak) publishAll(ctx context.Context) error {
 		}
 	}
 	for n := 1; n <= h; n++ {
-		i := 1 + s.rnd.IntN(s.o.messages)
+		i := 1 + s.pubRnd.IntN(s.o.messages)
 		k := hostileKey(hostileReused, n)
 		body, _ := json.Marshal(billing.OrderPlaced{OrderID: orderID(i), AccountID: accountOf(i), AmountCents: 999_999})
 		ps = append(ps, payload{key: k, body: body})
@@ -135,12 +135,12 @@ const (
 // which and when) until ctx ends, and restarts PostgreSQL once, when a
 // share of the orders (also from the seed) is charged.
 func (s *soak) injectFaults(ctx context.Context) {
-	pgAt := int(float64(s.o.messages) * (0.3 + 0.3*s.rnd.Float64()))
+	pgAt := int(float64(s.o.messages) * (0.3 + 0.3*s.faultRnd.Float64()))
 	pgDone := false
 	kinds := []string{faultKillBilling, faultKillBilling, faultKillNotify, faultKillRelay, faultKillRelay, faultTerminate, faultTerminate, faultBroker}
 	defer s.bg.Wait()
 	for {
-		wait := time.Duration(float64(s.o.faultEvery) * (0.3 + 1.4*s.rnd.Float64()))
+		wait := time.Duration(float64(s.o.faultEvery) * (0.3 + 1.4*s.faultRnd.Float64()))
 		select {
 		case <-ctx.Done():
 			return
@@ -153,14 +153,14 @@ func (s *soak) injectFaults(ctx context.Context) {
 				continue
 			}
 		}
-		kind := kinds[s.rnd.IntN(len(kinds))]
+		kind := kinds[s.faultRnd.IntN(len(kinds))]
 		switch kind {
 		case faultKillBilling, faultKillNotify, faultKillRelay:
 			role := map[string]string{faultKillBilling: roleBilling, faultKillNotify: roleNotify, faultKillRelay: roleRelay}[kind]
 			names := s.names(role)
-			name := names[s.rnd.IntN(len(names))]
+			name := names[s.faultRnd.IntN(len(names))]
 			s.kill(name)
-			time.Sleep(time.Duration(50+s.rnd.IntN(450)) * time.Millisecond)
+			time.Sleep(time.Duration(50+s.faultRnd.IntN(450)) * time.Millisecond)
 			s.spawn(role, name)
 		case faultTerminate:
 			n, err := s.queryInt(context.WithoutCancel(ctx),
@@ -174,11 +174,13 @@ func (s *soak) injectFaults(ctx context.Context) {
 			if !s.closing.CompareAndSwap(false, true) {
 				continue
 			}
+			all := append(append(s.names(roleBilling), s.names(roleRelay)...), s.names(roleNotify)...)
+			name := all[s.faultRnd.IntN(len(all))]
 			s.bg.Add(1)
 			go func() {
 				defer s.bg.Done()
 				defer s.closing.Store(false)
-				if n, err := s.closeBrokerConnections(); err != nil {
+				if n, err := s.closeBrokerConnections(name); err != nil {
 					s.logf("close broker connections: %v", err)
 				} else if n > 0 {
 					s.mu.Lock()
@@ -195,12 +197,14 @@ func (s *soak) injectFaults(ctx context.Context) {
 	}
 }
 
-func (s *soak) closeBrokerConnections() (int, error) {
+func (s *soak) closeBrokerConnections(name string) (int, error) {
 	if s.nats != nil {
 		return s.nats.cut(), nil
 	}
+	// One process's connections: rabbitmqctl takes seconds a call, and one
+	// call per connection of every process would make the fault take minutes.
 	var n int
-	err := tbCall("soak fault", func(t testing.TB) { n = brokertest.CloseRabbitMQConnections(t, s.end.prefix) })
+	err := tbCall("soak fault", func(t testing.TB) { n = brokertest.CloseRabbitMQConnections(t, s.end.prefix+" "+name) })
 	return n, err
 }
 
@@ -209,7 +213,7 @@ func (s *soak) restartPG() {
 	if err := s.pg.stop(); err != nil {
 		s.logf("%v", err)
 	}
-	time.Sleep(time.Duration(1000+s.rnd.IntN(2000)) * time.Millisecond)
+	time.Sleep(time.Duration(1000+s.faultRnd.IntN(2000)) * time.Millisecond)
 	if err := s.pg.start(); err != nil {
 		s.logf("PostgreSQL does not start again: %v", err)
 		return
