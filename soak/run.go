@@ -163,8 +163,11 @@ func (s *soak) injectFaults(ctx context.Context) {
 			time.Sleep(time.Duration(50+s.faultRnd.IntN(450)) * time.Millisecond)
 			s.spawn(role, name)
 		case faultTerminate:
+			// The children's pools, and the relays' listening connections
+			// (named "idem relay <id>").
 			n, err := s.queryInt(context.WithoutCancel(ctx),
-				`SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name LIKE $1) t`, s.end.prefix+" %")
+				`SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+				WHERE application_name LIKE $1 OR application_name LIKE 'idem relay ' || $1) t`, s.end.prefix+" %")
 			if err != nil || n == 0 {
 				continue
 			}
