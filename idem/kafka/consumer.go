@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"strconv"
 	"sync"
 	"time"
@@ -272,6 +273,11 @@ func (c *Consumer[M]) attempt(r *kgo.Record, pos position) int {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	// base comes from a producer's header: saturate rather than wrap around
+	// to a negative attempt, which would never reach WithMaxAttempts.
+	if n := c.retries[pos]; n > 0 && base > math.MaxInt-n {
+		return math.MaxInt
+	}
 	return base + c.retries[pos]
 }
 

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"strconv"
 	"sync"
 	"time"
@@ -269,15 +270,29 @@ func (c *Consumer[M]) decode(d *amqp.Delivery, attempt int) (M, error) {
 func attemptOf(d *amqp.Delivery) int {
 	base, ok := intHeader(d.Headers[HeaderAttempt])
 	if !ok || base < 1 {
-		base = 1 + expiries(d.Headers)
+		base = addAttempts(1, expiries(d.Headers))
 	}
 	if n, ok := intHeader(d.Headers["x-delivery-count"]); ok {
-		return base + int(max(n, 0))
+		return addAttempts(base, n)
 	}
 	if d.Redelivered {
-		return base + 1
+		return addAttempts(base, 1)
 	}
 	return base
+}
+
+// addAttempts adds n (taken as 0 when negative) to the attempt a without
+// overflowing: headers come from producers, and an attempt that wrapped
+// around to a negative number would never reach WithMaxAttempts, so the
+// delivery would be retried forever instead of dead-lettered.
+func addAttempts(a, n int) int {
+	if n <= 0 {
+		return a
+	}
+	if a > math.MaxInt-n {
+		return math.MaxInt
+	}
+	return a + n
 }
 
 // expiries sums the counts of the x-death entries that record an expiry: the
@@ -291,7 +306,7 @@ func expiries(h amqp.Table) int {
 			continue
 		}
 		if c, ok := intHeader(t["count"]); ok && c > 0 {
-			n += c
+			n = addAttempts(n, c)
 		}
 	}
 	return n
