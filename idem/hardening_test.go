@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -366,12 +367,26 @@ func TestCancelledDeliveryHasAKnownOutcome(t *testing.T) {
 	db := idemtest.New(t, migrations)
 	in := idem.NewInbox(db.Pool, depositTable, credit)
 	const n = 300
+	// How long a delivery takes here: the cancellations below spread over
+	// it, so that they land in the claim, the handler and the commit round
+	// trip on a quiet machine (about a millisecond) and on a loaded one
+	// (several) alike.
+	var took []time.Duration
+	for i := range 20 {
+		start := time.Now()
+		if _, _, err := in.Handle(context.Background(), deposit{Account: "acc-warm", Ref: int64(i + 1), Amount: 1}); err != nil {
+			t.Fatal(err)
+		}
+		took = append(took, time.Since(start))
+	}
+	slices.Sort(took)
+	step := took[len(took)/2] * 3 / 2 / 40
 	var failedButCommitted, committed, failed int
 	for i := range n {
 		ctx, cancel := context.WithCancel(context.Background())
-		// Cancel somewhere inside the delivery: the claim, the handler or
-		// the commit round trip (each takes well under a millisecond to a few).
-		timer := time.AfterFunc(time.Duration(i%40)*50*time.Microsecond, cancel)
+		// Cancel somewhere inside the delivery: from at once to half as
+		// long again as a median delivery.
+		timer := time.AfterFunc(time.Duration(i%40)*step, cancel)
 		msg := deposit{Account: "acc-cancel", Ref: int64(i + 1), Amount: 1}
 		_, _, err := in.Handle(ctx, msg)
 		timer.Stop()
@@ -387,7 +402,7 @@ func TestCancelledDeliveryHasAKnownOutcome(t *testing.T) {
 			committed++
 		}
 	}
-	t.Logf("%d committed, %d failed with nothing committed, %d failed but committed", committed, failed, failedButCommitted)
+	t.Logf("a delivery takes %v (median of 20); cancelled after 0 to %v: %d committed, %d failed with nothing committed, %d failed but committed", took[len(took)/2], 39*step, committed, failed, failedButCommitted)
 	if failed == 0 || committed == 0 {
 		t.Errorf("the cancellations did not spread over the delivery (%d committed, %d failed); the test shows nothing", committed, failed)
 	}
