@@ -124,7 +124,7 @@ func (in *Inbox[M, R]) handleBatch(ctx context.Context, msgs []M, results []Resu
 	if len(b.primary) == 0 {
 		return nil
 	}
-	if !in.table.batches() || len(b.primary) == 1 {
+	if !in.table.batches() {
 		b.oneByOne(ctx, b.primary)
 		return nil
 	}
