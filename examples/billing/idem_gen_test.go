@@ -48,6 +48,17 @@ import (
 // idem.OutgoingMessageID("billing.charge", key, 0..n-1), the ids a rerun after
 // the failure before commit computes too; and no duplicate adds a row.
 //
+// The batch scenarios deliver through ChargeIdem.HandleBatch (one transaction
+// per batch): batch_key_twice: a batch holding the message twice (and, with a
+// Variant, its key with another payload) runs the handler once: idem.Processed,
+// idem.Duplicate with an equal result, idem.ErrKeyReused; batch_processed_key:
+// a batch of an already processed message gives idem.Duplicate with the stored
+// result and does not run the handler; batch_failing_handler: a batch whose
+// transaction fails before its commit gets the error for each message and
+// commits nothing, and the redelivered batch is processed once;
+// batch_concurrent: 16 batches holding the message twice at once give exactly
+// one idem.Processed, the rest idem.Duplicate with equal results.
+//
 // Without IDEMGEN_TEST_DATABASE_URL (DATABASE_URL is never used) the test is
 // skipped, and with IDEMGEN_REQUIRE_DB set it fails instead;
 // IDEMGEN_TEST_DELIVERIES sets another number of concurrent deliveries than 16.
@@ -59,6 +70,9 @@ func TestChargeIdem(t *testing.T) {
 			return NewChargeIdem(pool, s, opts...).Handle
 		},
 		Fixture: chargeFixture,
+		Batch: func(s *Service, pool *pgxpool.Pool, opts ...idem.Option) idemtest.BatchFunc[OrderPlaced, Receipt] {
+			return NewChargeIdem(pool, s, opts...).HandleBatch
+		},
 		Variant: func(msg OrderPlaced) OrderPlaced {
 			msg.AccountID += "-variant"
 			return msg
@@ -100,6 +114,18 @@ func TestChargeIdem(t *testing.T) {
 // must be exactly 1 after each scenario (0 after the abandoned delivery, and
 // unchanged by the failed one of business_unique_violation).
 //
+// The batch scenarios deliver through BookPaymentIdem.HandleBatch (one
+// transaction per batch): batch_key_twice: a batch holding the message twice
+// (and, with a Variant, its key with another payload) runs the handler once:
+// idem.Processed, idem.Duplicate with an equal result, idem.ErrKeyReused;
+// batch_processed_key: a batch of an already processed message gives
+// idem.Duplicate with the stored result and does not run the handler;
+// batch_failing_handler: a batch whose transaction fails before its commit gets
+// the error for each message and commits nothing, and the redelivered batch is
+// processed once; batch_concurrent: 16 batches holding the message twice at
+// once give exactly one idem.Processed, the rest idem.Duplicate with equal
+// results.
+//
 // Without IDEMGEN_TEST_DATABASE_URL (DATABASE_URL is never used) the test is
 // skipped, and with IDEMGEN_REQUIRE_DB set it fails instead;
 // IDEMGEN_TEST_DELIVERIES sets another number of concurrent deliveries than 16.
@@ -111,6 +137,9 @@ func TestBookPaymentIdem(t *testing.T) {
 			return idemtest.NoResult(NewBookPaymentIdem(pool, s, opts...).Handle)
 		},
 		Fixture: bookPaymentFixture,
+		Batch: func(s *Service, pool *pgxpool.Pool, opts ...idem.Option) idemtest.BatchFunc[*PaymentReceived, idem.None] {
+			return NewBookPaymentIdem(pool, s, opts...).HandleBatch
+		},
 		Variant: func(msg *PaymentReceived) *PaymentReceived {
 			v := *msg
 			v.AccountID += "-variant"
@@ -149,6 +178,18 @@ func TestBookPaymentIdem(t *testing.T) {
 // must be exactly 1 after each scenario (0 after the abandoned delivery, and
 // unchanged by the failed one of business_unique_violation).
 //
+// The batch scenarios deliver through OpenAccountIdem.HandleBatch (one
+// transaction per batch): batch_key_twice: a batch holding the message twice
+// (and, with a Variant, its key with another payload) runs the handler once:
+// idem.Processed, idem.Duplicate with an equal result, idem.ErrKeyReused;
+// batch_processed_key: a batch of an already processed message gives
+// idem.Duplicate with the stored result and does not run the handler;
+// batch_failing_handler: a batch whose transaction fails before its commit gets
+// the error for each message and commits nothing, and the redelivered batch is
+// processed once; batch_concurrent: 16 batches holding the message twice at
+// once give exactly one idem.Processed, the rest idem.Duplicate with equal
+// results.
+//
 // Without IDEMGEN_TEST_DATABASE_URL (DATABASE_URL is never used) the test is
 // skipped, and with IDEMGEN_REQUIRE_DB set it fails instead;
 // IDEMGEN_TEST_DELIVERIES sets another number of concurrent deliveries than 16.
@@ -160,6 +201,9 @@ func TestOpenAccountIdem(t *testing.T) {
 			return NewOpenAccountIdem(pool, opts...).Handle
 		},
 		Fixture: openAccountFixture,
+		Batch: func(_ idemtest.NoReceiver, pool *pgxpool.Pool, opts ...idem.Option) idemtest.BatchFunc[OpenAccountRequested, Account] {
+			return NewOpenAccountIdem(pool, opts...).HandleBatch
+		},
 		Variant: func(msg OpenAccountRequested) OpenAccountRequested {
 			msg.AccountID += "-variant"
 			return msg

@@ -41,6 +41,18 @@ import (
 // must be exactly 1 after each scenario (0 after the abandoned delivery, and
 // unchanged by the failed one of business_unique_violation).
 //
+// The batch scenarios deliver through ReceiveGoodsIdem.HandleBatch (one
+// transaction per batch): batch_key_twice: a batch holding the message twice
+// (and, with a Variant, its key with another payload) runs the handler once:
+// idem.Processed, idem.Duplicate with an equal result, idem.ErrKeyReused;
+// batch_processed_key: a batch of an already processed message gives
+// idem.Duplicate with the stored result and does not run the handler;
+// batch_failing_handler: a batch whose transaction fails before its commit gets
+// the error for each message and commits nothing, and the redelivered batch is
+// processed once; batch_concurrent: 16 batches holding the message twice at
+// once give exactly one idem.Processed, the rest idem.Duplicate with equal
+// results.
+//
 // Without IDEMGEN_TEST_DATABASE_URL (DATABASE_URL is never used) the test is
 // skipped, and with IDEMGEN_REQUIRE_DB set it fails instead;
 // IDEMGEN_TEST_DELIVERIES sets another number of concurrent deliveries than 16.
@@ -52,6 +64,9 @@ func TestReceiveGoodsIdem(t *testing.T) {
 			return NewReceiveGoodsIdem(pool, opts...).Handle
 		},
 		Fixture: receiveGoodsFixture,
+		Batch: func(_ idemtest.NoReceiver, pool *pgxpool.Pool, opts ...idem.Option) idemtest.BatchFunc[CloudEvent, Level] {
+			return NewReceiveGoodsIdem(pool, opts...).HandleBatch
+		},
 		Variant: func(msg CloudEvent) CloudEvent {
 			msg.SpecVersion += "-variant"
 			return msg
@@ -89,6 +104,19 @@ func TestReceiveGoodsIdem(t *testing.T) {
 // must be exactly 1 after each scenario (0 after the abandoned delivery, and
 // unchanged by the failed one of business_unique_violation).
 //
+// The batch scenarios deliver through BookReturnIdem.HandleBatch (one
+// transaction per message, since its inbox has a stale-message guard or
+// nullable key parts): batch_key_twice: a batch holding the message twice (and,
+// with a Variant, its key with another payload) runs the handler once:
+// idem.Processed, idem.Duplicate with an equal result, idem.ErrKeyReused;
+// batch_processed_key: a batch of an already processed message gives
+// idem.Duplicate with the stored result and does not run the handler;
+// batch_failing_handler: a batch whose transaction fails before its commit gets
+// the error for each message and commits nothing, and the redelivered batch is
+// processed once; batch_concurrent: 16 batches holding the message twice at
+// once give exactly one idem.Processed, the rest idem.Duplicate with equal
+// results.
+//
 // Without IDEMGEN_TEST_DATABASE_URL (DATABASE_URL is never used) the test is
 // skipped, and with IDEMGEN_REQUIRE_DB set it fails instead;
 // IDEMGEN_TEST_DELIVERIES sets another number of concurrent deliveries than 16.
@@ -100,6 +128,9 @@ func TestBookReturnIdem(t *testing.T) {
 			return NewBookReturnIdem(pool, opts...).Handle
 		},
 		Fixture: bookReturnFixture,
+		Batch: func(_ idemtest.NoReceiver, pool *pgxpool.Pool, opts ...idem.Option) idemtest.BatchFunc[ReturnReceived, Level] {
+			return NewBookReturnIdem(pool, opts...).HandleBatch
+		},
 		Variant: func(msg ReturnReceived) ReturnReceived {
 			msg.SKU += "-variant"
 			return msg
@@ -137,6 +168,19 @@ func TestBookReturnIdem(t *testing.T) {
 // must be exactly 1 after each scenario (0 after the abandoned delivery, and
 // unchanged by the failed one of business_unique_violation).
 //
+// The batch scenarios deliver through ApplyCountIdem.HandleBatch (one
+// transaction per message, since its inbox has a stale-message guard or
+// nullable key parts): batch_key_twice: a batch holding the message twice (and,
+// with a Variant, its key with another payload) runs the handler once:
+// idem.Processed, idem.Duplicate with an equal result, idem.ErrKeyReused;
+// batch_processed_key: a batch of an already processed message gives
+// idem.Duplicate with the stored result and does not run the handler;
+// batch_failing_handler: a batch whose transaction fails before its commit gets
+// the error for each message and commits nothing, and the redelivered batch is
+// processed once; batch_concurrent: 16 batches holding the message twice at
+// once give exactly one idem.Processed, the rest idem.Duplicate with equal
+// results.
+//
 // Without IDEMGEN_TEST_DATABASE_URL (DATABASE_URL is never used) the test is
 // skipped, and with IDEMGEN_REQUIRE_DB set it fails instead;
 // IDEMGEN_TEST_DELIVERIES sets another number of concurrent deliveries than 16.
@@ -148,6 +192,9 @@ func TestApplyCountIdem(t *testing.T) {
 			return idemtest.NoResult(NewApplyCountIdem(pool, opts...).Handle)
 		},
 		Fixture: applyCountFixture,
+		Batch: func(_ idemtest.NoReceiver, pool *pgxpool.Pool, opts ...idem.Option) idemtest.BatchFunc[StockCounted, idem.None] {
+			return NewApplyCountIdem(pool, opts...).HandleBatch
+		},
 		Variant: func(msg StockCounted) StockCounted {
 			msg.SKU += "-variant"
 			return msg

@@ -43,6 +43,18 @@ import (
 // be exactly 1 after each scenario (0 after the abandoned delivery, and
 // unchanged by the failed one of business_unique_violation).
 //
+// The batch scenarios deliver through NotifyChargeCompletedIdem.HandleBatch
+// (one transaction per batch): batch_key_twice: a batch holding the message
+// twice (and, with a Variant, its key with another payload) runs the handler
+// once: idem.Processed, idem.Duplicate with an equal result, idem.ErrKeyReused;
+// batch_processed_key: a batch of an already processed message gives
+// idem.Duplicate with the stored result and does not run the handler;
+// batch_failing_handler: a batch whose transaction fails before its commit gets
+// the error for each message and commits nothing, and the redelivered batch is
+// processed once; batch_concurrent: 16 batches holding the message twice at
+// once give exactly one idem.Processed, the rest idem.Duplicate with equal
+// results.
+//
 // Without IDEMGEN_TEST_DATABASE_URL (DATABASE_URL is never used) the test is
 // skipped, and with IDEMGEN_REQUIRE_DB set it fails instead;
 // IDEMGEN_TEST_DELIVERIES sets another number of concurrent deliveries than 16.
@@ -54,6 +66,9 @@ func TestNotifyChargeCompletedIdem(t *testing.T) {
 			return idemtest.NoResult(NewNotifyChargeCompletedIdem(pool, opts...).Handle)
 		},
 		Fixture: notifyFixture,
+		Batch: func(_ idemtest.NoReceiver, pool *pgxpool.Pool, opts ...idem.Option) idemtest.BatchFunc[idem.Message[billing.ChargeCompleted], idem.None] {
+			return NewNotifyChargeCompletedIdem(pool, opts...).HandleBatch
+		},
 		Variant: func(msg idem.Message[billing.ChargeCompleted]) idem.Message[billing.ChargeCompleted] {
 			msg.Body.OrderID += "-variant"
 			return msg

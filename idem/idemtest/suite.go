@@ -154,6 +154,11 @@ type Suite[V, M, R any] struct {
 	// hook and a claim wait longer than the hold), such as
 	// idem.WithIsolation.
 	Options []idem.Option
+	// Batch, optional, builds the consumer's batch delivery on pool (a
+	// generated wrapper's HandleBatch), with the fixture's receiver; it must
+	// pass opts on to the wrapper's constructor. With it, the batch
+	// scenarios run (ScenarioBatchKeyTwice and the others).
+	Batch func(recv V, pool *pgxpool.Pool, opts ...idem.Option) BatchFunc[M, R]
 	// Outbox turns on the outbox checks, for a consumer whose handler
 	// publishes through an *idem.Outbox; nil for one that does not.
 	Outbox *Outbox[M]
@@ -220,7 +225,7 @@ func (s Suite[V, M, R]) Scenarios() []Scenario { return s.scenarios(&fixtureSeen
 // them showed in seen.
 func (s Suite[V, M, R]) scenarios(seen *fixtureSeen) []Scenario {
 	always := func() (bool, string) { return true, "" }
-	return []Scenario{
+	return append([]Scenario{
 		{Name: ScenarioConcurrent, Run: func(t testing.TB) { s.concurrent(t, seen) }, applies: always},
 		{Name: ScenarioFailureBeforeCommit, Run: func(t testing.TB) { s.failureBeforeCommit(t, seen) }, applies: always},
 		{Name: ScenarioCrashAfterCommit, Run: func(t testing.TB) { s.crashAfterCommit(t, seen) }, applies: always},
@@ -236,7 +241,7 @@ func (s Suite[V, M, R]) scenarios(seen *fixtureSeen) []Scenario {
 			return seen.applies(func(p fixtureParts) bool { return p.conflict },
 				"the fixture supplies no Conflict (a row that makes the handler's write violate a unique constraint)")
 		}},
-	}
+	}, s.batchScenarios(seen)...)
 }
 
 // fixtureSeen records which optional parts the fixtures returned so far

@@ -135,6 +135,56 @@ func newInbox(_ idemtest.NoReceiver, pool *pgxpool.Pool, opts ...idem.Option) id
 	return idem.NewInbox(pool, transferTable, post, opts...).Handle
 }
 
+// batchTransferTable is transferTable with the batch statements idemgen
+// renders for a text key and a json result.
+var batchTransferTable = func() idem.Table[transfer] {
+	t := transferTable
+	t.BatchClaim = "WITH wait AS MATERIALIZED (SELECT set_config('lock_timeout', $3::text, true) FROM (SELECT set_config('idem.lock_timeout', current_setting('lock_timeout'), true) OFFSET 0) AS saved), " +
+		"m AS MATERIALIZED (SELECT * FROM unnest($1::text[], $2::bytea[]) WITH ORDINALITY AS m (k1, fp, n)), " +
+		"claim AS (INSERT INTO inbox_transfer (key_id, fingerprint) SELECT m.k1, m.fp FROM wait, m ORDER BY m.k1 ON CONFLICT DO NOTHING " +
+		"RETURNING key_id, set_config('lock_timeout', current_setting('idem.lock_timeout'), true) AS restored) " +
+		"SELECT m.n FROM m JOIN claim ON claim.key_id = m.k1 WHERE claim.restored IS NOT NULL"
+	t.BatchLookup = "SELECT m.n, t.fingerprint, t.status, t.result FROM unnest($1::text[]) WITH ORDINALITY AS m (k1, n) JOIN inbox_transfer AS t ON t.key_id = m.k1"
+	t.BatchComplete = "UPDATE inbox_transfer AS t SET result = m.r::json FROM unnest($1::text[], $2::text[]) AS m (k1, r) WHERE t.key_id = m.k1"
+	return t
+}()
+
+func newInboxBatch(_ idemtest.NoReceiver, pool *pgxpool.Pool, opts ...idem.Option) idemtest.BatchFunc[transfer, receipt] {
+	return idem.NewInbox(pool, batchTransferTable, post, opts...).HandleBatch
+}
+
+// batchWithoutInbox is a broken batch: it runs every message of the batch in
+// one transaction and reports each Processed, without recording the keys.
+func batchWithoutInbox(_ idemtest.NoReceiver, pool *pgxpool.Pool, _ ...idem.Option) idemtest.BatchFunc[transfer, receipt] {
+	return func(ctx context.Context, msgs []transfer) ([]idem.Result[receipt], error) {
+		results := make([]idem.Result[receipt], len(msgs))
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			return nil, err
+		}
+		defer tx.Rollback(ctx)
+		for i, msg := range msgs {
+			r, err := post(ctx, tx, msg)
+			if err != nil {
+				for j := range results {
+					results[j].Err = err
+				}
+				return results, nil
+			}
+			results[i] = idem.Result[receipt]{Value: r, Outcome: idem.Processed}
+		}
+		if err := idemtest.BeforeCommit(ctx, tx); err == nil {
+			err = tx.Commit(ctx)
+		}
+		if err != nil {
+			for j := range results {
+				results[j] = idem.Result[receipt]{Err: err}
+			}
+		}
+		return results, nil
+	}
+}
+
 // The broken consumers. Each gets everything right but one thing. Not built
 // on idem.Inbox, they call idemtest.BeforeCommit where idem calls its
 // before-commit hook: in the transaction that records the key, right before
@@ -271,9 +321,16 @@ func suite(build func(idemtest.NoReceiver, *pgxpool.Pool, ...idem.Option) idemte
 		Migrations: migrations,
 		Inbox:      "inbox_transfer",
 		New:        build,
+		Batch:      newInboxBatch,
 		Fixture:    fixture,
 		Options:    opts,
 	}
+}
+
+// withBatch is s with another batch consumer.
+func withBatch(s idemtest.Suite[idemtest.NoReceiver, transfer, receipt], b func(idemtest.NoReceiver, *pgxpool.Pool, ...idem.Option) idemtest.BatchFunc[transfer, receipt]) idemtest.Suite[idemtest.NoReceiver, transfer, receipt] {
+	s.Batch = b
+	return s
 }
 
 // TestSuiteRun runs the scenarios as a generated test does, as subtests.
@@ -297,6 +354,8 @@ func TestScenariosCatchBrokenConsumers(t *testing.T) {
 		{"check_then_insert", suite(checkThenInsert), []string{idemtest.ScenarioConcurrent}},
 		{"record_key_after_commit", suite(recordAfterCommit), []string{idemtest.ScenarioConcurrent, idemtest.ScenarioFailureBeforeCommit}},
 		{"unique_violation_is_duplicate", suite(uniqueViolationIsDuplicate), []string{idemtest.ScenarioBusinessUniqueViolation}},
+		{"batch_without_inbox", withBatch(suite(newInbox), batchWithoutInbox), []string{idemtest.ScenarioBatchKeyTwice,
+			idemtest.ScenarioBatchProcessedKey, idemtest.ScenarioBatchFailingHandler, idemtest.ScenarioBatchConcurrent}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

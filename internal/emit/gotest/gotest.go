@@ -50,6 +50,7 @@ func (e emitter) test(f *jen.File) {
 		jen.Id("Inbox"), jen.Lit(h.Table),
 		jen.Id("New"), e.newFunc(),
 		jen.Id("Fixture"), e.fixture(),
+		jen.Id("Batch"), e.batchFunc(),
 	}
 	if h.Vary != nil {
 		suite = append(suite, jen.Id("Variant"), e.variant())
@@ -102,6 +103,28 @@ func (e emitter) newFunc() jen.Code {
 		jen.Id("pool").Op("*").Qual(gocode.PgxpoolPkg, "Pool"),
 		jen.Id("opts").Op("...").Qual(gocode.IdemPkg, "Option"),
 	).Qual(gocode.IdemtestPkg, "HandleFunc").Types(gocode.Type(h.Msg), e.resultType()).Block(jen.Return(handle))
+}
+
+// batchFunc builds the wrapper's HandleBatch on the scenario's pool, as
+// newFunc builds its Handle.
+func (e emitter) batchFunc() jen.Code {
+	h := e.H
+	args := []jen.Code{jen.Id("pool")}
+	var recvParam jen.Code
+	if h.Recv != nil {
+		name := gocode.ReceiverName(h.Recv.Type)
+		recvParam = jen.Id(name).Add(e.recvType())
+		args = append(args, jen.Id(name))
+	} else {
+		recvParam = jen.Id("_").Add(e.recvType())
+	}
+	args = append(args, jen.Id("opts").Op("..."))
+	return jen.Func().Params(
+		recvParam,
+		jen.Id("pool").Op("*").Qual(gocode.PgxpoolPkg, "Pool"),
+		jen.Id("opts").Op("...").Qual(gocode.IdemPkg, "Option"),
+	).Qual(gocode.IdemtestPkg, "BatchFunc").Types(gocode.Type(h.Msg), e.resultType()).
+		Block(jen.Return(jen.Id(e.N.Constructor).Call(args...).Dot("HandleBatch")))
 }
 
 // fixture is the fixture= function, or else a function that builds a
@@ -315,6 +338,17 @@ func (e emitter) doc() string {
 			"whose message ids are idem.OutgoingMessageID(%q, key, 0..n-1), the ids a rerun after the failure before commit computes too; "+
 			"and no duplicate adds a row.", h.Func, failed, h.Consumer))
 	}
+	how := "one transaction per batch"
+	if h.Guard != nil || hasNullablePart(h) {
+		how = "one transaction per message, since its inbox has a stale-message guard or nullable key parts"
+	}
+	d.para(fmt.Sprintf("The batch scenarios deliver through %s.HandleBatch (%s): "+
+		"batch_key_twice: a batch holding the message twice (and, with a Variant, its key with another payload) runs the handler once: "+
+		"idem.Processed, idem.Duplicate with an equal result, idem.ErrKeyReused; "+
+		"batch_processed_key: a batch of an already processed message gives idem.Duplicate with the stored result and does not run the handler; "+
+		"batch_failing_handler: a batch whose transaction fails before its commit gets the error for each message and commits nothing, and the redelivered batch is processed once; "+
+		"batch_concurrent: %d batches holding the message twice at once give exactly one idem.Processed, the rest idem.Duplicate with equal results.",
+		n.Wrapper, how, Deliveries))
 	d.para("Without IDEMGEN_TEST_DATABASE_URL (DATABASE_URL is never used) the test is skipped, and with IDEMGEN_REQUIRE_DB set it fails instead; " +
 		fmt.Sprintf("IDEMGEN_TEST_DELIVERIES sets another number of concurrent deliveries than %d.", Deliveries))
 	return d.String()
@@ -408,4 +442,14 @@ func wrap(text, first, rest string) string {
 	}
 	lines = append(lines, line)
 	return strings.Join(lines, "\n")
+}
+
+// hasNullablePart reports whether a key part of h can be NULL.
+func hasNullablePart(h model.Handler) bool {
+	for _, k := range h.Key {
+		if k.Null != nil {
+			return true
+		}
+	}
+	return false
 }
