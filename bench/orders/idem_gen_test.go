@@ -93,6 +93,17 @@ func TestPlaceEntityIdem(t *testing.T) {
 //
 // and add fixture=placeTxFixture to the //idem:handler directive of PlaceTx.
 //
+// The batch scenarios deliver through PlaceTxIdem.HandleBatch (one transaction
+// per batch): batch_key_twice: a batch holding the message twice (and, with a
+// Variant, its key with another payload) runs the handler once: idem.Processed,
+// idem.Duplicate with an equal result, idem.ErrKeyReused; batch_processed_key:
+// a batch of an already processed message gives idem.Duplicate with the stored
+// result and does not run the handler; batch_failing_handler: a batch whose
+// transaction fails before its commit gets the error for each message and
+// commits nothing, and the redelivered batch is processed once;
+// batch_concurrent: 16 batches holding the message twice at once give exactly
+// one idem.Processed, the rest idem.Duplicate with equal results.
+//
 // Without IDEMGEN_TEST_DATABASE_URL (DATABASE_URL is never used) the test is
 // skipped, and with IDEMGEN_REQUIRE_DB set it fails instead;
 // IDEMGEN_TEST_DELIVERIES sets another number of concurrent deliveries than 16.
@@ -109,6 +120,9 @@ func TestPlaceTxIdem(t *testing.T) {
 			return idemtest.Fixture[idemtest.NoReceiver, Order]{
 				Message: msg,
 			}
+		},
+		Batch: func(_ idemtest.NoReceiver, pool *pgxpool.Pool, opts ...idem.Option) idemtest.BatchFunc[Order, idem.None] {
+			return NewPlaceTxIdem(pool, opts...).HandleBatch
 		},
 		Variant: func(msg Order) Order {
 			msg.Customer += "-variant"
