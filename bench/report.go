@@ -29,6 +29,8 @@ type report struct {
 	outbox            *outboxResults
 	brokers           *brokersResults
 	purge             *purgeResults
+	net               *netResults
+	sizing            *sizingResults
 	gen               *genResults
 }
 
@@ -153,6 +155,9 @@ func (r *report) markdown() []byte {
 	if r.db != nil {
 		r.writeDB(w)
 	}
+	if r.net != nil {
+		r.writeNetwork(w)
+	}
 	if r.outbox != nil {
 		r.writeOutbox(w)
 	}
@@ -161,6 +166,9 @@ func (r *report) markdown() []byte {
 	}
 	if r.purge != nil {
 		r.writePurge(w)
+	}
+	if r.sizing != nil {
+		r.writeSizing(w)
 	}
 	if r.alloc != nil {
 		r.writeAlloc(w)
@@ -214,6 +222,9 @@ func (r *report) writeTargets(w writer) {
 		w("| a duplicate ≥ %.0f× faster than a first delivery | median latency at %d worker %s (%s when the scenarios alternate message by message); throughput at %d workers %s | %s |\n",
 			targetDupFaster, one, ratio(lat), ratio(paired), n, ratio(thr), verdict(lat >= targetDupFaster && thr >= targetDupFaster))
 	}
+	if r.net != nil {
+		r.netTargets(w)
+	}
 	if r.outbox != nil {
 		r.outboxTargets(w)
 	}
@@ -222,6 +233,9 @@ func (r *report) writeTargets(w writer) {
 	}
 	if r.purge != nil {
 		r.purgeTargets(w)
+	}
+	if r.sizing != nil {
+		r.sizingTargets(w)
 	}
 	if r.gen != nil {
 		worst, worstName := 0.0, ""
