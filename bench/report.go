@@ -632,6 +632,10 @@ func thousands(x float64) string {
 
 func bytesIEC(x float64) string {
 	switch {
+	case x >= 1<<40:
+		return fmt.Sprintf("%.1f TiB", x/(1<<40))
+	case x >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", x/(1<<30))
 	case x >= 1<<20:
 		return fmt.Sprintf("%.1f MiB", x/(1<<20))
 	case x >= 1<<10:

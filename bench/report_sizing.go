@@ -45,7 +45,7 @@ func (r *report) writeSizing(w writer) {
 		}
 		w("| %s | **total** (`pg_total_relation_size`), %s rows | | %s | **%.1f** |\n", t.table, thousands(float64(t.rows)), bytesIEC(float64(t.total)), t.perRow())
 	}
-	w("\n**WAL per message.** On one connection, %s messages of each kind one after another, `pg_current_wal_insert_lsn()` read before and after; %d repeats, interleaved. The WAL position is the whole server's, and other users of this machine wrote meanwhile, so the lowest repeat counts (it is still an upper bound). `full_page_writes` is on: the first change of a page after a checkpoint writes the whole page, which the repeats average in. The outgoing messages are written without `NOTIFY` (a `NOTIFY` writes no WAL of its own).\n\n", thousands(float64(s.msgs)), len(s.wal[walFirst]))
+	w("\n**WAL per message.** On one connection, %s messages of each kind one after another, `pg_current_wal_insert_lsn()` read before and after; %d repeats, interleaved. The WAL position is the whole server's, and other users of this machine wrote meanwhile, so the lowest repeat counts (still an upper bound of this consumer's own). `full_page_writes` is on: the first change of a page after a checkpoint writes the whole 8 KiB page into the WAL; a repeat that ran across a checkpoint carries those images, the lowest one mostly does not, so the lowest is the WAL of the records themselves and a busy table adds full-page images once per page per checkpoint on top. The outgoing messages are written without `NOTIFY` (a `NOTIFY` writes no WAL of its own).\n\n", thousands(float64(s.msgs)), len(s.wal[walFirst]))
 	w("| kind | bytes per message, each repeat | lowest | beyond the bare UPDATE |\n| --- | --- | ---: | ---: |\n")
 	for _, k := range walKinds {
 		reps := ""
@@ -56,7 +56,7 @@ func (r *report) writeSizing(w writer) {
 			reps += thousands(v)
 		}
 		beyond := "–"
-		if k != walBare && k != walRelay {
+		if k != walBare && k != walRelay && k != walDuplicate {
 			beyond = thousands(s.walPer(k) - s.walPer(walBare))
 		}
 		unit := ""
@@ -69,8 +69,8 @@ func (r *report) writeSizing(w writer) {
 	w("\nAn outgoing message adds %s B at its first delivery ((publishing 10 − publishing 0) / 10) and %s B when the relay marks it published.\n\n", thousands(write), thousands(relay))
 
 	total := s.purged["idem_bench_ledger"] + s.purged["idem_outbox"]
-	w("**Purging.** The copies were dated past the retention (inbox rows 31 days old, outbox rows published 8 days ago) and one `RunOnce` of `idem.Janitor` (the inbox's `retain=` %s, `WithJanitorOutbox(%s)`, batches of %d rows, no other load) purged %s inbox and %s outbox rows in %s (%s rows/s) with %d statements, the longest %s, and %s of WAL (%s B a purged row, read once: an upper bound). ",
-		s.inboxRetain, s.outboxRetain, idem.DefaultJanitorBatchSize, thousands(float64(s.purged["idem_bench_ledger"])), thousands(float64(s.purged["idem_outbox"])),
+	w("**Purging.** The copies were dated past the retention (inbox rows 31 days old, outbox rows published 8 days ago) and one `RunOnce` of `idem.Janitor` (the inbox's `retain=` %s, `WithJanitorOutbox` %s, batches of %d rows, no other load) purged %s inbox and %s outbox rows in %s (%s rows/s) with %d statements, the longest %s, and %s of WAL (%s B a purged row, read once: an upper bound). ",
+		days(s.inboxRetain), days(s.outboxRetain), idem.DefaultJanitorBatchSize, thousands(float64(s.purged["idem_bench_ledger"])), thousands(float64(s.purged["idem_outbox"])),
 		s.took.Round(time.Millisecond), thousands(float64(total)/s.took.Seconds()), s.purge.Statements, dur(s.purge.Longest), bytesIEC(float64(s.purgeWA)), thousands(float64(s.purgeWA)/float64(max(total, 1))))
 	if r.purge != nil {
 		w("Under load, see [Purge under load](#purge-under-load).")
@@ -89,16 +89,27 @@ func (r *report) writeScale(w writer) {
 	w("### A consumer at %s messages per second\n\n", thousands(scaleRate))
 	w("Arithmetic on the numbers above (measured: bytes per row, WAL per message; reasoning: that they hold at that rate, which this machine cannot deliver). %s messages/s is %s first deliveries a day.\n\n", thousands(scaleRate), thousands(perDay))
 	w("| | arithmetic | |\n| --- | --- | ---: |\n")
-	w("| inbox rows kept (retain= %s) | %s a day × %.0f days | %s rows |\n", s.inboxRetain, thousands(perDay), s.inboxRetain.Hours()/24, thousands(inboxRows))
+	w("| inbox rows kept (retain= %s, the default) | %s a day × %.0f days | %s rows |\n", days(s.inboxRetain), thousands(perDay), s.inboxRetain.Hours()/24, thousands(inboxRows))
 	w("| inbox on disk | %s rows × %.1f B | %s |\n", thousands(inboxRows), s.inbox.perRow(), bytesIEC(inboxRows*s.inbox.perRow()))
 	w("| WAL a day, the inbox's share | %s × %s B (first delivery − bare UPDATE) | %s |\n", thousands(perDay), thousands(idemWAL), bytesIEC(perDay*idemWAL))
 	w("| WAL a day, with the business UPDATE | %s × %s B | %s |\n", thousands(perDay), thousands(s.walPer(walFirst)), bytesIEC(perDay*s.walPer(walFirst)))
 	w("| WAL a day, purging a day's inbox rows | %s × %s B | %s |\n", thousands(perDay), thousands(float64(s.purgeWA)/float64(max(s.purged["idem_bench_ledger"]+s.purged["idem_outbox"], 1))), bytesIEC(perDay*float64(s.purgeWA)/float64(max(s.purged["idem_bench_ledger"]+s.purged["idem_outbox"], 1))))
 	outRows := perDay * s.outboxRetain.Hours() / 24
-	w("| with one outgoing message each: outbox rows kept (published, %s) | %s a day × %.0f days | %s rows |\n", s.outboxRetain, thousands(perDay), s.outboxRetain.Hours()/24, thousands(outRows))
+	w("| with one outgoing message each: outbox rows kept (published, %s as in docs/janitor.md) | %s a day × %.0f days | %s rows |\n", days(s.outboxRetain), thousands(perDay), s.outboxRetain.Hours()/24, thousands(outRows))
 	w("| outbox on disk | %s rows × %.1f B | %s |\n", thousands(outRows), s.outbox.perRow(), bytesIEC(outRows*s.outbox.perRow()))
 	w("| WAL a day, the outgoing messages | %s × (%s + %s) B | %s |\n", thousands(perDay), thousands(write), thousands(relay), bytesIEC(perDay*(write+relay)))
 	purgeRate := float64(s.purged["idem_bench_ledger"]+s.purged["idem_outbox"]) / s.took.Seconds()
 	w("| one janitor purging a day's inbox rows | %s rows ÷ %s rows/s | %s |\n", thousands(perDay), thousands(purgeRate), (time.Duration(perDay / purgeRate * float64(time.Second))).Round(time.Minute).String())
 	w("\n")
+}
+
+// days writes a retention in days.
+func days(d time.Duration) string {
+	if d%(24*time.Hour) == 0 {
+		if d == 24*time.Hour {
+			return "1 day"
+		}
+		return thousands(d.Hours()/24) + " days"
+	}
+	return d.String()
 }
