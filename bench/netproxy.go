@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -24,14 +26,20 @@ import (
 // No library for this is among the packages this project may use (no
 // toxiproxy Go module), and its core is the 80 lines below: a reader per
 // direction timestamps each chunk as it arrives, and a writer sends it
-// when its time has come. Go's timers on Linux wake within tens of
-// microseconds of their deadline on an idle machine; on a busy one they
-// wake later, so the delays measured (network.go reports them) can be
-// longer than asked, never shorter.
+// when its time has come. The writer waits in nanosleep(2) on its own
+// thread, not in time.Sleep: on this benchmark's machine Go's timers wake
+// about a millisecond late whatever the duration (a 250 µs Sleep takes
+// 1.09 ms), while nanosleep overshoots by tens of microseconds, which
+// startDelayProxy measures and subtracts. The delays are still a little
+// longer than asked on a busy machine, never shorter; network.go reports
+// the round trip measured through each proxy.
 type delayProxy struct {
 	ln     net.Listener
 	oneWay time.Duration
-	dial   func(ctx context.Context) (net.Conn, error)
+	// overshoot is how late nanosleep wakes, the median of a few tries;
+	// every wait is shortened by it.
+	overshoot time.Duration
+	dial      func(ctx context.Context) (net.Conn, error)
 
 	mu    sync.Mutex
 	conns map[net.Conn]struct{}
@@ -45,7 +53,7 @@ func startDelayProxy(oneWay time.Duration, dial func(ctx context.Context) (net.C
 	if err != nil {
 		return nil, err
 	}
-	p := &delayProxy{ln: ln, oneWay: oneWay, dial: dial, conns: map[net.Conn]struct{}{}}
+	p := &delayProxy{ln: ln, oneWay: oneWay, dial: dial, conns: map[net.Conn]struct{}{}, overshoot: nanosleepOvershoot()}
 	p.wg.Add(1)
 	go p.accept()
 	return p, nil
@@ -117,8 +125,8 @@ func (p *delayProxy) pipe(dst, src net.Conn) {
 	go func() {
 		defer close(done)
 		for c := range queue {
-			if d := time.Until(c.due); d > 0 {
-				time.Sleep(d)
+			if d := time.Until(c.due) - p.overshoot; d > 0 {
+				nanosleep(d)
 			}
 			if _, err := dst.Write(c.data); err != nil {
 				src.Close()
@@ -167,4 +175,32 @@ func serverDialer(dbURL string) (func(ctx context.Context) (net.Conn, error), er
 	}
 	var d net.Dialer
 	return func(ctx context.Context) (net.Conn, error) { return d.DialContext(ctx, network, address) }, nil
+}
+
+// nanosleep waits d in the nanosleep system call: the goroutine's thread
+// blocks in the kernel (the Go scheduler runs the others meanwhile) and
+// wakes at the kernel's high-resolution timer, not Go's.
+func nanosleep(d time.Duration) {
+	ts := syscall.NsecToTimespec(int64(d))
+	for {
+		var rem syscall.Timespec
+		if err := syscall.Nanosleep(&ts, &rem); err != syscall.EINTR {
+			return
+		}
+		ts = rem
+	}
+}
+
+// nanosleepOvershoot returns the median of how late 21 nanosleeps of
+// 100 µs woke.
+func nanosleepOvershoot() time.Duration {
+	const d = 100 * time.Microsecond
+	late := make([]time.Duration, 21)
+	for i := range late {
+		t0 := time.Now()
+		nanosleep(d)
+		late[i] = max(time.Since(t0)-d, 0)
+	}
+	slices.Sort(late)
+	return late[len(late)/2]
 }

@@ -14,7 +14,7 @@ import (
 // straight and through a delayProxy of 2 ms a round trip: the proxied ping
 // must be at least 2 ms longer than the straight one (the proxy can be late
 // on a busy machine, never early), and the round trips it counts on the
-// wire the same (one per ping).
+// wire the same (one per ping); and through one of 0.5 ms, 0.5 to 1.5 ms.
 func TestDelayProxyAddsTheRoundTrip(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -42,6 +42,21 @@ func TestDelayProxyAddsTheRoundTrip(t *testing.T) {
 	t.Logf("median ping: %s on the socket, %s through the 2ms proxy", straight, proxied)
 	if proxied < 2*time.Millisecond || proxied-straight < 1900*time.Microsecond {
 		t.Fatalf("the proxy added %s to a round trip (%s → %s), want at least 2ms", proxied-straight, straight, proxied)
+	}
+	// A short delay must be near what was asked too: Go's timers alone
+	// would make this 250 µs each way a millisecond each way here.
+	short, err := startDelayProxy(250*time.Microsecond, dial)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer short.close()
+	half, err := medianPing(ctx, url, short.addr(), 50)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("median ping through the 0.5ms proxy: %s", half)
+	if half < 500*time.Microsecond || half > 1500*time.Microsecond {
+		t.Fatalf("median ping through a proxy of 0.5ms a round trip: %s, want 0.5 to 1.5 ms", half)
 	}
 }
 
