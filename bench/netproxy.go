@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -29,17 +28,14 @@ import (
 // when its time has come. The writer waits in nanosleep(2) on its own
 // thread, not in time.Sleep: on this benchmark's machine Go's timers wake
 // about a millisecond late whatever the duration (a 250 µs Sleep takes
-// 1.09 ms), while nanosleep overshoots by tens of microseconds, which
-// startDelayProxy measures and subtracts. The delays are still a little
-// longer than asked on a busy machine, never shorter; network.go reports
-// the round trip measured through each proxy.
+// 1.09 ms), while nanosleep overshoots by tens of microseconds (70 µs
+// here at a load average of 18). The delays are that much longer than
+// asked, more on a busier machine, never shorter; network.go reports the
+// round trip measured through each proxy, and the tables use it.
 type delayProxy struct {
 	ln     net.Listener
 	oneWay time.Duration
-	// overshoot is how late nanosleep wakes, the median of a few tries;
-	// every wait is shortened by it.
-	overshoot time.Duration
-	dial      func(ctx context.Context) (net.Conn, error)
+	dial   func(ctx context.Context) (net.Conn, error)
 
 	mu    sync.Mutex
 	conns map[net.Conn]struct{}
@@ -53,7 +49,7 @@ func startDelayProxy(oneWay time.Duration, dial func(ctx context.Context) (net.C
 	if err != nil {
 		return nil, err
 	}
-	p := &delayProxy{ln: ln, oneWay: oneWay, dial: dial, conns: map[net.Conn]struct{}{}, overshoot: nanosleepOvershoot()}
+	p := &delayProxy{ln: ln, oneWay: oneWay, dial: dial, conns: map[net.Conn]struct{}{}}
 	p.wg.Add(1)
 	go p.accept()
 	return p, nil
@@ -125,7 +121,7 @@ func (p *delayProxy) pipe(dst, src net.Conn) {
 	go func() {
 		defer close(done)
 		for c := range queue {
-			if d := time.Until(c.due) - p.overshoot; d > 0 {
+			if d := time.Until(c.due); d > 0 {
 				nanosleep(d)
 			}
 			if _, err := dst.Write(c.data); err != nil {
@@ -189,18 +185,4 @@ func nanosleep(d time.Duration) {
 		}
 		ts = rem
 	}
-}
-
-// nanosleepOvershoot returns the median of how late 21 nanosleeps of
-// 100 µs woke.
-func nanosleepOvershoot() time.Duration {
-	const d = 100 * time.Microsecond
-	late := make([]time.Duration, 21)
-	for i := range late {
-		t0 := time.Now()
-		nanosleep(d)
-		late[i] = max(time.Since(t0)-d, 0)
-	}
-	slices.Sort(late)
-	return late[len(late)/2]
 }
