@@ -217,7 +217,7 @@ func parseFlags() (*config, error) {
 	flag.DurationVar(&cfg.netDuration, "netduration", 5*time.Second, "network: measured time of each cell")
 	flag.IntVar(&cfg.sizeRows, "sizerows", 1000000, "sizing: rows the inbox and the outbox are filled to before their sizes are read")
 	flag.IntVar(&cfg.walMsgs, "walmsgs", 1000, "sizing: deliveries each WAL measurement averages over")
-	flag.IntVar(&cfg.walRepeats, "walrepeats", 5, "sizing: times each WAL measurement repeats (the lowest counts: the WAL position is the whole server's)")
+	flag.IntVar(&cfg.walRepeats, "walrepeats", 5, "sizing: times each WAL measurement repeats (the median counts)")
 	flag.StringVar(&parts, "parts", strings.Join(allParts, ","), "parts to run: mem (the long run), db (the scenarios), network (the scenarios through a delaying proxy), outbox, brokers, purge (idem.Janitor under load), sizing (bytes per row, WAL per message, purging a million rows), alloc, gen")
 	flag.StringVar(&cfg.out, "out", "BENCHMARKS.md", "results file, relative to the repository root")
 	flag.Parse()

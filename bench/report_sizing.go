@@ -45,8 +45,8 @@ func (r *report) writeSizing(w writer) {
 		}
 		w("| %s | **total** (`pg_total_relation_size`), %s rows | | %s | **%.1f** |\n", t.table, thousands(float64(t.rows)), bytesIEC(float64(t.total)), t.perRow())
 	}
-	w("\n**WAL per message.** On one connection, %s messages of each kind one after another, `pg_current_wal_insert_lsn()` read before and after; %d repeats, interleaved. The WAL position is the whole server's, and other users of this machine wrote meanwhile, so the lowest repeat counts (still an upper bound of this consumer's own). `full_page_writes` is on: the first change of a page after a checkpoint writes the whole 8 KiB page into the WAL; a repeat that ran across a checkpoint carries those images, the lowest one mostly does not, so the lowest is the WAL of the records themselves and a busy table adds full-page images once per page per checkpoint on top. The outgoing messages are written without `NOTIFY` (a `NOTIFY` writes no WAL of its own).\n\n", thousands(float64(s.msgs)), len(s.wal[walFirst]))
-	w("| kind | bytes per message, each repeat | lowest | beyond the bare UPDATE |\n| --- | --- | ---: | ---: |\n")
+	w("\n**WAL per message.** On one connection, %s messages of each kind one after another; the WAL between the server's flushed position before and after, read with `pg_walinspect` (`pg_get_wal_records_info`, the extension created in the run's schema): the records that touch a relation of the schema (its tables, indexes, TOAST) and every record of the same transactions (their commits), so that what the other users of the shared server wrote meanwhile is left out. %d repeats, interleaved; the median counts. `full_page_writes` is on: the first change of a page after a checkpoint writes the whole 8 KiB page into the WAL, counted in the column of full-page images (a busy table pays them once per page per checkpoint). The outgoing messages are written without `NOTIFY` (a `NOTIFY` writes no WAL of its own).\n\n", thousands(float64(s.msgs)), len(s.wal[walFirst]))
+	w("| kind | bytes per message, each repeat | median | of it full-page images | beyond the bare UPDATE |\n| --- | --- | ---: | ---: | ---: |\n")
 	for _, k := range walKinds {
 		reps := ""
 		for i, v := range s.wal[k] {
@@ -63,13 +63,13 @@ func (r *report) writeSizing(w writer) {
 		if k == walRelay {
 			unit = " (per outgoing row)"
 		}
-		w("| %s%s | %s | %s | %s |\n", k, unit, reps, thousands(s.walPer(k)), beyond)
+		w("| %s%s | %s | %s | %s | %s |\n", k, unit, reps, thousands(s.walPer(k)), thousands(s.fpiPer(k)), beyond)
 	}
 	write, relay := s.walOutgoing()
 	w("\nAn outgoing message adds %s B at its first delivery ((publishing 10 − publishing 0) / 10) and %s B when the relay marks it published.\n\n", thousands(write), thousands(relay))
 
 	total := s.purged["idem_bench_ledger"] + s.purged["idem_outbox"]
-	w("**Purging.** The copies were dated past the retention (inbox rows 31 days old, outbox rows published 8 days ago) and one `RunOnce` of `idem.Janitor` (the inbox's `retain=` %s, `WithJanitorOutbox` %s, batches of %d rows, no other load) purged %s inbox and %s outbox rows in %s (%s rows/s) with %d statements, the longest %s, and %s of WAL (%s B a purged row, read once: an upper bound). ",
+	w("**Purging.** The copies were dated past the retention (inbox rows 31 days old, outbox rows published 8 days ago) and one `RunOnce` of `idem.Janitor` (the inbox's `retain=` %s, `WithJanitorOutbox` %s, batches of %d rows, no other load) purged %s inbox and %s outbox rows in %s (%s rows/s) with %d statements, the longest %s, and %s of WAL (%s B a purged row, counted as above, once). ",
 		days(s.inboxRetain), days(s.outboxRetain), idem.DefaultJanitorBatchSize, thousands(float64(s.purged["idem_bench_ledger"])), thousands(float64(s.purged["idem_outbox"])),
 		s.took.Round(time.Millisecond), thousands(float64(total)/s.took.Seconds()), s.purge.Statements, dur(s.purge.Longest), bytesIEC(float64(s.purgeWA)), thousands(float64(s.purgeWA)/float64(max(total, 1))))
 	if r.purge != nil {

@@ -17,15 +17,15 @@ import (
 // The sizing part: what the inbox and the outbox cost in disk and in WAL.
 //
 //   - WAL per message: on one connection, cfg.walMsgs messages of each kind
-//     delivered one after another, the server's WAL insert position read
-//     before and after (pg_current_wal_insert_lsn). The kinds: the bare
-//     UPDATE (no deduplication), a first delivery through the generated
-//     wrapper, a duplicate, a first delivery whose handler publishes 1 and
-//     10 messages through the outbox (without NOTIFY), and the relay
-//     publishing those outgoing rows and marking them published. The WAL
-//     position is the whole server's: other users' writes between the two
-//     reads count too, so each measurement repeats cfg.walRepeats times,
-//     interleaved, and the lowest counts.
+//     delivered one after another, and the WAL records between the server's
+//     position before and after that belong to the schema (walMeter, with
+//     pg_walinspect: other users of the server write meanwhile). The kinds:
+//     the bare UPDATE (no deduplication), a first delivery through the
+//     generated wrapper, a duplicate, a first delivery whose handler
+//     publishes 1 and 10 messages through the outbox (without NOTIFY), and
+//     the relay publishing those outgoing rows and marking them published.
+//     Each measurement repeats cfg.walRepeats times, interleaved; the median
+//     counts.
 //   - bytes per row: the rows those deliveries wrote are copied (new keys of
 //     the same shape, new outgoing ids) until the inbox and the outbox hold
 //     cfg.sizeRows rows each; after VACUUM ANALYZE, pg_relation_size of the
@@ -34,7 +34,7 @@ import (
 //     (inbox rows 31 days old, outbox rows published 8 days ago), and one
 //     RunOnce of idem.Janitor (30 days for the inbox, the consumer's
 //     retain=; 7 days for the published outbox rows) purges them, timed,
-//     with its WAL read the same way (once).
+//     with its WAL counted the same way.
 
 // walKinds are the WAL measurements, in the order they run.
 var walKinds = []string{walBare, walFirst, walDuplicate, walPub1, walPub10, walRelay}
@@ -72,6 +72,7 @@ type purgeCost struct {
 type sizingResults struct {
 	msgs    int                  // deliveries per WAL measurement
 	wal     map[string][]float64 // bytes per message (per outgoing row for the relay), per repeat
+	fpi     map[string][]float64 // of them, full-page images
 	fill    time.Duration
 	inbox   tableSize
 	outbox  tableSize
@@ -83,12 +84,75 @@ type sizingResults struct {
 	inboxRetain, outboxRetain time.Duration
 }
 
-// walPer returns the lowest bytes per message measured for kind.
-func (s *sizingResults) walPer(kind string) float64 {
-	if len(s.wal[kind]) == 0 {
+// walPer returns the median of the bytes per message measured for kind.
+func (s *sizingResults) walPer(kind string) float64 { return medianFloat(s.wal[kind]) }
+
+// fpiPer returns the median of the full-page images' bytes per message.
+func (s *sizingResults) fpiPer(kind string) float64 { return medianFloat(s.fpi[kind]) }
+
+func medianFloat(xs []float64) float64 {
+	if len(xs) == 0 {
 		return 0
 	}
-	return slices.Min(s.wal[kind])
+	sorted := slices.Sorted(slices.Values(xs))
+	if len(sorted)%2 == 1 {
+		return sorted[len(sorted)/2]
+	}
+	return (sorted[len(sorted)/2-1] + sorted[len(sorted)/2]) / 2
+}
+
+// walMeter counts the WAL of one schema's relations with pg_walinspect:
+// of the records between two positions, those that touch a relation of the
+// schema (its tables, indexes, TOAST), and every other record of the same
+// transactions (their commit records). The WAL position is the whole
+// server's, and others write on it meanwhile; this leaves them out.
+type walMeter struct {
+	fn   string // the schema-qualified pg_get_wal_records_info
+	rels string // a regular expression matching the schema's relations in block_ref
+	pool *pgxpool.Pool
+}
+
+// newWALMeter creates the extension pg_walinspect in schema (dropped with
+// it) unless the database has it already, and finds the schema's relations.
+// Call it after the migrations: relations created later are not counted.
+func newWALMeter(ctx context.Context, pool *pgxpool.Pool, schema string) (*walMeter, error) {
+	m := &walMeter{pool: pool}
+	var ext string
+	err := pool.QueryRow(ctx, `SELECT extnamespace::regnamespace::text FROM pg_extension WHERE extname = 'pg_walinspect'`).Scan(&ext)
+	if err != nil {
+		if _, err := pool.Exec(ctx, `CREATE EXTENSION pg_walinspect SCHEMA `+schema); err != nil {
+			return nil, fmt.Errorf("create extension pg_walinspect (PostgreSQL's contrib, a superuser): %w", err)
+		}
+		ext = schema
+	}
+	m.fn = ext + ".pg_get_wal_records_info"
+	if err := pool.QueryRow(ctx, `
+		SELECT 'rel [0-9]+/[0-9]+/(' || string_agg(pg_relation_filenode(c.oid)::text, '|') || ') '
+		FROM pg_class c
+		WHERE pg_relation_filenode(c.oid) IS NOT NULL AND (c.relnamespace = $1::regnamespace
+		   OR c.oid IN (SELECT reltoastrelid FROM pg_class WHERE relnamespace = $1::regnamespace)
+		   OR c.oid IN (SELECT indexrelid FROM pg_index WHERE indrelid IN (SELECT reltoastrelid FROM pg_class WHERE relnamespace = $1::regnamespace)))`, schema).Scan(&m.rels); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// position is the server's WAL position, flushed.
+func (m *walMeter) position(ctx context.Context) (string, error) {
+	var pos string
+	err := m.pool.QueryRow(ctx, `SELECT pg_current_wal_flush_lsn()::text`).Scan(&pos)
+	return pos, err
+}
+
+// between returns the bytes of the schema's WAL records between two
+// positions, and of them the full-page images'.
+func (m *walMeter) between(ctx context.Context, from, to string) (total, fpi int64, err error) {
+	err = m.pool.QueryRow(ctx, `
+		WITH recs AS (SELECT xid, record_length, fpi_length, block_ref ~ $3 AS ours FROM `+m.fn+`($1::pg_lsn, $2::pg_lsn)),
+		     xids AS (SELECT DISTINCT xid FROM recs WHERE ours AND xid <> '0')
+		SELECT COALESCE(sum(record_length), 0)::bigint, COALESCE(sum(fpi_length), 0)::bigint
+		FROM recs WHERE ours OR (xid <> '0' AND xid IN (SELECT xid FROM xids))`, from, to, m.rels).Scan(&total, &fpi)
+	return total, fpi, err
 }
 
 func runSizing(ctx context.Context, cfg *config) (*sizingResults, error) {
@@ -106,16 +170,16 @@ func runSizing(ctx context.Context, cfg *config) (*sizingResults, error) {
 		return nil, err
 	}
 	defer pool.Close()
-	res := &sizingResults{msgs: cfg.walMsgs, wal: map[string][]float64{}, inboxRetain: 720 * time.Hour, outboxRetain: 7 * 24 * time.Hour}
+	res := &sizingResults{msgs: cfg.walMsgs, wal: map[string][]float64{}, fpi: map[string][]float64{}, inboxRetain: 720 * time.Hour, outboxRetain: 7 * 24 * time.Hour}
 
 	post := ledger.NewPostIdem(pool)
 	pub1 := ledger.NewPublishingPost(pool, 1, idem.WithoutNotify())
 	pub10 := ledger.NewPublishingPost(pool, 10, idem.WithoutNotify())
-	lsn := func() (int64, error) {
-		var pos int64
-		err := pool.QueryRow(ctx, `SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '0/0')::bigint`).Scan(&pos)
-		return pos, err
+	wal, err := newWALMeter(ctx, pool, s.name)
+	if err != nil {
+		return nil, err
 	}
+	lsn := func() (string, error) { return wal.position(ctx) }
 	// Keys of the shape the db part's workers use: m-<worker>-<seq>.
 	msg := func(kind, rep, i int) ledger.Deposit {
 		return ledger.Deposit{MessageID: "m-" + strconv.Itoa(10*rep+kind) + "-" + strconv.Itoa(i), Account: int64((i*7919)%cfg.accounts) + 1, Amount: int64(i%100) + 1}
@@ -159,7 +223,12 @@ func runSizing(ctx context.Context, cfg *config) (*sizingResults, error) {
 			if err != nil {
 				return nil, err
 			}
-			res.wal[kind] = append(res.wal[kind], float64(after-before)/float64(n))
+			total, fpi, err := wal.between(ctx, before, after)
+			if err != nil {
+				return nil, err
+			}
+			res.wal[kind] = append(res.wal[kind], float64(total)/float64(n))
+			res.fpi[kind] = append(res.fpi[kind], float64(fpi)/float64(n))
 		}
 		logf("sizing: WAL round %d of %d: %s", rep+1, cfg.walRepeats, res.describeWAL(rep))
 	}
@@ -220,7 +289,9 @@ func runSizing(ctx context.Context, cfg *config) (*sizingResults, error) {
 	if err != nil {
 		return nil, err
 	}
-	res.purgeWA = after - before
+	if res.purgeWA, _, err = wal.between(ctx, before, after); err != nil {
+		return nil, err
+	}
 	res.purged = res.purge.Purged
 	// The copies; the rows the three kinds of first delivery wrote are kept.
 	wantInbox, wantOutbox := res.inbox.rows-3*int64(cfg.walRepeats*cfg.walMsgs), res.outbox.rows-int64(11*cfg.walRepeats*cfg.walMsgs)
