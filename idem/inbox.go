@@ -58,6 +58,7 @@ type Inbox[M, R any] struct {
 	claimWait  time.Duration
 	lockWait   any // the claim's lock_timeout value, boxed once
 	noResult   bool
+	batchCap   int // the most messages one HandleBatch transaction holds
 
 	beforeCommit func(ctx context.Context, tx pgx.Tx) error
 
@@ -95,9 +96,13 @@ func newInbox[M, R any](db DB, table Table[M], opts []Option) *Inbox[M, R] {
 		claimWait: o.claimWait,
 		lockWait:  o.lockTimeout(),
 		noResult:  noResult,
+		batchCap:  o.batchCap,
 
 		beforeCommit: o.beforeCommit,
 		ob:           newObserver(o, table.Consumer),
+	}
+	if in.batchCap == 0 {
+		in.batchCap = DefaultBatchCap
 	}
 	if !reflect.ValueOf(db).Comparable() {
 		in.flightDB = in

@@ -24,6 +24,7 @@ type options struct {
 	claimWait    time.Duration
 	beforeCommit func(ctx context.Context, tx pgx.Tx) error
 	noNotify     bool
+	batchCap     int
 	logger       *slog.Logger
 	meter        metric.MeterProvider
 
@@ -148,6 +149,10 @@ func (o options) validate(consumer string) {
 	if o.claimWait > maxClaimWait {
 		panic(fmt.Sprintf("idem.NewInbox (consumer %s): idem.WithClaimWait(%v) is out of range: the claim wait becomes PostgreSQL's lock_timeout, which takes at most %v (2147483647ms); use a shorter wait (a delivery that waits that long holds a connection all along)",
 			consumer, o.claimWait, maxClaimWait))
+	}
+	if o.batchCap < 0 {
+		panic(fmt.Sprintf("idem.NewInbox (consumer %s): idem.WithBatchCap(%d) is out of range: a batch holds at least one message (0 means the default, %d)",
+			consumer, o.batchCap, DefaultBatchCap))
 	}
 	switch o.isolation {
 	case "", pgx.Serializable, pgx.RepeatableRead, pgx.ReadCommitted, pgx.ReadUncommitted:

@@ -204,7 +204,8 @@ func tablesIn(name string, src []byte) ([]generatedTable, error) {
 		}
 		var t Table[any]
 		nulls := map[string]*map[uint64]string{"NullComplete": &t.NullComplete, "NullLookup": &t.NullLookup}
-		strs := map[string]*string{"Consumer": &t.Consumer, "Name": &t.Name, "Claim": &t.Claim, "Complete": &t.Complete, "Lookup": &t.Lookup, "Purge": &t.Purge}
+		strs := map[string]*string{"Consumer": &t.Consumer, "Name": &t.Name, "Claim": &t.Claim, "Complete": &t.Complete, "Lookup": &t.Lookup, "Purge": &t.Purge,
+			"BatchClaim": &t.BatchClaim, "BatchLookup": &t.BatchLookup, "BatchComplete": &t.BatchComplete}
 		for _, elt := range lit.Elts {
 			kv := elt.(*ast.KeyValueExpr)
 			field := kv.Key.(*ast.Ident).Name
@@ -433,4 +434,68 @@ func TestTablePlaceholders(t *testing.T) {
 	}
 	t.Logf("checked %d generated Tables (%d of the examples, %d of the golden cases): %d guarded, %d with NULL key parts, %d with composite keys",
 		len(examples)+len(golden), len(examples), len(golden), guarded, nullable, composite)
+}
+
+// TestTableBatchPlaceholders checks the placeholder contract of the batch
+// statements (see Table) on the statements idemgen renders: every generated
+// Table without a stale-message guard or nullable key parts has all three,
+// the others none; each uses exactly the arguments idem passes it
+// (batchClaimStatement, batchLookupStatement, batchCompleteStatement), the
+// key arrays cast as text[], the fingerprints as bytea[], the claim wait as
+// text, the results as text[].
+func TestTableBatchPlaceholders(t *testing.T) {
+	examples, golden := repositoryTables(t)
+	var with, without int
+	for _, g := range slices.Concat(examples, golden) {
+		tab, where := g.table, g.where
+		n := len(tab.KeyFields)
+		canBatch := tab.Order == nil && len(tab.NullComplete) == 0
+		has := tab.BatchClaim != "" || tab.BatchLookup != "" || tab.BatchComplete != ""
+		switch {
+		case !canBatch && has:
+			t.Errorf("%s: batch statements on a table with a stale-message guard or nullable key parts (HandleBatch runs those one message a transaction)", where)
+			continue
+		case !canBatch:
+			without++
+			continue
+		case !tab.batches():
+			t.Errorf("%s: BatchClaim, BatchLookup and BatchComplete: %q, %q, %q; want all three", where, tab.BatchClaim, tab.BatchLookup, tab.BatchComplete)
+			continue
+		}
+		with++
+		keys := [][]any{make([]any, n), make([]any, n)}
+		for i := range n {
+			keys[0][i], keys[1][i] = "a", "b"
+		}
+		wantKeyArrays := func(what string, _ []placeholder, sql string) {
+			for p := 1; p <= n; p++ {
+				if !strings.Contains(sql, fmt.Sprintf("$%d::text[]", p)) {
+					t.Errorf("%s: %s does not cast the key array $%d to text[]: %q", where, what, p, sql)
+				}
+			}
+		}
+		sql, args := tab.batchClaimStatement(keys, [][]byte{{1}, {2}}, "1ms")
+		used := checkStatement(t, where, "BatchClaim", sql, args)
+		wantKeyArrays("BatchClaim", used, sql)
+		if !strings.Contains(sql, fmt.Sprintf("$%d::bytea[]", n+1)) {
+			t.Errorf("%s: BatchClaim does not cast $%d (the fingerprints) to bytea[]: %q", where, n+1, sql)
+		}
+		if casts := castOf(used, n+2); !slices.Contains(casts, "text") {
+			t.Errorf("%s: BatchClaim uses $%d (the claim wait) as %q; want text: %q", where, n+2, casts, sql)
+		}
+		if !strings.Contains(sql, "ON CONFLICT DO NOTHING") || !strings.Contains(sql, " ORDER BY ") {
+			t.Errorf("%s: BatchClaim does not insert the keys in key order ON CONFLICT DO NOTHING: %q", where, sql)
+		}
+		sql, args = tab.batchLookupStatement(keys)
+		wantKeyArrays("BatchLookup", checkStatement(t, where, "BatchLookup", sql, args), sql)
+		sql, args = tab.batchCompleteStatement(keys, []string{"{}", "{}"})
+		wantKeyArrays("BatchComplete", checkStatement(t, where, "BatchComplete", sql, args), sql)
+		if !strings.Contains(sql, fmt.Sprintf("$%d::text[]", n+1)) {
+			t.Errorf("%s: BatchComplete does not cast $%d (the results) to text[]: %q", where, n+1, sql)
+		}
+	}
+	if with == 0 || without == 0 {
+		t.Errorf("%d generated Tables with batch statements, %d without; want some of each", with, without)
+	}
+	t.Logf("checked the batch statements of %d generated Tables; %d (guarded or with NULL key parts) have none", with, without)
 }

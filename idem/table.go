@@ -37,6 +37,21 @@ import (
 // for keys with NULL parts, Complete and Lookup come from NullComplete and
 // NullLookup, by null pattern (bit i set when part i is NULL), and number
 // only the parts that are not NULL.
+//
+// Batch statements (HandleBatch): BatchClaim, BatchLookup and BatchComplete
+// take the key parts as arrays, $1 to $n, one text[] per key part holding
+// each message's part in its text form (a UUID as 8-4-4-4-12 hex, an
+// integer in decimal), which the statement casts to the column's type, so
+// that pgx encodes them in every query exec mode. BatchClaim takes the
+// fingerprints as $n+1 (bytea[]) and the claim wait as $n+2 (text), inserts
+// the keys in key order (so that two batches with overlapping keys take
+// their locks in one order and cannot deadlock), bounds and restores
+// lock_timeout as Claim does, and returns the 1-based position in the arrays
+// of each key it inserted. BatchLookup returns position, fingerprint, status
+// and result of each key it finds; BatchComplete stores $n+1 (text[], the
+// JSON results) in the keys' rows. A Table without BatchClaim (a table with
+// a stale-message guard or with nullable key parts: idemgen spells out none
+// for those) runs a batch as one transaction per message.
 type Table[M any] struct {
 	// Consumer is the stable consumer name of the directive.
 	Consumer string
@@ -62,6 +77,10 @@ type Table[M any] struct {
 
 	NullComplete map[uint64]string
 	NullLookup   map[uint64]string
+
+	BatchClaim    string
+	BatchLookup   string
+	BatchComplete string
 }
 
 // The statements of a Table and the arguments idem passes them, in the order
@@ -100,6 +119,59 @@ func (t *Table[M]) completeStatement(key []any, result []byte) (string, []any) {
 // arguments: the parts of the key that are not NULL.
 func (t *Table[M]) lookupStatement(key []any) (string, []any) {
 	return t.statement(t.Lookup, t.NullLookup, key)
+}
+
+// batches reports whether the table has the statements of HandleBatch.
+func (t *Table[M]) batches() bool {
+	return t.BatchClaim != "" && t.BatchLookup != "" && t.BatchComplete != "" && t.Order == nil
+}
+
+// keyArrays returns the key parts of keys as the batch statements take them:
+// one []string per key part, each the parts' text forms in keys' order.
+func (t *Table[M]) keyArrays(keys [][]any) []any {
+	args := make([]any, len(t.KeyFields))
+	for p := range args {
+		col := make([]string, len(keys))
+		for i, key := range keys {
+			col[i] = keyText(key[p])
+		}
+		args[p] = col
+	}
+	return args
+}
+
+// keyText is a key part in the text form the batch statements cast from.
+func keyText(part any) string {
+	switch v := part.(type) {
+	case string:
+		return v
+	case [16]byte:
+		return formatUUID(v)
+	case int64:
+		return strconv.FormatInt(v, 10)
+	case uint64:
+		return strconv.FormatUint(v, 10)
+	default:
+		return fmt.Sprint(v)
+	}
+}
+
+// batchClaimStatement returns the claim of keys and its arguments: the key
+// arrays, the fingerprints, the claim's lock_timeout.
+func (t *Table[M]) batchClaimStatement(keys [][]any, fps [][]byte, lockWait any) (string, []any) {
+	return t.BatchClaim, append(t.keyArrays(keys), fps, lockWait)
+}
+
+// batchLookupStatement returns the lookup of keys and its arguments: the key
+// arrays.
+func (t *Table[M]) batchLookupStatement(keys [][]any) (string, []any) {
+	return t.BatchLookup, t.keyArrays(keys)
+}
+
+// batchCompleteStatement returns the statement that stores results (JSON
+// texts, see completeStatement) in keys' rows and its arguments.
+func (t *Table[M]) batchCompleteStatement(keys [][]any, results []string) (string, []any) {
+	return t.BatchComplete, append(t.keyArrays(keys), results)
 }
 
 // purgeBatch bounds how many rows one purge statement deletes.

@@ -55,6 +55,26 @@ func (w *ChargeIdem) Deliver(ctx context.Context, msg OrderPlaced) (idem.Outcome
 
 var _ idem.Handler[OrderPlaced] = (*ChargeIdem)(nil)
 
+// HandleBatch runs Charge for msgs in one transaction per batch
+// (idem.WithBatchCap messages at most, 100 by default): the keys claimed in one
+// statement, the handlers run in order on that transaction, the results stored
+// with its COMMIT, and returns one idem.Result per message in input order, each
+// what Handle would return for it. A key twice in msgs is processed once; when
+// a handler fails, the batch is rolled back and each message is delivered in a
+// transaction of its own. Ack each message exactly when its Err is nil.
+func (w *ChargeIdem) HandleBatch(ctx context.Context, msgs []OrderPlaced) ([]idem.Result[Receipt], error) {
+	return w.inbox.HandleBatch(ctx, msgs)
+}
+
+// DeliverBatch is HandleBatch without the results' values: it makes ChargeIdem
+// an idem.BatchHandler, the form in which broker adapters deliver what their
+// broker hands them at once. Ack each message exactly when its Err is nil.
+func (w *ChargeIdem) DeliverBatch(ctx context.Context, msgs []OrderPlaced) []idem.Result[idem.None] {
+	return w.inbox.DeliverBatch(ctx, msgs)
+}
+
+var _ idem.BatchHandler[OrderPlaced] = (*ChargeIdem)(nil)
+
 // Purge deletes the rows of idem_billing_charge older than the retention of
 // 720h (30 days), in batches, and returns how many it deleted. Run it
 // periodically.
@@ -72,15 +92,18 @@ var _ idem.Maintained = (*ChargeIdem)(nil)
 
 // idemChargeTable is the inbox of the consumer "billing.charge".
 var idemChargeTable = idem.Table[OrderPlaced]{
-	Consumer:  "billing.charge",
-	Name:      "idem_billing_charge",
-	KeyFields: []string{"OrderID"},
-	Key:       idemChargeKey,
-	Retain:    720 * time.Hour,
-	Claim:     "WITH wait AS MATERIALIZED (SELECT set_config('lock_timeout', $3::text, true) FROM (SELECT set_config('idem.lock_timeout', current_setting('lock_timeout'), true) OFFSET 0) AS saved) INSERT INTO idem_billing_charge (key_order_id, fingerprint) SELECT $1::text, $2::bytea FROM wait ON CONFLICT DO NOTHING RETURNING set_config('lock_timeout', current_setting('idem.lock_timeout'), true) IS NOT NULL",
-	Complete:  "UPDATE idem_billing_charge SET result = $2 WHERE key_order_id = $1",
-	Lookup:    "SELECT fingerprint, status, result FROM idem_billing_charge WHERE key_order_id = $1",
-	Purge:     "DELETE FROM idem_billing_charge WHERE ctid = ANY (ARRAY(SELECT ctid FROM idem_billing_charge WHERE created_at < now() - make_interval(secs => $1) ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED))",
+	Consumer:      "billing.charge",
+	Name:          "idem_billing_charge",
+	KeyFields:     []string{"OrderID"},
+	Key:           idemChargeKey,
+	Retain:        720 * time.Hour,
+	Claim:         "WITH wait AS MATERIALIZED (SELECT set_config('lock_timeout', $3::text, true) FROM (SELECT set_config('idem.lock_timeout', current_setting('lock_timeout'), true) OFFSET 0) AS saved) INSERT INTO idem_billing_charge (key_order_id, fingerprint) SELECT $1::text, $2::bytea FROM wait ON CONFLICT DO NOTHING RETURNING set_config('lock_timeout', current_setting('idem.lock_timeout'), true) IS NOT NULL",
+	Complete:      "UPDATE idem_billing_charge SET result = $2 WHERE key_order_id = $1",
+	Lookup:        "SELECT fingerprint, status, result FROM idem_billing_charge WHERE key_order_id = $1",
+	Purge:         "DELETE FROM idem_billing_charge WHERE ctid = ANY (ARRAY(SELECT ctid FROM idem_billing_charge WHERE created_at < now() - make_interval(secs => $1) ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED))",
+	BatchClaim:    "WITH wait AS MATERIALIZED (SELECT set_config('lock_timeout', $3::text, true) FROM (SELECT set_config('idem.lock_timeout', current_setting('lock_timeout'), true) OFFSET 0) AS saved), m AS MATERIALIZED (SELECT * FROM unnest($1::text[], $2::bytea[]) WITH ORDINALITY AS m (k1, fp, n)), claim AS (INSERT INTO idem_billing_charge (key_order_id, fingerprint) SELECT m.k1, m.fp FROM wait, m ORDER BY m.k1 ON CONFLICT DO NOTHING RETURNING key_order_id, set_config('lock_timeout', current_setting('idem.lock_timeout'), true) AS restored) SELECT m.n FROM m JOIN claim ON claim.key_order_id = m.k1 WHERE claim.restored IS NOT NULL",
+	BatchLookup:   "SELECT m.n, t.fingerprint, t.status, t.result FROM unnest($1::text[]) WITH ORDINALITY AS m (k1, n) JOIN idem_billing_charge AS t ON t.key_order_id = m.k1",
+	BatchComplete: "UPDATE idem_billing_charge AS t SET result = m.r::json FROM unnest($1::text[], $2::text[]) AS m (k1, r) WHERE t.key_order_id = m.k1",
 }
 
 // idemChargeKey returns the key parts of msg in column order: OrderID.
@@ -126,6 +149,27 @@ func (w *BookPaymentIdem) Deliver(ctx context.Context, msg *PaymentReceived) (id
 
 var _ idem.Handler[*PaymentReceived] = (*BookPaymentIdem)(nil)
 
+// HandleBatch runs BookPayment for msgs in one transaction per batch
+// (idem.WithBatchCap messages at most, 100 by default): the keys claimed in one
+// statement, the handlers run in order on that transaction, the results stored
+// with its COMMIT, and returns one idem.Result per message in input order, each
+// what Handle would return for it. A key twice in msgs is processed once; when
+// a handler fails, the batch is rolled back and each message is delivered in a
+// transaction of its own. Ack each message exactly when its Err is nil.
+func (w *BookPaymentIdem) HandleBatch(ctx context.Context, msgs []*PaymentReceived) ([]idem.Result[idem.None], error) {
+	return w.inbox.HandleBatch(ctx, msgs)
+}
+
+// DeliverBatch is HandleBatch without the results' values: it makes
+// BookPaymentIdem an idem.BatchHandler, the form in which broker adapters
+// deliver what their broker hands them at once. Ack each message exactly when
+// its Err is nil.
+func (w *BookPaymentIdem) DeliverBatch(ctx context.Context, msgs []*PaymentReceived) []idem.Result[idem.None] {
+	return w.inbox.DeliverBatch(ctx, msgs)
+}
+
+var _ idem.BatchHandler[*PaymentReceived] = (*BookPaymentIdem)(nil)
+
 // Purge deletes the rows of idem_billing_payment older than the retention of
 // 2160h (90 days), in batches, and returns how many it deleted. Run it
 // periodically.
@@ -143,15 +187,18 @@ var _ idem.Maintained = (*BookPaymentIdem)(nil)
 
 // idemBookPaymentTable is the inbox of the consumer "billing.payment".
 var idemBookPaymentTable = idem.Table[*PaymentReceived]{
-	Consumer:  "billing.payment",
-	Name:      "idem_billing_payment",
-	KeyFields: []string{"Provider", "PaymentID"},
-	Key:       idemBookPaymentKey,
-	Retain:    2160 * time.Hour,
-	Claim:     "WITH wait AS MATERIALIZED (SELECT set_config('lock_timeout', $4::text, true) FROM (SELECT set_config('idem.lock_timeout', current_setting('lock_timeout'), true) OFFSET 0) AS saved) INSERT INTO idem_billing_payment (key_provider, key_payment_id, fingerprint) SELECT $1::text, $2::text, $3::bytea FROM wait ON CONFLICT DO NOTHING RETURNING set_config('lock_timeout', current_setting('idem.lock_timeout'), true) IS NOT NULL",
-	Complete:  "UPDATE idem_billing_payment SET result = $3 WHERE key_provider = $1 AND key_payment_id = $2",
-	Lookup:    "SELECT fingerprint, status, result FROM idem_billing_payment WHERE key_provider = $1 AND key_payment_id = $2",
-	Purge:     "DELETE FROM idem_billing_payment WHERE ctid = ANY (ARRAY(SELECT ctid FROM idem_billing_payment WHERE created_at < now() - make_interval(secs => $1) ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED))",
+	Consumer:      "billing.payment",
+	Name:          "idem_billing_payment",
+	KeyFields:     []string{"Provider", "PaymentID"},
+	Key:           idemBookPaymentKey,
+	Retain:        2160 * time.Hour,
+	Claim:         "WITH wait AS MATERIALIZED (SELECT set_config('lock_timeout', $4::text, true) FROM (SELECT set_config('idem.lock_timeout', current_setting('lock_timeout'), true) OFFSET 0) AS saved) INSERT INTO idem_billing_payment (key_provider, key_payment_id, fingerprint) SELECT $1::text, $2::text, $3::bytea FROM wait ON CONFLICT DO NOTHING RETURNING set_config('lock_timeout', current_setting('idem.lock_timeout'), true) IS NOT NULL",
+	Complete:      "UPDATE idem_billing_payment SET result = $3 WHERE key_provider = $1 AND key_payment_id = $2",
+	Lookup:        "SELECT fingerprint, status, result FROM idem_billing_payment WHERE key_provider = $1 AND key_payment_id = $2",
+	Purge:         "DELETE FROM idem_billing_payment WHERE ctid = ANY (ARRAY(SELECT ctid FROM idem_billing_payment WHERE created_at < now() - make_interval(secs => $1) ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED))",
+	BatchClaim:    "WITH wait AS MATERIALIZED (SELECT set_config('lock_timeout', $4::text, true) FROM (SELECT set_config('idem.lock_timeout', current_setting('lock_timeout'), true) OFFSET 0) AS saved), m AS MATERIALIZED (SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[]) WITH ORDINALITY AS m (k1, k2, fp, n)), claim AS (INSERT INTO idem_billing_payment (key_provider, key_payment_id, fingerprint) SELECT m.k1, m.k2, m.fp FROM wait, m ORDER BY m.k1, m.k2 ON CONFLICT DO NOTHING RETURNING key_provider, key_payment_id, set_config('lock_timeout', current_setting('idem.lock_timeout'), true) AS restored) SELECT m.n FROM m JOIN claim ON claim.key_provider = m.k1 AND claim.key_payment_id = m.k2 WHERE claim.restored IS NOT NULL",
+	BatchLookup:   "SELECT m.n, t.fingerprint, t.status, t.result FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS m (k1, k2, n) JOIN idem_billing_payment AS t ON t.key_provider = m.k1 AND t.key_payment_id = m.k2",
+	BatchComplete: "UPDATE idem_billing_payment AS t SET result = m.r::json FROM unnest($1::text[], $2::text[], $3::text[]) AS m (k1, k2, r) WHERE t.key_provider = m.k1 AND t.key_payment_id = m.k2",
 }
 
 // idemBookPaymentKey returns the key parts of msg in column order: Provider,
@@ -202,6 +249,27 @@ func (w *OpenAccountIdem) Deliver(ctx context.Context, msg OpenAccountRequested)
 
 var _ idem.Handler[OpenAccountRequested] = (*OpenAccountIdem)(nil)
 
+// HandleBatch runs OpenAccount for msgs in one transaction per batch
+// (idem.WithBatchCap messages at most, 100 by default): the keys claimed in one
+// statement, the handlers run in order on that transaction, the results stored
+// with its COMMIT, and returns one idem.Result per message in input order, each
+// what Handle would return for it. A key twice in msgs is processed once; when
+// a handler fails, the batch is rolled back and each message is delivered in a
+// transaction of its own. Ack each message exactly when its Err is nil.
+func (w *OpenAccountIdem) HandleBatch(ctx context.Context, msgs []OpenAccountRequested) ([]idem.Result[Account], error) {
+	return w.inbox.HandleBatch(ctx, msgs)
+}
+
+// DeliverBatch is HandleBatch without the results' values: it makes
+// OpenAccountIdem an idem.BatchHandler, the form in which broker adapters
+// deliver what their broker hands them at once. Ack each message exactly when
+// its Err is nil.
+func (w *OpenAccountIdem) DeliverBatch(ctx context.Context, msgs []OpenAccountRequested) []idem.Result[idem.None] {
+	return w.inbox.DeliverBatch(ctx, msgs)
+}
+
+var _ idem.BatchHandler[OpenAccountRequested] = (*OpenAccountIdem)(nil)
+
 // Purge deletes the rows of idem_billing_open_account older than the retention
 // of 720h (30 days), in batches, and returns how many it deleted. Run it
 // periodically.
@@ -220,15 +288,18 @@ var _ idem.Maintained = (*OpenAccountIdem)(nil)
 
 // idemOpenAccountTable is the inbox of the consumer "billing.open-account".
 var idemOpenAccountTable = idem.Table[OpenAccountRequested]{
-	Consumer:  "billing.open-account",
-	Name:      "idem_billing_open_account",
-	KeyFields: []string{"RequestID"},
-	Key:       idemOpenAccountKey,
-	Retain:    720 * time.Hour,
-	Claim:     "WITH wait AS MATERIALIZED (SELECT set_config('lock_timeout', $3::text, true) FROM (SELECT set_config('idem.lock_timeout', current_setting('lock_timeout'), true) OFFSET 0) AS saved) INSERT INTO idem_billing_open_account (key_request_id, fingerprint) SELECT $1::uuid, $2::bytea FROM wait ON CONFLICT DO NOTHING RETURNING set_config('lock_timeout', current_setting('idem.lock_timeout'), true) IS NOT NULL",
-	Complete:  "UPDATE idem_billing_open_account SET result = $2 WHERE key_request_id = $1",
-	Lookup:    "SELECT fingerprint, status, result FROM idem_billing_open_account WHERE key_request_id = $1",
-	Purge:     "DELETE FROM idem_billing_open_account WHERE ctid = ANY (ARRAY(SELECT ctid FROM idem_billing_open_account WHERE created_at < now() - make_interval(secs => $1) ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED))",
+	Consumer:      "billing.open-account",
+	Name:          "idem_billing_open_account",
+	KeyFields:     []string{"RequestID"},
+	Key:           idemOpenAccountKey,
+	Retain:        720 * time.Hour,
+	Claim:         "WITH wait AS MATERIALIZED (SELECT set_config('lock_timeout', $3::text, true) FROM (SELECT set_config('idem.lock_timeout', current_setting('lock_timeout'), true) OFFSET 0) AS saved) INSERT INTO idem_billing_open_account (key_request_id, fingerprint) SELECT $1::uuid, $2::bytea FROM wait ON CONFLICT DO NOTHING RETURNING set_config('lock_timeout', current_setting('idem.lock_timeout'), true) IS NOT NULL",
+	Complete:      "UPDATE idem_billing_open_account SET result = $2 WHERE key_request_id = $1",
+	Lookup:        "SELECT fingerprint, status, result FROM idem_billing_open_account WHERE key_request_id = $1",
+	Purge:         "DELETE FROM idem_billing_open_account WHERE ctid = ANY (ARRAY(SELECT ctid FROM idem_billing_open_account WHERE created_at < now() - make_interval(secs => $1) ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED))",
+	BatchClaim:    "WITH wait AS MATERIALIZED (SELECT set_config('lock_timeout', $3::text, true) FROM (SELECT set_config('idem.lock_timeout', current_setting('lock_timeout'), true) OFFSET 0) AS saved), m AS MATERIALIZED (SELECT * FROM unnest($1::text[]::uuid[], $2::bytea[]) WITH ORDINALITY AS m (k1, fp, n)), claim AS (INSERT INTO idem_billing_open_account (key_request_id, fingerprint) SELECT m.k1, m.fp FROM wait, m ORDER BY m.k1 ON CONFLICT DO NOTHING RETURNING key_request_id, set_config('lock_timeout', current_setting('idem.lock_timeout'), true) AS restored) SELECT m.n FROM m JOIN claim ON claim.key_request_id = m.k1 WHERE claim.restored IS NOT NULL",
+	BatchLookup:   "SELECT m.n, t.fingerprint, t.status, t.result FROM unnest($1::text[]::uuid[]) WITH ORDINALITY AS m (k1, n) JOIN idem_billing_open_account AS t ON t.key_request_id = m.k1",
+	BatchComplete: "UPDATE idem_billing_open_account AS t SET result = m.r::json FROM unnest($1::text[]::uuid[], $2::text[]) AS m (k1, r) WHERE t.key_request_id = m.k1",
 }
 
 // idemOpenAccountKey returns the key parts of msg in column order: RequestID.

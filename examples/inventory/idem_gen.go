@@ -51,6 +51,27 @@ func (w *ReceiveGoodsIdem) Deliver(ctx context.Context, msg CloudEvent) (idem.Ou
 
 var _ idem.Handler[CloudEvent] = (*ReceiveGoodsIdem)(nil)
 
+// HandleBatch runs ReceiveGoods for msgs in one transaction per batch
+// (idem.WithBatchCap messages at most, 100 by default): the keys claimed in one
+// statement, the handlers run in order on that transaction, the results stored
+// with its COMMIT, and returns one idem.Result per message in input order, each
+// what Handle would return for it. A key twice in msgs is processed once; when
+// a handler fails, the batch is rolled back and each message is delivered in a
+// transaction of its own. Ack each message exactly when its Err is nil.
+func (w *ReceiveGoodsIdem) HandleBatch(ctx context.Context, msgs []CloudEvent) ([]idem.Result[Level], error) {
+	return w.inbox.HandleBatch(ctx, msgs)
+}
+
+// DeliverBatch is HandleBatch without the results' values: it makes
+// ReceiveGoodsIdem an idem.BatchHandler, the form in which broker adapters
+// deliver what their broker hands them at once. Ack each message exactly when
+// its Err is nil.
+func (w *ReceiveGoodsIdem) DeliverBatch(ctx context.Context, msgs []CloudEvent) []idem.Result[idem.None] {
+	return w.inbox.DeliverBatch(ctx, msgs)
+}
+
+var _ idem.BatchHandler[CloudEvent] = (*ReceiveGoodsIdem)(nil)
+
 // Purge deletes the rows of idem_inventory_goods_received older than the
 // retention of 720h (30 days), in batches, and returns how many it deleted. Run
 // it periodically.
@@ -70,15 +91,18 @@ var _ idem.Maintained = (*ReceiveGoodsIdem)(nil)
 // idemReceiveGoodsTable is the inbox of the consumer
 // "inventory.goods-received".
 var idemReceiveGoodsTable = idem.Table[CloudEvent]{
-	Consumer:  "inventory.goods-received",
-	Name:      "idem_inventory_goods_received",
-	KeyFields: []string{"Source", "ID"},
-	Key:       idemReceiveGoodsKey,
-	Retain:    720 * time.Hour,
-	Claim:     "WITH wait AS MATERIALIZED (SELECT set_config('lock_timeout', $4::text, true) FROM (SELECT set_config('idem.lock_timeout', current_setting('lock_timeout'), true) OFFSET 0) AS saved) INSERT INTO idem_inventory_goods_received (key_source, key_id, fingerprint) SELECT $1::text, $2::text, $3::bytea FROM wait ON CONFLICT DO NOTHING RETURNING set_config('lock_timeout', current_setting('idem.lock_timeout'), true) IS NOT NULL",
-	Complete:  "UPDATE idem_inventory_goods_received SET result = $3 WHERE key_source = $1 AND key_id = $2",
-	Lookup:    "SELECT fingerprint, status, result FROM idem_inventory_goods_received WHERE key_source = $1 AND key_id = $2",
-	Purge:     "DELETE FROM idem_inventory_goods_received WHERE ctid = ANY (ARRAY(SELECT ctid FROM idem_inventory_goods_received WHERE created_at < now() - make_interval(secs => $1) ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED))",
+	Consumer:      "inventory.goods-received",
+	Name:          "idem_inventory_goods_received",
+	KeyFields:     []string{"Source", "ID"},
+	Key:           idemReceiveGoodsKey,
+	Retain:        720 * time.Hour,
+	Claim:         "WITH wait AS MATERIALIZED (SELECT set_config('lock_timeout', $4::text, true) FROM (SELECT set_config('idem.lock_timeout', current_setting('lock_timeout'), true) OFFSET 0) AS saved) INSERT INTO idem_inventory_goods_received (key_source, key_id, fingerprint) SELECT $1::text, $2::text, $3::bytea FROM wait ON CONFLICT DO NOTHING RETURNING set_config('lock_timeout', current_setting('idem.lock_timeout'), true) IS NOT NULL",
+	Complete:      "UPDATE idem_inventory_goods_received SET result = $3 WHERE key_source = $1 AND key_id = $2",
+	Lookup:        "SELECT fingerprint, status, result FROM idem_inventory_goods_received WHERE key_source = $1 AND key_id = $2",
+	Purge:         "DELETE FROM idem_inventory_goods_received WHERE ctid = ANY (ARRAY(SELECT ctid FROM idem_inventory_goods_received WHERE created_at < now() - make_interval(secs => $1) ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED))",
+	BatchClaim:    "WITH wait AS MATERIALIZED (SELECT set_config('lock_timeout', $4::text, true) FROM (SELECT set_config('idem.lock_timeout', current_setting('lock_timeout'), true) OFFSET 0) AS saved), m AS MATERIALIZED (SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[]) WITH ORDINALITY AS m (k1, k2, fp, n)), claim AS (INSERT INTO idem_inventory_goods_received (key_source, key_id, fingerprint) SELECT m.k1, m.k2, m.fp FROM wait, m ORDER BY m.k1, m.k2 ON CONFLICT DO NOTHING RETURNING key_source, key_id, set_config('lock_timeout', current_setting('idem.lock_timeout'), true) AS restored) SELECT m.n FROM m JOIN claim ON claim.key_source = m.k1 AND claim.key_id = m.k2 WHERE claim.restored IS NOT NULL",
+	BatchLookup:   "SELECT m.n, t.fingerprint, t.status, t.result FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS m (k1, k2, n) JOIN idem_inventory_goods_received AS t ON t.key_source = m.k1 AND t.key_id = m.k2",
+	BatchComplete: "UPDATE idem_inventory_goods_received AS t SET result = m.r::json FROM unnest($1::text[], $2::text[], $3::text[]) AS m (k1, k2, r) WHERE t.key_source = m.k1 AND t.key_id = m.k2",
 }
 
 // idemReceiveGoodsKey returns the key parts of msg in column order: Source, ID.
@@ -124,6 +148,26 @@ func (w *BookReturnIdem) Deliver(ctx context.Context, msg ReturnReceived) (idem.
 }
 
 var _ idem.Handler[ReturnReceived] = (*BookReturnIdem)(nil)
+
+// HandleBatch runs BookReturn for msgs one transaction per message (its inbox
+// has a stale-message guard or nullable key parts, which batches do not cover),
+// and returns one idem.Result per message in input order, each what Handle
+// would return for it. A key twice in msgs is processed once; when a handler
+// fails, the batch is rolled back and each message is delivered in a
+// transaction of its own. Ack each message exactly when its Err is nil.
+func (w *BookReturnIdem) HandleBatch(ctx context.Context, msgs []ReturnReceived) ([]idem.Result[Level], error) {
+	return w.inbox.HandleBatch(ctx, msgs)
+}
+
+// DeliverBatch is HandleBatch without the results' values: it makes
+// BookReturnIdem an idem.BatchHandler, the form in which broker adapters
+// deliver what their broker hands them at once. Ack each message exactly when
+// its Err is nil.
+func (w *BookReturnIdem) DeliverBatch(ctx context.Context, msgs []ReturnReceived) []idem.Result[idem.None] {
+	return w.inbox.DeliverBatch(ctx, msgs)
+}
+
+var _ idem.BatchHandler[ReturnReceived] = (*BookReturnIdem)(nil)
 
 // Purge deletes the rows of idem_inventory_return older than the retention of
 // 720h (30 days), in batches, and returns how many it deleted. Run it
@@ -208,6 +252,26 @@ func (w *ApplyCountIdem) Deliver(ctx context.Context, msg StockCounted) (idem.Ou
 }
 
 var _ idem.Handler[StockCounted] = (*ApplyCountIdem)(nil)
+
+// HandleBatch runs ApplyCount for msgs one transaction per message (its inbox
+// has a stale-message guard or nullable key parts, which batches do not cover),
+// and returns one idem.Result per message in input order, each what Handle
+// would return for it. A key twice in msgs is processed once; when a handler
+// fails, the batch is rolled back and each message is delivered in a
+// transaction of its own. Ack each message exactly when its Err is nil.
+func (w *ApplyCountIdem) HandleBatch(ctx context.Context, msgs []StockCounted) ([]idem.Result[idem.None], error) {
+	return w.inbox.HandleBatch(ctx, msgs)
+}
+
+// DeliverBatch is HandleBatch without the results' values: it makes
+// ApplyCountIdem an idem.BatchHandler, the form in which broker adapters
+// deliver what their broker hands them at once. Ack each message exactly when
+// its Err is nil.
+func (w *ApplyCountIdem) DeliverBatch(ctx context.Context, msgs []StockCounted) []idem.Result[idem.None] {
+	return w.inbox.DeliverBatch(ctx, msgs)
+}
+
+var _ idem.BatchHandler[StockCounted] = (*ApplyCountIdem)(nil)
 
 // Purge deletes the rows of idem_inventory_count older than the retention of
 // 720h (30 days), in batches, and returns how many it deleted. Run it

@@ -54,6 +54,27 @@ func (w *NotifyChargeCompletedIdem) Deliver(ctx context.Context, msg idem.Messag
 
 var _ idem.Handler[idem.Message[billing.ChargeCompleted]] = (*NotifyChargeCompletedIdem)(nil)
 
+// HandleBatch runs NotifyChargeCompleted for msgs in one transaction per batch
+// (idem.WithBatchCap messages at most, 100 by default): the keys claimed in one
+// statement, the handlers run in order on that transaction, the results stored
+// with its COMMIT, and returns one idem.Result per message in input order, each
+// what Handle would return for it. A key twice in msgs is processed once; when
+// a handler fails, the batch is rolled back and each message is delivered in a
+// transaction of its own. Ack each message exactly when its Err is nil.
+func (w *NotifyChargeCompletedIdem) HandleBatch(ctx context.Context, msgs []idem.Message[billing.ChargeCompleted]) ([]idem.Result[idem.None], error) {
+	return w.inbox.HandleBatch(ctx, msgs)
+}
+
+// DeliverBatch is HandleBatch without the results' values: it makes
+// NotifyChargeCompletedIdem an idem.BatchHandler, the form in which broker
+// adapters deliver what their broker hands them at once. Ack each message
+// exactly when its Err is nil.
+func (w *NotifyChargeCompletedIdem) DeliverBatch(ctx context.Context, msgs []idem.Message[billing.ChargeCompleted]) []idem.Result[idem.None] {
+	return w.inbox.DeliverBatch(ctx, msgs)
+}
+
+var _ idem.BatchHandler[idem.Message[billing.ChargeCompleted]] = (*NotifyChargeCompletedIdem)(nil)
+
 // Purge deletes the rows of idem_notifications_charge_completed older than the
 // retention of 720h (30 days), in batches, and returns how many it deleted. Run
 // it periodically.
@@ -73,15 +94,18 @@ var _ idem.Maintained = (*NotifyChargeCompletedIdem)(nil)
 // idemNotifyChargeCompletedTable is the inbox of the consumer
 // "notifications.charge-completed".
 var idemNotifyChargeCompletedTable = idem.Table[idem.Message[billing.ChargeCompleted]]{
-	Consumer:  "notifications.charge-completed",
-	Name:      "idem_notifications_charge_completed",
-	KeyFields: []string{"ID"},
-	Key:       idemNotifyChargeCompletedKey,
-	Retain:    720 * time.Hour,
-	Claim:     "WITH wait AS MATERIALIZED (SELECT set_config('lock_timeout', $3::text, true) FROM (SELECT set_config('idem.lock_timeout', current_setting('lock_timeout'), true) OFFSET 0) AS saved) INSERT INTO idem_notifications_charge_completed (key_id, fingerprint) SELECT $1::text, $2::bytea FROM wait ON CONFLICT DO NOTHING RETURNING set_config('lock_timeout', current_setting('idem.lock_timeout'), true) IS NOT NULL",
-	Complete:  "UPDATE idem_notifications_charge_completed SET result = $2 WHERE key_id = $1",
-	Lookup:    "SELECT fingerprint, status, result FROM idem_notifications_charge_completed WHERE key_id = $1",
-	Purge:     "DELETE FROM idem_notifications_charge_completed WHERE ctid = ANY (ARRAY(SELECT ctid FROM idem_notifications_charge_completed WHERE created_at < now() - make_interval(secs => $1) ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED))",
+	Consumer:      "notifications.charge-completed",
+	Name:          "idem_notifications_charge_completed",
+	KeyFields:     []string{"ID"},
+	Key:           idemNotifyChargeCompletedKey,
+	Retain:        720 * time.Hour,
+	Claim:         "WITH wait AS MATERIALIZED (SELECT set_config('lock_timeout', $3::text, true) FROM (SELECT set_config('idem.lock_timeout', current_setting('lock_timeout'), true) OFFSET 0) AS saved) INSERT INTO idem_notifications_charge_completed (key_id, fingerprint) SELECT $1::text, $2::bytea FROM wait ON CONFLICT DO NOTHING RETURNING set_config('lock_timeout', current_setting('idem.lock_timeout'), true) IS NOT NULL",
+	Complete:      "UPDATE idem_notifications_charge_completed SET result = $2 WHERE key_id = $1",
+	Lookup:        "SELECT fingerprint, status, result FROM idem_notifications_charge_completed WHERE key_id = $1",
+	Purge:         "DELETE FROM idem_notifications_charge_completed WHERE ctid = ANY (ARRAY(SELECT ctid FROM idem_notifications_charge_completed WHERE created_at < now() - make_interval(secs => $1) ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED))",
+	BatchClaim:    "WITH wait AS MATERIALIZED (SELECT set_config('lock_timeout', $3::text, true) FROM (SELECT set_config('idem.lock_timeout', current_setting('lock_timeout'), true) OFFSET 0) AS saved), m AS MATERIALIZED (SELECT * FROM unnest($1::text[], $2::bytea[]) WITH ORDINALITY AS m (k1, fp, n)), claim AS (INSERT INTO idem_notifications_charge_completed (key_id, fingerprint) SELECT m.k1, m.fp FROM wait, m ORDER BY m.k1 ON CONFLICT DO NOTHING RETURNING key_id, set_config('lock_timeout', current_setting('idem.lock_timeout'), true) AS restored) SELECT m.n FROM m JOIN claim ON claim.key_id = m.k1 WHERE claim.restored IS NOT NULL",
+	BatchLookup:   "SELECT m.n, t.fingerprint, t.status, t.result FROM unnest($1::text[]) WITH ORDINALITY AS m (k1, n) JOIN idem_notifications_charge_completed AS t ON t.key_id = m.k1",
+	BatchComplete: "UPDATE idem_notifications_charge_completed AS t SET result = m.r::json FROM unnest($1::text[], $2::text[]) AS m (k1, r) WHERE t.key_id = m.k1",
 }
 
 // idemNotifyChargeCompletedKey returns the key parts of msg in column order:

@@ -128,6 +128,8 @@ func (e emitter) wrapper(f *jen.File) {
 	f.Var().Id("_").Qual(gocode.IdemPkg, "Handler").Types(gocode.Type(h.Msg)).Op("=").Parens(jen.Op("*").Id(n.Wrapper)).Parens(jen.Nil())
 	f.Line()
 
+	e.batchMethods(f, result)
+
 	f.Comment(gocode.Doc(fmt.Sprintf(
 		"Purge deletes the rows of %s older than the retention of %s, in batches, and returns how many it deleted. "+
 			"Run it periodically.", h.Table, gocode.DurationText(h.Retain))))
@@ -146,6 +148,48 @@ func (e emitter) wrapper(f *jen.File) {
 		f.Line()
 		e.orderFunc(f)
 	}
+}
+
+// batchMethods emits HandleBatch and DeliverBatch, and the assertion that
+// the wrapper is an idem.BatchHandler.
+func (e emitter) batchMethods(f *jen.File, result jen.Code) {
+	h, n := e.H, e.N
+	msgs := jen.Id("msgs").Index().Add(gocode.Type(h.Msg))
+	how := "in one transaction per batch (idem.WithBatchCap messages at most, 100 by default): the keys claimed in one statement, " +
+		"the handlers run in order on that transaction, the results stored with its COMMIT"
+	if h.Guard != nil || hasNullablePart(h) {
+		how = "one transaction per message (its inbox has a stale-message guard or nullable key parts, which batches do not cover)"
+	}
+	f.Comment(gocode.Doc(fmt.Sprintf(
+		"HandleBatch runs %s for msgs %s, and returns one idem.Result per message in input order, each what Handle would return for it. "+
+			"A key twice in msgs is processed once; when a handler fails, the batch is rolled back and each message is delivered in a transaction of its own. "+
+			"Ack each message exactly when its Err is nil.", h.Func, how)))
+	f.Func().Params(jen.Id("w").Op("*").Id(n.Wrapper)).Id("HandleBatch").
+		Params(jen.Id("ctx").Qual("context", "Context"), msgs).
+		Params(jen.Index().Qual(gocode.IdemPkg, "Result").Types(result), jen.Error()).
+		Block(jen.Return(jen.Id("w").Dot("inbox").Dot("HandleBatch").Call(jen.Id("ctx"), jen.Id("msgs"))))
+	f.Line()
+
+	f.Comment(gocode.Doc(fmt.Sprintf(
+		"DeliverBatch is HandleBatch without the results' values: it makes %s an idem.BatchHandler, the form in which broker adapters "+
+			"deliver what their broker hands them at once. Ack each message exactly when its Err is nil.", n.Wrapper)))
+	f.Func().Params(jen.Id("w").Op("*").Id(n.Wrapper)).Id("DeliverBatch").
+		Params(jen.Id("ctx").Qual("context", "Context"), jen.Id("msgs").Index().Add(gocode.Type(h.Msg))).
+		Index().Qual(gocode.IdemPkg, "Result").Types(jen.Qual(gocode.IdemPkg, "None")).
+		Block(jen.Return(jen.Id("w").Dot("inbox").Dot("DeliverBatch").Call(jen.Id("ctx"), jen.Id("msgs"))))
+	f.Line()
+	f.Var().Id("_").Qual(gocode.IdemPkg, "BatchHandler").Types(gocode.Type(h.Msg)).Op("=").Parens(jen.Op("*").Id(n.Wrapper)).Parens(jen.Nil())
+	f.Line()
+}
+
+// hasNullablePart reports whether a key part of h can be NULL.
+func hasNullablePart(h model.Handler) bool {
+	for _, k := range h.Key {
+		if k.Null != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // maintenance emits the Maintenance method, which hands the wrapper's table
@@ -191,6 +235,13 @@ func (e emitter) table(f *jen.File) {
 		pairs = append(pairs,
 			"NullComplete", byNulls(st.NullComplete, len(h.Key)),
 			"NullLookup", byNulls(st.NullLookup, len(h.Key)),
+		)
+	}
+	if st.BatchClaim != "" {
+		pairs = append(pairs,
+			"BatchClaim", jen.Lit(st.BatchClaim),
+			"BatchLookup", jen.Lit(st.BatchLookup),
+			"BatchComplete", jen.Lit(st.BatchComplete),
 		)
 	}
 	f.Var().Id(n.TableVar).Op("=").Qual(gocode.IdemPkg, "Table").Types(gocode.Type(h.Msg)).Values(fieldList(pairs...)...)

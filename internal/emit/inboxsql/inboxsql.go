@@ -41,6 +41,10 @@ type Statements struct {
 	// NullComplete and NullLookup hold the variants for keys with NULL
 	// parts, by null pattern: bit i is set when key part i is NULL.
 	NullComplete, NullLookup map[uint64]string
+	// BatchClaim, BatchLookup and BatchComplete are the statements of
+	// HandleBatch; empty for an inbox with a stale-message guard or
+	// nullable key parts, whose batches run one transaction per message.
+	BatchClaim, BatchLookup, BatchComplete string
 }
 
 // StatementsFor renders the statements of h's inbox.
@@ -90,7 +94,52 @@ func StatementsFor(h model.Handler) Statements {
 		}
 		st.NullComplete[nulls], st.NullLookup[nulls] = complete, lookup
 	}
+	if in.Guard == nil && len(nullable) == 0 {
+		st.BatchClaim, st.BatchLookup, st.BatchComplete = batchStatements(in, n.table)
+	}
 	return st
+}
+
+// batchStatements renders the statements of HandleBatch for in (see
+// idem.Table): key parts $1..$n as text[], cast to the columns' types.
+func batchStatements(in model.Inbox, table string) (claim, lookup, complete string) {
+	var arrays, aliases, values, joinClaim, joinTable []string
+	for i, c := range in.Key {
+		array := fmt.Sprintf("$%d::text[]", i+1)
+		if c.Type != "text" {
+			array += "::" + c.Type + "[]"
+		}
+		alias := fmt.Sprintf("k%d", i+1)
+		arrays = append(arrays, array)
+		aliases = append(aliases, alias)
+		values = append(values, "m."+alias)
+		joinClaim = append(joinClaim, fmt.Sprintf("claim.%s = m.%s", Quote(c.Name), alias))
+		joinTable = append(joinTable, fmt.Sprintf("t.%s = m.%s", Quote(c.Name), alias))
+	}
+	parts := len(in.Key)
+	var cols []string
+	for _, c := range in.Key {
+		cols = append(cols, Quote(c.Name))
+	}
+	d := batchData{
+		Table:       table,
+		KeyColumns:  strings.Join(cols, ", "),
+		KeyArrays:   strings.Join(arrays, ", "),
+		Aliases:     strings.Join(aliases, ", "),
+		AliasValues: strings.Join(values, ", "),
+		JoinClaim:   strings.Join(joinClaim, " AND "),
+		JoinTable:   strings.Join(joinTable, " AND "),
+		Fingerprint: fmt.Sprintf("$%d", parts+1),
+		Wait:        fmt.Sprintf("$%d", parts+2),
+		Next:        fmt.Sprintf("$%d", parts+1),
+		ResultType:  in.ResultType(),
+	}
+	return render("batch_claim", d), render("batch_lookup", d), render("batch_complete", d)
+}
+
+type batchData struct {
+	Table, KeyColumns, KeyArrays, Aliases, AliasValues, JoinClaim, JoinTable string
+	Fingerprint, Wait, Next, ResultType                                      string
 }
 
 // match renders the WHERE clause that finds a key with the given NULL parts,

@@ -1,0 +1,553 @@
+package idem
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgerrcode"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// DefaultBatchCap is how many messages one HandleBatch transaction holds at
+// most, by default: a longer batch is split into transactions of that many.
+const DefaultBatchCap = 100
+
+// WithBatchCap bounds how many messages one HandleBatch transaction holds
+// (DefaultBatchCap when not given, or given 0): a longer batch is handled as
+// several transactions, in order. The cap bounds how long the transaction
+// holds its row locks and how much a failing handler costs (the batch falls
+// back to one transaction per message). NewInbox panics on a negative cap.
+func WithBatchCap(n int) Option {
+	return func(o *options) { o.batchCap = n }
+}
+
+// Result is the outcome of one message of a batch (HandleBatch): what Handle
+// would have returned for it. Ack the message exactly when Err is nil.
+type Result[R any] struct {
+	Value   R
+	Outcome Outcome
+	Err     error
+}
+
+// BatchHandler is a [Handler] that also delivers many messages at once, as
+// broker adapters do with what their broker hands them together (a
+// JetStream fetch, a Kafka poll, a RabbitMQ prefetch): DeliverBatch returns
+// one Result per message, in input order, and each message is acked or
+// nacked by its own (ActionFor(r.Err)). Every generated tx-mode wrapper and
+// every [Inbox] satisfy it.
+type BatchHandler[M any] interface {
+	Handler[M]
+	DeliverBatch(ctx context.Context, msgs []M) []Result[None]
+}
+
+// DeliverBatch is HandleBatch with the results dropped: it makes an Inbox a
+// [BatchHandler] of M.
+func (in *Inbox[M, R]) DeliverBatch(ctx context.Context, msgs []M) []Result[None] {
+	results, _ := in.HandleBatch(ctx, msgs)
+	out := make([]Result[None], len(results))
+	for i, r := range results {
+		out[i] = Result[None]{Outcome: r.Outcome, Err: r.Err}
+	}
+	return out
+}
+
+// HandleBatch delivers msgs, each with the outcome Handle would give it, in
+// as few transactions as it can: one per WithBatchCap messages (100 by
+// default). In that transaction the keys are claimed in one statement, the
+// keys processed before are answered from one lookup, the handlers run in
+// input order on the same transaction, and the results and outbox rows are
+// stored in the round trip of the COMMIT.
+//
+// A key twice in msgs is processed once: the later message is a Duplicate of
+// the first (with its result, or its error if the first failed), or
+// ErrKeyReused if its payload differs. A message whose key is invalid gets
+// ErrInvalidKey and takes no part in the transaction. When a handler fails
+// (or the claim cannot wait for a concurrent delivery of a key, or the
+// transaction hits a serialization failure or deadlock), the transaction is
+// rolled back and its messages are delivered again one transaction each,
+// through Handle, so each gets its own outcome and the others commit once.
+// A handler's panic rolls the transaction back and goes on up the stack.
+//
+// An inbox whose Table has no batch statements (a stale-message guard,
+// nullable key parts: see Table) runs each message in a transaction of its
+// own, with the same results.
+//
+// The results are in input order, one per message; ack each message
+// exactly when its Err is nil. The error is non-nil only when no message
+// could be tried at all (no connection could be acquired, the context was
+// done): every Result then holds it too. Each message is counted and logged
+// as a delivery of its own.
+func (in *Inbox[M, R]) HandleBatch(ctx context.Context, msgs []M) ([]Result[R], error) {
+	results := make([]Result[R], len(msgs))
+	var first error
+	failed := 0
+	for start := 0; start < len(msgs); start += in.batchCap {
+		end := min(start+in.batchCap, len(msgs))
+		if err := in.handleBatch(ctx, msgs[start:end], results[start:end]); err != nil {
+			if first == nil {
+				first = err
+			}
+			failed += end - start
+		}
+	}
+	if failed > 0 && failed == len(msgs) {
+		return results, first
+	}
+	return results, nil
+}
+
+// batch is one transaction of HandleBatch.
+type batch[M, R any] struct {
+	in      *Inbox[M, R]
+	msgs    []M
+	results []Result[R]
+	start   time.Time
+
+	keys    [][]any
+	fps     [][]byte
+	dupOf   []int // the index of the first message with the same key, or -1
+	primary []int // the messages to claim: valid, first of their key
+	done    []bool
+}
+
+// handleBatch fills results for msgs, at most batchCap of them. It returns
+// an error only when no message could be tried (every result holds it).
+func (in *Inbox[M, R]) handleBatch(ctx context.Context, msgs []M, results []Result[R]) error {
+	b := &batch[M, R]{in: in, msgs: msgs, results: results, start: time.Now(),
+		keys: make([][]any, len(msgs)), fps: make([][]byte, len(msgs)), dupOf: make([]int, len(msgs)), done: make([]bool, len(msgs))}
+	b.prepare()
+	defer b.copyDuplicates(ctx)
+	if len(b.primary) == 0 {
+		return nil
+	}
+	if !in.table.batches() || len(b.primary) == 1 {
+		b.oneByOne(ctx, b.primary)
+		return nil
+	}
+	if err := ctx.Err(); err != nil {
+		return b.failAll(ctx, err)
+	}
+	pooled, err := in.db.Acquire(ctx)
+	if err != nil {
+		return b.failAll(ctx, fmt.Errorf("idem: acquire a connection: %w", err))
+	}
+	conn := pooled.Conn()
+	retry := b.run(ctx, conn)
+	pooled.Release()
+	b.oneByOne(ctx, retry)
+	return nil
+}
+
+// prepare validates the keys, computes the fingerprints and deduplicates the
+// batch in memory.
+func (b *batch[M, R]) prepare() {
+	in := b.in
+	seen := make(map[string]int, len(b.msgs))
+	for i, msg := range b.msgs {
+		b.dupOf[i] = -1
+		key, err := in.table.Key(msg)
+		if err == nil {
+			err = checkKeySize(in.table.KeyFields, key)
+		}
+		if err != nil {
+			b.decide(context.Background(), i, Result[R]{Err: in.fail(nil, err)})
+			continue
+		}
+		b.keys[i] = key
+		fp, err := fingerprint(msg)
+		if err != nil {
+			b.decide(context.Background(), i, Result[R]{Err: in.fail(key, err)})
+			continue
+		}
+		b.fps[i] = fp
+		id := keyID(key)
+		if first, ok := seen[id]; ok {
+			if !bytes.Equal(b.fps[first], fp) {
+				b.decide(context.Background(), i, Result[R]{Err: in.fail(key, ErrKeyReused)})
+				continue
+			}
+			b.dupOf[i] = first
+			continue
+		}
+		seen[id] = i
+		b.primary = append(b.primary, i)
+	}
+}
+
+// decide records message i's outcome and observes it as a delivery.
+func (b *batch[M, R]) decide(ctx context.Context, i int, r Result[R]) {
+	b.results[i] = r
+	b.done[i] = true
+	in, msg := b.in, b.msgs[i]
+	observeDelivery(ctx, &in.ob, msg, r.Outcome, r.Err, time.Since(b.start), 0, func() (string, string) { return in.keyText(msg, r.Err), "" })
+}
+
+// copyDuplicates gives each in-batch duplicate its first message's outcome:
+// Duplicate with its result, or its error.
+func (b *batch[M, R]) copyDuplicates(ctx context.Context) {
+	for i, first := range b.dupOf {
+		if first < 0 {
+			continue
+		}
+		r := b.results[first]
+		if r.Err == nil {
+			r.Outcome = Duplicate
+		}
+		b.decide(ctx, i, r)
+	}
+}
+
+// failAll gives every undecided message err; it is what the batch returns.
+func (b *batch[M, R]) failAll(ctx context.Context, err error) error {
+	for _, i := range b.primary {
+		if !b.done[i] {
+			b.decide(ctx, i, Result[R]{Err: b.in.fail(b.keys[i], err)})
+		}
+	}
+	return err
+}
+
+// oneByOne delivers the messages at the given indexes through Handle, one
+// transaction each, in order; Handle observes them.
+func (b *batch[M, R]) oneByOne(ctx context.Context, indexes []int) {
+	for _, i := range indexes {
+		v, o, err := b.in.Handle(ctx, b.msgs[i])
+		b.results[i] = Result[R]{Value: v, Outcome: o, Err: err}
+		b.done[i] = true
+	}
+}
+
+// run is the batch's transaction on conn. It decides what it can and
+// returns the messages to deliver one by one (after a rollback).
+func (b *batch[M, R]) run(ctx context.Context, conn *pgx.Conn) (retry []int) {
+	in := b.in
+	keys, fps := make([][]any, len(b.primary)), make([][]byte, len(b.primary))
+	for j, i := range b.primary {
+		keys[j], fps[j] = b.keys[i], b.fps[i]
+	}
+
+	// BEGIN and the claim, in one round trip.
+	pb := newBatch(2)
+	pb.BeginTx(in.txOptions)
+	sql, args := in.table.batchClaimStatement(keys, fps, in.lockWait)
+	pb.Queue(sql, args...)
+	br := conn.SendBatch(ctx, pb)
+	claimed, err := readBatchClaim(br, len(b.primary))
+	if closeErr := br.Close(); err == nil {
+		err = closeErr
+	}
+	tx := br.Tx()
+	switch {
+	case err == nil:
+	case hasSQLState(err, pgerrcode.LockNotAvailable, pgerrcode.SerializationFailure, pgerrcode.DeadlockDetected):
+		// A key is held by a concurrent delivery, or the isolation level
+		// refused a row committed after the snapshot: each message on its
+		// own resolves it (ErrInProgress, Duplicate, or processed).
+		rollback(ctx, conn)
+		return b.primary
+	default:
+		rollback(ctx, conn)
+		b.failAll(ctx, fmt.Errorf("idem: batch claim: %w", err))
+		return nil
+	}
+
+	var won, lost []int // indexes into b.primary
+	for j := range b.primary {
+		if claimed[j] {
+			won = append(won, j)
+		} else {
+			lost = append(lost, j)
+		}
+	}
+	if len(lost) > 0 {
+		// The keys this batch did not insert were committed by other
+		// deliveries (the claim waited for them): under READ COMMITTED the
+		// lookup's snapshot sees them; under REPEATABLE READ or SERIALIZABLE
+		// a row committed after the snapshot failed the claim above. With
+		// nothing claimed the transaction is rolled back first, in the same
+		// round trip, and the lookup runs in a fresh snapshot.
+		lostKeys := make([][]any, len(lost))
+		for k, j := range lost {
+			lostKeys[k] = keys[j]
+		}
+		if err := b.lookup(ctx, conn, lost, lostKeys, len(won) == 0); err != nil {
+			// Nothing decided: each message on its own.
+			rollback(ctx, conn)
+			return b.primary
+		}
+	}
+	if len(won) == 0 {
+		return nil
+	}
+
+	// The handlers, in input order, on the one transaction.
+	values := make([]R, len(won))
+	encoded := make([]string, len(won))
+	var outs []*Outbox
+	if in.publishing != nil {
+		outs = make([]*Outbox, len(won))
+	}
+	fallback := func() []int {
+		rollback(ctx, conn)
+		retry = retry[:0]
+		for _, j := range won {
+			retry = append(retry, b.primary[j])
+		}
+		return retry
+	}
+	for k, j := range won {
+		i := b.primary[j]
+		var out *Outbox
+		if outs != nil {
+			out = &Outbox{}
+			outs[k] = out
+		}
+		v, err := in.call(ctx, conn, newHandlerTx(tx, conn), out, b.msgs[i])
+		if err != nil {
+			return fallback()
+		}
+		enc, err := encodeResult(in.noResult, v)
+		if err != nil {
+			return fallback()
+		}
+		values[k], encoded[k] = v, string(enc)
+	}
+	if in.beforeCommit != nil {
+		if err := in.callBeforeCommit(ctx, conn, tx); err != nil {
+			return fallback()
+		}
+	}
+	if err := stillInTransaction(conn); err != nil {
+		return fallback()
+	}
+
+	wonKeys := make([][]any, len(won))
+	for k, j := range won {
+		wonKeys[k] = keys[j]
+	}
+	switch err := b.complete(ctx, conn, wonKeys, encoded, outs); {
+	case err == nil:
+	case errors.Is(err, errBatchRolledBack):
+		return fallback()
+	default:
+		// The COMMIT failed: its outcome is unknown, and the redeliveries
+		// resolve it (Duplicate, or processed).
+		for _, j := range won {
+			i := b.primary[j]
+			b.decide(ctx, i, Result[R]{Err: in.fail(b.keys[i], err)})
+		}
+		return nil
+	}
+	for k, j := range won {
+		b.decide(ctx, b.primary[j], Result[R]{Value: values[k], Outcome: Processed})
+	}
+	return nil
+}
+
+// readBatchClaim reads BEGIN and the claim: which of the n keys it inserted.
+func readBatchClaim(br pgx.BatchResults, n int) ([]bool, error) {
+	if _, err := br.Exec(); err != nil { // BEGIN
+		return nil, err
+	}
+	rows, err := br.Query()
+	if err != nil {
+		return nil, err
+	}
+	claimed := make([]bool, n)
+	for rows.Next() {
+		var pos int64
+		if err := rows.Scan(&pos); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		if pos < 1 || pos > int64(n) {
+			rows.Close()
+			return nil, fmt.Errorf("idem: the batch claim returned the position %d of %d keys", pos, n)
+		}
+		claimed[pos-1] = true
+	}
+	rows.Close()
+	return claimed, rows.Err()
+}
+
+// lookup reads the rows of the keys the batch did not claim (lost, indexes
+// into b.primary) and decides their messages: Duplicate with the stored
+// result, ErrKeyReused, ErrInProgress. With rollbackFirst the transaction is
+// rolled back in the same round trip, before the lookup. An error means the
+// lookup failed and nothing was decided.
+func (b *batch[M, R]) lookup(ctx context.Context, conn *pgx.Conn, lost []int, keys [][]any, rollbackFirst bool) error {
+	in := b.in
+	pb := newBatch(2)
+	if rollbackFirst {
+		pb.Queue("rollback")
+	}
+	sql, args := in.table.batchLookupStatement(keys)
+	pb.Queue(sql, args...)
+	br := conn.SendBatch(ctx, pb)
+	type row struct {
+		fp, stored []byte
+		status     string
+		found      bool
+	}
+	rows := make([]row, len(lost))
+	err := func() error {
+		if rollbackFirst {
+			if _, err := br.Exec(); err != nil {
+				return err
+			}
+		}
+		rs, err := br.Query()
+		if err != nil {
+			return err
+		}
+		defer rs.Close()
+		for rs.Next() {
+			var pos int64
+			var r row
+			if err := rs.Scan(&pos, &r.fp, &r.status, &r.stored); err != nil {
+				return err
+			}
+			if pos < 1 || pos > int64(len(lost)) {
+				return fmt.Errorf("idem: the batch lookup returned the position %d of %d keys", pos, len(lost))
+			}
+			r.found = true
+			rows[pos-1] = r
+		}
+		return rs.Err()
+	}()
+	if closeErr := br.Close(); err == nil {
+		err = closeErr
+	}
+	if err != nil {
+		return err
+	}
+	for k, j := range lost {
+		i := b.primary[j]
+		key, r := b.keys[i], rows[k]
+		if !r.found {
+			b.decide(ctx, i, Result[R]{Err: in.retryable(key, errors.New("idem: the claim conflicted with an inbox row that was gone when read back"))})
+			continue
+		}
+		switch same, err := sameFingerprint(r.fp, b.fps[i], b.msgs[i]); {
+		case err != nil:
+			b.decide(ctx, i, Result[R]{Err: in.fail(key, err)})
+		case !same:
+			b.decide(ctx, i, Result[R]{Err: in.fail(key, ErrKeyReused)})
+		case r.status != "done":
+			b.decide(ctx, i, Result[R]{Err: in.fail(key, ErrInProgress)})
+		default:
+			v, err := decodeResult[R](in.noResult, r.stored)
+			if err != nil {
+				b.decide(ctx, i, Result[R]{Err: in.fail(key, err)})
+				continue
+			}
+			b.decide(ctx, i, Result[R]{Value: v, Outcome: Duplicate})
+		}
+	}
+	return nil
+}
+
+// errBatchRolledBack says that complete's round trip stopped before the
+// COMMIT: nothing was committed, and the messages can be delivered again.
+var errBatchRolledBack = errors.New("idem: the batch was rolled back before its commit")
+
+// insertOutboxBatch is insertOutbox for the messages of many keys: the key
+// of each row is an array element too.
+const insertOutboxBatch = `INSERT INTO idem_outbox (message_id, consumer, key, destination, ordering_key, headers, payload) ` +
+	`SELECT m.id, $1::text, m.key, m.destination, m.ordering_key, m.headers::jsonb, m.payload ` +
+	`FROM unnest($2::text[], $3::uuid[], $4::text[], $5::text[], $6::text[], $7::bytea[]) WITH ORDINALITY ` +
+	`AS m (key, id, destination, ordering_key, headers, payload, n) ORDER BY m.n ` +
+	`ON CONFLICT (message_id) DO NOTHING`
+
+// outboxBatchStatement returns the INSERT of the outgoing messages of keys
+// (outs[k] published by the message of keys[k]) and its arguments, or ""
+// when nothing was published.
+func outboxBatchStatement(consumer string, keyFields []string, keys [][]any, outs []*Outbox) (string, []any, int) {
+	var ks, ids, dests, okeys, headers []string
+	var payloads [][]byte
+	for k, out := range outs {
+		if out == nil || len(out.msgs) == 0 {
+			continue
+		}
+		name := outgoingName(consumer, keys[k])
+		text := formatKey(keyFields, keys[k])
+		for n, m := range out.msgs {
+			ks = append(ks, text)
+			ids = append(ids, outgoingID(name, n).String())
+			dests, okeys, headers = append(dests, m.destination), append(okeys, m.orderingKey), append(headers, m.headers)
+			payloads = append(payloads, m.payload)
+		}
+	}
+	if len(ids) == 0 {
+		return "", nil, 0
+	}
+	return insertOutboxBatch, []any{consumer, ks, ids, dests, okeys, headers, payloads}, len(ids)
+}
+
+// complete stores the results and the outbox rows, checks that the
+// connection is still in the claim's transaction and commits, in one round
+// trip (see Inbox.complete). errBatchRolledBack: nothing committed; any other
+// error: the COMMIT's outcome is unknown.
+func (b *batch[M, R]) complete(ctx context.Context, conn *pgx.Conn, keys [][]any, results []string, outs []*Outbox) error {
+	in := b.in
+	pb := newBatch(5)
+	if !in.noResult {
+		sql, args := in.table.batchCompleteStatement(keys, results)
+		pb.Queue(sql, args...)
+	}
+	osql, oargs, published := outboxBatchStatement(in.table.Consumer, in.table.KeyFields, keys, outs)
+	notify := published > 0 && in.notify
+	if published > 0 {
+		pb.Queue(osql, oargs...)
+		if notify {
+			pb.Queue(notifyOutbox)
+		}
+	}
+	pb.Queue(claimCheck)
+	pb.Queue("commit")
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("%w: %w", errBatchRolledBack, err)
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
+	defer cancel()
+	br := conn.SendBatch(cctx, pb)
+	var updated, committed pgconn.CommandTag
+	var err error
+	before := true // err comes from a statement before the COMMIT
+	if !in.noResult {
+		updated, err = br.Exec()
+	}
+	if err == nil && published > 0 {
+		if _, err = br.Exec(); err == nil && notify {
+			_, err = br.Exec()
+		}
+	}
+	if err == nil {
+		_, err = br.Exec() // claimCheck
+	}
+	if err == nil {
+		before = false
+		committed, err = br.Exec()
+	}
+	if closeErr := br.Close(); err == nil {
+		err = closeErr
+	}
+	switch {
+	case err != nil && before:
+		rollback(ctx, conn)
+		return fmt.Errorf("%w: %w", errBatchRolledBack, err)
+	case err == nil && committed.String() == "ROLLBACK":
+		return errBatchRolledBack // a handler's failed statement aborted it
+	case err != nil:
+		return fmt.Errorf("idem: store the batch's results and commit: %w", err)
+	case !in.noResult && updated.RowsAffected() != int64(len(keys)):
+		// Committed, but some rows did not get their result: a handler
+		// deleted an inbox row. The messages are done; say so.
+		return fmt.Errorf("idem: %d of %d inbox rows were gone when the batch's results were stored; did a handler delete them?", int64(len(keys))-updated.RowsAffected(), len(keys))
+	}
+	return nil
+}

@@ -1,0 +1,326 @@
+package idem_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/idem/idemtest"
+)
+
+// batchDepositTable is depositTable with the batch statements, as idemgen
+// renders them for a (text, bigint) key with a json result.
+var batchDepositTable = func() idem.Table[deposit] {
+	t := depositTable
+	t.BatchClaim = "WITH wait AS MATERIALIZED (SELECT set_config('lock_timeout', $4::text, true) FROM (SELECT set_config('idem.lock_timeout', current_setting('lock_timeout'), true) OFFSET 0) AS saved), " +
+		"m AS MATERIALIZED (SELECT * FROM unnest($1::text[], $2::text[]::bigint[], $3::bytea[]) WITH ORDINALITY AS m (k1, k2, fp, n)), " +
+		"claim AS (INSERT INTO idem_test_deposit (key_account, key_ref, fingerprint) SELECT m.k1, m.k2, m.fp FROM wait, m ORDER BY m.k1, m.k2 ON CONFLICT DO NOTHING " +
+		"RETURNING key_account, key_ref, set_config('lock_timeout', current_setting('idem.lock_timeout'), true) AS restored) " +
+		"SELECT m.n FROM m JOIN claim ON claim.key_account = m.k1 AND claim.key_ref = m.k2 WHERE claim.restored IS NOT NULL"
+	t.BatchLookup = "SELECT m.n, t.fingerprint, t.status, t.result FROM unnest($1::text[], $2::text[]::bigint[]) WITH ORDINALITY AS m (k1, k2, n) JOIN idem_test_deposit AS t ON t.key_account = m.k1 AND t.key_ref = m.k2"
+	t.BatchComplete = "UPDATE idem_test_deposit AS t SET result = m.r::json FROM unnest($1::text[], $2::text[]::bigint[], $3::text[]) AS m (k1, k2, r) WHERE t.key_account = m.k1 AND t.key_ref = m.k2"
+	return t
+}()
+
+// txRecorder is a credit handler that records the transaction id of each
+// call, and fails for the refs in fail.
+type txRecorder struct {
+	mu    sync.Mutex
+	txids []int64
+	fail  map[int64]bool
+}
+
+func (r *txRecorder) handle(ctx context.Context, tx pgx.Tx, msg deposit) (receipt, error) {
+	var id int64
+	if err := tx.QueryRow(ctx, `SELECT txid_current()`).Scan(&id); err != nil {
+		return receipt{}, err
+	}
+	r.mu.Lock()
+	r.txids = append(r.txids, id)
+	r.mu.Unlock()
+	if r.fail[msg.Ref] {
+		return receipt{}, fmt.Errorf("ref %d refused", msg.Ref)
+	}
+	return credit(ctx, tx, msg)
+}
+
+func (r *txRecorder) transactions() (calls, distinct int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	seen := map[int64]bool{}
+	for _, id := range r.txids {
+		seen[id] = true
+	}
+	return len(r.txids), len(seen)
+}
+
+func TestHandleBatchOneTransaction(t *testing.T) {
+	db := idemtest.New(t, migrations)
+	ctx := context.Background()
+	rec := &txRecorder{}
+	inbox := idem.NewInbox(db.Pool, batchDepositTable, rec.handle)
+
+	// b/1 is processed before the batch.
+	if _, o, err := inbox.Handle(ctx, deposit{Account: "b", Ref: 1, Amount: 7}); err != nil || o != idem.Processed {
+		t.Fatalf("Handle before the batch: %v, %v", o, err)
+	}
+	rec.txids = nil
+
+	msgs := []deposit{
+		{Account: "a", Ref: 1, Amount: 10}, // 0 processed
+		{Account: "a", Ref: 2, Amount: 20}, // 1 processed
+		{Account: "a", Ref: 1, Amount: 10}, // 2 in-batch duplicate of 0
+		{Account: "a", Ref: 2, Amount: 99}, // 3 the key of 1 reused
+		{Account: "", Ref: 3, Amount: 1},   // 4 invalid key
+		{Account: "b", Ref: 1, Amount: 7},  // 5 processed before: duplicate
+		{Account: "b", Ref: 1, Amount: 8},  // 6 processed before, another payload... but an in-batch reuse of 5
+		{Account: "c", Ref: 9, Amount: 3},  // 7 processed
+	}
+	results, err := inbox.HandleBatch(ctx, msgs)
+	if err != nil {
+		t.Fatalf("HandleBatch: %v", err)
+	}
+	want := []struct {
+		o   idem.Outcome
+		err error
+	}{{idem.Processed, nil}, {idem.Processed, nil}, {idem.Duplicate, nil}, {0, idem.ErrKeyReused},
+		{0, idem.ErrInvalidKey}, {idem.Duplicate, nil}, {0, idem.ErrKeyReused}, {idem.Processed, nil}}
+	for i, w := range want {
+		r := results[i]
+		if r.Outcome != w.o || (w.err == nil) != (r.Err == nil) || (w.err != nil && !errors.Is(r.Err, w.err)) {
+			t.Errorf("message %d %+v: %v, %v; want %v, %v", i, msgs[i], r.Outcome, r.Err, w.o, w.err)
+		}
+	}
+	if results[2].Value != results[0].Value {
+		t.Errorf("the in-batch duplicate got %+v, the first %+v", results[2].Value, results[0].Value)
+	}
+	if results[5].Value.Balance != 7 {
+		t.Errorf("the earlier key's duplicate got %+v, want its stored result (balance 7)", results[5].Value)
+	}
+	calls, txs := rec.transactions()
+	t.Logf("8 messages: %d handler calls in %d transaction(s)", calls, txs)
+	if calls != 3 || txs != 1 {
+		t.Errorf("%d handler calls in %d transactions; want 3 in 1", calls, txs)
+	}
+	if got := inboxRows(t, db); got != 4 {
+		t.Errorf("%d inbox rows, want 4", got)
+	}
+	if a, c := balance(t, db, "a"), balance(t, db, "c"); a != 30 || c != 3 {
+		t.Errorf("balances a=%d c=%d, want 30 and 3", a, c)
+	}
+
+	// The whole batch again: all duplicates, from one lookup.
+	rec.txids = nil
+	again, err := inbox.HandleBatch(ctx, []deposit{msgs[0], msgs[1], msgs[7]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range again {
+		if r.Outcome != idem.Duplicate || r.Err != nil {
+			t.Errorf("redelivered message %d: %v, %v; want Duplicate", i, r.Outcome, r.Err)
+		}
+	}
+	if again[1].Value != results[1].Value {
+		t.Errorf("redelivered result %+v, first %+v", again[1].Value, results[1].Value)
+	}
+	if calls, _ := rec.transactions(); calls != 0 {
+		t.Errorf("the handler ran %d times for a redelivered batch", calls)
+	}
+}
+
+func TestHandleBatchFailingHandlerFallsBack(t *testing.T) {
+	db := idemtest.New(t, migrations)
+	ctx := context.Background()
+	rec := &txRecorder{fail: map[int64]bool{2: true}}
+	inbox := idem.NewInbox(db.Pool, batchDepositTable, rec.handle)
+	msgs := []deposit{{Account: "a", Ref: 1, Amount: 1}, {Account: "a", Ref: 2, Amount: 2}, {Account: "a", Ref: 3, Amount: 4}, {Account: "a", Ref: 2, Amount: 2}}
+	results, err := inbox.HandleBatch(ctx, msgs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, i := range []int{0, 2} {
+		if results[i].Outcome != idem.Processed || results[i].Err != nil {
+			t.Errorf("message %d: %v, %v; want Processed", i, results[i].Outcome, results[i].Err)
+		}
+	}
+	for _, i := range []int{1, 3} {
+		if results[i].Err == nil || idem.ActionFor(results[i].Err) == idem.Ack {
+			t.Errorf("message %d (the failing handler's key): %v, %v; want its error", i, results[i].Outcome, results[i].Err)
+		}
+	}
+	calls, txs := rec.transactions()
+	t.Logf("a failing handler: %d handler calls in %d transactions (the batch, then one each)", calls, txs)
+	// The batch ran 0 and 1 (failing) and rolled back; then 0, 1 and 2 one
+	// transaction each.
+	if calls != 5 || txs != 4 {
+		t.Errorf("%d calls in %d transactions, want 5 in 4", calls, txs)
+	}
+	if got := balance(t, db, "a"); got != 5 {
+		t.Errorf("balance %d, want 5 (1 and 3 applied once, 2 not at all)", got)
+	}
+	if got := inboxRows(t, db); got != 2 {
+		t.Errorf("%d inbox rows, want 2", got)
+	}
+}
+
+func TestHandleBatchCap(t *testing.T) {
+	db := idemtest.New(t, migrations)
+	rec := &txRecorder{}
+	inbox := idem.NewInbox(db.Pool, batchDepositTable, rec.handle, idem.WithBatchCap(3))
+	var msgs []deposit
+	for i := range 7 {
+		msgs = append(msgs, deposit{Account: "cap", Ref: int64(i + 1), Amount: 1})
+	}
+	results, err := inbox.HandleBatch(context.Background(), msgs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range results {
+		if r.Outcome != idem.Processed || r.Err != nil {
+			t.Errorf("message %d: %v, %v", i, r.Outcome, r.Err)
+		}
+	}
+	calls, txs := rec.transactions()
+	t.Logf("7 messages at a cap of 3: %d calls in %d transactions", calls, txs)
+	if calls != 7 || txs != 3 {
+		t.Errorf("%d calls in %d transactions, want 7 in 3 (3+3+1)", calls, txs)
+	}
+}
+
+func TestHandleBatchWithoutBatchStatements(t *testing.T) {
+	db := idemtest.New(t, migrations)
+	rec := &txRecorder{}
+	inbox := idem.NewInbox(db.Pool, depositTable, rec.handle)
+	msgs := []deposit{{Account: "s", Ref: 1, Amount: 1}, {Account: "s", Ref: 2, Amount: 1}, {Account: "s", Ref: 1, Amount: 1}}
+	results, err := inbox.HandleBatch(context.Background(), msgs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if results[0].Outcome != idem.Processed || results[1].Outcome != idem.Processed || results[2].Outcome != idem.Duplicate {
+		t.Errorf("outcomes %v %v %v; want Processed Processed Duplicate", results[0].Outcome, results[1].Outcome, results[2].Outcome)
+	}
+	if calls, txs := rec.transactions(); calls != 2 || txs != 2 {
+		t.Errorf("%d calls in %d transactions; want 2 in 2 (one per message without batch statements)", calls, txs)
+	}
+}
+
+// Concurrent batches with overlapping keys, at each isolation level: every
+// key's effect is applied once, and every message is Processed or Duplicate.
+func TestHandleBatchConcurrentOverlap(t *testing.T) {
+	for _, iso := range []pgx.TxIsoLevel{"", pgx.RepeatableRead, pgx.Serializable} {
+		t.Run("isolation="+string(iso), func(t *testing.T) {
+			db := idemtest.New(t, migrations)
+			ctx := context.Background()
+			const workers, keys = 8, 40
+			idemtest.Warm(t, db.Pool, workers)
+			var calls atomic.Int64
+			var opts []idem.Option
+			if iso != "" {
+				opts = append(opts, idem.WithIsolation(iso))
+			}
+			inbox := idem.NewInbox(db.Pool, batchDepositTable, func(ctx context.Context, tx pgx.Tx, msg deposit) (receipt, error) {
+				calls.Add(1)
+				return credit(ctx, tx, msg)
+			}, opts...)
+			var processed, duplicate, retried atomic.Int64
+			idemtest.AtOnce(workers, func(w int) {
+				// Worker w delivers keys w*5 .. w*5+19: each key reaches up to 4 workers,
+				// in a different order per worker.
+				var msgs []deposit
+				for k := range 20 {
+					ref := int64((w*5+k)%keys + 1)
+					if w%2 == 1 {
+						ref = int64((w*5+19-k)%keys + 1)
+					}
+					msgs = append(msgs, deposit{Account: "acc", Ref: ref, Amount: 1})
+				}
+				// Like a broker, redeliver what was nacked for a retry (a
+				// serialization failure on the hot balance row under
+				// REPEATABLE READ and SERIALIZABLE, a claim that could not
+				// wait) until every message is acked.
+				for round := 0; len(msgs) > 0; round++ {
+					if round == 50 {
+						t.Errorf("worker %d: %d messages still nacked after 50 rounds", w, len(msgs))
+						return
+					}
+					results, err := inbox.HandleBatch(ctx, msgs)
+					if err != nil {
+						t.Errorf("worker %d: %v", w, err)
+						return
+					}
+					var again []deposit
+					for i, r := range results {
+						switch {
+						case r.Err == nil && r.Outcome == idem.Processed:
+							processed.Add(1)
+						case r.Err == nil && r.Outcome == idem.Duplicate:
+							duplicate.Add(1)
+						case idem.ActionFor(r.Err) == idem.Retry:
+							retried.Add(1)
+							again = append(again, msgs[i])
+						default:
+							t.Errorf("worker %d: %v, %v", w, r.Outcome, r.Err)
+						}
+					}
+					msgs = again
+				}
+			})
+			applied := count(t, db.Pool, `SELECT count(*) FROM postings`)
+			t.Logf("%d workers x 20 messages over %d keys: %d Processed, %d Duplicate, %d nacked for a retry; %d handler calls; %d postings",
+				workers, keys, processed.Load(), duplicate.Load(), retried.Load(), calls.Load(), applied)
+			if int(processed.Load()) != applied || applied != keys {
+				t.Errorf("%d Processed, %d postings; want %d of each (one effect per key)", processed.Load(), applied, keys)
+			}
+			if got := balance(t, db, "acc"); got != keys {
+				t.Errorf("balance %d, want %d", got, keys)
+			}
+		})
+	}
+}
+
+func TestHandleBatchPublishing(t *testing.T) {
+	db := orderDB(t)
+	ctx := context.Background()
+	table := orderTable
+	table.BatchClaim = "WITH wait AS MATERIALIZED (SELECT set_config('lock_timeout', $4::text, true) FROM (SELECT set_config('idem.lock_timeout', current_setting('lock_timeout'), true) OFFSET 0) AS saved), " +
+		"m AS MATERIALIZED (SELECT * FROM unnest($1::text[], $2::text[]::bigint[], $3::bytea[]) WITH ORDINALITY AS m (k1, k2, fp, n)), " +
+		"claim AS (INSERT INTO idem_test_order (key_shop, key_number, fingerprint) SELECT m.k1, m.k2, m.fp FROM wait, m ORDER BY m.k1, m.k2 ON CONFLICT DO NOTHING " +
+		"RETURNING key_shop, key_number, set_config('lock_timeout', current_setting('idem.lock_timeout'), true) AS restored) " +
+		"SELECT m.n FROM m JOIN claim ON claim.key_shop = m.k1 AND claim.key_number = m.k2 WHERE claim.restored IS NOT NULL"
+	table.BatchLookup = "SELECT m.n, t.fingerprint, t.status, t.result FROM unnest($1::text[], $2::text[]::bigint[]) WITH ORDINALITY AS m (k1, k2, n) JOIN idem_test_order AS t ON t.key_shop = m.k1 AND t.key_number = m.k2"
+	table.BatchComplete = "UPDATE idem_test_order AS t SET result = m.r::json FROM unnest($1::text[], $2::text[]::bigint[], $3::text[]) AS m (k1, k2, r) WHERE t.key_shop = m.k1 AND t.key_number = m.k2"
+	in := idem.NewPublishingInbox(db.Pool, table, placeOrder)
+	msgs := []order{{Shop: "s", Number: 1, Publish: 2}, {Shop: "s", Number: 2, Publish: 0}, {Shop: "s", Number: 3, Publish: 1}}
+	results, err := in.HandleBatch(ctx, msgs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range results {
+		if r.Outcome != idem.Processed || r.Err != nil || r.Value != msgs[i].Publish {
+			t.Errorf("message %d: %v, %v, %v", i, r.Value, r.Outcome, r.Err)
+		}
+	}
+	rows := outboxRows(t, db.Pool)
+	if len(rows) != 3 {
+		t.Fatalf("%d outbox rows, want 3", len(rows))
+	}
+	want := []string{
+		idem.OutgoingMessageID("test.order", []any{"s", int64(1)}, 0),
+		idem.OutgoingMessageID("test.order", []any{"s", int64(1)}, 1),
+		idem.OutgoingMessageID("test.order", []any{"s", int64(3)}, 0),
+	}
+	for i, r := range rows {
+		if r.ID != want[i] || r.Consumer != "test.order" {
+			t.Errorf("outbox row %d: id %s consumer %s; want %s (the ids Handle mints)", i, r.ID, r.Consumer, want[i])
+		}
+	}
+	if rows[2].Key != `Shop="s",Number=3` {
+		t.Errorf("outbox row 2 key %q", rows[2].Key)
+	}
+}
