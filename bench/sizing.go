@@ -147,6 +147,9 @@ func (m *walMeter) position(ctx context.Context) (string, error) {
 // between returns the bytes of the schema's WAL records between two
 // positions, and of them the full-page images'.
 func (m *walMeter) between(ctx context.Context, from, to string) (total, fpi int64, err error) {
+	if from == to { // nothing written (pg_walinspect refuses a start at the flushed position)
+		return 0, 0, nil
+	}
 	err = m.pool.QueryRow(ctx, `
 		WITH recs AS (SELECT xid, record_length, fpi_length, block_ref ~ $3 AS ours FROM `+m.fn+`($1::pg_lsn, $2::pg_lsn)),
 		     xids AS (SELECT DISTINCT xid FROM recs WHERE ours AND xid <> '0')
