@@ -93,18 +93,20 @@ type config struct {
 	netDuration time.Duration
 	// The sizing part: the rows the tables are filled to, the deliveries
 	// each WAL measurement averages over, and how many times it repeats.
-	sizeRows   int
-	walMsgs    int
-	walRepeats int
-	keep       bool
-	parts      map[string]bool
-	out        string
-	root       string
-	args       []string
+	batchSize    int
+	batchWorkers []int
+	sizeRows     int
+	walMsgs      int
+	walRepeats   int
+	keep         bool
+	parts        map[string]bool
+	out          string
+	root         string
+	args         []string
 }
 
 // allParts are the parts of the run, in the order they run.
-var allParts = []string{"mem", "db", "network", "outbox", "brokers", "purge", "sizing", "alloc", "gen"}
+var allParts = []string{"mem", "db", "network", "batch", "outbox", "brokers", "purge", "sizing", "alloc", "gen"}
 
 func main() {
 	if err := run(); err != nil {
@@ -139,6 +141,11 @@ func run() error {
 	}
 	if cfg.parts["network"] {
 		if rep.net, err = runNetwork(ctx, cfg); err != nil {
+			return err
+		}
+	}
+	if cfg.parts["batch"] {
+		if rep.batch, err = runBatch(ctx, cfg); err != nil {
 			return err
 		}
 	}
@@ -187,7 +194,7 @@ func run() error {
 
 func parseFlags() (*config, error) {
 	cfg := &config{args: os.Args[1:]}
-	var workers, sizes, parts, relays, brokers, netRTTs, netWorkers string
+	var workers, sizes, parts, relays, brokers, netRTTs, netWorkers, batchWorkers string
 	flag.StringVar(&cfg.db, "db", "", "PostgreSQL `URL` (default: $IDEMGEN_TEST_DATABASE_URL, else database idemgen_test on the local socket, created if missing)")
 	flag.DurationVar(&cfg.duration, "duration", 5*time.Second, "measured time of each cell")
 	flag.DurationVar(&cfg.warmup, "warmup", time.Second, "warm-up before each cell's measurement")
@@ -215,10 +222,12 @@ func parseFlags() (*config, error) {
 	flag.StringVar(&netRTTs, "netrtt", "500us,2ms", "network: the round trips the proxy adds in front of PostgreSQL, comma-separated (the socket is always measured too)")
 	flag.StringVar(&netWorkers, "networkers", "1,16", "network: concurrent workers of the cells, comma-separated")
 	flag.DurationVar(&cfg.netDuration, "netduration", 5*time.Second, "network: measured time of each cell")
+	flag.IntVar(&cfg.batchSize, "batchsize", 100, "batch: messages a HandleBatch call (and a bare batched transaction) delivers")
+	flag.StringVar(&batchWorkers, "batchworkers", "16", "batch: concurrent workers of the cells, comma-separated")
 	flag.IntVar(&cfg.sizeRows, "sizerows", 1000000, "sizing: rows the inbox and the outbox are filled to before their sizes are read")
 	flag.IntVar(&cfg.walMsgs, "walmsgs", 1000, "sizing: deliveries each WAL measurement averages over")
 	flag.IntVar(&cfg.walRepeats, "walrepeats", 5, "sizing: times each WAL measurement repeats (the median counts)")
-	flag.StringVar(&parts, "parts", strings.Join(allParts, ","), "parts to run: mem (the long run), db (the scenarios), network (the scenarios through a delaying proxy), outbox, brokers, purge (idem.Janitor under load), sizing (bytes per row, WAL per message, purging a million rows), alloc, gen")
+	flag.StringVar(&parts, "parts", strings.Join(allParts, ","), "parts to run: mem (the long run), db (the scenarios), network (the scenarios through a delaying proxy), batch (HandleBatch), outbox, brokers, purge (idem.Janitor under load), sizing (bytes per row, WAL per message, purging a million rows), alloc, gen")
 	flag.StringVar(&cfg.out, "out", "BENCHMARKS.md", "results file, relative to the repository root")
 	flag.Parse()
 	if flag.NArg() > 0 {
@@ -231,6 +240,12 @@ func parseFlags() (*config, error) {
 	}
 	if cfg.genSizes, err = intList(sizes); err != nil {
 		return nil, fmt.Errorf("-gensizes: %w", err)
+	}
+	if cfg.batchWorkers, err = intList(batchWorkers); err != nil {
+		return nil, fmt.Errorf("-batchworkers: %w", err)
+	}
+	if cfg.batchSize < 1 || cfg.batchSize > duplicateKeys {
+		return nil, fmt.Errorf("-batchsize must be 1 to %d", duplicateKeys)
 	}
 	if cfg.netWorkers, err = intList(netWorkers); err != nil {
 		return nil, fmt.Errorf("-networkers: %w", err)

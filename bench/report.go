@@ -30,6 +30,7 @@ type report struct {
 	brokers           *brokersResults
 	purge             *purgeResults
 	net               *netResults
+	batch             *batchResults
 	sizing            *sizingResults
 	gen               *genResults
 }
@@ -158,6 +159,9 @@ func (r *report) markdown() []byte {
 	if r.net != nil {
 		r.writeNetwork(w)
 	}
+	if r.batch != nil {
+		r.writeBatch(w)
+	}
 	if r.outbox != nil {
 		r.writeOutbox(w)
 	}
@@ -224,6 +228,9 @@ func (r *report) writeTargets(w writer) {
 	}
 	if r.net != nil {
 		r.netTargets(w)
+	}
+	if r.batch != nil {
+		r.batchTargets(w)
 	}
 	if r.outbox != nil {
 		r.outboxTargets(w)

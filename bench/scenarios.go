@@ -29,6 +29,9 @@ type scenario struct {
 	// check, if set, runs after the measurement on the cell's schema and
 	// says whether the deliveries wrote what they should.
 	check func(ctx context.Context, pool *pgxpool.Pool) error
+	// perCall is how many messages one call of the deliverFunc delivers
+	// (0: one); latencies stay per call.
+	perCall int
 }
 
 // deliverFunc delivers the worker's seq-th message.
@@ -227,6 +230,9 @@ func runGoCellVia(ctx context.Context, cfg *config, sc scenario, workers int, vi
 		res.serverCPU = server1 - server0
 	}
 	res.trips = counter.load()
+	if sc.perCall > 1 {
+		res.msgs *= int64(sc.perCall)
+	}
 	if sc.check != nil {
 		if err := sc.check(ctx, pool); err != nil {
 			return sample{}, fmt.Errorf("%s: %w", sc.name, err)
