@@ -27,6 +27,9 @@ import (
 type schema struct {
 	name string
 	base string // the database URL, without the schema
+	// via, if set, is the address of a delayProxy: the connections of the
+	// pools opened after it was set go through it (network.go).
+	via string
 }
 
 // newSchema creates a schema named after the cell, applies the migrations of
@@ -101,6 +104,19 @@ func (s *schema) pool(ctx context.Context, size int) (*pgxpool.Pool, *tripCounte
 	cfg.MaxConns = int32(size)
 	counter := &tripCounter{}
 	dial := cfg.ConnConfig.DialFunc
+	if via := s.via; via != "" {
+		// pgx still takes the connection for the one it asked for (the
+		// socket: no TLS negotiation); the proxy dials that.
+		cfg.ConnConfig.DialFunc = func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			c, err := d.DialContext(ctx, "tcp", via)
+			if tc, ok := c.(*net.TCPConn); ok {
+				_ = tc.SetNoDelay(true)
+			}
+			return c, err
+		}
+		dial = cfg.ConnConfig.DialFunc
+	}
 	cfg.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
 		c, err := dial(ctx, network, addr)
 		if err != nil {

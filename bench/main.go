@@ -86,15 +86,27 @@ type config struct {
 	purgeRows     int
 	purgeWorkers  int
 	purgeBaseline time.Duration
-	keep          bool
-	parts         map[string]bool
-	out           string
-	root          string
-	args          []string
+	// The network part: the round trips the proxy adds, the workers, how
+	// long each cell measures.
+	netRTTs     []time.Duration
+	netWorkers  []int
+	netDuration time.Duration
+	// The sizing part: the rows the tables are filled to, the deliveries
+	// each WAL measurement averages over, and how many times it repeats.
+	batchSize    int
+	batchWorkers []int
+	sizeRows     int
+	walMsgs      int
+	walRepeats   int
+	keep         bool
+	parts        map[string]bool
+	out          string
+	root         string
+	args         []string
 }
 
 // allParts are the parts of the run, in the order they run.
-var allParts = []string{"mem", "db", "outbox", "brokers", "purge", "entity", "alloc", "gen"}
+var allParts = []string{"mem", "db", "network", "batch", "outbox", "brokers", "purge", "entity", "sizing", "alloc", "gen"}
 
 func main() {
 	if err := run(); err != nil {
@@ -127,6 +139,16 @@ func run() error {
 			return err
 		}
 	}
+	if cfg.parts["network"] {
+		if rep.net, err = runNetwork(ctx, cfg); err != nil {
+			return err
+		}
+	}
+	if cfg.parts["batch"] {
+		if rep.batch, err = runBatch(ctx, cfg); err != nil {
+			return err
+		}
+	}
 	if cfg.parts["outbox"] {
 		if rep.outbox, err = runOutbox(ctx, cfg); err != nil {
 			return err
@@ -144,6 +166,11 @@ func run() error {
 	}
 	if cfg.parts["entity"] {
 		if rep.entity, err = runEntity(ctx, cfg); err != nil {
+			return err
+		}
+	}
+	if cfg.parts["sizing"] {
+		if rep.sizing, err = runSizing(ctx, cfg); err != nil {
 			return err
 		}
 	}
@@ -172,7 +199,7 @@ func run() error {
 
 func parseFlags() (*config, error) {
 	cfg := &config{args: os.Args[1:]}
-	var workers, sizes, parts, relays, brokers string
+	var workers, sizes, parts, relays, brokers, netRTTs, netWorkers, batchWorkers string
 	flag.StringVar(&cfg.db, "db", "", "PostgreSQL `URL` (default: $IDEMGEN_TEST_DATABASE_URL, else database idemgen_test on the local socket, created if missing)")
 	flag.DurationVar(&cfg.duration, "duration", 5*time.Second, "measured time of each cell")
 	flag.DurationVar(&cfg.warmup, "warmup", time.Second, "warm-up before each cell's measurement")
@@ -197,7 +224,15 @@ func parseFlags() (*config, error) {
 	flag.IntVar(&cfg.purgeRows, "purgerows", 1000000, "purge: expired inbox rows the janitor purges")
 	flag.IntVar(&cfg.purgeWorkers, "purgeworkers", 16, "purge: workers delivering messages during the purge")
 	flag.DurationVar(&cfg.purgeBaseline, "purgebase", 10*time.Second, "purge: how long the workers deliver without the purge, before it")
-	flag.StringVar(&parts, "parts", strings.Join(allParts, ","), "parts to run: mem (the long run), db (the scenarios), outbox, brokers, purge (idem.Janitor under load), alloc, gen")
+	flag.StringVar(&netRTTs, "netrtt", "500us,2ms", "network: the round trips the proxy adds in front of PostgreSQL, comma-separated (the socket is always measured too)")
+	flag.StringVar(&netWorkers, "networkers", "1,16", "network: concurrent workers of the cells, comma-separated")
+	flag.DurationVar(&cfg.netDuration, "netduration", 5*time.Second, "network: measured time of each cell")
+	flag.IntVar(&cfg.batchSize, "batchsize", 100, "batch: messages a HandleBatch call (and a bare batched transaction) delivers")
+	flag.StringVar(&batchWorkers, "batchworkers", "16", "batch: concurrent workers of the cells, comma-separated")
+	flag.IntVar(&cfg.sizeRows, "sizerows", 1000000, "sizing: rows the inbox and the outbox are filled to before their sizes are read")
+	flag.IntVar(&cfg.walMsgs, "walmsgs", 1000, "sizing: deliveries each WAL measurement averages over")
+	flag.IntVar(&cfg.walRepeats, "walrepeats", 5, "sizing: times each WAL measurement repeats (the median counts)")
+	flag.StringVar(&parts, "parts", strings.Join(allParts, ","), "parts to run: mem (the long run), db (the scenarios), network (the scenarios through a delaying proxy), batch (HandleBatch), outbox, brokers, purge (idem.Janitor under load), entity (mode=entity against the bare transaction and mode=tx), sizing (bytes per row, WAL per message, purging a million rows), alloc, gen")
 	flag.StringVar(&cfg.out, "out", "BENCHMARKS.md", "results file, relative to the repository root")
 	flag.Parse()
 	if flag.NArg() > 0 {
@@ -210,6 +245,25 @@ func parseFlags() (*config, error) {
 	}
 	if cfg.genSizes, err = intList(sizes); err != nil {
 		return nil, fmt.Errorf("-gensizes: %w", err)
+	}
+	if cfg.batchWorkers, err = intList(batchWorkers); err != nil {
+		return nil, fmt.Errorf("-batchworkers: %w", err)
+	}
+	if cfg.batchSize < 1 || cfg.batchSize > duplicateKeys {
+		return nil, fmt.Errorf("-batchsize must be 1 to %d", duplicateKeys)
+	}
+	if cfg.netWorkers, err = intList(netWorkers); err != nil {
+		return nil, fmt.Errorf("-networkers: %w", err)
+	}
+	for _, f := range strings.Split(netRTTs, ",") {
+		d, err := time.ParseDuration(strings.TrimSpace(f))
+		if err != nil || d <= 0 {
+			return nil, fmt.Errorf("-netrtt: %q is not a positive duration", f)
+		}
+		cfg.netRTTs = append(cfg.netRTTs, d)
+	}
+	if cfg.netDuration < time.Second || cfg.sizeRows < 1000 || cfg.walMsgs < 10 || cfg.walRepeats < 1 {
+		return nil, fmt.Errorf("-netduration must be at least 1s, -sizerows at least 1000, -walmsgs at least 10 and -walrepeats positive")
 	}
 	if cfg.obxRelays, err = intList(relays); err != nil {
 		return nil, fmt.Errorf("-obxrelays: %w", err)

@@ -29,6 +29,9 @@ type report struct {
 	outbox            *outboxResults
 	brokers           *brokersResults
 	purge             *purgeResults
+	net               *netResults
+	batch             *batchResults
+	sizing            *sizingResults
 	gen               *genResults
 	entity            *entityResults
 }
@@ -154,6 +157,12 @@ func (r *report) markdown() []byte {
 	if r.db != nil {
 		r.writeDB(w)
 	}
+	if r.net != nil {
+		r.writeNetwork(w)
+	}
+	if r.batch != nil {
+		r.writeBatch(w)
+	}
 	if r.outbox != nil {
 		r.writeOutbox(w)
 	}
@@ -165,6 +174,9 @@ func (r *report) markdown() []byte {
 	}
 	if r.entity != nil {
 		r.writeEntity(w)
+	}
+	if r.sizing != nil {
+		r.writeSizing(w)
 	}
 	if r.alloc != nil {
 		r.writeAlloc(w)
@@ -218,6 +230,12 @@ func (r *report) writeTargets(w writer) {
 		w("| a duplicate ≥ %.0f× faster than a first delivery | median latency at %d worker %s (%s when the scenarios alternate message by message); throughput at %d workers %s | %s |\n",
 			targetDupFaster, one, ratio(lat), ratio(paired), n, ratio(thr), verdict(lat >= targetDupFaster && thr >= targetDupFaster))
 	}
+	if r.net != nil {
+		r.netTargets(w)
+	}
+	if r.batch != nil {
+		r.batchTargets(w)
+	}
 	if r.outbox != nil {
 		r.outboxTargets(w)
 	}
@@ -226,6 +244,9 @@ func (r *report) writeTargets(w writer) {
 	}
 	if r.purge != nil {
 		r.purgeTargets(w)
+	}
+	if r.sizing != nil {
+		r.sizingTargets(w)
 	}
 	if r.gen != nil {
 		worst, worstName := 0.0, ""
@@ -625,6 +646,10 @@ func thousands(x float64) string {
 
 func bytesIEC(x float64) string {
 	switch {
+	case x >= 1<<40:
+		return fmt.Sprintf("%.1f TiB", x/(1<<40))
+	case x >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", x/(1<<30))
 	case x >= 1<<20:
 		return fmt.Sprintf("%.1f MiB", x/(1<<20))
 	case x >= 1<<10:

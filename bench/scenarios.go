@@ -29,6 +29,9 @@ type scenario struct {
 	// check, if set, runs after the measurement on the cell's schema and
 	// says whether the deliveries wrote what they should.
 	check func(ctx context.Context, pool *pgxpool.Pool) error
+	// perCall is how many messages one call of the deliverFunc delivers
+	// (0: one); latencies stay per call.
+	perCall int
 }
 
 // deliverFunc delivers the worker's seq-th message.
@@ -181,6 +184,12 @@ func (s sample) rate() float64 { return float64(s.msgs) / s.elapsed.Seconds() }
 // runGoCell runs one scenario at the given concurrency in a fresh schema:
 // warm-up, then the measurement.
 func runGoCell(ctx context.Context, cfg *config, sc scenario, workers int) (sample, error) {
+	return runGoCellVia(ctx, cfg, sc, workers, "", cfg.duration)
+}
+
+// runGoCellVia is runGoCell with the workers' connections going through the
+// delayProxy at address via ("": straight to the server), measuring for d.
+func runGoCellVia(ctx context.Context, cfg *config, sc scenario, workers int, via string, d time.Duration) (sample, error) {
 	migrations := sc.migrations
 	if migrations == nil {
 		migrations = ledger.Migrations()
@@ -190,6 +199,7 @@ func runGoCell(ctx context.Context, cfg *config, sc scenario, workers int) (samp
 		return sample{}, err
 	}
 	defer s.drop()
+	s.via = via
 	pool, counter, err := s.pool(ctx, workers)
 	if err != nil {
 		return sample{}, err
@@ -210,7 +220,7 @@ func runGoCell(ctx context.Context, cfg *config, sc scenario, workers int) (samp
 	counter.reset()
 	meter := startCPU()
 	server0, serverOK := counter.serverCPU()
-	res, err := runPhase(ctx, ws, cfg.duration, deliver, true)
+	res, err := runPhase(ctx, ws, d, deliver, true)
 	if err != nil {
 		return sample{}, fmt.Errorf("%s: %w", sc.name, err)
 	}
@@ -220,6 +230,9 @@ func runGoCell(ctx context.Context, cfg *config, sc scenario, workers int) (samp
 		res.serverCPU = server1 - server0
 	}
 	res.trips = counter.load()
+	if sc.perCall > 1 {
+		res.msgs *= int64(sc.perCall)
+	}
 	if sc.check != nil {
 		if err := sc.check(ctx, pool); err != nil {
 			return sample{}, fmt.Errorf("%s: %w", sc.name, err)

@@ -1,0 +1,47 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/idemgen/idemgen/internal/testdb"
+)
+
+// TestBatchPartTiny runs the batch part small (batches of 10, 2 workers,
+// 1s cells): every batched delivery is checked by the part (all Processed,
+// or all Duplicate for the replay); this checks that a batch of 10 takes
+// fewer round trips a message than one message a transaction, and that the
+// report writes its section and its targets.
+func TestBatchPartTiny(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	url, err := testdb.Find(ctx, testdb.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := &config{db: url, accounts: 100, rounds: 1, warmup: 200 * time.Millisecond, duration: time.Second, batchSize: 10, batchWorkers: []int{2}}
+	res, err := runBatch(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sc := range res.scenarios {
+		s := res.cell(sc.name, 2).summary()
+		t.Logf("%s: %.0f msgs/s, %.3f round trips/msg", sc.name, s.rate, s.tripsPerMsg)
+	}
+	if b, g := res.cell(scBatch, 2).summary().tripsPerMsg, res.cell(scGenerated, 2).summary().tripsPerMsg; b >= g/2 {
+		t.Errorf("HandleBatch of 10: %.3f round trips a message, generated one at a time %.3f", b, g)
+	}
+	var b strings.Builder
+	w := func(format string, args ...any) { b.WriteString(fmt.Sprintf(format, args...)) }
+	r := &report{cfg: cfg, batch: res}
+	r.batchTargets(w)
+	r.writeBatch(w)
+	for _, want := range []string{"## Batches", "| 2 | HandleBatch |", "HandleBatch of 10 at 2 workers ≥ 5× the single-message generated throughput", "a replay through HandleBatch"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("the report has no %q:\n%s", want, b.String())
+		}
+	}
+}

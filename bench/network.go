@@ -1,0 +1,179 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"slices"
+	"time"
+)
+
+// The network part: the delivery scenarios (bare, hand-written, generated,
+// duplicates) again, with the workers' connections going to PostgreSQL
+// straight through its socket and through a delayProxy that adds a fixed
+// delay each way, for each round trip of -netrtt. Over the socket a round
+// trip costs almost nothing, so every scenario is bound by CPU; across a
+// network the round trips a message takes bound a worker's rate (at most
+// one message per trips×RTT), which is where the wrapper's 3 round trips
+// against the hand-written inbox's 5 show.
+
+// netLink is one way to reach the server: rtt 0 is the socket.
+type netLink struct {
+	rtt time.Duration
+}
+
+func (l netLink) name() string {
+	if l.rtt == 0 {
+		return "socket"
+	}
+	return dur(l.rtt) + " round trip"
+}
+
+type netKey struct {
+	link     time.Duration
+	scenario string
+	workers  int
+}
+
+// netResults are the cells of the network part.
+type netResults struct {
+	links     []netLink
+	workers   []int
+	scenarios []string
+	cells     map[netKey]*cell
+	// ping is the median of a Ping (one empty query, one round trip) on
+	// one connection through each link, measured before its cells.
+	ping  map[time.Duration]time.Duration
+	cores int
+}
+
+func (r *netResults) cell(rtt time.Duration, name string, workers int) *cell {
+	return r.cells[netKey{rtt, name, workers}]
+}
+
+// netScenarios are the scenarios of the network part, in table order.
+var netScenarios = []string{scBare, scHand, scGenerated, scDuplicate}
+
+// runNetwork runs every scenario of netScenarios at every link and
+// concurrency, cfg.rounds times, the scenarios rotating within a round as
+// the db part's do.
+func runNetwork(ctx context.Context, cfg *config) (*netResults, error) {
+	res := &netResults{workers: cfg.netWorkers, scenarios: netScenarios, cells: map[netKey]*cell{}, ping: map[time.Duration]time.Duration{}, cores: runtime.NumCPU()}
+	res.links = append(res.links, netLink{})
+	for _, rtt := range cfg.netRTTs {
+		res.links = append(res.links, netLink{rtt: rtt})
+	}
+	byName := map[string]scenario{}
+	for _, sc := range goScenarios() {
+		byName[sc.name] = sc
+	}
+	for _, l := range res.links {
+		for _, n := range res.workers {
+			for _, name := range res.scenarios {
+				res.cells[netKey{l.rtt, name, n}] = &cell{}
+			}
+		}
+	}
+	dial, err := serverDialer(cfg.db)
+	if err != nil {
+		return nil, err
+	}
+	proxies := map[time.Duration]*delayProxy{}
+	defer func() {
+		for _, p := range proxies {
+			p.close()
+		}
+	}()
+	for _, l := range res.links {
+		if l.rtt == 0 {
+			continue
+		}
+		if proxies[l.rtt], err = startDelayProxy(l.rtt/2, dial); err != nil {
+			return nil, err
+		}
+	}
+	for _, l := range res.links {
+		via := ""
+		if p := proxies[l.rtt]; p != nil {
+			via = p.addr()
+		}
+		if res.ping[l.rtt], err = medianPing(ctx, cfg.db, via, 200); err != nil {
+			return nil, fmt.Errorf("ping through %s: %w", l.name(), err)
+		}
+		logf("network: %s, median ping %s", l.name(), dur(res.ping[l.rtt]))
+	}
+
+	total := cfg.rounds * len(res.links) * len(res.workers) * len(res.scenarios)
+	done := 0
+	for round := range cfg.rounds {
+		for li, l := range res.links {
+			via := ""
+			if p := proxies[l.rtt]; p != nil {
+				via = p.addr()
+			}
+			for wi, n := range res.workers {
+				for i := range res.scenarios {
+					name := res.scenarios[(i+round+li+wi)%len(res.scenarios)]
+					done++
+					logf("network %d/%d: round %d, %s, %d worker(s), %s", done, total, round+1, l.name(), n, name)
+					smp, err := runGoCellVia(ctx, cfg, byName[name], n, via, cfg.netDuration)
+					if err != nil {
+						return nil, fmt.Errorf("network round %d, %s, %d worker(s), %s: %w", round+1, l.name(), n, name, err)
+					}
+					logf("    %.0f msgs/s, %.2f round trips/msg", smp.rate(), float64(smp.trips)/float64(max(smp.msgs, 1)))
+					c := res.cell(l.rtt, name, n)
+					c.samples = append(c.samples, smp)
+					select {
+					case <-ctx.Done():
+						return nil, ctx.Err()
+					case <-time.After(200 * time.Millisecond):
+					}
+				}
+			}
+		}
+	}
+	return res, nil
+}
+
+// medianPing opens one connection (through the proxy at via, if set) and
+// returns the median of n pings.
+func medianPing(ctx context.Context, dbURL, via string, n int) (time.Duration, error) {
+	s := &schema{name: "public", base: dbURL, via: via}
+	pool, _, err := s.pool(ctx, 1)
+	if err != nil {
+		return 0, err
+	}
+	defer pool.Close()
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Release()
+	lat := make([]time.Duration, 0, n)
+	for range n {
+		t0 := time.Now()
+		if err := conn.Conn().Ping(ctx); err != nil {
+			return 0, err
+		}
+		lat = append(lat, time.Since(t0))
+	}
+	slices.Sort(lat)
+	return percentile(lat, 50), nil
+}
+
+// netBound says what bounds a cell's rate: the round trips (a worker does at
+// most one message per trips×RTT) or the CPU (the machine's cores over the
+// CPU time of a message, client and server).
+func (r *netResults) bound(rtt time.Duration, name string, workers int) string {
+	s := r.cell(rtt, name, workers).summary()
+	tripsTime := time.Duration(s.tripsPerMsg * float64(r.ping[rtt]))
+	byTrips := float64(workers) / tripsTime.Seconds()
+	cpu := s.clientCPU + max(s.serverCPU, 0)
+	byCPU := float64(r.cores) / cpu.Seconds()
+	what := "the round trips"
+	if byCPU < byTrips {
+		what = "CPU"
+	}
+	return fmt.Sprintf("%s bounded by %s (%.2f round trips × %s = %s a message per worker: at most %s msgs/s at %d; CPU %s a message, client + server, on %d cores: at most %s msgs/s; measured %s msgs/s, the machine %.0f%% busy)",
+		name, what, s.tripsPerMsg, dur(r.ping[rtt]), dur(tripsTime), thousands(byTrips), workers, dur(cpu), r.cores, thousands(byCPU), thousands(s.rate), 100*s.busy)
+}

@@ -1,0 +1,107 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/idemgen/idemgen/internal/testdb"
+)
+
+// TestDelayProxyAddsTheRoundTrip pings the server on one connection
+// straight and through a delayProxy of 2 ms a round trip: the proxied ping
+// must be at least 2 ms longer than the straight one (the proxy can be late
+// on a busy machine, never early), and the round trips it counts on the
+// wire the same (one per ping); and through one of 0.5 ms, 0.5 to 1.5 ms.
+func TestDelayProxyAddsTheRoundTrip(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	url, err := testdb.Find(ctx, testdb.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dial, err := serverDialer(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := startDelayProxy(time.Millisecond, dial)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.close()
+	straight, err := medianPing(ctx, url, "", 50)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxied, err := medianPing(ctx, url, p.addr(), 50)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("median ping: %s on the socket, %s through the 2ms proxy", straight, proxied)
+	if proxied < 2*time.Millisecond || proxied-straight < 1900*time.Microsecond {
+		t.Fatalf("the proxy added %s to a round trip (%s → %s), want at least 2ms", proxied-straight, straight, proxied)
+	}
+	// A short delay must be near what was asked too: Go's timers alone
+	// would make this 250 µs each way a millisecond each way here.
+	short, err := startDelayProxy(250*time.Microsecond, dial)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer short.close()
+	half, err := medianPing(ctx, url, short.addr(), 50)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("median ping through the 0.5ms proxy: %s", half)
+	if half < 500*time.Microsecond || half > 1500*time.Microsecond {
+		t.Fatalf("median ping through a proxy of 0.5ms a round trip: %s, want 0.5 to 1.5 ms", half)
+	}
+}
+
+// TestNetworkPartTiny runs the network part small (one 2 ms link, 1 and 2
+// workers, 1s cells) and checks the round trips it counts through the proxy
+// (bare 1, generated 3, hand-written 5, duplicate 2 a message, as on the
+// socket), that the proxy slows a worker down by its round trips, and that
+// the report writes its section and its targets.
+func TestNetworkPartTiny(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	url, err := testdb.Find(ctx, testdb.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := &config{db: url, accounts: 100, rounds: 1, warmup: 200 * time.Millisecond, netDuration: time.Second, netRTTs: []time.Duration{2 * time.Millisecond}, netWorkers: []int{1, 2}}
+	res, err := runNetwork(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, rtt := range []time.Duration{0, 2 * time.Millisecond} {
+		for _, name := range netScenarios {
+			s := res.cell(rtt, name, 1).summary()
+			t.Logf("rtt %s, %s: %.0f msgs/s, p50 %s, %.2f round trips/msg", rtt, name, s.rate, s.p50, s.tripsPerMsg)
+		}
+	}
+	want := map[string]float64{scBare: 1, scGenerated: 3, scHand: 5, scDuplicate: 2}
+	for name, trips := range want {
+		s := res.cell(2*time.Millisecond, name, 1).summary()
+		if s.tripsPerMsg < trips-0.01 || s.tripsPerMsg > trips+0.01 {
+			t.Errorf("%s through the proxy: %.2f round trips a message, want %.0f", name, s.tripsPerMsg, trips)
+		}
+		// One worker through the proxy waits trips × 2ms a message at least.
+		if floor := time.Duration(trips) * 2 * time.Millisecond; s.p50 < floor {
+			t.Errorf("%s through the proxy: p50 %s, below its %0.f round trips of 2ms", name, s.p50, trips)
+		}
+	}
+	var b strings.Builder
+	w := func(format string, args ...any) { b.WriteString(fmt.Sprintf(format, args...)) }
+	r := &report{cfg: cfg, net: res}
+	r.netTargets(w)
+	r.writeNetwork(w)
+	for _, want := range []string{"## Over a network", "| 2 ms round trip |", "over the 2 ms round trip: generated ≥ 1.5× hand-written at 1 and at 2 workers", "a duplicate costs ≤ 2 round trips"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("the report has no %q:\n%s", want, b.String())
+		}
+	}
+}
