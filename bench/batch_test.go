@@ -1,13 +1,8 @@
 package main
 
 import (
-	"context"
-	"fmt"
-	"strings"
 	"testing"
 	"time"
-
-	"github.com/idemgen/idemgen/internal/testdb"
 )
 
 // TestBatchPartTiny runs the batch part small (batches of 10, 2 workers,
@@ -16,12 +11,7 @@ import (
 // fewer round trips a message than one message a transaction, and that the
 // report writes its section and its targets.
 func TestBatchPartTiny(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	url, err := testdb.Find(ctx, testdb.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, url := testDB(t, 3*time.Minute)
 	cfg := &config{db: url, accounts: 100, rounds: 1, warmup: 200 * time.Millisecond, duration: time.Second, batchSize: 10, batchWorkers: []int{2}}
 	res, err := runBatch(ctx, cfg)
 	if err != nil {
@@ -34,14 +24,7 @@ func TestBatchPartTiny(t *testing.T) {
 	if b, g := res.cell(scBatch, 2).summary().tripsPerMsg, res.cell(scGenerated, 2).summary().tripsPerMsg; b >= g/2 {
 		t.Errorf("HandleBatch of 10: %.3f round trips a message, generated one at a time %.3f", b, g)
 	}
-	var b strings.Builder
-	w := func(format string, args ...any) { b.WriteString(fmt.Sprintf(format, args...)) }
 	r := &report{cfg: cfg, batch: res}
-	r.batchTargets(w)
-	r.writeBatch(w)
-	for _, want := range []string{"## Batches", "| 2 | HandleBatch |", "HandleBatch of 10 at 2 workers ≥ 5× the single-message generated throughput", "a replay through HandleBatch"} {
-		if !strings.Contains(b.String(), want) {
-			t.Errorf("the report has no %q:\n%s", want, b.String())
-		}
-	}
+	reportHas(t, []string{"## Batches", "| 2 | HandleBatch |", "HandleBatch of 10 at 2 workers ≥ 5× the single-message generated throughput", "a replay through HandleBatch"},
+		r.batchTargets, r.writeBatch)
 }

@@ -408,11 +408,7 @@ func runPublishCell(ctx context.Context, cfg *config, k brokerKind, partitions, 
 		elapsed = time.Since(start)
 		clientCPU, busy = meter.stop()
 	} else {
-		migrations, err := ledger.MigrationsWithOutbox()
-		if err != nil {
-			return sample{}, err
-		}
-		s, err := newSchemaWith(ctx, cfg.db, cfg.accounts, migrations)
+		s, err := newOutboxSchema(ctx, cfg.db, cfg.accounts)
 		if err != nil {
 			return sample{}, err
 		}

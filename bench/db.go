@@ -38,6 +38,15 @@ func newSchema(ctx context.Context, base string, n int) (*schema, error) {
 	return newSchemaWith(ctx, base, n, ledger.Migrations())
 }
 
+// newOutboxSchema is newSchema with the ledger's outbox chain too.
+func newOutboxSchema(ctx context.Context, base string, n int) (*schema, error) {
+	migrations, err := ledger.MigrationsWithOutbox()
+	if err != nil {
+		return nil, err
+	}
+	return newSchemaWith(ctx, base, n, migrations)
+}
+
 // newSchemaWith is newSchema with the goose migrations of migrations (the
 // ledger's, with or without the outbox chain).
 func newSchemaWith(ctx context.Context, base string, n int, migrations fs.FS) (*schema, error) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -69,4 +70,34 @@ func TestDatabaseURLCreatesAMissingDatabase(t *testing.T) {
 	if name != fresh {
 		t.Fatalf("the benchmark connected to database %q; want %q", name, fresh)
 	}
+}
+
+// testDB returns a context that ends after timeout (or when the test ends)
+// and the URL of the test database, or fails the test.
+func testDB(t *testing.T, timeout time.Duration) (context.Context, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	t.Cleanup(cancel)
+	url, err := testdb.Find(ctx, testdb.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ctx, url
+}
+
+// reportHas writes the report's sections and fails the test for each of
+// want their text lacks; it returns the text.
+func reportHas(t *testing.T, want []string, sections ...func(writer)) string {
+	t.Helper()
+	var b strings.Builder
+	w := func(format string, args ...any) { b.WriteString(fmt.Sprintf(format, args...)) }
+	for _, write := range sections {
+		write(w)
+	}
+	for _, want := range want {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("the report has no %q:\n%s", want, b.String())
+		}
+	}
+	return b.String()
 }

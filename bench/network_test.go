@@ -1,13 +1,8 @@
 package main
 
 import (
-	"context"
-	"fmt"
-	"strings"
 	"testing"
 	"time"
-
-	"github.com/idemgen/idemgen/internal/testdb"
 )
 
 // TestDelayProxyAddsTheRoundTrip pings the server on one connection
@@ -16,12 +11,7 @@ import (
 // on a busy machine, never early), and the round trips it counts on the
 // wire the same (one per ping); and through one of 0.5 ms, 0.5 to 1.5 ms.
 func TestDelayProxyAddsTheRoundTrip(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	url, err := testdb.Find(ctx, testdb.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, url := testDB(t, time.Minute)
 	dial, err := serverDialer(url)
 	if err != nil {
 		t.Fatal(err)
@@ -66,12 +56,7 @@ func TestDelayProxyAddsTheRoundTrip(t *testing.T) {
 // socket), that the proxy slows a worker down by its round trips, and that
 // the report writes its section and its targets.
 func TestNetworkPartTiny(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	url, err := testdb.Find(ctx, testdb.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, url := testDB(t, 3*time.Minute)
 	cfg := &config{db: url, accounts: 100, rounds: 1, warmup: 200 * time.Millisecond, netDuration: time.Second, netRTTs: []time.Duration{2 * time.Millisecond}, netWorkers: []int{1, 2}}
 	res, err := runNetwork(ctx, cfg)
 	if err != nil {
@@ -94,14 +79,7 @@ func TestNetworkPartTiny(t *testing.T) {
 			t.Errorf("%s through the proxy: p50 %s, below its %0.f round trips of 2ms", name, s.p50, trips)
 		}
 	}
-	var b strings.Builder
-	w := func(format string, args ...any) { b.WriteString(fmt.Sprintf(format, args...)) }
 	r := &report{cfg: cfg, net: res}
-	r.netTargets(w)
-	r.writeNetwork(w)
-	for _, want := range []string{"## Over a network", "| 2 ms round trip |", "over the 2 ms round trip: generated ≥ 1.5× hand-written at 1 and at 2 workers", "a duplicate costs ≤ 2 round trips"} {
-		if !strings.Contains(b.String(), want) {
-			t.Errorf("the report has no %q:\n%s", want, b.String())
-		}
-	}
+	reportHas(t, []string{"## Over a network", "| 2 ms round trip |", "over the 2 ms round trip: generated ≥ 1.5× hand-written at 1 and at 2 workers", "a duplicate costs ≤ 2 round trips"},
+		r.netTargets, r.writeNetwork)
 }

@@ -301,30 +301,37 @@ type latencyRun struct {
 
 func (l latencyRun) achieved() float64 { return float64(l.msgs) / l.elapsed.Seconds() }
 
+// latencyPools opens the two pools of a latency run on s: latencyProducers
+// connections for the producers and 3 for the relay.
+func (s *schema) latencyPools(ctx context.Context) (producers, relay *pgxpool.Pool, err error) {
+	producers, _, err = s.pool(ctx, latencyProducers)
+	if err != nil {
+		return nil, nil, err
+	}
+	relay, _, err = s.pool(ctx, 3)
+	if err != nil {
+		producers.Close()
+		return nil, nil, err
+	}
+	return producers, relay, nil
+}
+
 // runLatency delivers cfg.obxRate messages per second, each publishing one
 // message, for the warm-up and the measured time, with one relay running on
 // a pool of its own (woken by NOTIFY, or poll-only), both polling every
 // cfg.obxPoll. A message's latency runs from the moment Handle returned (the
 // commit acknowledged) to the moment the Publisher was handed it.
 func runLatency(ctx context.Context, cfg *config, pollOnly bool) (latencyRun, error) {
-	migrations, err := ledger.MigrationsWithOutbox()
-	if err != nil {
-		return latencyRun{}, err
-	}
-	s, err := newSchemaWith(ctx, cfg.db, cfg.accounts, migrations)
+	s, err := newOutboxSchema(ctx, cfg.db, cfg.accounts)
 	if err != nil {
 		return latencyRun{}, err
 	}
 	defer s.drop()
-	producers, _, err := s.pool(ctx, latencyProducers)
+	producers, relayPool, err := s.latencyPools(ctx)
 	if err != nil {
 		return latencyRun{}, err
 	}
 	defer producers.Close()
-	relayPool, _, err := s.pool(ctx, 3)
-	if err != nil {
-		return latencyRun{}, err
-	}
 	defer relayPool.Close()
 
 	rec := newRecorder()
@@ -438,11 +445,7 @@ func (r relayRun) rate() float64 { return float64(r.rows) / r.elapsed.Seconds() 
 // n relays with the recording publisher and times them until every row is
 // published and marked.
 func runRelays(ctx context.Context, cfg *config, n int) (relayRun, error) {
-	migrations, err := ledger.MigrationsWithOutbox()
-	if err != nil {
-		return relayRun{}, err
-	}
-	s, err := newSchemaWith(ctx, cfg.db, cfg.accounts, migrations)
+	s, err := newOutboxSchema(ctx, cfg.db, cfg.accounts)
 	if err != nil {
 		return relayRun{}, err
 	}

@@ -1,13 +1,8 @@
 package main
 
 import (
-	"context"
-	"fmt"
-	"strings"
 	"testing"
 	"time"
-
-	"github.com/idemgen/idemgen/internal/testdb"
 )
 
 // TestPurgePartTiny runs the purge part small: 20,000 expired rows, 4
@@ -15,12 +10,7 @@ import (
 // expired row purged, every other row kept) and that the report writes its
 // section and its targets.
 func TestPurgePartTiny(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	url, err := testdb.Find(ctx, testdb.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, url := testDB(t, 2*time.Minute)
 	cfg := &config{db: url, accounts: 100, purgeRows: 20000, purgeWorkers: 4, purgeBaseline: 300 * time.Millisecond}
 	res, err := runPurge(ctx, cfg)
 	if err != nil {
@@ -31,14 +21,6 @@ func TestPurgePartTiny(t *testing.T) {
 	if res.purged != 20000 || len(res.without) == 0 || len(res.during) == 0 || res.report.Statements < 20 {
 		t.Fatalf("purged %d, %d and %d deliveries, %d statements", res.purged, len(res.without), len(res.during), res.report.Statements)
 	}
-	var b strings.Builder
-	w := func(format string, args ...any) { b.WriteString(fmt.Sprintf(format, args...)) }
 	r := &report{cfg: cfg, purge: res}
-	r.purgeTargets(w)
-	r.writePurge(w)
-	for _, want := range []string{"## Purge under load", "no unexpired row deleted", "| during the purge |", "| met |"} {
-		if !strings.Contains(b.String(), want) {
-			t.Errorf("the report has no %q:\n%s", want, b.String())
-		}
-	}
+	reportHas(t, []string{"## Purge under load", "no unexpired row deleted", "| during the purge |", "| met |"}, r.purgeTargets, r.writePurge)
 }

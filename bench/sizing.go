@@ -159,11 +159,7 @@ func (m *walMeter) between(ctx context.Context, from, to string) (total, fpi int
 }
 
 func runSizing(ctx context.Context, cfg *config) (*sizingResults, error) {
-	migrations, err := ledger.MigrationsWithOutbox()
-	if err != nil {
-		return nil, err
-	}
-	s, err := newSchemaWith(ctx, cfg.db, cfg.accounts, migrations)
+	s, err := newOutboxSchema(ctx, cfg.db, cfg.accounts)
 	if err != nil {
 		return nil, err
 	}

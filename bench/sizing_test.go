@@ -1,13 +1,8 @@
 package main
 
 import (
-	"context"
-	"fmt"
-	"strings"
 	"testing"
 	"time"
-
-	"github.com/idemgen/idemgen/internal/testdb"
 )
 
 // TestSizingPartTiny runs the sizing part small: 20,000 rows a table, 50
@@ -17,12 +12,7 @@ import (
 // have, that a first delivery writes more WAL than a duplicate, and that
 // the report writes its section and its targets.
 func TestSizingPartTiny(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	url, err := testdb.Find(ctx, testdb.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, url := testDB(t, 3*time.Minute)
 	cfg := &config{db: url, accounts: 100, sizeRows: 20000, walMsgs: 50, walRepeats: 2}
 	res, err := runSizing(ctx, cfg)
 	if err != nil {
@@ -55,15 +45,7 @@ func TestSizingPartTiny(t *testing.T) {
 	if res.walPer(walFirst) <= res.walPer(walBare) || res.walPer(walFirst) <= res.walPer(walDuplicate) || write <= 0 || relay <= 0 {
 		t.Errorf("WAL: first delivery %.0f, bare %.0f, duplicate %.0f, outgoing %.0f, relay %.0f", res.walPer(walFirst), res.walPer(walBare), res.walPer(walDuplicate), write, relay)
 	}
-	var b strings.Builder
-	w := func(format string, args ...any) { b.WriteString(fmt.Sprintf(format, args...)) }
 	r := &report{cfg: cfg, sizing: res}
-	r.sizingTargets(w)
-	r.writeSizing(w)
-	for _, want := range []string{"## Sizing", "### A consumer at 10,000 messages per second", "| idem_bench_ledger | **total**", "WAL per first delivery, per duplicate and per outgoing message reported"} {
-		if !strings.Contains(b.String(), want) {
-			t.Errorf("the report has no %q:\n%s", want, b.String())
-		}
-	}
-	t.Log(b.String())
+	t.Log(reportHas(t, []string{"## Sizing", "### A consumer at 10,000 messages per second", "| idem_bench_ledger | **total**", "WAL per first delivery, per duplicate and per outgoing message reported"},
+		r.sizingTargets, r.writeSizing))
 }

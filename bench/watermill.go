@@ -136,27 +136,20 @@ func (p *peerResults) runRound(ctx context.Context, cfg *config, round int, step
 // one ledger.Credited through the side's outbox, its relay publishes them to
 // a fresh durable queue, and a plain amqp091 consumer receives them.
 func runPeer(ctx context.Context, cfg *config, side peerSide, mode peerMode) (peerRun, error) {
-	migrations, err := ledger.MigrationsWithOutbox()
-	if err != nil {
-		return peerRun{}, err
-	}
+	newSchemaFor := newOutboxSchema
 	if side.watermill {
-		migrations = ledger.Migrations() // watermill creates its own tables
+		newSchemaFor = newSchema // watermill creates its own tables
 	}
-	s, err := newSchemaWith(ctx, cfg.db, cfg.accounts, migrations)
+	s, err := newSchemaFor(ctx, cfg.db, cfg.accounts)
 	if err != nil {
 		return peerRun{}, err
 	}
 	defer s.drop()
-	producers, _, err := s.pool(ctx, latencyProducers)
+	producers, relayPool, err := s.latencyPools(ctx)
 	if err != nil {
 		return peerRun{}, err
 	}
 	defer producers.Close()
-	relayPool, _, err := s.pool(ctx, 3)
-	if err != nil {
-		return peerRun{}, err
-	}
 	defer relayPool.Close()
 
 	tag := uniqueTag("w")

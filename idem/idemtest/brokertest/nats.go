@@ -66,34 +66,28 @@ func NATSURL(t testing.TB) string {
 }
 
 func findNATS() {
-	if url := os.Getenv(NATSURLEnv); url != "" {
-		natsURL = url
-		if err := CheckJetStream(url); err != nil {
-			natsProblem = fmt.Errorf("%s=%s is not a reachable NATS server with JetStream: %v", NATSURLEnv, redactURL(url), err)
-		}
-		return
-	}
-	why := NATSThrowawayEnv + "=1"
-	if os.Getenv(NATSThrowawayEnv) != "1" {
-		err := CheckJetStream(DefaultNATSURL)
-		if err == nil {
-			natsURL = DefaultNATSURL
-			return
-		}
-		why = fmt.Sprintf("the local server at %s does not answer with JetStream (%v)", DefaultNATSURL, err)
-	}
-	s, err := StartNATSServer()
-	if err != nil {
-		natsProblem = fmt.Errorf("%s; %w", why, err)
-		return
-	}
-	natsURL, natsServer = s.URL, s
-	fmt.Fprintf(os.Stderr, "brokertest: %s: started the throwaway nats-server at %s (in %s)\n", why, s.URL, s.Dir)
-	atExit(func() {
-		if err := s.Stop(); err != nil {
-			fmt.Fprintf(os.Stderr, "brokertest: %v\n", err)
-		}
-	})
+	natsURL, natsProblem = serverChoice{
+		urlEnv:       NATSURLEnv,
+		throwawayEnv: NATSThrowawayEnv,
+		local:        DefaultNATSURL,
+		check:        CheckJetStream,
+		badEnv:       "is not a reachable NATS server with JetStream",
+		badLocal:     "the local server at %s does not answer with JetStream",
+		start: func(why string) (string, error) {
+			s, err := StartNATSServer()
+			if err != nil {
+				return "", err
+			}
+			natsServer = s
+			fmt.Fprintf(os.Stderr, "brokertest: %s: started the throwaway nats-server at %s (in %s)\n", why, s.URL, s.Dir)
+			atExit(func() {
+				if err := s.Stop(); err != nil {
+					fmt.Fprintf(os.Stderr, "brokertest: %v\n", err)
+				}
+			})
+			return s.URL, nil
+		},
+	}.find()
 }
 
 // NATSThrowaway reports whether NATSURL's server is a throwaway server of

@@ -100,35 +100,66 @@ func RabbitMQURL(t testing.TB) string {
 }
 
 func findRabbitMQ() {
-	if url := os.Getenv(AMQPURLEnv); url != "" {
-		rabbitURL = url
-		if err := dialAMQP(url); err != nil {
-			rabbitProblem = fmt.Errorf("%s=%s is not reachable: %v", AMQPURLEnv, redactURL(url), err)
+	rabbitURL, rabbitProblem = serverChoice{
+		urlEnv:       AMQPURLEnv,
+		throwawayEnv: RabbitMQThrowawayEnv,
+		local:        DefaultAMQPURL,
+		check:        dialAMQP,
+		badEnv:       "is not reachable",
+		badLocal:     "the local node at %s is not reachable",
+		start: func(why string) (string, error) {
+			node, err := StartRabbitMQNode()
+			if err != nil {
+				return "", err
+			}
+			rabbitNode = node
+			// Said once per test binary, so that a run's output shows which node it used.
+			fmt.Fprintf(os.Stderr, "brokertest: %s: started the throwaway RabbitMQ node %s at %s (in %s)\n", why, node.Name, redactURL(node.URL), node.Dir)
+			atExit(func() {
+				if err := node.Stop(); err != nil {
+					fmt.Fprintf(os.Stderr, "brokertest: %v\n", err)
+				}
+			})
+			return node.URL, nil
+		},
+	}.find()
+}
+
+// serverChoice is how the tests choose their server of one kind: urlEnv's
+// URL when it is set (and nothing else); otherwise, unless throwawayEnv=1,
+// the local server when check accepts it; otherwise a throwaway one.
+type serverChoice struct {
+	urlEnv, throwawayEnv string
+	local                string // the local server's URL
+	check                func(url string) error
+	badEnv               string // how urlEnv's server fails: "is not reachable"
+	badLocal             string // how the local one fails, with a %s for its URL
+	// start starts a throwaway server (why says why, for its message) and
+	// arranges for atExit to stop it, and returns its URL.
+	start func(why string) (string, error)
+}
+
+// find returns the URL of the chosen server, or why there is none.
+func (c serverChoice) find() (string, error) {
+	if url := os.Getenv(c.urlEnv); url != "" {
+		if err := c.check(url); err != nil {
+			return url, fmt.Errorf("%s=%s %s: %v", c.urlEnv, redactURL(url), c.badEnv, err)
 		}
-		return
+		return url, nil
 	}
-	why := RabbitMQThrowawayEnv + "=1"
-	if os.Getenv(RabbitMQThrowawayEnv) != "1" {
-		err := dialAMQP(DefaultAMQPURL)
+	why := c.throwawayEnv + "=1"
+	if os.Getenv(c.throwawayEnv) != "1" {
+		err := c.check(c.local)
 		if err == nil {
-			rabbitURL = DefaultAMQPURL
-			return
+			return c.local, nil
 		}
-		why = fmt.Sprintf("the local node at %s is not reachable (%v)", redactURL(DefaultAMQPURL), err)
+		why = fmt.Sprintf(c.badLocal, redactURL(c.local)) + fmt.Sprintf(" (%v)", err)
 	}
-	node, err := StartRabbitMQNode()
+	url, err := c.start(why)
 	if err != nil {
-		rabbitProblem = fmt.Errorf("%s; %w", why, err)
-		return
+		return "", fmt.Errorf("%s; %w", why, err)
 	}
-	rabbitURL, rabbitNode = node.URL, node
-	// Said once per test binary, so that a run's output shows which node it used.
-	fmt.Fprintf(os.Stderr, "brokertest: %s: started the throwaway RabbitMQ node %s at %s (in %s)\n", why, node.Name, redactURL(node.URL), node.Dir)
-	atExit(func() {
-		if err := node.Stop(); err != nil {
-			fmt.Fprintf(os.Stderr, "brokertest: %v\n", err)
-		}
-	})
+	return url, nil
 }
 
 // RabbitMQThrowaway reports whether RabbitMQURL's node is a throwaway node
