@@ -71,30 +71,15 @@ func start(ctx context.Context, name, prefix, dbURL string, run func(ctx context
 // function that drops it. Once the schema exists, it is dropped on every way
 // out, errors included.
 func OpenSchema(ctx context.Context, dbURL, schema string, migrate func(ctx context.Context, db *sql.DB) error) (*pgxpool.Pool, func() error, error) {
-	quoted := pgx.Identifier{schema}.Sanitize()
 	admin, err := pgxpool.New(ctx, dbURL)
 	if err != nil {
 		return nil, nil, err
 	}
 	defer admin.Close()
-	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+quoted); err != nil {
+	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize()); err != nil {
 		return nil, nil, fmt.Errorf("create schema %s: %w", schema, err)
 	}
-	drop := func() error {
-		// Not ctx: after an interrupt it is cancelled, and the schema must
-		// still go.
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		conn, err := pgx.Connect(ctx, dbURL)
-		if err == nil {
-			defer conn.Close(ctx)
-			_, err = conn.Exec(ctx, "DROP SCHEMA "+quoted+" CASCADE")
-		}
-		if err != nil {
-			return fmt.Errorf("drop schema %s (drop it yourself): %w", schema, err)
-		}
-		return nil
-	}
+	drop := func() error { return DropSchema(dbURL, schema) }
 
 	pool, err := OpenPool(ctx, dbURL, schema)
 	if err != nil {
@@ -107,6 +92,22 @@ func OpenSchema(ctx context.Context, dbURL, schema string, migrate func(ctx cont
 		return nil, nil, errors.Join(err, drop())
 	}
 	return pool, drop, nil
+}
+
+// DropSchema drops schema and all in it. It does not take a context: after an
+// interrupt the run's is cancelled, and the schema must still go.
+func DropSchema(dbURL, schema string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err == nil {
+		defer conn.Close(ctx)
+		_, err = conn.Exec(ctx, "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
+	}
+	if err != nil {
+		return fmt.Errorf("drop schema %s (drop it yourself): %w", schema, err)
+	}
+	return nil
 }
 
 // Up applies the goose migrations in fsys to db, keeping their versions in
