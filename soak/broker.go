@@ -16,6 +16,7 @@ import (
 	"github.com/idemgen/idemgen/idem"
 	"github.com/idemgen/idemgen/idem/jetstream"
 	"github.com/idemgen/idemgen/idem/rabbitmq"
+	"github.com/idemgen/idemgen/internal/demo/topology"
 )
 
 // keyHeader carries the soak's own name of a message (an order id, or
@@ -109,32 +110,11 @@ func newRabbit(e endpoint, name string) (*rabbit, error) {
 }
 
 func (r *rabbit) declare(context.Context) error {
-	for _, t := range []rabbitmq.Topology{r.orders, r.notes} {
-		if err := rabbitmq.Declare(r.ch, t); err != nil {
-			return err
-		}
-	}
-	return nil
+	return topology.DeclareRabbitMQ(r.ch, r.orders, r.notes)
 }
 
 func (r *rabbit) remove(context.Context) error {
-	ch, err := r.conn.Channel()
-	if err != nil {
-		return err
-	}
-	defer ch.Close()
-	var errs []error
-	for _, t := range []rabbitmq.Topology{r.orders, r.notes} {
-		for _, q := range []string{t.Queue, t.RetryQueue(), t.DeadLetterQueue()} {
-			if _, err := ch.QueueDelete(q, false, false, false); err != nil {
-				errs = append(errs, fmt.Errorf("delete queue %s: %w", q, err))
-			}
-		}
-		if err := ch.ExchangeDelete(t.DeadLetterExchange(), false, false); err != nil {
-			errs = append(errs, fmt.Errorf("delete exchange %s: %w", t.DeadLetterExchange(), err))
-		}
-	}
-	return errors.Join(errs...)
+	return topology.DeleteRabbitMQ(r.conn, r.orders, r.notes)
 }
 
 func (r *rabbit) publish(ctx context.Context, ps []payload) error {
@@ -175,24 +155,7 @@ func (r *rabbit) publisher(name string, log *slog.Logger) (idem.Publisher, func(
 }
 
 func (r *rabbit) leftover(context.Context) (map[string]int, error) {
-	ch, err := r.conn.Channel()
-	if err != nil {
-		return nil, err
-	}
-	defer ch.Close()
-	left := map[string]int{}
-	for _, t := range []rabbitmq.Topology{r.orders, r.notes} {
-		for _, name := range []string{t.Queue, t.RetryQueue()} {
-			q, err := ch.QueueDeclarePassive(name, true, false, false, false, nil)
-			if err != nil {
-				return nil, fmt.Errorf("inspect queue %s: %w", name, err)
-			}
-			if q.Messages > 0 {
-				left[name] = q.Messages
-			}
-		}
-	}
-	return left, nil
+	return topology.RabbitMQMessages(r.conn, r.orders.Queue, r.orders.RetryQueue(), r.notes.Queue, r.notes.RetryQueue())
 }
 
 func (r *rabbit) deadLetters(_ context.Context, notes bool) ([]string, error) {
@@ -259,24 +222,11 @@ func newJetStream(e endpoint, name string) (*jetStream, error) {
 }
 
 func (j *jetStream) declare(ctx context.Context) error {
-	for _, t := range []jetstream.Topology{j.orders, j.notes} {
-		if err := jetstream.Declare(ctx, j.js, t); err != nil {
-			return err
-		}
-	}
-	return nil
+	return topology.DeclareJetStream(ctx, j.js, j.orders, j.notes)
 }
 
 func (j *jetStream) remove(ctx context.Context) error {
-	var errs []error
-	for _, t := range []jetstream.Topology{j.orders, j.notes} {
-		for _, s := range []string{t.Stream, t.DeadLetterStreamName()} {
-			if err := j.js.DeleteStream(ctx, s); err != nil {
-				errs = append(errs, fmt.Errorf("delete stream %s: %w", s, err))
-			}
-		}
-	}
-	return errors.Join(errs...)
+	return topology.DeleteJetStream(ctx, j.js, j.orders, j.notes)
 }
 
 func (j *jetStream) publish(ctx context.Context, ps []payload) error {
@@ -325,15 +275,11 @@ func (j *jetStream) publisher(_ string, log *slog.Logger) (idem.Publisher, func(
 func (j *jetStream) leftover(ctx context.Context) (map[string]int, error) {
 	left := map[string]int{}
 	for _, t := range []jetstream.Topology{j.orders, j.notes} {
-		c, err := j.js.Consumer(ctx, t.Stream, t.Consumer)
+		n, err := topology.JetStreamPending(ctx, j.js, t)
 		if err != nil {
 			return nil, err
 		}
-		info, err := c.Info(ctx)
-		if err != nil {
-			return nil, err
-		}
-		if n := int(info.NumPending) + info.NumAckPending; n > 0 {
+		if n > 0 {
 			left[t.Stream+"/"+t.Consumer] = n
 		}
 	}

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -21,6 +20,7 @@ import (
 	"github.com/idemgen/idemgen/idem/jetstream"
 	"github.com/idemgen/idemgen/idem/kafka"
 	"github.com/idemgen/idemgen/idem/rabbitmq"
+	"github.com/idemgen/idemgen/internal/demo/topology"
 )
 
 // brokerNames are the brokers the flow runs on, as -broker spells them.
@@ -126,32 +126,11 @@ func newRabbit(e Endpoint, log *slog.Logger) (*rabbit, error) {
 }
 
 func (r *rabbit) Declare(context.Context) error {
-	for _, t := range []rabbitmq.Topology{r.orders, r.notes} {
-		if err := rabbitmq.Declare(r.ch, t); err != nil {
-			return err
-		}
-	}
-	return nil
+	return topology.DeclareRabbitMQ(r.ch, r.orders, r.notes)
 }
 
 func (r *rabbit) Delete(context.Context) error {
-	ch, err := r.conn.Channel()
-	if err != nil {
-		return err
-	}
-	defer ch.Close()
-	var errs []error
-	for _, t := range []rabbitmq.Topology{r.orders, r.notes} {
-		for _, q := range []string{t.Queue, t.RetryQueue(), t.DeadLetterQueue()} {
-			if _, err := ch.QueueDelete(q, false, false, false); err != nil {
-				errs = append(errs, fmt.Errorf("delete queue %s: %w", q, err))
-			}
-		}
-		if err := ch.ExchangeDelete(t.DeadLetterExchange(), false, false); err != nil {
-			errs = append(errs, fmt.Errorf("delete exchange %s: %w", t.DeadLetterExchange(), err))
-		}
-	}
-	return errors.Join(errs...)
+	return topology.DeleteRabbitMQ(r.conn, r.orders, r.notes)
 }
 
 func (r *rabbit) PublishOrder(ctx context.Context, o billing.OrderPlaced) error {
@@ -183,26 +162,13 @@ func (r *rabbit) Notifications(h idem.Handler[ChargeCompletedMsg], log *slog.Log
 func (r *rabbit) Publisher() idem.Publisher { return r.pub }
 
 func (r *rabbit) Leftover(context.Context) (map[string]int, error) {
-	ch, err := r.conn.Channel()
-	if err != nil {
-		return nil, err
-	}
-	defer ch.Close()
-	left := map[string]int{}
+	var queues []string
 	for _, t := range []rabbitmq.Topology{r.orders, r.notes} {
-		for _, name := range []string{t.Queue, t.RetryQueue(), t.DeadLetterQueue()} {
-			q, err := ch.QueueDeclarePassive(name, true, false, false, false, nil)
-			if err != nil {
-				return nil, fmt.Errorf("inspect queue %s: %w", name, err)
-			}
-			// Ready messages, and those delivered and not acked (a stopped
-			// consumer's channel is closed, so these are back to ready).
-			if q.Messages > 0 {
-				left[name] = q.Messages
-			}
-		}
+		queues = append(queues, t.Queue, t.RetryQueue(), t.DeadLetterQueue())
 	}
-	return left, nil
+	// Ready messages, and those delivered and not acked (a stopped
+	// consumer's channel is closed, so these are back to ready).
+	return topology.RabbitMQMessages(r.conn, queues...)
 }
 
 func (r *rabbit) Close() {
@@ -249,24 +215,11 @@ func newJetStream(e Endpoint, log *slog.Logger) (*jetStream, error) {
 }
 
 func (j *jetStream) Declare(ctx context.Context) error {
-	for _, t := range []jetstream.Topology{j.orders, j.notes} {
-		if err := jetstream.Declare(ctx, j.js, t); err != nil {
-			return err
-		}
-	}
-	return nil
+	return topology.DeclareJetStream(ctx, j.js, j.orders, j.notes)
 }
 
 func (j *jetStream) Delete(ctx context.Context) error {
-	var errs []error
-	for _, t := range []jetstream.Topology{j.orders, j.notes} {
-		for _, s := range []string{t.Stream, t.DeadLetterStreamName()} {
-			if err := j.js.DeleteStream(ctx, s); err != nil {
-				errs = append(errs, fmt.Errorf("delete stream %s: %w", s, err))
-			}
-		}
-	}
-	return errors.Join(errs...)
+	return topology.DeleteJetStream(ctx, j.js, j.orders, j.notes)
 }
 
 func (j *jetStream) PublishOrder(ctx context.Context, o billing.OrderPlaced) error {
@@ -295,15 +248,11 @@ func (j *jetStream) Publisher() idem.Publisher { return j.pub }
 func (j *jetStream) Leftover(ctx context.Context) (map[string]int, error) {
 	left := map[string]int{}
 	for _, t := range []jetstream.Topology{j.orders, j.notes} {
-		c, err := j.js.Consumer(ctx, t.Stream, t.Consumer)
+		n, err := topology.JetStreamPending(ctx, j.js, t)
 		if err != nil {
 			return nil, err
 		}
-		info, err := c.Info(ctx)
-		if err != nil {
-			return nil, err
-		}
-		if n := int(info.NumPending) + info.NumAckPending; n > 0 {
+		if n > 0 {
 			left[t.Stream+"/"+t.Consumer] = n
 		}
 		dlq, err := j.js.Stream(ctx, t.DeadLetterStreamName())

@@ -22,6 +22,7 @@ import (
 	"github.com/idemgen/idemgen/examples/billing"
 	"github.com/idemgen/idemgen/examples/notifications"
 	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/internal/demo"
 )
 
 // accountID is the account every order of the flow is charged to.
@@ -132,8 +133,8 @@ func Open(ctx context.Context, dbURL, schema string, e Endpoint, log *slog.Logge
 	if err := createSchema(ctx, dbURL, schema); err != nil {
 		return f, err
 	}
-	f.cleanup = append(f.cleanup, func() error { return dropSchema(dbURL, schema) })
-	if f.Pool, err = openPool(ctx, dbURL, schema); err != nil {
+	f.cleanup = append(f.cleanup, func() error { return demo.DropSchema(dbURL, schema) })
+	if f.Pool, err = demo.OpenPool(ctx, dbURL, schema); err != nil {
 		return f, err
 	}
 	f.cleanup = append(f.cleanup, func() error { f.Pool.Close(); return nil })
@@ -365,32 +366,6 @@ func createSchema(ctx context.Context, dbURL, schema string) error {
 	return nil
 }
 
-// dropSchema drops schema; not with the run's context, which an interrupt
-// cancelled.
-func dropSchema(dbURL, schema string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, dbURL)
-	if err == nil {
-		defer conn.Close(ctx)
-		_, err = conn.Exec(ctx, "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
-	}
-	if err != nil {
-		return fmt.Errorf("drop schema %s (drop it yourself): %w", schema, err)
-	}
-	return nil
-}
-
-// openPool opens a pool whose connections have schema as their search_path.
-func openPool(ctx context.Context, dbURL, schema string) (*pgxpool.Pool, error) {
-	cfg, err := pgxpool.ParseConfig(dbURL)
-	if err != nil {
-		return nil, err
-	}
-	cfg.ConnConfig.RuntimeParams["search_path"] = schema
-	return pgxpool.NewWithConfig(ctx, cfg)
-}
-
 // migrate applies billing's and notifications' migrations with goose, each
 // service with its own version table: the two sequences number their
 // migrations independently.
@@ -405,12 +380,7 @@ func migrate(ctx context.Context, pool *pgxpool.Pool) error {
 		{"billing", billing.Migrations(), goose.DefaultTablename},
 		{"notifications", notifications.Migrations(), "goose_db_version_notifications"},
 	} {
-		provider, err := goose.NewProvider(goose.DialectPostgres, db, svc.migrations,
-			goose.WithDisableGlobalRegistry(true), goose.WithTableName(svc.table))
-		if err == nil {
-			_, err = provider.Up(ctx)
-		}
-		if err != nil {
+		if _, err := demo.Up(ctx, db, svc.migrations, svc.table); err != nil {
 			return fmt.Errorf("migrate %s: %w", svc.name, err)
 		}
 	}

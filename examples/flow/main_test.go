@@ -20,6 +20,7 @@ import (
 	"github.com/idemgen/idemgen/idem"
 	"github.com/idemgen/idemgen/idem/idemtest"
 	"github.com/idemgen/idemgen/idem/idemtest/brokertest"
+	"github.com/idemgen/idemgen/internal/demo"
 )
 
 // These tests run the flow against real RabbitMQ and NATS servers (the
@@ -213,7 +214,7 @@ func killedChild(raw string) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
 	defer cancel()
-	pool, err := openPool(ctx, cfg.DBURL, cfg.Schema)
+	pool, err := demo.OpenPool(ctx, cfg.DBURL, cfg.Schema)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "child:", err)
 		os.Exit(1)

@@ -21,66 +21,29 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
+	"database/sql"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"io/fs"
 	"log/slog"
-	"os"
-	"os/signal"
 	"slices"
 	"sync"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
 
 	"github.com/idemgen/idemgen/examples/billing"
 	"github.com/idemgen/idemgen/examples/inventory"
 	"github.com/idemgen/idemgen/idem"
-	"github.com/idemgen/idemgen/internal/testdb"
+	"github.com/idemgen/idemgen/internal/demo"
 )
 
 func main() {
-	dbURL := flag.String("db", "", "PostgreSQL `URL` (default: $IDEMGEN_TEST_DATABASE_URL, else database idemgen_test on the local socket, created if missing)")
-	flag.Parse()
-	if flag.NArg() > 0 {
-		fmt.Fprintf(os.Stderr, "billing-demo: unexpected arguments %q\n", flag.Args())
-		os.Exit(2)
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	go func() {
-		// After the first signal the demo stops and drops its schema; a
-		// second one kills it.
-		<-ctx.Done()
-		stop()
-	}()
-	if err := start(ctx, *dbURL); err != nil {
-		fmt.Fprintln(os.Stderr, "billing-demo:", err)
-		os.Exit(1)
-	}
-}
-
-func start(ctx context.Context, dbURL string) error {
-	if dbURL == "" {
-		var err error
-		dbURL, err = testdb.Find(ctx, testdb.Options{Note: func(msg string) { fmt.Fprintln(os.Stderr, "billing-demo:", msg) }})
-		if err != nil {
-			return fmt.Errorf("find the database (or pass -db URL): %w", err)
-		}
-	}
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
-	return run(ctx, dbURL, "billing_demo_"+hex.EncodeToString(b), os.Stdout)
+	demo.Main("billing-demo", "billing_demo_", run)
 }
 
 // run creates schema, runs the demo in it, printing to w, and drops the
@@ -275,71 +238,26 @@ var consumerDoes = map[idem.Action]string{
 // pool whose connections use the schema, and the function that drops it.
 // Once the schema exists, it is dropped on every way out, errors included.
 func openSchema(ctx context.Context, dbURL, schema string, w io.Writer) (*pgxpool.Pool, func() error, error) {
-	quoted := pgx.Identifier{schema}.Sanitize()
-	admin, err := pgxpool.New(ctx, dbURL)
-	if err != nil {
-		return nil, nil, err
-	}
-	defer admin.Close()
-	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+quoted); err != nil {
-		return nil, nil, fmt.Errorf("create schema %s: %w", schema, err)
-	}
-	drop := func() error {
-		// Not ctx: after an interrupt it is cancelled, and the schema must
-		// still go.
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		conn, err := pgx.Connect(ctx, dbURL)
-		if err == nil {
-			defer conn.Close(ctx)
-			_, err = conn.Exec(ctx, "DROP SCHEMA "+quoted+" CASCADE")
+	return demo.OpenSchema(ctx, dbURL, schema, func(ctx context.Context, db *sql.DB) error {
+		applied := map[string]int{}
+		// Each service keeps its own goose version table: the two sequences
+		// number their migrations independently.
+		for _, svc := range []struct {
+			name       string
+			migrations fs.FS
+			table      string
+		}{
+			{"billing", billing.Migrations(), goose.DefaultTablename},
+			{"inventory", inventory.Migrations(), "goose_db_version_inventory"},
+		} {
+			n, err := demo.Up(ctx, db, svc.migrations, svc.table)
+			if err != nil {
+				return fmt.Errorf("migrate %s: %w", svc.name, err)
+			}
+			applied[svc.name] = n
 		}
-		if err != nil {
-			return fmt.Errorf("drop schema %s (drop it yourself): %w", schema, err)
-		}
+		fmt.Fprintf(w, "%d billing and %d inventory migrations applied with goose, in a fresh schema that is dropped at the end\n\n",
+			applied["billing"], applied["inventory"])
 		return nil
-	}
-
-	pool, err := openPool(ctx, dbURL, schema)
-	if err != nil {
-		return nil, nil, errors.Join(err, drop())
-	}
-	db := stdlib.OpenDBFromPool(pool)
-	defer db.Close()
-	applied := map[string]int{}
-	// Each service keeps its own goose version table: the two sequences
-	// number their migrations independently.
-	for _, svc := range []struct {
-		name       string
-		migrations fs.FS
-		table      string
-	}{
-		{"billing", billing.Migrations(), goose.DefaultTablename},
-		{"inventory", inventory.Migrations(), "goose_db_version_inventory"},
-	} {
-		provider, err := goose.NewProvider(goose.DialectPostgres, db, svc.migrations,
-			goose.WithDisableGlobalRegistry(true), goose.WithTableName(svc.table))
-		var results []*goose.MigrationResult
-		if err == nil {
-			results, err = provider.Up(ctx)
-		}
-		if err != nil {
-			pool.Close()
-			return nil, nil, errors.Join(fmt.Errorf("migrate %s: %w", svc.name, err), drop())
-		}
-		applied[svc.name] = len(results)
-	}
-	fmt.Fprintf(w, "%d billing and %d inventory migrations applied with goose, in a fresh schema that is dropped at the end\n\n",
-		applied["billing"], applied["inventory"])
-	return pool, drop, nil
-}
-
-// openPool opens a pool whose connections have schema as their search_path.
-func openPool(ctx context.Context, dbURL, schema string) (*pgxpool.Pool, error) {
-	cfg, err := pgxpool.ParseConfig(dbURL)
-	if err != nil {
-		return nil, err
-	}
-	cfg.ConnConfig.RuntimeParams["search_path"] = schema
-	return pgxpool.NewWithConfig(ctx, cfg)
+	})
 }

@@ -21,28 +21,23 @@ package main
 import (
 	"bufio"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
+	"database/sql"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
-	"os/signal"
 	"sync"
 	"syscall"
 	"text/tabwriter"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
 
 	"github.com/idemgen/idemgen/examples/payments"
 	"github.com/idemgen/idemgen/idem"
-	"github.com/idemgen/idemgen/internal/testdb"
+	"github.com/idemgen/idemgen/internal/demo"
 )
 
 // lease is the demo's lease, shorter than the directive's 30s so that the
@@ -57,37 +52,7 @@ func main() {
 		killedWorker()
 		return
 	}
-	dbURL := flag.String("db", "", "PostgreSQL `URL` (default: $IDEMGEN_TEST_DATABASE_URL, else database idemgen_test on the local socket, created if missing)")
-	flag.Parse()
-	if flag.NArg() > 0 {
-		fmt.Fprintf(os.Stderr, "payments-demo: unexpected arguments %q\n", flag.Args())
-		os.Exit(2)
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	go func() {
-		// After the first signal the demo stops and drops its schema; a
-		// second one kills it.
-		<-ctx.Done()
-		stop()
-	}()
-	if err := start(ctx, *dbURL); err != nil {
-		fmt.Fprintln(os.Stderr, "payments-demo:", err)
-		os.Exit(1)
-	}
-}
-
-func start(ctx context.Context, dbURL string) error {
-	if dbURL == "" {
-		var err error
-		dbURL, err = testdb.Find(ctx, testdb.Options{Note: func(msg string) { fmt.Fprintln(os.Stderr, "payments-demo:", msg) }})
-		if err != nil {
-			return fmt.Errorf("find the database (or pass -db URL): %w", err)
-		}
-	}
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
-	return run(ctx, dbURL, "payments_demo_"+hex.EncodeToString(b), os.Stdout)
+	demo.Main("payments-demo", "payments_demo_", run)
 }
 
 // run creates schema, runs the demo in it, printing to w, and drops the
@@ -294,7 +259,7 @@ func killWorker(ctx context.Context, dbURL, schema, providerURL string, msg paym
 // and waits to be killed before the key is done.
 func killedWorker() {
 	ctx := context.Background()
-	pool, err := openPool(ctx, os.Getenv(workerDB), os.Getenv(workerSchema))
+	pool, err := demo.OpenPool(ctx, os.Getenv(workerDB), os.Getenv(workerSchema))
 	if err != nil {
 		fmt.Println("error:", err)
 		os.Exit(1)
@@ -313,56 +278,12 @@ func killedWorker() {
 // pool whose connections use the schema, and the function that drops it.
 // Once the schema exists, it is dropped on every way out, errors included.
 func openSchema(ctx context.Context, dbURL, schema string, w io.Writer) (*pgxpool.Pool, func() error, error) {
-	quoted := pgx.Identifier{schema}.Sanitize()
-	admin, err := pgxpool.New(ctx, dbURL)
-	if err != nil {
-		return nil, nil, err
-	}
-	defer admin.Close()
-	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+quoted); err != nil {
-		return nil, nil, fmt.Errorf("create schema %s: %w", schema, err)
-	}
-	drop := func() error {
-		// Not ctx: after an interrupt it is cancelled, and the schema must
-		// still go.
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		conn, err := pgx.Connect(ctx, dbURL)
-		if err == nil {
-			defer conn.Close(ctx)
-			_, err = conn.Exec(ctx, "DROP SCHEMA "+quoted+" CASCADE")
-		}
+	return demo.OpenSchema(ctx, dbURL, schema, func(ctx context.Context, db *sql.DB) error {
+		applied, err := demo.Up(ctx, db, payments.Migrations(), goose.DefaultTablename)
 		if err != nil {
-			return fmt.Errorf("drop schema %s (drop it yourself): %w", schema, err)
+			return fmt.Errorf("migrate: %w", err)
 		}
+		fmt.Fprintf(w, "%d migration applied with goose, in a fresh schema that is dropped at the end; the provider listens on loopback\n\n", applied)
 		return nil
-	}
-
-	pool, err := openPool(ctx, dbURL, schema)
-	if err != nil {
-		return nil, nil, errors.Join(err, drop())
-	}
-	db := stdlib.OpenDBFromPool(pool)
-	defer db.Close()
-	provider, err := goose.NewProvider(goose.DialectPostgres, db, payments.Migrations(), goose.WithDisableGlobalRegistry(true))
-	var results []*goose.MigrationResult
-	if err == nil {
-		results, err = provider.Up(ctx)
-	}
-	if err != nil {
-		pool.Close()
-		return nil, nil, errors.Join(fmt.Errorf("migrate: %w", err), drop())
-	}
-	fmt.Fprintf(w, "%d migration applied with goose, in a fresh schema that is dropped at the end; the provider listens on loopback\n\n", len(results))
-	return pool, drop, nil
-}
-
-// openPool opens a pool whose connections have schema as their search_path.
-func openPool(ctx context.Context, dbURL, schema string) (*pgxpool.Pool, error) {
-	cfg, err := pgxpool.ParseConfig(dbURL)
-	if err != nil {
-		return nil, err
-	}
-	cfg.ConnConfig.RuntimeParams["search_path"] = schema
-	return pgxpool.NewWithConfig(ctx, cfg)
+	})
 }
