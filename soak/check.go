@@ -87,7 +87,11 @@ func (s *soak) check(ctx context.Context) (report string, ok bool, err error) {
 	line("outbox rows                         %9d  want %d  %s", outbox, m, verdict(outbox == m))
 	unpublished := count(`SELECT count(*) FROM idem_outbox WHERE published_at IS NULL OR dead_at IS NOT NULL`)
 	line("outbox rows unpublished or dead     %9d  want 0  %s", unpublished, verdict(unpublished == 0))
-	line("relayed (broker confirms, reported) %9d  want >= %d  %s", rt[4], m, verdict(rt[4] >= int64(m)))
+	// The relays' own count of confirmed publishes is what they reported
+	// every 200 ms: a SIGKILL loses up to that much of it, so it is shown,
+	// not checked. The rows published (above) and applied downstream
+	// (below) are the exact checks.
+	line("relayed (broker confirms, reported) %9d  (a SIGKILL loses up to 200ms of a relay's reported count)", rt[4])
 	notes := count(`SELECT count(*) FROM notifications`)
 	line("notifications applied downstream    %9d  want %d  %s", notes, m, verdict(notes == m))
 	offending("charges not notified", keys(`SELECT order_id FROM charges EXCEPT SELECT order_id FROM notifications`))
