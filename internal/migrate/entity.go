@@ -40,19 +40,13 @@ func (EntityKind) Mode() string { return string(model.ModeEntity) }
 // Read reads the consumer and the table from the header of a migration of
 // an entity chain.
 func (EntityKind) Read(content []byte) (string, State, bool, error) {
-	lines := strings.SplitN(string(content), "\n", 4)
-	if len(lines) < 2 || lines[0] != Header || !strings.HasPrefix(lines[1], EntityMarker) {
-		return "", nil, false, nil
-	}
-	consumer := strings.TrimSpace(strings.TrimPrefix(lines[1], EntityMarker))
-	if len(lines) < 3 {
-		return consumer, nil, true, fmt.Errorf("it has no schema line")
-	}
-	table, ok := strings.CutPrefix(strings.TrimSpace(lines[2]), SchemaMarker+"table=")
-	if !ok || table == "" || strings.ContainsAny(table, " \t") {
-		return consumer, nil, true, fmt.Errorf("not a schema line: %q", lines[2])
-	}
-	return consumer, model.EntityMarker{Consumer: consumer, Table: table}, true, nil
+	return readHeader(content, EntityMarker, func(consumer, line string) (State, error) {
+		table, ok := strings.CutPrefix(strings.TrimSpace(line), SchemaMarker+"table=")
+		if !ok || table == "" || strings.ContainsAny(table, " \t") {
+			return nil, fmt.Errorf("not a schema line: %q", line)
+		}
+		return model.EntityMarker{Consumer: consumer, Table: table}, nil
+	})
 }
 
 // Evolve returns want for a new consumer; a consumer whose table changed

@@ -72,19 +72,9 @@ func (ExternalKind) Mode() string { return string(model.ModeExternal) }
 // Read reads the consumer and the schema from the header of a migration of
 // an external chain.
 func (ExternalKind) Read(content []byte) (string, State, bool, error) {
-	lines := strings.SplitN(string(content), "\n", 4)
-	if len(lines) < 2 || lines[0] != Header || !strings.HasPrefix(lines[1], ExternalMarker) {
-		return "", nil, false, nil
-	}
-	consumer := strings.TrimSpace(strings.TrimPrefix(lines[1], ExternalMarker))
-	if len(lines) < 3 {
-		return consumer, nil, true, fmt.Errorf("it has no schema line")
-	}
-	in, err := ParseExternalSchemaLine(consumer, strings.TrimSpace(lines[2]))
-	if err != nil {
-		return consumer, nil, true, err
-	}
-	return consumer, in, true, nil
+	return readHeader(content, ExternalMarker, func(consumer, line string) (State, error) {
+		return ParseExternalSchemaLine(consumer, strings.TrimSpace(line))
+	})
 }
 
 // Evolve returns want when the table must change to it: the first migration

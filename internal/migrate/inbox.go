@@ -46,19 +46,29 @@ func (InboxKind) Mode() string { return string(model.ModeTx) }
 // Read reads the consumer and the schema from the header of an inbox
 // migration.
 func (InboxKind) Read(content []byte) (string, State, bool, error) {
+	return readHeader(content, InboxMarker, func(consumer, line string) (State, error) {
+		return ParseSchemaLine(consumer, strings.TrimSpace(line))
+	})
+}
+
+// readHeader reads the header every owned chain's migrations start with:
+// the generated-code line, marker and the consumer, then a schema line that
+// parse reads. ok is false for a file without marker (another kind's, or
+// the user's); a header with a missing or bad schema line is an error.
+func readHeader(content []byte, marker string, parse func(consumer, line string) (State, error)) (consumer string, state State, ok bool, err error) {
 	lines := strings.SplitN(string(content), "\n", 4)
-	if len(lines) < 2 || lines[0] != Header || !strings.HasPrefix(lines[1], InboxMarker) {
+	if len(lines) < 2 || lines[0] != Header || !strings.HasPrefix(lines[1], marker) {
 		return "", nil, false, nil
 	}
-	consumer := strings.TrimSpace(strings.TrimPrefix(lines[1], InboxMarker))
+	consumer = strings.TrimSpace(strings.TrimPrefix(lines[1], marker))
 	if len(lines) < 3 {
 		return consumer, nil, true, fmt.Errorf("it has no schema line")
 	}
-	schema, err := ParseSchemaLine(consumer, strings.TrimSpace(lines[2]))
+	state, err = parse(consumer, lines[2])
 	if err != nil {
 		return consumer, nil, true, err
 	}
-	return consumer, schema, true, nil
+	return consumer, state, true, nil
 }
 
 // Evolve returns want, completed from current, when the inbox must change to
