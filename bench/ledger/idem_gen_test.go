@@ -50,7 +50,11 @@ import (
 // transaction fails before its commit gets the error for each message and
 // commits nothing, and the redelivered batch is processed once;
 // batch_concurrent: 16 batches holding the message twice at once give exactly
-// one idem.Processed, the rest idem.Duplicate with equal results.
+// one idem.Processed, the rest idem.Duplicate with equal results;
+// batch_killed_mid_batch: a child process delivering the message twice as a
+// batch is killed with SIGKILL inside the batch's transaction, after the
+// handler and before the COMMIT: nothing is recorded, and the redelivered batch
+// is processed once.
 //
 // Without IDEMGEN_TEST_DATABASE_URL (DATABASE_URL is never used) the test is
 // skipped, and with IDEMGEN_REQUIRE_DB set it fails instead;

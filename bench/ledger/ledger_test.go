@@ -138,3 +138,37 @@ func BenchmarkGeneratedDuplicate(b *testing.B) {
 		}
 	}
 }
+
+// batchSize is the size of the batches of the HandleBatch benchmarks.
+const batchSize = 100
+
+func BenchmarkHandleBatch(b *testing.B) {
+	ctx := context.Background()
+	gen := ledger.NewPostIdem(newDB(b))
+	msgs := deposits(b.N*batchSize, "batch-")
+	b.ResetTimer()
+	for i := range b.N {
+		results, err := gen.HandleBatch(ctx, msgs[i*batchSize:(i+1)*batchSize])
+		if err != nil || results[0].Outcome != idem.Processed {
+			b.Fatal(results[0], err)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*batchSize), "ns/msg")
+}
+
+func BenchmarkHandleBatchDuplicate(b *testing.B) {
+	ctx := context.Background()
+	gen := ledger.NewPostIdem(newDB(b))
+	msgs := deposits(batchSize, "batchdup-")
+	if _, err := gen.HandleBatch(ctx, msgs); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for range b.N {
+		results, err := gen.HandleBatch(ctx, msgs)
+		if err != nil || results[0].Outcome != idem.Duplicate {
+			b.Fatal(results[0], err)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*batchSize), "ns/msg")
+}

@@ -3,6 +3,7 @@ package idemtest
 import (
 	"context"
 	"errors"
+	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -35,6 +36,12 @@ const (
 	// at once: exactly one Processed, every other message a Duplicate with
 	// an equal result, the effect once.
 	ScenarioBatchConcurrent = "batch_concurrent"
+	// ScenarioBatchKilledMidBatch: the process delivering a batch (the
+	// message twice) is killed with SIGKILL inside the batch's transaction,
+	// after the handler ran and before the COMMIT (a child process running
+	// the same test binary): nothing is recorded, no effect, no outgoing
+	// message; the redelivered batch is Processed once, then a Duplicate.
+	ScenarioBatchKilledMidBatch = "batch_killed_mid_batch"
 )
 
 // BatchFunc delivers messages to the consumer under test as one batch: a
@@ -52,6 +59,7 @@ func (s Suite[V, M, R]) batchScenarios(seen *fixtureSeen) []Scenario {
 		{Name: ScenarioBatchProcessedKey, Run: func(t testing.TB) { s.batchProcessedKey(t, seen) }, applies: always},
 		{Name: ScenarioBatchFailingHandler, Run: func(t testing.TB) { s.batchFailingHandler(t, seen) }, applies: always},
 		{Name: ScenarioBatchConcurrent, Run: func(t testing.TB) { s.batchConcurrent(t, seen) }, applies: always},
+		{Name: ScenarioBatchKilledMidBatch, Run: func(t testing.TB) { s.batchKilledMidBatch(t, seen) }, applies: always},
 	}
 }
 
@@ -198,6 +206,39 @@ func (s Suite[V, M, R]) batchConcurrent(t testing.TB, seen *fixtureSeen) {
 	sc.wantInboxRows(1, "after the concurrent batches")
 	sc.wantEffect(msg, 1, "after the concurrent batches")
 	sc.wantOutbox(msg, "after the concurrent batches")
+}
+
+// batchKilledMidBatch runs a child process (this test binary, this test,
+// this scenario) that delivers the message twice as one batch and kills
+// itself with SIGKILL in the batch's before-commit hook, then checks that
+// nothing was recorded and that the redelivered batch processes the message
+// once.
+func (s Suite[V, M, R]) batchKilledMidBatch(t testing.TB, seen *fixtureSeen) {
+	t.Helper()
+	if url := os.Getenv(envKillURL); url != "" {
+		ctx, child := s.killedChild(t, url)
+		results, err := s.Batch(child.recv, child.pool, child.opts...)(ctx, []M{child.msg, child.msg})
+		t.Fatalf("child: the batch returned (%v, %v) instead of reaching the before-commit hook, where the process kills itself", results, err)
+		return
+	}
+	sc := s.start(t, seen, 2)
+	msg := sc.fx.Message
+	runKilledChild(t, sc.db, msg)
+	sc.wantInboxRows(0, "after the process was killed inside the batch's transaction")
+	sc.wantEffect(msg, 0, "after the process was killed inside the batch's transaction")
+	sc.wantNoOutbox("after the process was killed inside the batch's transaction")
+	got := sc.batch(sc.newBatch(sc.pool), []M{msg, msg})
+	if got[0].err != nil || got[0].o != idem.Processed {
+		t.Fatalf("the redelivered batch after the killed process: got %v; want Processed", got[0])
+	}
+	sc.wantDuplicate("the message twice in the redelivered batch", got[1], got[0])
+	sc.wantRuns(1, "the killed run never reached this process's hook; the redelivered batch ran once")
+	sc.wantInboxRows(1, "after the redelivered batch")
+	sc.wantEffect(msg, 1, "after the redelivered batch")
+	sc.wantOutbox(msg, "after the redelivered batch")
+	again := sc.batch(sc.newBatch(sc.pool), []M{msg})
+	sc.wantDuplicate("a batch of the message after the redelivered one", again[0], got[0])
+	sc.wantRuns(1, "a Duplicate must not run the handler")
 }
 
 func summarizeDeliveries[R any](ds []delivery[R]) string {

@@ -1,20 +1,10 @@
 package idemtest
 
 import (
-	"bytes"
-	"context"
-	"encoding/json"
-	"errors"
 	"io/fs"
 	"os"
-	"os/exec"
-	"regexp"
-	"strings"
-	"syscall"
 	"testing"
-	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemgen/idemgen/idem"
@@ -25,12 +15,6 @@ import (
 // commit (a child process running the same test binary); nothing is
 // recorded, and the redelivery is Processed once, then a Duplicate.
 const ScenarioKilledMidTransaction = "killed_mid_transaction"
-
-// The environment of the child process of ScenarioKilledMidTransaction.
-const (
-	envKillURL = "IDEMTEST_KILL_URL"
-	envKillMsg = "IDEMTEST_KILL_MESSAGE"
-)
 
 // EntitySuite runs the scenarios that prove a mode=entity consumer's
 // guarantee, whose marker is the row its handler inserts into Table: the
@@ -91,31 +75,14 @@ func (s EntitySuite[V, M, R]) Scenarios() []Scenario {
 func (s Suite[V, M, R]) killedMidTransaction(t testing.TB, seen *fixtureSeen) {
 	t.Helper()
 	if url := os.Getenv(envKillURL); url != "" {
-		s.killedChild(t, url)
+		ctx, child := s.killedChild(t, url)
+		_, o, err := s.New(child.recv, child.pool, child.opts...)(ctx, child.msg)
+		t.Fatalf("child: the delivery returned (%v, %v) instead of reaching the before-commit hook, where the process kills itself", o, err)
 		return
 	}
 	sc := s.start(t, seen, 2)
 	msg := sc.fx.Message
-	encoded, err := json.Marshal(msg)
-	if err != nil {
-		t.Fatalf("encode the fixture's message for the child process: %v", err)
-	}
-	parts := strings.Split(t.Name(), "/")
-	for i, p := range parts {
-		parts[i] = "^" + regexp.QuoteMeta(p) + "$"
-	}
-	cmd := exec.Command(os.Args[0], "-test.run="+strings.Join(parts, "/"), "-test.count=1", "-test.v")
-	cmd.Env = append(os.Environ(), envKillURL+"="+sc.db.URL, envKillMsg+"="+string(encoded))
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err = cmd.Run()
-	var exit *exec.ExitError
-	if !errors.As(err, &exit) || exit.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
-		t.Fatalf("the child process ended with %v; want killed by SIGKILL inside its transaction. Its output:\n%s", err, out.String())
-	}
-	// The server notices the dead connection and rolls its transaction
-	// back; wait until the session is gone.
-	waitGone(t, sc.db.Pool, sc.db.Schema+"_kill")
+	runKilledChild(t, sc.db, msg)
 	sc.wantInboxRows(0, "after the process was killed inside its transaction")
 	sc.wantEffect(msg, 0, "after the process was killed inside its transaction")
 	first := sc.mustProcess("the redelivery after the killed process", msg)
@@ -124,54 +91,4 @@ func (s Suite[V, M, R]) killedMidTransaction(t testing.TB, seen *fixtureSeen) {
 	sc.wantEffect(msg, 1, "after the redelivery")
 	sc.wantDuplicate("the second redelivery", sc.deliver(sc.handle, msg), first)
 	sc.wantRuns(1, "a Duplicate must not run the handler")
-}
-
-// killedChild is the child process: it delivers the parent's message on the
-// parent's schema and dies of SIGKILL in the before-commit hook, after the
-// handler's insert.
-func (s Suite[V, M, R]) killedChild(t testing.TB, url string) {
-	var msg M
-	if err := json.Unmarshal([]byte(os.Getenv(envKillMsg)), &msg); err != nil {
-		t.Fatalf("child: decode the message: %v", err)
-	}
-	ctx := context.Background()
-	cfg, err := pgxpool.ParseConfig(url)
-	if err != nil {
-		t.Fatalf("child: %v", err)
-	}
-	schema := cfg.ConnConfig.RuntimeParams["search_path"]
-	cfg.ConnConfig.RuntimeParams["application_name"] = schema + "_kill"
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatalf("child: %v", err)
-	}
-	// The fixture gives the receiver; it runs once more, on the parent's
-	// schema (a fixture that seeds with fresh unique values tolerates it).
-	fx := s.Fixture(t, &DB{Pool: pool, Schema: schema, URL: url})
-	opts := append(append([]idem.Option(nil), s.Options...), idem.WithBeforeCommit(func(context.Context, pgx.Tx) error {
-		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
-		time.Sleep(time.Minute)
-		return errors.New("idemtest: SIGKILL did not kill the child")
-	}))
-	_, o, err := s.New(fx.Receiver, pool, opts...)(ctx, msg)
-	t.Fatalf("child: the delivery returned (%v, %v) instead of reaching the before-commit hook, where the process kills itself", o, err)
-}
-
-// waitGone waits until no session of application_name app is left.
-func waitGone(t testing.TB, pool *pgxpool.Pool, app string) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		var n int
-		if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1`, app).Scan(&n); err != nil {
-			t.Fatalf("watch the killed process's session: %v", err)
-		}
-		if n == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the killed process's session (%s) is still in pg_stat_activity after 30s", app)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }

@@ -185,6 +185,29 @@ func batchWithoutInbox(_ idemtest.NoReceiver, pool *pgxpool.Pool, _ ...idem.Opti
 	}
 }
 
+// batchCommitsBeforeHook is a broken batch: a correct HandleBatch, but the
+// scenario's before-commit hook (where a worker can die) runs after the
+// batch committed, as in a consumer that does more work in its transaction's
+// place once the batch returned: a worker killed there has already
+// committed.
+func batchCommitsBeforeHook(_ idemtest.NoReceiver, pool *pgxpool.Pool, opts ...idem.Option) idemtest.BatchFunc[transfer, receipt] {
+	// The hook the scenario passed is replaced by one that does nothing;
+	// the scenario's hook runs after the commit, through the context.
+	in := idem.NewInbox(pool, batchTransferTable, post, append(opts, idem.WithBeforeCommit(func(context.Context, pgx.Tx) error { return nil }))...)
+	return func(ctx context.Context, msgs []transfer) ([]idem.Result[receipt], error) {
+		results, err := in.HandleBatch(ctx, msgs)
+		if err != nil {
+			return results, err
+		}
+		if err := idemtest.BeforeCommit(ctx, nil); err != nil {
+			for i := range results {
+				results[i] = idem.Result[receipt]{Err: err}
+			}
+		}
+		return results, nil
+	}
+}
+
 // The broken consumers. Each gets everything right but one thing. Not built
 // on idem.Inbox, they call idemtest.BeforeCommit where idem calls its
 // before-commit hook: in the transaction that records the key, right before
@@ -355,20 +378,29 @@ func TestScenariosCatchBrokenConsumers(t *testing.T) {
 		{"record_key_after_commit", suite(recordAfterCommit), []string{idemtest.ScenarioConcurrent, idemtest.ScenarioFailureBeforeCommit}},
 		{"unique_violation_is_duplicate", suite(uniqueViolationIsDuplicate), []string{idemtest.ScenarioBusinessUniqueViolation}},
 		{"batch_without_inbox", withBatch(suite(newInbox), batchWithoutInbox), []string{idemtest.ScenarioBatchKeyTwice,
-			idemtest.ScenarioBatchProcessedKey, idemtest.ScenarioBatchFailingHandler, idemtest.ScenarioBatchConcurrent}},
+			idemtest.ScenarioBatchProcessedKey, idemtest.ScenarioBatchFailingHandler, idemtest.ScenarioBatchConcurrent, idemtest.ScenarioBatchKilledMidBatch}},
+		// Its hook runs once a batch, after the commit: a batch of processed
+		// keys counts as a run, and a failure or a kill there comes too late.
+		{"batch_commits_before_hook", withBatch(suite(newInbox), batchCommitsBeforeHook), []string{idemtest.ScenarioBatchProcessedKey,
+			idemtest.ScenarioBatchFailingHandler, idemtest.ScenarioBatchConcurrent, idemtest.ScenarioBatchKilledMidBatch}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			var caught []string
 			for _, sc := range c.suite.Scenarios() {
-				rec := runRecorded(t, sc)
-				switch {
-				case rec.skipped:
-					t.Errorf("%s skipped: %s", sc.Name, rec.report())
-				case rec.failed():
-					caught = append(caught, sc.Name)
-					t.Logf("%s caught %s:\n%s", sc.Name, c.name, rec.report())
-				}
+				// A subtest per scenario, so that the child process of a
+				// kill scenario (this test binary, run with this test's
+				// name) runs that scenario alone.
+				t.Run(sc.Name, func(t *testing.T) {
+					rec := runRecorded(t, sc)
+					switch {
+					case rec.skipped:
+						t.Errorf("%s skipped: %s", sc.Name, rec.report())
+					case rec.failed():
+						caught = append(caught, sc.Name)
+						t.Logf("%s caught %s:\n%s", sc.Name, c.name, rec.report())
+					}
+				})
 			}
 			if !slices.Equal(caught, c.caughtBy) {
 				t.Errorf("%s was caught by %v; want %v", c.name, caught, c.caughtBy)

@@ -347,7 +347,9 @@ func (e emitter) doc() string {
 		"idem.Processed, idem.Duplicate with an equal result, idem.ErrKeyReused; "+
 		"batch_processed_key: a batch of an already processed message gives idem.Duplicate with the stored result and does not run the handler; "+
 		"batch_failing_handler: a batch whose transaction fails before its commit gets the error for each message and commits nothing, and the redelivered batch is processed once; "+
-		"batch_concurrent: %d batches holding the message twice at once give exactly one idem.Processed, the rest idem.Duplicate with equal results.",
+		"batch_concurrent: %d batches holding the message twice at once give exactly one idem.Processed, the rest idem.Duplicate with equal results; "+
+		"batch_killed_mid_batch: a child process delivering the message twice as a batch is killed with SIGKILL inside the batch's transaction, after the handler and before the COMMIT: "+
+		"nothing is recorded, and the redelivered batch is processed once.",
 		n.Wrapper, how, Deliveries))
 	d.para("Without IDEMGEN_TEST_DATABASE_URL (DATABASE_URL is never used) the test is skipped, and with IDEMGEN_REQUIRE_DB set it fails instead; " +
 		fmt.Sprintf("IDEMGEN_TEST_DELIVERIES sets another number of concurrent deliveries than %d.", Deliveries))
