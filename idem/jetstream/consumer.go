@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -48,6 +49,7 @@ type Consumer[M any] struct {
 	js      jetstream.JetStream
 	top     Topology
 	handler idem.Handler[M]
+	batch   idem.BatchHandler[M] // the handler, when it takes batches and batching is on
 	o       options
 	ins     *obs.Instruments
 	err     error
@@ -60,10 +62,16 @@ type Consumer[M any] struct {
 // Attempt is NumDelivered and Headers are the message's headers. js's
 // connection should reconnect forever (nats.MaxReconnects(-1)): the consumer
 // resumes on every reconnect, and Run returns when the connection is closed.
-// Options: WithWorkers, WithPrefetch, WithMaxAttempts, WithMaxBodySize,
-// WithDecoder, WithRetryDelay, WithBackoff, WithLogger.
+// When h is also an idem.BatchHandler (a generated tx-mode wrapper, an
+// idem.Inbox), each worker delivers up to WithBatch messages with one
+// DeliverBatch call. Options: WithWorkers, WithPrefetch, WithBatch,
+// WithMaxAttempts, WithMaxBodySize, WithDecoder, WithRetryDelay,
+// WithBackoff, WithLogger.
 func NewConsumer[M any](js jetstream.JetStream, top Topology, h idem.Handler[M], opts ...Option) *Consumer[M] {
 	c := &Consumer[M]{js: js, top: top, handler: h, o: newOptions(opts)}
+	if bh, ok := h.(idem.BatchHandler[M]); ok && c.o.batchSize() > 1 {
+		c.batch = bh
+	}
 	c.ins = obs.New(c.o.meter)
 	c.err = top.validate()
 	if c.err == nil {
@@ -140,7 +148,11 @@ func (c *Consumer[M]) session(ctx context.Context, log *slog.Logger) (consumed b
 		return false, fmt.Errorf("jetstream: pull from %s: %w", c.top.Consumer, err)
 	}
 	defer it.Stop()
-	log.Info("jetstream consumer: consuming", "workers", c.o.workers, "prefetch", c.o.prefetch, "ack_wait", ackWait)
+	batch := 1
+	if c.batch != nil {
+		batch = c.o.batchSize()
+	}
+	log.Info("jetstream consumer: consuming", "workers", c.o.workers, "prefetch", c.o.prefetch, "batch", batch, "ack_wait", ackWait)
 
 	work := make(chan jetstream.Msg)
 	var wg sync.WaitGroup
@@ -149,7 +161,11 @@ func (c *Consumer[M]) session(ctx context.Context, log *slog.Logger) (consumed b
 		go func() {
 			defer wg.Done()
 			for msg := range work {
-				c.deliver(ctx, log, msg, ackWait)
+				if c.batch == nil {
+					c.deliver(ctx, log, msg, ackWait)
+					continue
+				}
+				c.deliverBatch(ctx, log, collect(ctx, work, msg, c.o.batchSize(), c.o.batchLinger), ackWait)
 			}
 		}()
 	}
@@ -194,26 +210,144 @@ func returnBuffered(it jetstream.MessagesContext, log *slog.Logger) {
 	log.Info("jetstream consumer: stopped; the messages not acked are delivered again", "returned", n)
 }
 
+// inHand is a message a worker holds: where it is in the stream, its
+// attempt, its logger, and whether it is being settled (then the heartbeat
+// leaves it alone).
+type inHand struct {
+	msg      jetstream.Msg
+	seq      uint64
+	id       string
+	attempt  int
+	log      *slog.Logger
+	settling atomic.Bool
+}
+
+func newInHand(log *slog.Logger, msg jetstream.Msg) *inHand {
+	h := &inHand{msg: msg, attempt: 1, id: msg.Headers().Get(jetstream.MsgIDHeader)}
+	if md, err := msg.Metadata(); err == nil {
+		h.attempt, h.seq = int(md.NumDelivered), md.Sequence.Stream
+	}
+	h.log = log.With("subject", msg.Subject(), "stream_seq", h.seq, "message_id", h.id, "attempt", h.attempt)
+	return h
+}
+
 // deliver handles one message and settles it.
 func (c *Consumer[M]) deliver(ctx context.Context, log *slog.Logger, msg jetstream.Msg, ackWait time.Duration) {
-	attempt, seq := 1, uint64(0)
-	if md, err := msg.Metadata(); err == nil {
-		attempt, seq = int(md.NumDelivered), md.Sequence.Stream
-	}
-	id := msg.Headers().Get(jetstream.MsgIDHeader)
-	log = log.With("subject", msg.Subject(), "stream_seq", seq, "message_id", id, "attempt", attempt)
+	h := newInHand(log, msg)
 	if ctx.Err() != nil {
 		_ = msg.Nak()
 		return
 	}
-	stopBeats := heartbeat(msg, ackWait, log)
+	stopBeats := heartbeat([]*inHand{h}, ackWait)
 	defer stopBeats()
 
 	var outcome idem.Outcome
-	m, err := c.decode(msg, id, attempt)
+	m, err := c.decode(msg, h.id, h.attempt)
 	if err == nil {
 		outcome, err = c.handler.Deliver(ctx, m)
 	}
+	c.settle(ctx, h, outcome, err)
+}
+
+// deliverBatch handles the messages one worker collected: those that do not
+// decode are dead-lettered on their own, the others go to one DeliverBatch
+// call, and each is then settled by its own result. The heartbeat covers
+// every message until it is settled.
+func (c *Consumer[M]) deliverBatch(ctx context.Context, log *slog.Logger, msgs []jetstream.Msg, ackWait time.Duration) {
+	if ctx.Err() != nil {
+		for _, msg := range msgs {
+			_ = msg.Nak() // never started: delivered again at once
+		}
+		return
+	}
+	all := make([]*inHand, len(msgs))
+	for i, msg := range msgs {
+		all[i] = newInHand(log, msg)
+	}
+	stopBeats := heartbeat(all, ackWait)
+	defer stopBeats()
+
+	var (
+		ms    []M
+		batch []*inHand
+	)
+	for _, h := range all {
+		m, err := c.decode(h.msg, h.id, h.attempt)
+		if err != nil {
+			c.settle(ctx, h, 0, err)
+			continue
+		}
+		ms = append(ms, m)
+		batch = append(batch, h)
+	}
+	if len(ms) == 0 {
+		return
+	}
+	results := deliverAll(ctx, c.batch, ms)
+	log.Debug("jetstream consumer: batch delivered", "messages", len(ms))
+	for i, h := range batch {
+		c.settle(ctx, h, results[i].Outcome, results[i].Err)
+	}
+}
+
+// deliverAll is h.DeliverBatch, with an error for every message if h does
+// not return one result per message.
+func deliverAll[M any](ctx context.Context, h idem.BatchHandler[M], msgs []M) []idem.Result[idem.None] {
+	results := h.DeliverBatch(ctx, msgs)
+	if len(results) == len(msgs) {
+		return results
+	}
+	err := fmt.Errorf("jetstream: DeliverBatch returned %d results for %d messages", len(results), len(msgs))
+	results = make([]idem.Result[idem.None], len(msgs))
+	for i := range results {
+		results[i].Err = err
+	}
+	return results
+}
+
+// collect returns first and the messages after it, at most max in all: those
+// the pull hands over at once, then those that arrive within linger of the
+// first, until ctx ends or ch is closed.
+func collect[T any](ctx context.Context, ch <-chan T, first T, max int, linger time.Duration) []T {
+	batch := append(make([]T, 0, max), first)
+	var expired <-chan time.Time
+	if linger > 0 {
+		t := time.NewTimer(linger)
+		defer t.Stop()
+		expired = t.C
+	}
+	for len(batch) < max {
+		select {
+		case v, ok := <-ch:
+			if !ok {
+				return batch
+			}
+			batch = append(batch, v)
+			continue
+		default:
+		}
+		if expired == nil {
+			return batch
+		}
+		select {
+		case v, ok := <-ch:
+			if !ok {
+				return batch
+			}
+			batch = append(batch, v)
+		case <-expired:
+			return batch
+		case <-ctx.Done():
+			return batch
+		}
+	}
+	return batch
+}
+
+// settle acts on a message's result as idem.ActionFor says.
+func (c *Consumer[M]) settle(ctx context.Context, h *inHand, outcome idem.Outcome, err error) {
+	h.settling.Store(true)
+	msg, log, attempt, seq, id := h.msg, h.log, h.attempt, h.seq, h.id
 	action := idem.ActionFor(err)
 	if action == idem.Retry && ctx.Err() != nil {
 		_ = msg.Nak()
@@ -259,9 +393,10 @@ func (c *Consumer[M]) deliver(ctx context.Context, log *slog.Logger, msg jetstre
 	}
 }
 
-// heartbeat sends InProgress at a third of the ack wait until stop is
-// called, so that a handler longer than the ack wait keeps its message.
-func heartbeat(msg jetstream.Msg, ackWait time.Duration, log *slog.Logger) (stop func()) {
+// heartbeat sends InProgress for each message of hs not being settled, at a
+// third of the ack wait, until stop is called, so that a handler (or a
+// batch) longer than the ack wait keeps its messages.
+func heartbeat(hs []*inHand, ackWait time.Duration) (stop func()) {
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -274,8 +409,13 @@ func heartbeat(msg jetstream.Msg, ackWait time.Duration, log *slog.Logger) (stop
 			case <-done:
 				return
 			case <-t.C:
-				if err := msg.InProgress(); err != nil {
-					log.Warn("jetstream consumer: InProgress failed; the server may deliver the message again", "err", err)
+				for _, h := range hs {
+					if h.settling.Load() {
+						continue
+					}
+					if err := h.msg.InProgress(); err != nil {
+						h.log.Warn("jetstream consumer: InProgress failed; the server may deliver the message again", "err", err)
+					}
 				}
 			}
 		}

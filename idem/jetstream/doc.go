@@ -49,6 +49,23 @@
 // handlers finish (a commit is acked), and naks the messages it pulled ahead,
 // so they are delivered again at once; it acks nothing it did not commit.
 //
+// # Batches
+//
+// When the handler is also an [idem.BatchHandler] (every generated tx-mode
+// wrapper, every [idem.Inbox]), a worker takes a message, then what the pull
+// has buffered and what arrives within the linger of the first, up to the
+// batch's max, and hands the decoded messages to one DeliverBatch call (one
+// transaction for the batch, see [idem.Inbox.HandleBatch]). Each message is
+// then acked (DoubleAck), nak'ed with the retry delay, or terminated and
+// copied to the dead-letter subject, by its own result (idem.ActionFor of its
+// Result.Err); a message that does not decode is dead-lettered on its own and
+// takes no part in the batch. InProgress goes out for every message of the
+// batch until it is settled, so a batch longer than the ack wait keeps all its
+// messages. [WithBatch] sets the max (default [idem.DefaultBatchCap], 100,
+// never more than the prefetch) and the linger (default [DefaultBatchLinger],
+// 2ms); WithBatch(1, 0) turns batching off. A handler that is only an
+// [idem.Handler] gets one Deliver per message.
+//
 // # Topology
 //
 // The consumer expects, for a [Topology]:

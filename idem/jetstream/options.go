@@ -22,6 +22,7 @@ const (
 	DefaultBackoffMin   = 200 * time.Millisecond
 	DefaultBackoffMax   = 30 * time.Second
 	DefaultMaxInFlight  = 1024
+	DefaultBatchLinger  = 2 * time.Millisecond
 	defaultPullExpiry   = 5 * time.Second
 	defaultAckWaitGuess = 30 * time.Second
 )
@@ -47,6 +48,8 @@ type options struct {
 	backoffMax  time.Duration
 	maxInFlight int
 	msg         func(m idem.OutgoingMessage, msg *nats.Msg)
+	batchMax    int
+	batchLinger time.Duration
 }
 
 func newOptions(opts []Option) options {
@@ -61,6 +64,7 @@ func newOptions(opts []Option) options {
 		backoffMin:  DefaultBackoffMin,
 		backoffMax:  DefaultBackoffMax,
 		maxInFlight: DefaultMaxInFlight,
+		batchLinger: DefaultBatchLinger,
 	}
 	for _, opt := range opts {
 		opt(&o)
@@ -93,8 +97,21 @@ func (o *options) validate(what string) error {
 		return fmt.Errorf("jetstream: %s: WithMaxInFlight(%d): want at least 1", what, o.maxInFlight)
 	case o.decode == nil:
 		return fmt.Errorf("jetstream: %s: WithDecoder(nil)", what)
+	case o.batchMax < 0 || o.batchLinger < 0:
+		return fmt.Errorf("jetstream: %s: WithBatch(%d, %v): want a max of at least 0 (0: the default) and a linger of at least 0", what, o.batchMax, o.batchLinger)
 	}
 	return nil
+}
+
+// batchSize is how many messages one DeliverBatch call takes at most:
+// WithBatch's max (idem.DefaultBatchCap when 0), never more than the
+// prefetch, which bounds what the pull holds.
+func (o *options) batchSize() int {
+	n := o.batchMax
+	if n == 0 {
+		n = idem.DefaultBatchCap
+	}
+	return min(n, o.prefetch)
 }
 
 // retryDelay is the delay of the NakWithDelay after the given attempt
@@ -133,6 +150,21 @@ func WithWorkers(n int) Option {
 // (default twice the workers). Consumer.
 func WithPrefetch(n int) Option {
 	return func(o *options) { o.prefetch = n }
+}
+
+// WithBatch sets how a Consumer whose handler is an idem.BatchHandler (every
+// generated tx-mode wrapper, every idem.Inbox) batches: a worker takes up to
+// max messages, what the pull has buffered and then what arrives within
+// linger of the first, and delivers them with one DeliverBatch call; each
+// message is then acked, nakked with a delay or terminated by its own
+// result, and InProgress covers every message of the batch while it is
+// handled. Defaults: max idem.DefaultBatchCap (100, also for max 0), never
+// more than the prefetch (WithPrefetch); linger DefaultBatchLinger (2ms).
+// WithBatch(1, 0) turns batching off: one Deliver per message, as for a
+// handler that is only an idem.Handler. A negative max or linger is an
+// error of Run. Consumer.
+func WithBatch(max int, linger time.Duration) Option {
+	return func(o *options) { o.batchMax, o.batchLinger = max, linger }
 }
 
 // WithMaxAttempts sets after how many attempts (NumDelivered) a message whose

@@ -45,6 +45,7 @@ type Consumer[M any] struct {
 	group   string
 	topics  []string
 	handler idem.Handler[M]
+	batch   idem.BatchHandler[M] // the handler, when it takes batches and batching is on
 	o       options
 	ins     *obs.Instruments
 	err     error
@@ -63,11 +64,17 @@ type position struct {
 // addresses, host:port) that delivers each record to h: a generated wrapper,
 // an idem.Inbox, or any idem.Handler. M is the handler's message type; for an
 // idem.Message[T] the value is decoded into T and ID, Attempt and Headers come
-// from the record. Options: WithWorkers, WithMaxPollRecords, WithMaxAttempts,
-// WithMaxBodySize, WithRetryDelay, WithDecoder, WithDeadLetterTopic,
-// WithLogger, WithClientOptions.
+// from the record. When h is also an idem.BatchHandler (a generated tx-mode
+// wrapper, an idem.Inbox), a partition's records of a poll are delivered
+// with DeliverBatch calls of up to WithBatch records. Options: WithWorkers,
+// WithMaxPollRecords, WithBatch, WithMaxAttempts, WithMaxBodySize,
+// WithRetryDelay, WithDecoder, WithDeadLetterTopic, WithLogger,
+// WithClientOptions.
 func NewConsumer[M any](brokers []string, group string, topics []string, h idem.Handler[M], opts ...Option) *Consumer[M] {
 	c := &Consumer[M]{brokers: brokers, group: group, topics: topics, handler: h, o: newOptions(opts), retries: map[position]int{}}
+	if bh, ok := h.(idem.BatchHandler[M]); ok && c.o.batchSize() > 1 {
+		c.batch = bh
+	}
 	c.ins = obs.New(c.o.meter)
 	what := fmt.Sprintf("consumer group %q", group)
 	switch {
@@ -112,7 +119,11 @@ func (c *Consumer[M]) Run(ctx context.Context) error {
 	}
 	defer cl.Close()
 	log := c.o.logger.With("group", c.group)
-	log.Info("kafka consumer: consuming", "topics", c.topics, "workers", c.o.workers)
+	batch := 1
+	if c.batch != nil {
+		batch = c.o.batchSize()
+	}
+	log.Info("kafka consumer: consuming", "topics", c.topics, "workers", c.o.workers, "batch", batch)
 	for {
 		fetches := cl.PollRecords(ctx, c.o.maxPoll)
 		if fetches.IsClientClosed() || ctx.Err() != nil {
@@ -196,9 +207,26 @@ func (c *Consumer[M]) poll(ctx context.Context, log *slog.Logger, cl *kgo.Client
 }
 
 // partition processes one partition's records in order until one is to be
-// retried. It returns the last record done (nil for none) and the record to
-// retry (nil for none).
+// retried: one at a time, or in batches of WithBatch records for a
+// BatchHandler. It returns the last record done (nil for none) and the
+// record to retry (nil for none).
 func (c *Consumer[M]) partition(ctx context.Context, log *slog.Logger, cl *kgo.Client, recs []*kgo.Record) (last, retry *kgo.Record) {
+	if c.batch != nil {
+		size := c.o.batchSize()
+		for start := 0; start < len(recs); start += size {
+			if ctx.Err() != nil {
+				return last, nil
+			}
+			done, r := c.records(ctx, log, cl, recs[start:min(start+size, len(recs))])
+			if done != nil {
+				last = done
+			}
+			if r != nil {
+				return last, r
+			}
+		}
+		return last, nil
+	}
 	for _, r := range recs {
 		if ctx.Err() != nil {
 			return last, nil
@@ -226,6 +254,81 @@ func (c *Consumer[M]) record(ctx context.Context, log *slog.Logger, cl *kgo.Clie
 	if err == nil {
 		outcome, err = c.handler.Deliver(ctx, msg)
 	}
+	return c.settle(ctx, log, cl, r, pos, attempt, outcome, err)
+}
+
+// records handles a batch of one partition's records, in offset order: those
+// that do not decode are dead-lettered on their own, the others go to one
+// DeliverBatch call, and then each, in order, is done or retried by its own
+// result. It returns the last record done (nil for none) and the record to
+// retry (nil for none), like partition.
+func (c *Consumer[M]) records(ctx context.Context, log *slog.Logger, cl *kgo.Client, recs []*kgo.Record) (last, retry *kgo.Record) {
+	type pending struct {
+		r       *kgo.Record
+		pos     position
+		attempt int
+		log     *slog.Logger
+		msg     int   // the index of its message in the batch, or -1
+		err     error // why it did not decode
+	}
+	ps := make([]pending, len(recs))
+	var msgs []M
+	for k, r := range recs {
+		p := &ps[k]
+		p.r, p.pos = r, position{r.Topic, r.Partition, r.Offset}
+		id := messageID(r)
+		p.attempt = c.attempt(r, p.pos)
+		p.log = log.With("topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "message_id", id, "attempt", p.attempt)
+		msg, err := c.decode(r, id, p.attempt)
+		if err != nil {
+			p.msg, p.err = -1, err
+			continue
+		}
+		p.msg = len(msgs)
+		msgs = append(msgs, msg)
+	}
+	var results []idem.Result[idem.None]
+	if len(msgs) > 0 {
+		results = deliverAll(ctx, c.batch, msgs)
+		log.Debug("kafka consumer: batch delivered", "topic", recs[0].Topic, "partition", recs[0].Partition, "from_offset", recs[0].Offset, "messages", len(msgs))
+	}
+	for _, p := range ps {
+		outcome, err := idem.Outcome(0), p.err
+		if p.msg >= 0 {
+			outcome, err = results[p.msg].Outcome, results[p.msg].Err
+		}
+		if !c.settle(ctx, p.log, cl, p.r, p.pos, p.attempt, outcome, err) {
+			// The offsets before p.r are committed and the partition is
+			// sought back to it: the records after it in this batch come
+			// again. Those whose transactions committed are Duplicates
+			// then (acked, no second effect); the others are tried again,
+			// their failure here not counted as an attempt, as if the
+			// one-at-a-time path had stopped at p.r before them.
+			return last, p.r
+		}
+		last = p.r
+	}
+	return last, nil
+}
+
+// deliverAll is h.DeliverBatch, with an error for every message if h does
+// not return one result per message.
+func deliverAll[M any](ctx context.Context, h idem.BatchHandler[M], msgs []M) []idem.Result[idem.None] {
+	results := h.DeliverBatch(ctx, msgs)
+	if len(results) == len(msgs) {
+		return results
+	}
+	err := fmt.Errorf("kafka: DeliverBatch returned %d results for %d messages", len(results), len(msgs))
+	results = make([]idem.Result[idem.None], len(msgs))
+	for i := range results {
+		results[i].Err = err
+	}
+	return results
+}
+
+// settle acts on a record's result as idem.ActionFor says and reports
+// whether the record is done (its offset may be committed).
+func (c *Consumer[M]) settle(ctx context.Context, log *slog.Logger, cl *kgo.Client, r *kgo.Record, pos position, attempt int, outcome idem.Outcome, err error) bool {
 	action := idem.ActionFor(err)
 	if action == idem.Retry && ctx.Err() != nil {
 		log.Info("kafka consumer: stopping; not committed, the record comes again", "err", err)

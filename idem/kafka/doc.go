@@ -37,17 +37,31 @@
 //
 // # Offsets, rebalances and stopping
 //
-// Auto-commit is off. [Consumer.Run] polls up to [WithMaxPollRecords]
-// records (default 500), processes the partitions of a poll at once (at most
-// [WithWorkers], default 4) and the records of each partition one at a time,
-// in order, stopping at a record to retry. When all are done it commits, per
-// partition, the offset after the last record done (CommitRecords,
-// synchronous): only records whose transactions committed, contiguous from
-// the previous commit. The client is created with BlockRebalanceOnPoll: a
-// rebalance waits until the poll was processed and committed
-// (AllowRebalance), so partitions never move with work in flight. A record
-// whose transaction committed but whose offset commit was lost (a crash, a
-// failed commit) comes again and is a Duplicate.
+// Auto-commit is off. [Consumer.Run] polls up to [WithMaxPollRecords] records
+// (default 500), processes the partitions of a poll at once (at most
+// [WithWorkers], default 4) and the records of each partition in order (one at
+// a time, or in batches: below), stopping at a record to retry. When all are
+// done it commits, per partition, the offset after the last record done
+// (CommitRecords, synchronous): only records whose transactions committed,
+// contiguous from the previous commit. The client is created with
+// BlockRebalanceOnPoll: a rebalance waits until the poll was processed and
+// committed (AllowRebalance), so partitions never move with work in flight. A
+// record whose transaction committed but whose offset commit was lost (a
+// crash, a failed commit) comes again and is a Duplicate.
+//
+// When the handler is also an [idem.BatchHandler] (every generated tx-mode
+// wrapper, every [idem.Inbox]), the records of one poll for a partition go, in
+// offset order, to DeliverBatch calls of at most the batch's max ([WithBatch];
+// default [idem.DefaultBatchCap], 100, never more than [WithMaxPollRecords];
+// there is no linger: a poll is the batch), one transaction per batch (see
+// [idem.Inbox.HandleBatch]). Then each record, in order, is done or retried by
+// its own result (idem.ActionFor of its Result.Err); a record that does not
+// decode is dead-lettered on its own and takes no part in the batch. If record
+// k must be retried, the offsets up to k-1 are committed and the partition is
+// sought back to k: the records after k in its batch come again, and those
+// whose transactions committed are Duplicates then. WithBatch(1, 0) turns
+// batching off; a handler that is only an [idem.Handler] gets one Deliver per
+// record.
 //
 // When its context ends, Run lets the handlers in flight end (their
 // transactions roll back when they see the context), commits the offsets of

@@ -40,6 +40,8 @@ type options struct {
 	decode      Decoder
 	deadLetter  func(topic string) string
 	record      func(m idem.OutgoingMessage, r *kgo.Record)
+	batchMax    int
+	batchLinger time.Duration
 }
 
 func newOptions(opts []Option) options {
@@ -77,8 +79,21 @@ func (o *options) validate(what string) error {
 		return fmt.Errorf("kafka: %s: WithDeadLetterTopic(nil)", what)
 	case o.logger == nil:
 		return fmt.Errorf("kafka: %s: WithLogger(nil)", what)
+	case o.batchMax < 0 || o.batchLinger < 0:
+		return fmt.Errorf("kafka: %s: WithBatch(%d, %v): want a max of at least 0 (0: the default) and a linger of at least 0", what, o.batchMax, o.batchLinger)
 	}
 	return nil
+}
+
+// batchSize is how many records of a partition one DeliverBatch call takes
+// at most: WithBatch's max (idem.DefaultBatchCap when 0), never more than a
+// poll's records.
+func (o *options) batchSize() int {
+	n := o.batchMax
+	if n == 0 {
+		n = idem.DefaultBatchCap
+	}
+	return min(n, o.maxPoll)
 }
 
 // WithClientOptions adds franz-go client options (TLS, SASL, FetchMaxWait,
@@ -112,6 +127,23 @@ func WithMaxAttempts(n int) Option { return func(o *options) { o.maxAttempts = n
 
 // WithMaxBodySize dead-letters records whose value is larger (default 4 MiB).
 func WithMaxBodySize(n int) Option { return func(o *options) { o.maxBody = n } }
+
+// WithBatch sets how a Consumer whose handler is an idem.BatchHandler (every
+// generated tx-mode wrapper, every idem.Inbox) batches: the records one poll
+// returned for a partition are delivered in offset order, at most max per
+// DeliverBatch call, and each is then done or retried by its own result. A
+// poll is the batch: linger is not waited (it may be 0 or more; the
+// fetch's own wait, kgo.FetchMaxWait through WithClientOptions, is Kafka's
+// linger). When a record must be retried, the offsets before it are
+// committed and the partition is sought back to it; the records after it in
+// its batch come again, as Duplicates where they committed. Default max
+// idem.DefaultBatchCap (100, also for max 0), never more than
+// WithMaxPollRecords. WithBatch(1, 0) turns batching off: one Deliver per
+// record, as for a handler that is only an idem.Handler. A negative max or
+// linger is an error of Run.
+func WithBatch(max int, linger time.Duration) Option {
+	return func(o *options) { o.batchMax, o.batchLinger = max, linger }
+}
 
 // WithMaxPollRecords bounds the records one poll takes (default 500).
 func WithMaxPollRecords(n int) Option { return func(o *options) { o.maxPoll = n } }

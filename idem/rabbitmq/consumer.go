@@ -41,6 +41,7 @@ type Consumer[M any] struct {
 	url     string
 	top     Topology
 	handler idem.Handler[M]
+	batch   idem.BatchHandler[M] // the handler, when it takes batches and batching is on
 	o       options
 	ins     *obs.Instruments
 	err     error // of the configuration; Run returns it
@@ -50,11 +51,16 @@ type Consumer[M any] struct {
 // amqp:// or amqps:// URL) that delivers each message to h: a generated
 // wrapper, an idem.Inbox, or any idem.Handler. M is the handler's message
 // type; for an idem.Message[T] the body is decoded into T and ID, Attempt and
-// Headers come from the delivery. Options: WithWorkers, WithPrefetch,
-// WithMaxAttempts, WithMaxBodySize, WithDecoder, WithBackoff, WithLogger,
-// WithConfig, WithConnectionName.
+// Headers come from the delivery. When h is also an idem.BatchHandler (a
+// generated tx-mode wrapper, an idem.Inbox), each worker delivers up to
+// WithBatch deliveries with one DeliverBatch call. Options: WithWorkers,
+// WithPrefetch, WithBatch, WithMaxAttempts, WithMaxBodySize, WithDecoder,
+// WithBackoff, WithLogger, WithConfig, WithConnectionName.
 func NewConsumer[M any](url string, top Topology, h idem.Handler[M], opts ...Option) *Consumer[M] {
 	c := &Consumer[M]{url: url, top: top, handler: h, o: newOptions("consumer", opts)}
+	if bh, ok := h.(idem.BatchHandler[M]); ok && c.o.batchSize() > 1 {
+		c.batch = bh
+	}
 	c.ins = obs.New(c.o.meter)
 	c.err = top.validate()
 	if c.err == nil {
@@ -138,7 +144,11 @@ func (c *Consumer[M]) session(ctx context.Context, log *slog.Logger) (consumed b
 	if err != nil {
 		return false, fmt.Errorf("rabbitmq: consume %s: %w", c.top.Queue, err)
 	}
-	log.Info("rabbitmq consumer: consuming", "workers", c.o.workers, "prefetch", c.o.prefetch)
+	batch := 1
+	if c.batch != nil {
+		batch = c.o.batchSize()
+	}
+	log.Info("rabbitmq consumer: consuming", "workers", c.o.workers, "prefetch", c.o.prefetch, "batch", batch)
 
 	connClosed := conn.NotifyClose(make(chan *amqp.Error, 1))
 	chClosed := ch.NotifyClose(make(chan *amqp.Error, 1))
@@ -165,8 +175,19 @@ func (c *Consumer[M]) session(ctx context.Context, log *slog.Logger) (consumed b
 					if !ok {
 						return // the channel or connection closed, or the broker cancelled the consumer
 					}
-					if err := c.deliver(ctx, log, r, &d); err != nil {
+					if c.batch == nil {
+						if err := c.deliver(ctx, log, r, &d); err != nil {
+							fail(err)
+							return
+						}
+						continue
+					}
+					ds, open := collect(ctx, stop, deliveries, d, c.o.batchSize(), c.o.batchLinger)
+					if err := c.deliverBatch(ctx, log, r, ds); err != nil {
 						fail(err)
+						return
+					}
+					if !open {
 						return
 					}
 				}
@@ -218,6 +239,117 @@ func (c *Consumer[M]) deliver(ctx context.Context, log *slog.Logger, r *router, 
 	if err == nil {
 		outcome, err = c.handler.Deliver(ctx, msg)
 	}
+	return c.settle(ctx, log, r, d, attempt, outcome, err)
+}
+
+// deliverBatch handles the deliveries one worker collected: those that do
+// not decode are dead-lettered on their own, the others go to one
+// DeliverBatch call, and each is then settled by its own result. Like
+// deliver, it returns the first routing error, after settling the others.
+func (c *Consumer[M]) deliverBatch(ctx context.Context, log *slog.Logger, r *router, ds []amqp.Delivery) error {
+	if ctx.Err() != nil {
+		return nil // stopping: not acked, they return to the queue with the channel
+	}
+	type pending struct {
+		d       *amqp.Delivery
+		attempt int
+		log     *slog.Logger
+	}
+	var (
+		first error
+		msgs  []M
+		batch []pending
+	)
+	keep := func(err error) {
+		if err != nil && first == nil {
+			first = err
+		}
+	}
+	for i := range ds {
+		d := &ds[i]
+		attempt := attemptOf(d)
+		dlog := log.With("message_id", d.MessageId, "attempt", attempt)
+		msg, err := c.decode(d, attempt)
+		if err != nil {
+			keep(c.settle(ctx, dlog, r, d, attempt, 0, err))
+			continue
+		}
+		msgs = append(msgs, msg)
+		batch = append(batch, pending{d, attempt, dlog})
+	}
+	if len(msgs) == 0 {
+		return first
+	}
+	results := deliverAll(ctx, c.batch, msgs)
+	log.Debug("rabbitmq consumer: batch delivered", "messages", len(msgs))
+	for i, p := range batch {
+		keep(c.settle(ctx, p.log, r, p.d, p.attempt, results[i].Outcome, results[i].Err))
+	}
+	return first
+}
+
+// deliverAll is h.DeliverBatch, with an error for every message if h does
+// not return one result per message.
+func deliverAll[M any](ctx context.Context, h idem.BatchHandler[M], msgs []M) []idem.Result[idem.None] {
+	results := h.DeliverBatch(ctx, msgs)
+	if len(results) == len(msgs) {
+		return results
+	}
+	err := fmt.Errorf("rabbitmq: DeliverBatch returned %d results for %d messages", len(results), len(msgs))
+	results = make([]idem.Result[idem.None], len(msgs))
+	for i := range results {
+		results[i].Err = err
+	}
+	return results
+}
+
+// collect returns first and the deliveries after it, at most max in all:
+// those the channel holds already, then those that arrive within linger of
+// the first, until ctx ends or stop closes. open is false once the channel
+// is closed.
+func collect[T any](ctx context.Context, stop <-chan struct{}, ch <-chan T, first T, max int, linger time.Duration) (batch []T, open bool) {
+	batch = append(make([]T, 0, max), first)
+	var expired <-chan time.Time
+	if linger > 0 {
+		t := time.NewTimer(linger)
+		defer t.Stop()
+		expired = t.C
+	}
+	for len(batch) < max {
+		select {
+		case v, ok := <-ch:
+			if !ok {
+				return batch, false
+			}
+			batch = append(batch, v)
+			continue
+		default:
+		}
+		if expired == nil {
+			return batch, true
+		}
+		select {
+		case v, ok := <-ch:
+			if !ok {
+				return batch, false
+			}
+			batch = append(batch, v)
+		case <-expired:
+			return batch, true
+		case <-ctx.Done():
+			return batch, true
+		case <-stop:
+			return batch, true
+		}
+	}
+	return batch, true
+}
+
+// settle acts on a delivery's result as idem.ActionFor says. It returns an
+// error only when the delivery could not be routed where its action sends
+// it: the session then ends, and the delivery, not acked, returns to the
+// queue.
+func (c *Consumer[M]) settle(ctx context.Context, log *slog.Logger, r *router, d *amqp.Delivery, attempt int, outcome idem.Outcome, err error) error {
 	action := idem.ActionFor(err)
 	if action == idem.Retry && ctx.Err() != nil {
 		log.Info("rabbitmq consumer: stopping; not acked, the delivery returns to the queue", "err", err)

@@ -46,6 +46,21 @@
 // context ends it takes no new delivery, acks what committed, and closes the
 // channel, which returns every delivery it did not ack to the queue.
 //
+// # Batches
+//
+// When the handler is also an [idem.BatchHandler] (every generated tx-mode
+// wrapper, every [idem.Inbox]), a worker takes a delivery, then what the
+// channel already holds and what arrives within the linger of the first, up to
+// the batch's max, and hands the decoded messages to one DeliverBatch call
+// (one transaction for the batch, see [idem.Inbox.HandleBatch]). Each delivery
+// is then acked, retried or dead-lettered by its own result (idem.ActionFor of
+// its Result.Err), one basic.ack per delivery tag, as above; a delivery that
+// does not decode is dead-lettered on its own and takes no part in the batch.
+// [WithBatch] sets the max (default [idem.DefaultBatchCap], 100, never more
+// than the prefetch, which bounds the unacked deliveries) and the linger
+// (default [DefaultBatchLinger], 2ms); WithBatch(1, 0) turns batching off. A
+// handler that is only an [idem.Handler] gets one Deliver per delivery.
+//
 // # Topology
 //
 // For a work queue Q the consumer expects:

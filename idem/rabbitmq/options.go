@@ -19,6 +19,7 @@ const (
 	DefaultMaxBodySize  = 4 << 20
 	DefaultBackoffMin   = 200 * time.Millisecond
 	DefaultBackoffMax   = 30 * time.Second
+	DefaultBatchLinger  = 2 * time.Millisecond
 	defaultReturnBuffer = 1024
 )
 
@@ -43,6 +44,8 @@ type options struct {
 	backoffMax  time.Duration
 	route       func(destination string) (exchange, key string)
 	publishing  func(m idem.OutgoingMessage, p *amqp.Publishing)
+	batchMax    int
+	batchLinger time.Duration
 }
 
 func newOptions(kind string, opts []Option) options {
@@ -55,6 +58,7 @@ func newOptions(kind string, opts []Option) options {
 		backoffMin:  DefaultBackoffMin,
 		backoffMax:  DefaultBackoffMax,
 		route:       splitDestination,
+		batchLinger: DefaultBatchLinger,
 	}
 	for _, opt := range opts {
 		opt(&o)
@@ -100,8 +104,21 @@ func (o *options) validate(what string) error {
 		return fmt.Errorf("rabbitmq: %s: WithBackoff(%v, %v): want a positive minimum", what, o.backoffMin, o.backoffMax)
 	case o.decode == nil:
 		return fmt.Errorf("rabbitmq: %s: WithDecoder(nil)", what)
+	case o.batchMax < 0 || o.batchLinger < 0:
+		return fmt.Errorf("rabbitmq: %s: WithBatch(%d, %v): want a max of at least 0 (0: the default) and a linger of at least 0", what, o.batchMax, o.batchLinger)
 	}
 	return nil
+}
+
+// batchSize is how many deliveries one DeliverBatch call takes at most:
+// WithBatch's max (idem.DefaultBatchCap when 0), never more than the
+// prefetch, since the broker hands out no more unacked deliveries than that.
+func (o *options) batchSize() int {
+	n := o.batchMax
+	if n == 0 {
+		n = idem.DefaultBatchCap
+	}
+	return min(n, o.prefetch)
 }
 
 // WithConfig sets the amqp.Config of the connections (TLS, heartbeat, SASL,
@@ -150,6 +167,20 @@ func WithWorkers(n int) Option {
 // the broker hands the consumer ahead (default twice the workers). Consumer.
 func WithPrefetch(n int) Option {
 	return func(o *options) { o.prefetch = n }
+}
+
+// WithBatch sets how a Consumer whose handler is an idem.BatchHandler (every
+// generated tx-mode wrapper, every idem.Inbox) batches: a worker takes up to
+// max deliveries, what the channel already holds and then what arrives
+// within linger of the first, and delivers them with one DeliverBatch call;
+// each delivery is then acked, retried or dead-lettered by its own result.
+// Defaults: max idem.DefaultBatchCap (100, also for max 0), never more than
+// the prefetch (WithPrefetch); linger DefaultBatchLinger (2ms).
+// WithBatch(1, 0) turns batching off: one Deliver per delivery, as for a
+// handler that is only an idem.Handler. A negative max or linger is an
+// error of Run. Consumer.
+func WithBatch(max int, linger time.Duration) Option {
+	return func(o *options) { o.batchMax, o.batchLinger = max, linger }
 }
 
 // WithMaxAttempts sets after how many attempts a delivery whose action is
