@@ -1,0 +1,173 @@
+package brokertest
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemgen/idemgen/idem"
+)
+
+// What the adapters' batch tests share: a BatchHandler that records its
+// calls, the charge consumer with batch statements, and the checks of a
+// batched run.
+
+// BatchRecorder is an idem.BatchHandler over the charge inbox that records
+// the size of each DeliverBatch call, how many Deliver calls came, and the
+// result of each message.
+type BatchRecorder struct {
+	H idem.BatchHandler[idem.Message[Order]]
+
+	mu      sync.Mutex
+	sizes   []int
+	singles int
+	results []Delivery
+}
+
+// Deliver delivers msg and records it.
+func (b *BatchRecorder) Deliver(ctx context.Context, msg idem.Message[Order]) (idem.Outcome, error) {
+	at := time.Now()
+	o, err := b.H.Deliver(ctx, msg)
+	b.mu.Lock()
+	b.singles++
+	b.results = append(b.results, Delivery{ID: msg.ID, Attempt: msg.Attempt, Outcome: o, Err: err, At: at})
+	b.mu.Unlock()
+	return o, err
+}
+
+// DeliverBatch delivers msgs and records the call and each result.
+func (b *BatchRecorder) DeliverBatch(ctx context.Context, msgs []idem.Message[Order]) []idem.Result[idem.None] {
+	at := time.Now()
+	rs := b.H.DeliverBatch(ctx, msgs)
+	b.mu.Lock()
+	b.sizes = append(b.sizes, len(msgs))
+	for i, msg := range msgs {
+		b.results = append(b.results, Delivery{ID: msg.ID, Attempt: msg.Attempt, Outcome: rs[i].Outcome, Err: rs[i].Err, At: at})
+	}
+	b.mu.Unlock()
+	return rs
+}
+
+// Snapshot returns the sizes of the DeliverBatch calls, the number of
+// Deliver calls and every result so far.
+func (b *BatchRecorder) Snapshot() (sizes []int, singles int, results []Delivery) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]int(nil), b.sizes...), b.singles, append([]Delivery(nil), b.results...)
+}
+
+// Batched is the charge consumer with the batch statements idemgen
+// renders for its text key and json result, so that the inbox runs a
+// DeliverBatch in one transaction (brokertest's table has none, and runs a
+// batch as one transaction per message).
+func (c Charges) Batched() Charges {
+	name := c.Table.Name
+	c.Table.BatchClaim = "WITH wait AS MATERIALIZED (SELECT set_config('lock_timeout', $3::text, true) FROM (SELECT set_config('idem.lock_timeout', current_setting('lock_timeout'), true) OFFSET 0) AS saved), " +
+		"m AS MATERIALIZED (SELECT * FROM unnest($1::text[], $2::bytea[]) WITH ORDINALITY AS m (k1, fp, n)), " +
+		"claim AS (INSERT INTO " + name + " (key_id, fingerprint) SELECT m.k1, m.fp FROM wait, m ORDER BY m.k1 ON CONFLICT DO NOTHING " +
+		"RETURNING key_id, set_config('lock_timeout', current_setting('idem.lock_timeout'), true) AS restored) " +
+		"SELECT m.n FROM m JOIN claim ON claim.key_id = m.k1 WHERE claim.restored IS NOT NULL"
+	c.Table.BatchLookup = "SELECT m.n, t.fingerprint, t.status, t.result FROM unnest($1::text[]) WITH ORDINALITY AS m (k1, n) JOIN " + name + " AS t ON t.key_id = m.k1"
+	c.Table.BatchComplete = "UPDATE " + name + " AS t SET result = m.r::json FROM unnest($1::text[], $2::text[]) AS m (k1, r) WHERE t.key_id = m.k1"
+	return c
+}
+
+// WithTxid adds to the charge table the id of the transaction that inserted
+// each row.
+func WithTxid(t testing.TB, pool *pgxpool.Pool) {
+	t.Helper()
+	if _, err := pool.Exec(context.Background(), `ALTER TABLE charged ADD COLUMN txid bigint NOT NULL DEFAULT txid_current()`); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// FailFirstAttempt fails the delivery of id while its attempt is 1.
+func FailFirstAttempt(id string) func(idem.Message[Order]) error {
+	return func(msg idem.Message[Order]) error {
+		if msg.ID == id && msg.Attempt == 1 {
+			return errors.New("the payment service timed out")
+		}
+		return nil
+	}
+}
+
+// BatchWant is what CheckBatches expects of a run.
+type BatchWant struct {
+	Orders, Duplicates, MaxSize int
+	Flaky, Reused               string
+	Delay                       time.Duration
+}
+
+// CheckBatches checks the recorded calls and results and the charges: every
+// message went through DeliverBatch, in batches of more than one message at
+// least once and never more than maxSize; every order processed once, the
+// copies Duplicates, the flaky order failed on attempt 1 and processed on
+// attempt 2 after the delay, the reused key ErrKeyReused; every order
+// charged once, many in one transaction.
+func CheckBatches(t testing.TB, rec *BatchRecorder, pool *pgxpool.Pool, w BatchWant) {
+	t.Helper()
+	sizes, singles, results := rec.Snapshot()
+	biggest, sum := 0, 0
+	for _, n := range sizes {
+		biggest, sum = max(biggest, n), sum+n
+	}
+	t.Logf("%d DeliverBatch calls for %d messages (largest %d, mean %.1f), %d Deliver calls", len(sizes), sum, biggest, float64(sum)/float64(max(len(sizes), 1)), singles)
+	if singles != 0 {
+		t.Errorf("%d Deliver calls; want every message through DeliverBatch", singles)
+	}
+	if biggest < 2 {
+		t.Errorf("no DeliverBatch call had more than one message: sizes %v", sizes)
+	}
+	if biggest > w.MaxSize {
+		t.Errorf("a DeliverBatch call had %d messages; want at most %d", biggest, w.MaxSize)
+	}
+
+	processed, duplicates := 0, 0
+	var flaky []Delivery
+	reused := 0
+	for _, d := range results {
+		switch {
+		case d.ID == w.Flaky:
+			flaky = append(flaky, d)
+			if d.Outcome == idem.Processed {
+				processed++
+			}
+		case d.Err == nil && d.Outcome == idem.Processed:
+			processed++
+		case d.Err == nil && d.Outcome == idem.Duplicate:
+			duplicates++
+		case d.ID == w.Reused && errors.Is(d.Err, idem.ErrKeyReused):
+			reused++
+		default:
+			t.Errorf("%s attempt %d: %v %v; want processed or a duplicate", d.ID, d.Attempt, d.Outcome, d.Err)
+		}
+	}
+	t.Logf("results: %d processed, %d duplicates, %d reused key, %d of the flaky order", processed, duplicates, reused, len(flaky))
+	if processed != w.Orders || duplicates != w.Duplicates || reused != 1 {
+		t.Errorf("%d processed, %d duplicates, %d reused; want %d, %d and 1", processed, duplicates, reused, w.Orders, w.Duplicates)
+	}
+	switch {
+	case len(flaky) != 2 || flaky[0].Attempt != 1 || idem.ActionFor(flaky[0].Err) != idem.Retry || flaky[1].Attempt != 2 || flaky[1].Outcome != idem.Processed:
+		t.Errorf("the flaky order: %s\nwant a retryable failure on attempt 1, then processed on attempt 2", Describe(flaky))
+	case flaky[1].At.Sub(flaky[0].At) < w.Delay-50*time.Millisecond:
+		t.Errorf("the flaky order came back after %v; want at least the retry delay %v", flaky[1].At.Sub(flaky[0].At), w.Delay)
+	default:
+		t.Logf("the flaky order: retried after %v (delay %v), processed on attempt 2", flaky[1].At.Sub(flaky[0].At).Round(time.Millisecond), w.Delay)
+	}
+
+	rows := QueryInt(t, pool, `SELECT count(*)::int FROM charged`)
+	charges := QueryInt(t, pool, `SELECT coalesce(sum(n), 0)::int FROM charged`)
+	txids := QueryInt(t, pool, `SELECT count(DISTINCT txid)::int FROM charged`)
+	largest := QueryInt(t, pool, `SELECT coalesce(max(n), 0)::int FROM (SELECT count(*)::int AS n FROM charged GROUP BY txid) AS per_tx`)
+	t.Logf("charges: %d orders, %d charges, in %d transactions (largest: %d orders)", rows, charges, txids, largest)
+	if rows != w.Orders || charges != w.Orders {
+		t.Errorf("%d orders charged, %d charges; want %d and %d", rows, charges, w.Orders, w.Orders)
+	}
+	if largest < 2 {
+		t.Errorf("no two orders were charged in one transaction")
+	}
+}
