@@ -319,18 +319,7 @@ func runConsumeCell(ctx context.Context, cfg *config, k brokerKind, workers, par
 			return sample{}, err
 		}
 		defer pool.Close()
-		gen := ledger.NewPostIdem(pool)
-		h := idem.HandlerFunc[ledger.Deposit](func(ctx context.Context, msg ledger.Deposit) (idem.Outcome, error) {
-			o, err := gen.Deliver(ctx, msg)
-			switch {
-			case err != nil:
-			case o == idem.Processed:
-				prog.add()
-			default:
-				prog.fail(fmt.Errorf("message %s: outcome %v, want processed (a redelivery in a clean run)", msg.MessageID, o))
-			}
-			return o, err
-		})
+		h := counted{gen: ledger.NewPostIdem(pool), prog: prog}
 		go func() { errc <- src.consumeIdem(cctx, h, workers) }()
 	}
 	meter := startCPU()
@@ -535,4 +524,36 @@ func fillBacklogTagged(ctx context.Context, pool idem.DB, tag string, deliveries
 	}
 	wg.Wait()
 	return first
+}
+
+// counted is the generated wrapper with each processed message counted. It
+// is an idem.BatchHandler, as the wrapper is, so the adapters deliver what
+// their broker hands them at once through DeliverBatch (their default).
+type counted struct {
+	gen  *ledger.PostIdem
+	prog *progress
+}
+
+func (c counted) Deliver(ctx context.Context, msg ledger.Deposit) (idem.Outcome, error) {
+	o, err := c.gen.Deliver(ctx, msg)
+	c.note(msg, o, err)
+	return o, err
+}
+
+func (c counted) DeliverBatch(ctx context.Context, msgs []ledger.Deposit) []idem.Result[idem.None] {
+	results := c.gen.DeliverBatch(ctx, msgs)
+	for i, r := range results {
+		c.note(msgs[i], r.Outcome, r.Err)
+	}
+	return results
+}
+
+func (c counted) note(msg ledger.Deposit, o idem.Outcome, err error) {
+	switch {
+	case err != nil:
+	case o == idem.Processed:
+		c.prog.add()
+	default:
+		c.prog.fail(fmt.Errorf("message %s: outcome %v, want processed (a redelivery in a clean run)", msg.MessageID, o))
+	}
 }
