@@ -31,6 +31,13 @@ func (r *report) batchTargets(w writer) {
 		why := ""
 		if q < target {
 			why = "; " + b.bound(scBatch, n) + "; " + b.bound(other, n)
+			if other == scBareBatched {
+				// The handler's UPDATE is a statement of its own on the
+				// batch's transaction (it reads the new balance before the
+				// next message); bare batched queues all of its UPDATEs in
+				// one pgx batch.
+				why += "; the handler's own UPDATE is a round trip a message, which bare batched pipelines, and the claim, the lookup and the stored results are the inbox's work on top"
+			}
 		}
 		w("| %s | %s ([below](#batches))%s | %s |\n", what, ratio(q), why, verdict(q >= target))
 	}
