@@ -145,12 +145,7 @@ func TestConsumerBatchOff(t *testing.T) {
 	waitFor(t, 10*time.Second, "every message acked", func() bool { _, n, _ := rec.Snapshot(); return n == total && settled(t, js, top) })
 	stop()
 
-	sizes, singles, _ := rec.Snapshot()
-	charged := queryInt(t, db.Pool, `SELECT count(*)::int FROM charged`)
-	t.Logf("WithBatch(1, 0): %d Deliver calls, %d DeliverBatch calls, %d charges", singles, len(sizes), charged)
-	if len(sizes) != 0 || singles != total || charged != total {
-		t.Errorf("%d DeliverBatch calls %v, %d Deliver calls, %d charges; want 0, %d and %d", len(sizes), sizes, singles, charged, total, total)
-	}
+	brokertest.CheckBatchOff(t, rec, db.Pool, total)
 }
 
 // TestWithBatchInvalid: a negative max or linger is a configuration error
@@ -158,17 +153,7 @@ func TestConsumerBatchOff(t *testing.T) {
 func TestWithBatchInvalid(t *testing.T) {
 	t.Parallel()
 	_, js := connect(t, natsURL(t))
-	for _, opt := range []struct {
-		name string
-		opt  idemjs.Option
-	}{
-		{"WithBatch(-1, 0)", idemjs.WithBatch(-1, 0)},
-		{"WithBatch(10, -1ms)", idemjs.WithBatch(10, -time.Millisecond)},
-	} {
-		err := idemjs.NewConsumer(js, idemjs.Topology{Stream: "s", Consumer: "c"}, &brokertest.BatchRecorder{}, opt.opt).Run(context.Background())
-		t.Logf("%s: %v", opt.name, err)
-		if err == nil || !strings.Contains(err.Error(), "WithBatch(") {
-			t.Errorf("%s: Run returned %v; want an error naming WithBatch", opt.name, err)
-		}
-	}
+	brokertest.CheckWithBatchInvalid(t, func(max int, linger time.Duration) error {
+		return idemjs.NewConsumer(js, idemjs.Topology{Stream: "s", Consumer: "c"}, &brokertest.BatchRecorder{}, idemjs.WithBatch(max, linger)).Run(context.Background())
+	})
 }

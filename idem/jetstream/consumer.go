@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/idem/internal/batches"
 	"github.com/idemgen/idemgen/idem/internal/obs"
 )
 
@@ -283,26 +284,11 @@ func (c *Consumer[M]) deliverBatch(ctx context.Context, log *slog.Logger, msgs [
 	if len(ms) == 0 {
 		return
 	}
-	results := deliverAll(ctx, c.batch, ms)
+	results := batches.Deliver(ctx, "jetstream", c.batch, ms)
 	log.Debug("jetstream consumer: batch delivered", "messages", len(ms))
 	for i, h := range batch {
 		c.settle(ctx, h, results[i].Outcome, results[i].Err)
 	}
-}
-
-// deliverAll is h.DeliverBatch, with an error for every message if h does
-// not return one result per message.
-func deliverAll[M any](ctx context.Context, h idem.BatchHandler[M], msgs []M) []idem.Result[idem.None] {
-	results := h.DeliverBatch(ctx, msgs)
-	if len(results) == len(msgs) {
-		return results
-	}
-	err := fmt.Errorf("jetstream: DeliverBatch returned %d results for %d messages", len(results), len(msgs))
-	results = make([]idem.Result[idem.None], len(msgs))
-	for i := range results {
-		results[i].Err = err
-	}
-	return results
 }
 
 // collect returns first and the messages after it, at most max in all: those

@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/idem/internal/batches"
 	"github.com/idemgen/idemgen/idem/internal/obs"
 )
 
@@ -289,7 +290,7 @@ func (c *Consumer[M]) records(ctx context.Context, log *slog.Logger, cl *kgo.Cli
 	}
 	var results []idem.Result[idem.None]
 	if len(msgs) > 0 {
-		results = deliverAll(ctx, c.batch, msgs)
+		results = batches.Deliver(ctx, "kafka", c.batch, msgs)
 		log.Debug("kafka consumer: batch delivered", "topic", recs[0].Topic, "partition", recs[0].Partition, "from_offset", recs[0].Offset, "messages", len(msgs))
 	}
 	for _, p := range ps {
@@ -309,21 +310,6 @@ func (c *Consumer[M]) records(ctx context.Context, log *slog.Logger, cl *kgo.Cli
 		last = p.r
 	}
 	return last, nil
-}
-
-// deliverAll is h.DeliverBatch, with an error for every message if h does
-// not return one result per message.
-func deliverAll[M any](ctx context.Context, h idem.BatchHandler[M], msgs []M) []idem.Result[idem.None] {
-	results := h.DeliverBatch(ctx, msgs)
-	if len(results) == len(msgs) {
-		return results
-	}
-	err := fmt.Errorf("kafka: DeliverBatch returned %d results for %d messages", len(results), len(msgs))
-	results = make([]idem.Result[idem.None], len(msgs))
-	for i := range results {
-		results[i].Err = err
-	}
-	return results
 }
 
 // settle acts on a record's result as idem.ActionFor says and reports

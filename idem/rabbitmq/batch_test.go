@@ -91,29 +91,14 @@ func TestConsumerBatchOff(t *testing.T) {
 	waitFor(t, 10*time.Second, "every message", func() bool { _, n, _ := rec.Snapshot(); return n == total })
 	stop()
 
-	sizes, singles, _ := rec.Snapshot()
-	charged := queryInt(t, db.Pool, `SELECT count(*)::int FROM charged`)
-	t.Logf("WithBatch(1, 0): %d Deliver calls, %d DeliverBatch calls, %d charges", singles, len(sizes), charged)
-	if len(sizes) != 0 || singles != total || charged != total {
-		t.Errorf("%d DeliverBatch calls %v, %d Deliver calls, %d charges; want 0, %d and %d", len(sizes), sizes, singles, charged, total, total)
-	}
+	brokertest.CheckBatchOff(t, rec, db.Pool, total)
 }
 
 // TestWithBatchInvalid: a negative max or linger is a configuration error
 // that Run returns at once, naming the option.
 func TestWithBatchInvalid(t *testing.T) {
 	t.Parallel()
-	for _, opt := range []struct {
-		name string
-		opt  rabbitmq.Option
-	}{
-		{"WithBatch(-1, 0)", rabbitmq.WithBatch(-1, 0)},
-		{"WithBatch(10, -1ms)", rabbitmq.WithBatch(10, -time.Millisecond)},
-	} {
-		err := rabbitmq.NewConsumer("amqp://guest:guest@127.0.0.1:5672/", rabbitmq.Topology{Queue: "q"}, &brokertest.BatchRecorder{}, opt.opt).Run(context.Background())
-		t.Logf("%s: %v", opt.name, err)
-		if err == nil || !strings.Contains(err.Error(), "WithBatch(") {
-			t.Errorf("%s: Run returned %v; want an error naming WithBatch", opt.name, err)
-		}
-	}
+	brokertest.CheckWithBatchInvalid(t, func(max int, linger time.Duration) error {
+		return rabbitmq.NewConsumer("amqp://guest:guest@127.0.0.1:5672/", rabbitmq.Topology{Queue: "q"}, &brokertest.BatchRecorder{}, rabbitmq.WithBatch(max, linger)).Run(context.Background())
+	})
 }

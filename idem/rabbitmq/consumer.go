@@ -15,6 +15,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/idem/internal/batches"
 	"github.com/idemgen/idemgen/idem/internal/obs"
 )
 
@@ -280,27 +281,12 @@ func (c *Consumer[M]) deliverBatch(ctx context.Context, log *slog.Logger, r *rou
 	if len(msgs) == 0 {
 		return first
 	}
-	results := deliverAll(ctx, c.batch, msgs)
+	results := batches.Deliver(ctx, "rabbitmq", c.batch, msgs)
 	log.Debug("rabbitmq consumer: batch delivered", "messages", len(msgs))
 	for i, p := range batch {
 		keep(c.settle(ctx, p.log, r, p.d, p.attempt, results[i].Outcome, results[i].Err))
 	}
 	return first
-}
-
-// deliverAll is h.DeliverBatch, with an error for every message if h does
-// not return one result per message.
-func deliverAll[M any](ctx context.Context, h idem.BatchHandler[M], msgs []M) []idem.Result[idem.None] {
-	results := h.DeliverBatch(ctx, msgs)
-	if len(results) == len(msgs) {
-		return results
-	}
-	err := fmt.Errorf("rabbitmq: DeliverBatch returned %d results for %d messages", len(results), len(msgs))
-	results = make([]idem.Result[idem.None], len(msgs))
-	for i := range results {
-		results[i].Err = err
-	}
-	return results
 }
 
 // collect returns first and the deliveries after it, at most max in all:

@@ -3,6 +3,7 @@ package brokertest
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -169,5 +170,39 @@ func CheckBatches(t testing.TB, rec *BatchRecorder, pool *pgxpool.Pool, w BatchW
 	}
 	if largest < 2 {
 		t.Errorf("no two orders were charged in one transaction")
+	}
+}
+
+// CheckBatchOff checks a run with WithBatch(1, 0) of total messages: every
+// message came through Deliver, none through DeliverBatch, and each was
+// charged.
+func CheckBatchOff(t testing.TB, rec *BatchRecorder, pool *pgxpool.Pool, total int) {
+	t.Helper()
+	sizes, singles, _ := rec.Snapshot()
+	charged := QueryInt(t, pool, `SELECT count(*)::int FROM charged`)
+	t.Logf("WithBatch(1, 0): %d Deliver calls, %d DeliverBatch calls, %d charges", singles, len(sizes), charged)
+	if len(sizes) != 0 || singles != total || charged != total {
+		t.Errorf("%d DeliverBatch calls %v, %d Deliver calls, %d charges; want 0, %d and %d", len(sizes), sizes, singles, charged, total, total)
+	}
+}
+
+// CheckWithBatchInvalid checks that a negative max or linger is a
+// configuration error naming WithBatch: run returns what a consumer's Run
+// returns with WithBatch(max, linger).
+func CheckWithBatchInvalid(t testing.TB, run func(max int, linger time.Duration) error) {
+	t.Helper()
+	for _, c := range []struct {
+		name   string
+		max    int
+		linger time.Duration
+	}{
+		{"WithBatch(-1, 0)", -1, 0},
+		{"WithBatch(10, -1ms)", 10, -time.Millisecond},
+	} {
+		err := run(c.max, c.linger)
+		t.Logf("%s: %v", c.name, err)
+		if err == nil || !strings.Contains(err.Error(), "WithBatch(") {
+			t.Errorf("%s: Run returned %v; want an error naming WithBatch", c.name, err)
+		}
 	}
 }
