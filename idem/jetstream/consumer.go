@@ -166,7 +166,8 @@ func (c *Consumer[M]) session(ctx context.Context, log *slog.Logger) (consumed b
 					c.deliver(ctx, log, msg, ackWait)
 					continue
 				}
-				c.deliverBatch(ctx, log, collect(ctx, work, msg, c.o.batchSize(), c.o.batchLinger), ackWait)
+				ms, _ := batches.Collect(ctx, nil, work, msg, c.o.batchSize(), c.o.batchLinger)
+				c.deliverBatch(ctx, log, ms, ackWait)
 			}
 		}()
 	}
@@ -289,45 +290,6 @@ func (c *Consumer[M]) deliverBatch(ctx context.Context, log *slog.Logger, msgs [
 	for i, h := range batch {
 		c.settle(ctx, h, results[i].Outcome, results[i].Err)
 	}
-}
-
-// collect returns first and the messages after it, at most max in all: those
-// the pull hands over at once, then those that arrive within linger of the
-// first, until ctx ends or ch is closed.
-func collect[T any](ctx context.Context, ch <-chan T, first T, max int, linger time.Duration) []T {
-	batch := append(make([]T, 0, max), first)
-	var expired <-chan time.Time
-	if linger > 0 {
-		t := time.NewTimer(linger)
-		defer t.Stop()
-		expired = t.C
-	}
-	for len(batch) < max {
-		select {
-		case v, ok := <-ch:
-			if !ok {
-				return batch
-			}
-			batch = append(batch, v)
-			continue
-		default:
-		}
-		if expired == nil {
-			return batch
-		}
-		select {
-		case v, ok := <-ch:
-			if !ok {
-				return batch
-			}
-			batch = append(batch, v)
-		case <-expired:
-			return batch
-		case <-ctx.Done():
-			return batch
-		}
-	}
-	return batch
 }
 
 // settle acts on a message's result as idem.ActionFor says.

@@ -183,7 +183,7 @@ func (c *Consumer[M]) session(ctx context.Context, log *slog.Logger) (consumed b
 						}
 						continue
 					}
-					ds, open := collect(ctx, stop, deliveries, d, c.o.batchSize(), c.o.batchLinger)
+					ds, open := batches.Collect(ctx, stop, deliveries, d, c.o.batchSize(), c.o.batchLinger)
 					if err := c.deliverBatch(ctx, log, r, ds); err != nil {
 						fail(err)
 						return
@@ -287,48 +287,6 @@ func (c *Consumer[M]) deliverBatch(ctx context.Context, log *slog.Logger, r *rou
 		keep(c.settle(ctx, p.log, r, p.d, p.attempt, results[i].Outcome, results[i].Err))
 	}
 	return first
-}
-
-// collect returns first and the deliveries after it, at most max in all:
-// those the channel holds already, then those that arrive within linger of
-// the first, until ctx ends or stop closes. open is false once the channel
-// is closed.
-func collect[T any](ctx context.Context, stop <-chan struct{}, ch <-chan T, first T, max int, linger time.Duration) (batch []T, open bool) {
-	batch = append(make([]T, 0, max), first)
-	var expired <-chan time.Time
-	if linger > 0 {
-		t := time.NewTimer(linger)
-		defer t.Stop()
-		expired = t.C
-	}
-	for len(batch) < max {
-		select {
-		case v, ok := <-ch:
-			if !ok {
-				return batch, false
-			}
-			batch = append(batch, v)
-			continue
-		default:
-		}
-		if expired == nil {
-			return batch, true
-		}
-		select {
-		case v, ok := <-ch:
-			if !ok {
-				return batch, false
-			}
-			batch = append(batch, v)
-		case <-expired:
-			return batch, true
-		case <-ctx.Done():
-			return batch, true
-		case <-stop:
-			return batch, true
-		}
-	}
-	return batch, true
 }
 
 // settle acts on a delivery's result as idem.ActionFor says. It returns an
