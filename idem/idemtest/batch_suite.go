@@ -110,9 +110,7 @@ func (s Suite[V, M, R]) batchKeyTwice(t testing.TB, seen *fixtureSeen) {
 		t.Errorf("the message with the same key and another payload in the batch: got %v; want idem.ErrKeyReused", got[2])
 	}
 	sc.wantRuns(1, "a key twice in one batch is processed once")
-	sc.wantInboxRows(1, "after the batch")
-	sc.wantEffect(msg, 1, "after the batch")
-	sc.wantOutbox(msg, "after the batch")
+	sc.wantApplied(msg, 1, "after the batch")
 }
 
 func (s Suite[V, M, R]) batchProcessedKey(t testing.TB, seen *fixtureSeen) {
@@ -124,9 +122,7 @@ func (s Suite[V, M, R]) batchProcessedKey(t testing.TB, seen *fixtureSeen) {
 	sc.wantDuplicate("the processed message in a batch", got[0], first)
 	sc.wantDuplicate("the processed message again in the batch", got[1], first)
 	sc.wantRuns(1, "a batch of a processed key must not run the handler")
-	sc.wantInboxRows(1, "after the batch")
-	sc.wantEffect(msg, 1, "after the batch")
-	sc.wantOutbox(msg, "after the batch")
+	sc.wantApplied(msg, 1, "after the batch")
 }
 
 func (s Suite[V, M, R]) batchFailingHandler(t testing.TB, seen *fixtureSeen) {
@@ -157,18 +153,14 @@ func (s Suite[V, M, R]) batchFailingHandler(t testing.TB, seen *fixtureSeen) {
 			t.Errorf("message %d of the failing batch: got %v; want the failure", i, d)
 		}
 	}
-	sc.wantInboxRows(0, "after the failing batch")
-	sc.wantEffect(msg, 0, "after the failing batch")
-	sc.wantNoOutbox("after the failing batch")
+	sc.wantApplied(msg, 0, "after the failing batch")
 	again := sc.batch(b, []M{msg, msg})
 	if again[0].err != nil || again[0].o != idem.Processed {
 		t.Fatalf("the redelivered batch: got %v; want Processed", again[0])
 	}
 	sc.wantDuplicate("the message twice in the redelivered batch", again[1], again[0])
 	sc.wantRuns(failedRuns+1, "the failing batch's runs, then one for the redelivered batch")
-	sc.wantInboxRows(1, "after the redelivered batch")
-	sc.wantEffect(msg, 1, "after the redelivered batch")
-	sc.wantOutbox(msg, "after the redelivered batch")
+	sc.wantApplied(msg, 1, "after the redelivered batch")
 }
 
 func (s Suite[V, M, R]) batchConcurrent(t testing.TB, seen *fixtureSeen) {
@@ -203,9 +195,7 @@ func (s Suite[V, M, R]) batchConcurrent(t testing.TB, seen *fixtureSeen) {
 		}
 	}
 	sc.wantRuns(1, "concurrent batches of one key run the handler once")
-	sc.wantInboxRows(1, "after the concurrent batches")
-	sc.wantEffect(msg, 1, "after the concurrent batches")
-	sc.wantOutbox(msg, "after the concurrent batches")
+	sc.wantApplied(msg, 1, "after the concurrent batches")
 }
 
 // batchKilledMidBatch runs a child process (this test binary, this test,
@@ -224,18 +214,14 @@ func (s Suite[V, M, R]) batchKilledMidBatch(t testing.TB, seen *fixtureSeen) {
 	sc := s.start(t, seen, 2)
 	msg := sc.fx.Message
 	runKilledChild(t, sc.db, msg)
-	sc.wantInboxRows(0, "after the process was killed inside the batch's transaction")
-	sc.wantEffect(msg, 0, "after the process was killed inside the batch's transaction")
-	sc.wantNoOutbox("after the process was killed inside the batch's transaction")
+	sc.wantApplied(msg, 0, "after the process was killed inside the batch's transaction")
 	got := sc.batch(sc.newBatch(sc.pool), []M{msg, msg})
 	if got[0].err != nil || got[0].o != idem.Processed {
 		t.Fatalf("the redelivered batch after the killed process: got %v; want Processed", got[0])
 	}
 	sc.wantDuplicate("the message twice in the redelivered batch", got[1], got[0])
 	sc.wantRuns(1, "the killed run never reached this process's hook; the redelivered batch ran once")
-	sc.wantInboxRows(1, "after the redelivered batch")
-	sc.wantEffect(msg, 1, "after the redelivered batch")
-	sc.wantOutbox(msg, "after the redelivered batch")
+	sc.wantApplied(msg, 1, "after the redelivered batch")
 	again := sc.batch(sc.newBatch(sc.pool), []M{msg})
 	sc.wantDuplicate("a batch of the message after the redelivered one", again[0], got[0])
 	sc.wantRuns(1, "a Duplicate must not run the handler")

@@ -511,6 +511,20 @@ func (sc *scenario[V, M, R]) effect(msg M) (int, bool) {
 	return n, true
 }
 
+// wantApplied checks that msg was applied n times, 0 or 1, as its
+// deliveries so far should leave it: n inbox rows, the effect n times, and
+// the outbox rows of its committed run (none when n is 0).
+func (sc *scenario[V, M, R]) wantApplied(msg M, n int, when string) {
+	sc.t.Helper()
+	sc.wantInboxRows(n, when)
+	sc.wantEffect(msg, n, when)
+	if n == 0 {
+		sc.wantNoOutbox(when)
+	} else {
+		sc.wantOutbox(msg, when)
+	}
+}
+
 // wantEffect checks the fixture's count of the business effect, if it has
 // one.
 func (sc *scenario[V, M, R]) wantEffect(msg M, want int, when string) {
@@ -603,14 +617,10 @@ func (s Suite[V, M, R]) failureBeforeCommit(t testing.TB, seen *fixtureSeen) {
 	if d := sc.deliver(sc.handle, msg); d.err == nil {
 		t.Fatalf("the delivery whose connection died before its commit: got %v; want an error", d)
 	}
-	sc.wantInboxRows(0, "after the delivery abandoned before its commit")
-	sc.wantEffect(msg, 0, "after the delivery abandoned before its commit")
-	sc.wantNoOutbox("after the delivery abandoned before its commit")
+	sc.wantApplied(msg, 0, "after the delivery abandoned before its commit")
 	sc.mustProcess("the redelivery after the abandoned delivery", msg)
 	sc.wantRuns(2, "once abandoned, once redelivered")
-	sc.wantInboxRows(1, "after the redelivery")
-	sc.wantEffect(msg, 1, "after the redelivery")
-	sc.wantOutbox(msg, "after the redelivery")
+	sc.wantApplied(msg, 1, "after the redelivery")
 }
 
 func (s Suite[V, M, R]) crashAfterCommit(t testing.TB, seen *fixtureSeen) {
@@ -631,9 +641,7 @@ func (s Suite[V, M, R]) crashAfterCommit(t testing.TB, seen *fixtureSeen) {
 	again := sc.deliver(sc.newConsumer(openPool(t, sc.db, app, 2)), msg)
 	sc.wantDuplicate("the redelivery after the crash", again, first)
 	sc.wantRuns(1, "the redelivery of a committed message must not run the handler")
-	sc.wantInboxRows(1, "after the redelivery")
-	sc.wantEffect(msg, 1, "after the redelivery")
-	sc.wantOutbox(msg, "after the redelivery")
+	sc.wantApplied(msg, 1, "after the redelivery")
 }
 
 func (s Suite[V, M, R]) keyReused(t testing.TB, seen *fixtureSeen) {
@@ -667,9 +675,7 @@ func (s Suite[V, M, R]) keyReused(t testing.TB, seen *fixtureSeen) {
 	}
 	sc.wantDuplicate("the original message after the reused key", sc.deliver(sc.handle, msg), first)
 	sc.wantRuns(1, "a reused key must not run the handler")
-	sc.wantInboxRows(1, "after the reused key")
-	sc.wantEffect(msg, 1, "after the reused key")
-	sc.wantOutbox(msg, "after the reused key")
+	sc.wantApplied(msg, 1, "after the reused key")
 }
 
 func (s Suite[V, M, R]) sequentialDuplicate(t testing.TB, seen *fixtureSeen) {
@@ -680,9 +686,7 @@ func (s Suite[V, M, R]) sequentialDuplicate(t testing.TB, seen *fixtureSeen) {
 	sc.wantOutbox(msg, "after the first delivery")
 	sc.wantDuplicate("the second delivery", sc.deliver(sc.handle, msg), first)
 	sc.wantRuns(1, "a Duplicate must not run the handler")
-	sc.wantInboxRows(1, "after two deliveries")
-	sc.wantEffect(msg, 1, "after two deliveries")
-	sc.wantOutbox(msg, "after two deliveries")
+	sc.wantApplied(msg, 1, "after two deliveries")
 }
 
 func (s Suite[V, M, R]) businessUniqueViolation(t testing.TB, seen *fixtureSeen) {
