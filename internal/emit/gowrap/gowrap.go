@@ -99,41 +99,14 @@ func (e emitter) wrapper(f *jen.File) {
 	)
 	f.Line()
 
-	// Handle returns what the Inbox's Handle does; without a result, only
-	// the outcome and the error.
-	call := jen.Id("w").Dot("inbox").Dot("Handle").Call(jen.Id("ctx"), jen.Id("msg"))
-	results := []jen.Code{jen.Qual(gocode.IdemPkg, "Outcome"), jen.Error()}
-	body := []jen.Code{jen.Return(call)}
 	duplicate := "returns idem.Duplicate"
 	if h.Result != nil {
-		results = append([]jen.Code{gocode.Type(*h.Result)}, results...)
 		duplicate = "returns the stored result as idem.Duplicate"
-	} else {
-		body = []jen.Code{
-			jen.List(jen.Id("_"), jen.Id("outcome"), jen.Err()).Op(":=").Add(call),
-			jen.Return(jen.Id("outcome"), jen.Err()),
-		}
 	}
-	f.Comment(gocode.Doc(fmt.Sprintf(
+	e.handleAndDeliver(f, fmt.Sprintf(
 		"Handle runs %s for msg in one transaction with the claim of its key, or, when the key was processed before, "+
 			"%s without running it. Ack the message exactly when err is nil.",
-		h.Func, duplicate)))
-	f.Func().Params(jen.Id("w").Op("*").Id(n.Wrapper)).Id("Handle").
-		Params(jen.Id("ctx").Qual("context", "Context"), jen.Id("msg").Add(gocode.Type(h.Msg))).
-		Params(results...).
-		Block(body...)
-	f.Line()
-
-	f.Comment(gocode.Doc(fmt.Sprintf(
-		"Deliver is Handle without the result: it makes %s an idem.Handler, the form broker adapters take "+
-			"(idem/rabbitmq). Ack the message exactly when err is nil.", n.Wrapper)))
-	f.Func().Params(jen.Id("w").Op("*").Id(n.Wrapper)).Id("Deliver").
-		Params(jen.Id("ctx").Qual("context", "Context"), jen.Id("msg").Add(gocode.Type(h.Msg))).
-		Params(jen.Qual(gocode.IdemPkg, "Outcome"), jen.Error()).
-		Block(jen.Return(jen.Id("w").Dot("inbox").Dot("Deliver").Call(jen.Id("ctx"), jen.Id("msg"))))
-	f.Line()
-	f.Var().Id("_").Qual(gocode.IdemPkg, "Handler").Types(gocode.Type(h.Msg)).Op("=").Parens(jen.Op("*").Id(n.Wrapper)).Parens(jen.Nil())
-	f.Line()
+		h.Func, duplicate))
 
 	e.batchMethods(f, result)
 
