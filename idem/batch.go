@@ -149,10 +149,7 @@ func (b *batch[M, R]) prepare() {
 	seen := make(map[string]int, len(b.msgs))
 	for i, msg := range b.msgs {
 		b.dupOf[i] = -1
-		key, err := in.table.Key(msg)
-		if err == nil {
-			err = checkKeySize(in.table.KeyFields, key)
-		}
+		key, err := validKey(msg, in.table.Key, in.table.KeyFields)
 		if err != nil {
 			b.decide(context.Background(), i, Result[R]{Err: in.fail(nil, err)})
 			continue

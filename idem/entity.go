@@ -141,10 +141,7 @@ func (in *EntityInbox[M, R]) Deliver(ctx context.Context, msg M) (Outcome, error
 // do with the message.
 func (in *EntityInbox[M, R]) Handle(ctx context.Context, msg M) (R, Outcome, error) {
 	var zero R
-	key, err := in.table.Key(msg)
-	if err == nil {
-		err = checkKeySize(in.table.KeyFields, key)
-	}
+	key, err := validKey(msg, in.table.Key, in.table.KeyFields)
 	if err != nil {
 		return zero, 0, in.fail(nil, err)
 	}

@@ -269,10 +269,7 @@ func (x *ExternalInbox[M, R]) keyText(msg M) (key, idemKey string) {
 // made, if any.
 func (x *ExternalInbox[M, R]) handle(ctx context.Context, msg M, claimAttempt *int) (R, Outcome, error) {
 	var zero R
-	key, err := x.table.Key(msg)
-	if err == nil {
-		err = checkKeySize(x.table.KeyFields, key)
-	}
+	key, err := validKey(msg, x.table.Key, x.table.KeyFields)
 	if err != nil {
 		return zero, 0, x.fail(nil, err)
 	}

@@ -158,10 +158,7 @@ func (in *Inbox[M, R]) keyText(msg M, err error) string {
 
 func (in *Inbox[M, R]) handle(ctx context.Context, msg M) (R, Outcome, error) {
 	var zero R
-	key, err := in.table.Key(msg)
-	if err == nil {
-		err = checkKeySize(in.table.KeyFields, key)
-	}
+	key, err := validKey(msg, in.table.Key, in.table.KeyFields)
 	if err != nil {
 		return zero, 0, in.fail(nil, err)
 	}

@@ -71,10 +71,7 @@ func (in *NaturalInbox[M, R]) Deliver(ctx context.Context, msg M) (Outcome, erro
 // ErrRetryable)); any other error is the handler's, and nothing committed.
 func (in *NaturalInbox[M, R]) Handle(ctx context.Context, msg M) (R, Outcome, error) {
 	var zero R
-	key, err := in.table.Key(msg)
-	if err == nil {
-		err = checkKeySize(in.table.KeyFields, key)
-	}
+	key, err := validKey(msg, in.table.Key, in.table.KeyFields)
 	if err != nil {
 		return zero, 0, in.fail(nil, err, false)
 	}

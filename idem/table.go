@@ -260,6 +260,16 @@ func CheckInt[T int64 | uint64](path string, v T) error {
 	return nil
 }
 
+// validKey returns msg's key parts as keyOf makes them, checked against
+// MaxKeyBytes (an error is keyOf's, or an ErrInvalidKey for the size).
+func validKey[M any](msg M, keyOf func(M) ([]any, error), fields []string) ([]any, error) {
+	key, err := keyOf(msg)
+	if err == nil {
+		err = checkKeySize(fields, key)
+	}
+	return key, err
+}
+
 // checkKeySize rejects keys whose string parts together exceed MaxKeyBytes.
 func checkKeySize(fields []string, key []any) error {
 	total := 0
