@@ -50,33 +50,12 @@ func newOutboxSchema(ctx context.Context, base string, n int) (*schema, error) {
 // newSchemaWith is newSchema with the goose migrations of migrations (the
 // ledger's, with or without the outbox chain).
 func newSchemaWith(ctx context.Context, base string, n int, migrations fs.FS) (*schema, error) {
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
-	s := &schema{name: "idembench_" + hex.EncodeToString(b), base: base}
-	admin, err := pgx.Connect(ctx, base)
+	s, pool, err := newMigratedSchema(ctx, base, migrations)
 	if err != nil {
-		return nil, err
-	}
-	defer admin.Close(ctx)
-	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+s.name); err != nil {
-		return nil, err
-	}
-
-	pool, _, err := s.pool(ctx, 1)
-	if err != nil {
-		s.drop()
 		return nil, err
 	}
 	defer pool.Close()
-	sqlDB := stdlib.OpenDBFromPool(pool)
-	defer sqlDB.Close()
-	provider, err := goose.NewProvider(goose.DialectPostgres, sqlDB, migrations, goose.WithDisableGlobalRegistry(true))
-	if err == nil {
-		_, err = provider.Up(ctx)
-	}
-	if err == nil {
-		_, err = pool.Exec(ctx, `INSERT INTO accounts (id) SELECT generate_series(1, $1::bigint)`, n)
-	}
+	_, err = pool.Exec(ctx, `INSERT INTO accounts (id) SELECT generate_series(1, $1::bigint)`, n)
 	if err == nil {
 		_, err = pool.Exec(ctx, `VACUUM ANALYZE accounts`)
 	}
@@ -85,6 +64,40 @@ func newSchemaWith(ctx context.Context, base string, n int, migrations fs.FS) (*
 		return nil, fmt.Errorf("prepare schema %s: %w", s.name, err)
 	}
 	return s, nil
+}
+
+// newMigratedSchema creates a fresh schema with the goose migrations of
+// migrations applied, and returns it with a pool of one connection on it
+// for the caller to close.
+func newMigratedSchema(ctx context.Context, base string, migrations fs.FS) (*schema, *pgxpool.Pool, error) {
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	s := &schema{name: "idembench_" + hex.EncodeToString(b), base: base}
+	admin, err := pgx.Connect(ctx, base)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer admin.Close(ctx)
+	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+s.name); err != nil {
+		return nil, nil, err
+	}
+	pool, _, err := s.pool(ctx, 1)
+	if err != nil {
+		s.drop()
+		return nil, nil, err
+	}
+	sqlDB := stdlib.OpenDBFromPool(pool)
+	defer sqlDB.Close()
+	provider, err := goose.NewProvider(goose.DialectPostgres, sqlDB, migrations, goose.WithDisableGlobalRegistry(true))
+	if err == nil {
+		_, err = provider.Up(ctx)
+	}
+	if err != nil {
+		pool.Close()
+		s.drop()
+		return nil, nil, fmt.Errorf("prepare schema %s: %w", s.name, err)
+	}
+	return s, pool, nil
 }
 
 // drop removes the schema; it runs even when the run was interrupted.

@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	mrand "math/rand/v2"
 	"slices"
@@ -12,8 +10,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/jackc/pgx/v5/stdlib"
-	"github.com/pressly/goose/v3"
 
 	"github.com/idemgen/idemgen/bench/orders"
 	"github.com/idemgen/idemgen/idem"
@@ -182,32 +178,10 @@ func entityDeliver(name string, pool *pgxpool.Pool) deliverFunc {
 // newOrdersSchema creates a fresh schema with the migrations of
 // bench/orders.
 func newOrdersSchema(ctx context.Context, base string) (*schema, error) {
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
-	s := &schema{name: "idembench_" + hex.EncodeToString(b), base: base}
-	admin, err := pgx.Connect(ctx, base)
+	s, pool, err := newMigratedSchema(ctx, base, orders.Migrations())
 	if err != nil {
 		return nil, err
 	}
-	defer admin.Close(ctx)
-	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+s.name); err != nil {
-		return nil, err
-	}
-	pool, _, err := s.pool(ctx, 1)
-	if err != nil {
-		s.drop()
-		return nil, err
-	}
-	defer pool.Close()
-	sqlDB := stdlib.OpenDBFromPool(pool)
-	defer sqlDB.Close()
-	provider, err := goose.NewProvider(goose.DialectPostgres, sqlDB, orders.Migrations(), goose.WithDisableGlobalRegistry(true))
-	if err == nil {
-		_, err = provider.Up(ctx)
-	}
-	if err != nil {
-		s.drop()
-		return nil, fmt.Errorf("prepare schema %s: %w", s.name, err)
-	}
+	pool.Close()
 	return s, nil
 }
