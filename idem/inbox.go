@@ -50,6 +50,8 @@ type Inbox[M, R any] struct {
 	db       DB
 	flightDB any // db, or the Inbox itself when db is not comparable: see flightKey
 	table    Table[M]
+	sql      *inboxSQL // the table's statements
+	fields   []string  // the key's Go field paths, in column order
 	handler  func(context.Context, pgx.Tx, M) (R, error)
 	// publishing is the handler of NewPublishingInbox (handler is nil then).
 	publishing func(context.Context, pgx.Tx, *Outbox, M) (R, error)
@@ -91,6 +93,8 @@ func newInbox[M, R any](db DB, table Table[M], opts []Option) *Inbox[M, R] {
 		db:        db,
 		flightDB:  db,
 		table:     table,
+		sql:       newInboxSQL(table),
+		fields:    fieldsOf(table.Columns),
 		notify:    !o.noNotify,
 		txOptions: pgx.TxOptions{IsoLevel: o.isolation},
 		claimWait: o.claimWait,
@@ -153,12 +157,12 @@ func (in *Inbox[M, R]) keyText(msg M, err error) string {
 	if kerr != nil {
 		return ""
 	}
-	return formatKey(in.table.KeyFields, key)
+	return formatKey(in.fields, key)
 }
 
 func (in *Inbox[M, R]) handle(ctx context.Context, msg M) (R, Outcome, error) {
 	var zero R
-	key, err := validKey(msg, in.table.Key, in.table.KeyFields)
+	key, err := validKey(msg, in.table.Key, in.fields)
 	if err != nil {
 		return zero, 0, in.fail(nil, err)
 	}
@@ -248,8 +252,8 @@ func (in *Inbox[M, R]) claim(ctx context.Context, conn *pgx.Conn, key []any, fp 
 	// restores the session's value before it returns (see idem.Table).
 	b := newBatch(2)
 	b.BeginTx(in.txOptions)
-	sql, args := in.table.claimStatement(key, fp, lockWait, order)
-	b.Queue(sql, args...)
+	q := in.sql.claim(key, fp, lockWait, order)
+	b.Queue(q.sql, q.args...)
 	br := conn.SendBatch(ctx, b)
 	claimed, fresh, err = readClaim(br)
 	if closeErr := br.Close(); err == nil {
@@ -338,12 +342,12 @@ func (in *Inbox[M, R]) complete(ctx context.Context, conn *pgx.Conn, key []any, 
 	if !in.noResult {
 		// The claim inserted the row done; only a result is left to store
 		// (as text: see completeStatement).
-		sql, args := in.table.completeStatement(key, result)
-		b.Queue(sql, args...)
+		q := in.sql.completeKey(key, result)
+		b.Queue(q.sql, q.args...)
 	}
 	notify := len(msgs) > 0 && in.notify
 	if len(msgs) > 0 {
-		sql, args := outboxStatement(in.table.Consumer, in.table.KeyFields, key, msgs)
+		sql, args := outboxStatement(in.table.Consumer, in.fields, key, msgs)
 		b.Queue(sql, args...)
 		if notify {
 			b.Queue(notifyOutbox)
@@ -423,8 +427,8 @@ func (in *Inbox[M, R]) readBack(ctx context.Context, conn *pgx.Conn, key []any, 
 	if conn.PgConn().TxStatus() != txIdle {
 		b.Queue("rollback")
 	}
-	sql, args := in.table.lookupStatement(key)
-	b.Queue(sql, args...)
+	q := in.sql.lookupKey(key)
+	b.Queue(q.sql, q.args...)
 	br := conn.SendBatch(ctx, b)
 	var (
 		storedFP []byte
@@ -474,8 +478,8 @@ func (in *Inbox[M, R]) readBack(ctx context.Context, conn *pgx.Conn, key []any, 
 func (in *Inbox[M, R]) Purge(ctx context.Context) (int64, error) {
 	var total int64
 	for {
-		sql, args := in.table.purgeStatement()
-		tag, err := exec(ctx, in.db, sql, args...)
+		q := in.sql.purgeRows(in.table.Retain)
+		tag, err := exec(ctx, in.db, q.sql, q.args...)
 		in.ob.ins.Purged(ctx, in.table.Name, obs.KindInbox, tag.RowsAffected())
 		if err != nil {
 			return total, in.fail(nil, fmt.Errorf("idem: purge %s: %w", in.table.Name, err))
@@ -488,7 +492,7 @@ func (in *Inbox[M, R]) Purge(ctx context.Context) (int64, error) {
 }
 
 func (in *Inbox[M, R]) fail(key []any, err error) error {
-	return newError(in.table.Consumer, in.table.KeyFields, key, err)
+	return newError(in.table.Consumer, in.fields, key, err)
 }
 
 func (in *Inbox[M, R]) retryable(key []any, err error) error {
