@@ -72,9 +72,9 @@ func (in *Inbox[M, R]) DeliverBatch(ctx context.Context, msgs []M) []Result[None
 // through Handle, so each gets its own outcome and the others commit once.
 // A handler's panic rolls the transaction back and goes on up the stack.
 //
-// An inbox whose Table has no batch statements (a stale-message guard,
-// nullable key parts: see Table) runs each message in a transaction of its
-// own, with the same results.
+// An inbox whose Table has a stale-message guard or nullable key parts,
+// which the batch statements do not cover, runs each message in a
+// transaction of its own, with the same results.
 //
 // The results are in input order, one per message; ack each message
 // exactly when its Err is nil. The error is non-nil only when no message

@@ -249,7 +249,7 @@ func (in *Inbox[M, R]) handle(ctx context.Context, msg M) (R, Outcome, error) {
 // statement, so that two concurrent versions cannot both win).
 func (in *Inbox[M, R]) claim(ctx context.Context, conn *pgx.Conn, key []any, fp []byte, lockWait any, order []any) (tx pgx.Tx, claimed, fresh bool, err error) {
 	// The claim statement bounds its own wait with lock_timeout and
-	// restores the session's value before it returns (see idem.Table).
+	// restores the session's value before it returns (see claimSQL in statements.go).
 	b := newBatch(2)
 	b.BeginTx(in.txOptions)
 	q := in.sql.claim(key, fp, lockWait, order)
@@ -310,7 +310,7 @@ var errAborted = errors.New("idem: a statement of the handler failed but the han
 // claimCheck runs right before the COMMIT, in the same round trip. It fails,
 // and so turns the COMMIT queued after it into a rollback, unless the
 // connection is still inside the transaction that the claim began: the claim
-// statement sets idem.lock_timeout for its transaction only (see Table), so
+// statement sets idem.lock_timeout for its transaction only (see claimSQL), so
 // the setting is empty in any other transaction. That catches what no check
 // on the client can see: a handler that sent "ROLLBACK; BEGIN; ..." around
 // its Tx, which leaves the connection inside a transaction again, but one

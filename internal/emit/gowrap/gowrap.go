@@ -1,8 +1,10 @@
 // Package gowrap emits idem_gen.go: for each handler of a package, the
-// wrapper type, its constructor and methods, the inbox table description
-// (idem.Table, or idem.ExternalTable for a mode=external handler) and the key
-// function. The protocol itself is the idem runtime's; what is emitted
-// is only what is specific to one handler.
+// wrapper type, which embeds the runtime's inbox and so has its methods, its
+// constructor, the Handle of a handler without a result, the table's
+// declaration (idem.Table, idem.ExternalTable, idem.EntityTable or
+// idem.NaturalTable: names and key columns, no SQL) and the key function.
+// The protocol and its statements are the idem runtime's; what is emitted is
+// only what is specific to one handler, no line over gocode.Width columns.
 package gowrap
 
 import (
