@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/idemgen/idemgen/idem"
 	"github.com/idemgen/idemgen/idem/idemtest"
@@ -337,7 +338,7 @@ func TestStatementsExternal(t *testing.T) {
 	// A claim whose worker died: running, its lease expired.
 	dead := newShaped()
 	if _, err := db.Pool.Exec(ctx, `INSERT INTO idem_shapes.external (idem_key, key_text, key_uuid, fingerprint, status, fence, attempts, lease_until)
-		VALUES ('dead', $1, $2, '\x00', 'running', 1, 5, now() - interval '1 minute')`, dead.Text, dead.UUID); err != nil {
+		VALUES ('dead', $1, $2, '\x00', 'running', 1, 5, now() - interval '1 minute')`, dead.Text, pgtype.UUID{Bytes: dead.UUID, Valid: true}); err != nil {
 		t.Fatal(err)
 	}
 	rep, err := inbox.Sweep(ctx)
