@@ -429,7 +429,7 @@ func (b *batch[M, R]) lookup(ctx context.Context, conn *pgx.Conn, lost []int, ke
 			b.decide(ctx, i, Result[R]{Err: in.retryable(key, errors.New("idem: the claim conflicted with an inbox row that was gone when read back"))})
 			continue
 		}
-		switch same, err := sameFingerprint(r.fp, b.fps[i], b.msgs[i]); {
+		switch same, err := sameFingerprint(r.fp, b.fps[i]); {
 		case err != nil:
 			b.decide(ctx, i, Result[R]{Err: in.fail(key, err)})
 		case !same:

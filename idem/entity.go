@@ -25,7 +25,7 @@ const FingerprintSetting = "idem.fingerprint"
 const FingerprintColumn = "idem_fingerprint"
 
 // EntityTable describes a mode=entity consumer: the business table whose
-// row, inserted by the handler, is the message's marker (DESIGN §12).
+// row, inserted by the handler, is the message's marker (docs/natural.md).
 //
 // For generated code: idemgen declares one per mode=entity handler. Lookup
 // takes the key parts as $1 to $n (n = len(KeyFields)) and returns the
@@ -401,7 +401,7 @@ func (in *EntityInbox[M, R]) readBack(ctx context.Context, conn *pgx.Conn, key [
 	case stored == nil:
 		return zero, 0, in.fail(key, fmt.Errorf("%w: the row of %s has no fingerprint (%s is NULL: it was written outside the wrapper, or before the migration that added the column), so the message cannot be told a duplicate", ErrKeyReused, in.table.Name, FingerprintColumn))
 	}
-	switch same, err := sameFingerprint(stored, fp, msg); {
+	switch same, err := sameFingerprint(stored, fp); {
 	case err != nil:
 		return zero, 0, in.fail(key, err)
 	case !same:

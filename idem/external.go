@@ -303,7 +303,7 @@ func (x *ExternalInbox[M, R]) handle(ctx context.Context, msg M, claimAttempt *i
 			}
 			return zero, 0, x.retryable(key, errors.New("idem: the claim conflicted with a row that was gone when read back"))
 		}
-		switch same, err := sameFingerprint(row.fingerprint, fp, msg); {
+		switch same, err := sameFingerprint(row.fingerprint, fp); {
 		case err != nil:
 			return zero, 0, x.fail(key, err)
 		case !same:

@@ -452,7 +452,7 @@ func (in *Inbox[M, R]) readBack(ctx context.Context, conn *pgx.Conn, key []any, 
 		rollback(ctx, conn)
 		return zero, 0, in.fail(key, fmt.Errorf("idem: read the processed row: %w", err))
 	}
-	switch same, err := sameFingerprint(storedFP, fp, msg); {
+	switch same, err := sameFingerprint(storedFP, fp); {
 	case err != nil:
 		return zero, 0, in.fail(key, err)
 	case !same:
