@@ -22,7 +22,7 @@ const DefaultBatchCap = 100
 // holds its row locks and how much a failing handler costs (the batch falls
 // back to one transaction per message). NewInbox panics on a negative cap.
 func WithBatchCap(n int) Option {
-	return func(o *options) { o.batchCap = n }
+	return func(o *options) { o.batchCap = n; o.given |= optBatchCap }
 }
 
 // Result is the outcome of one message of a batch (HandleBatch): what Handle

@@ -75,6 +75,7 @@ type EntityInbox[M, R any] struct {
 	notify     bool
 
 	beforeCommit func(ctx context.Context, tx pgx.Tx) error
+	ob           observer
 
 	mu         sync.Mutex
 	constraint string // resolved table.Constraint
@@ -84,11 +85,13 @@ type EntityInbox[M, R any] struct {
 // NewEntityInbox returns the EntityInbox of table that runs handler. result
 // reads a processed message's result back for its duplicates (the
 // directive's result=); it is nil for a handler that returns only an error
-// (R None). Options: WithIsolation, WithBeforeCommit; the claim wait does not
-// apply (the handler's INSERT waits for a concurrent delivery of its key to
-// commit or roll back, as any INSERT does).
+// (R None). Options: WithIsolation, WithBeforeCommit, WithoutNotify,
+// WithLogger, WithMeterProvider; it panics on any other, naming it: the claim
+// wait does not apply (the handler's INSERT waits for a concurrent delivery
+// of its key to commit or roll back, as any INSERT does), nor do batches or
+// the options of mode=external.
 func NewEntityInbox[M, R any](db DB, table EntityTable[M], handler func(ctx context.Context, tx pgx.Tx, msg M) (R, error), result func(ctx context.Context, tx pgx.Tx, msg M) (R, error), opts ...Option) *EntityInbox[M, R] {
-	in := newEntityInbox(db, table, result, opts)
+	in := newEntityInbox("idem.NewEntityInbox", db, table, result, opts)
 	in.handler = func(ctx context.Context, tx pgx.Tx, _ *Outbox, msg M) (R, error) { return handler(ctx, tx, msg) }
 	return in
 }
@@ -97,17 +100,13 @@ func NewEntityInbox[M, R any](db DB, table EntityTable[M], handler func(ctx cont
 // outgoing messages through an *Outbox, written to idem_outbox in the
 // commit's round trip.
 func NewPublishingEntityInbox[M, R any](db DB, table EntityTable[M], handler func(ctx context.Context, tx pgx.Tx, out *Outbox, msg M) (R, error), result func(ctx context.Context, tx pgx.Tx, msg M) (R, error), opts ...Option) *EntityInbox[M, R] {
-	in := newEntityInbox(db, table, result, opts)
+	in := newEntityInbox("idem.NewPublishingEntityInbox", db, table, result, opts)
 	in.handler, in.publishing = handler, true
 	return in
 }
 
-func newEntityInbox[M, R any](db DB, table EntityTable[M], result func(context.Context, pgx.Tx, M) (R, error), opts []Option) *EntityInbox[M, R] {
-	o := options{claimWait: DefaultClaimWait}
-	for _, opt := range opts {
-		opt(&o)
-	}
-	o.validate(table.Consumer)
+func newEntityInbox[M, R any](constructor string, db DB, table EntityTable[M], result func(context.Context, pgx.Tx, M) (R, error), opts []Option) *EntityInbox[M, R] {
+	o := newOptions(constructor, table.Consumer, "entity", entityModeOptions, opts)
 	var zero R
 	if _, none := any(zero).(None); !none && result == nil {
 		panic(fmt.Sprintf("idem: consumer %s: a mode=entity handler with a result (%T) needs a function that reads it back for duplicates (result=)", table.Consumer, zero))
@@ -120,6 +119,7 @@ func newEntityInbox[M, R any](db DB, table EntityTable[M], result func(context.C
 		db: db, table: table, result: result,
 		txOptions: pgx.TxOptions{IsoLevel: o.isolation}, notify: !o.noNotify,
 		beforeCommit: o.beforeCommit,
+		ob:           newObserver(o, table.Consumer),
 		constraint:   table.Constraint,
 		relname:      strings.Trim(name, `"`),
 	}
@@ -139,7 +139,17 @@ func (in *EntityInbox[M, R]) Deliver(ctx context.Context, msg M) (Outcome, error
 // handler, including a unique violation of another constraint, is returned
 // as the handler's error; nothing was committed. ActionFor(err) says what to
 // do with the message.
+//
+// Each delivery is counted (idem.deliveries, idem.handler.duration) and
+// logged at its outcome's level, as in every mode ([WithMeterProvider],
+// [WithLogger]; docs/observability.md).
 func (in *EntityInbox[M, R]) Handle(ctx context.Context, msg M) (R, Outcome, error) {
+	return observe(ctx, &in.ob, msg, func(err error) (string, string) {
+		return keyTextOf(in.table.KeyFields, in.table.Key, msg, err), ""
+	}, func(*int) (R, Outcome, error) { return in.handle(ctx, msg) })
+}
+
+func (in *EntityInbox[M, R]) handle(ctx context.Context, msg M) (R, Outcome, error) {
 	var zero R
 	key, err := validKey(msg, in.table.Key, in.table.KeyFields)
 	if err != nil {

@@ -149,14 +149,12 @@ type ExternalInbox[M, R any] struct {
 // NewExternalInbox returns the ExternalInbox of table that runs handler.
 // db must reach the database that holds the table. Options: [WithLease],
 // [WithStuckAttempts], [WithBeforeComplete], [WithLogger] and
-// [WithMeterProvider]; the options of mode=tx (the
-// isolation level, the claim wait, the before-commit hook, WithoutNotify)
-// have no effect. It panics on a lease <= 0 or a stuck threshold below 1.
+// [WithMeterProvider]; it panics, naming it, on an option of mode=tx (the
+// isolation level, the claim wait, the before-commit hook, WithoutNotify,
+// batches), which cannot apply to a claim held outside any transaction, and
+// on a lease <= 0 or a stuck threshold below 1.
 func NewExternalInbox[M, R any](db DB, t ExternalTable[M], fn func(ctx context.Context, msg M) (R, error), opts ...Option) *ExternalInbox[M, R] {
-	var o options
-	for _, opt := range opts {
-		opt(&o)
-	}
+	o := newOptions("idem.NewExternalInbox", t.Consumer, "external", externalModeOptions, opts)
 	lease := t.Lease
 	if o.lease != 0 {
 		lease = o.lease
@@ -239,19 +237,9 @@ var _ Handler[struct{}] = (*ExternalInbox[struct{}, None])(nil)
 // taken over from an expired lease in idem.lease.takeovers) and logged at its
 // outcome's level, with the key parts and the idempotency key
 // ([WithMeterProvider], [WithLogger]; docs/observability.md).
-func (x *ExternalInbox[M, R]) Handle(ctx context.Context, msg M) (result R, o Outcome, err error) {
-	start := time.Now()
-	var claimAttempt int
-	observed := false
-	defer func() {
-		if !observed { // the handler panicked
-			observeDelivery(ctx, &x.ob, msg, 0, errPanicked, time.Since(start), claimAttempt, func() (string, string) { return x.keyText(msg) })
-		}
-	}()
-	result, o, err = x.handle(ctx, msg, &claimAttempt)
-	observed = true
-	observeDelivery(ctx, &x.ob, msg, o, err, time.Since(start), claimAttempt, func() (string, string) { return x.keyText(msg) })
-	return result, o, err
+func (x *ExternalInbox[M, R]) Handle(ctx context.Context, msg M) (R, Outcome, error) {
+	return observe(ctx, &x.ob, msg, func(error) (string, string) { return x.keyText(msg) },
+		func(claimAttempt *int) (R, Outcome, error) { return x.handle(ctx, msg, claimAttempt) })
 }
 
 // keyText renders msg's key parts (as Field=value pairs) and its

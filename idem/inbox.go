@@ -73,18 +73,14 @@ type Inbox[M, R any] struct {
 // wait beyond PostgreSQL's lock_timeout range, an unknown isolation level),
 // naming the option, the value and the bound: call it at startup.
 func NewInbox[M, R any](db DB, table Table[M], handler func(ctx context.Context, tx pgx.Tx, msg M) (R, error), opts ...Option) *Inbox[M, R] {
-	in := newInbox[M, R](db, table, opts)
+	in := newInbox[M, R]("idem.NewInbox", db, table, opts)
 	in.handler = handler
 	return in
 }
 
 // newInbox is NewInbox without the handler.
-func newInbox[M, R any](db DB, table Table[M], opts []Option) *Inbox[M, R] {
-	o := options{claimWait: DefaultClaimWait}
-	for _, opt := range opts {
-		opt(&o)
-	}
-	o.validate(table.Consumer)
+func newInbox[M, R any](constructor string, db DB, table Table[M], opts []Option) *Inbox[M, R] {
+	o := newOptions(constructor, table.Consumer, "tx", txModeOptions, opts)
 	var zero R
 	_, noResult := any(zero).(None)
 	in := &Inbox[M, R]{
@@ -128,32 +124,14 @@ func newInbox[M, R any](db DB, table Table[M], opts []Option) *Inbox[M, R] {
 // logged at its outcome's level ([WithMeterProvider], [WithLogger];
 // docs/observability.md), a handler's panic as an error before it goes on
 // up the stack.
-func (in *Inbox[M, R]) Handle(ctx context.Context, msg M) (result R, o Outcome, err error) {
-	start := time.Now()
-	observed := false
-	defer func() {
-		if !observed { // the handler panicked
-			observeDelivery(ctx, &in.ob, msg, 0, errPanicked, time.Since(start), 0, func() (string, string) { return in.keyText(msg, nil), "" })
-		}
-	}()
-	result, o, err = in.handle(ctx, msg)
-	observed = true
-	observeDelivery(ctx, &in.ob, msg, o, err, time.Since(start), 0, func() (string, string) { return in.keyText(msg, err), "" })
-	return result, o, err
+func (in *Inbox[M, R]) Handle(ctx context.Context, msg M) (R, Outcome, error) {
+	return observe(ctx, &in.ob, msg, func(err error) (string, string) { return in.keyText(msg, err), "" },
+		func(*int) (R, Outcome, error) { return in.handle(ctx, msg) })
 }
 
-// keyText is the key of msg as the log record shows it: the key parts as
-// Field=value pairs, or "" when they cannot be taken from msg.
+// keyText is the key of msg as the log record shows it (keyTextOf).
 func (in *Inbox[M, R]) keyText(msg M, err error) string {
-	var e *Error
-	if errors.As(err, &e) && e.Key != "" {
-		return e.Key
-	}
-	key, kerr := in.table.Key(msg)
-	if kerr != nil {
-		return ""
-	}
-	return formatKey(in.table.KeyFields, key)
+	return keyTextOf(in.table.KeyFields, in.table.Key, msg, err)
 }
 
 func (in *Inbox[M, R]) handle(ctx context.Context, msg M) (R, Outcome, error) {

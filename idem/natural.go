@@ -42,20 +42,20 @@ type NaturalInbox[M, R any] struct {
 	handler      func(context.Context, pgx.Tx, M) (R, error)
 	txOptions    pgx.TxOptions
 	beforeCommit func(ctx context.Context, tx pgx.Tx) error
+	ob           observer
 }
 
 // NewNaturalInbox returns the NaturalInbox of table that runs handler.
 // Options: WithIsolation (a handler that reads before it writes may need
 // REPEATABLE READ or SERIALIZABLE to stay idempotent under concurrency; the
-// retries make that cheap), WithBeforeCommit.
+// retries make that cheap), WithBeforeCommit, WithLogger, WithMeterProvider;
+// it panics on any other, naming it (a natural consumer claims nothing, so
+// has no claim wait, and publishes nothing).
 func NewNaturalInbox[M, R any](db DB, table NaturalTable[M], handler func(ctx context.Context, tx pgx.Tx, msg M) (R, error), opts ...Option) *NaturalInbox[M, R] {
-	o := options{claimWait: DefaultClaimWait}
-	for _, opt := range opts {
-		opt(&o)
-	}
-	o.validate(table.Consumer)
+	o := newOptions("idem.NewNaturalInbox", table.Consumer, "natural", naturalModeOptions, opts)
 	return &NaturalInbox[M, R]{db: db, table: table, handler: handler,
-		txOptions: pgx.TxOptions{IsoLevel: o.isolation}, beforeCommit: o.beforeCommit}
+		txOptions: pgx.TxOptions{IsoLevel: o.isolation}, beforeCommit: o.beforeCommit,
+		ob: newObserver(o, table.Consumer)}
 }
 
 // Deliver is Handle with the result dropped: it makes a NaturalInbox a
@@ -69,7 +69,17 @@ func (in *NaturalInbox[M, R]) Deliver(ctx context.Context, msg M) (Outcome, erro
 // serialization failure or deadlock is retried, up to NaturalAttempts runs
 // in all, and then returned marked retryable (errors.Is(err,
 // ErrRetryable)); any other error is the handler's, and nothing committed.
+//
+// Each delivery is counted (idem.deliveries, idem.handler.duration) and
+// logged at its outcome's level, as in every mode ([WithMeterProvider],
+// [WithLogger]; docs/observability.md).
 func (in *NaturalInbox[M, R]) Handle(ctx context.Context, msg M) (R, Outcome, error) {
+	return observe(ctx, &in.ob, msg, func(err error) (string, string) {
+		return keyTextOf(in.table.KeyFields, in.table.Key, msg, err), ""
+	}, func(*int) (R, Outcome, error) { return in.handle(ctx, msg) })
+}
+
+func (in *NaturalInbox[M, R]) handle(ctx context.Context, msg M) (R, Outcome, error) {
 	var zero R
 	key, err := validKey(msg, in.table.Key, in.table.KeyFields)
 	if err != nil {

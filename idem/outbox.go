@@ -165,7 +165,7 @@ func NewPublishingInbox[M, R any](db DB, table Table[M], handler func(ctx contex
 	if handler == nil {
 		panic(fmt.Sprintf("idem.NewPublishingInbox (consumer %s): the handler is nil", table.Consumer))
 	}
-	in := newInbox[M, R](db, table, opts)
+	in := newInbox[M, R]("idem.NewPublishingInbox", db, table, opts)
 	in.publishing = handler
 	return in
 }
@@ -187,7 +187,7 @@ func NoResultPublishing[M any](handler func(ctx context.Context, tx pgx.Tx, out 
 // interval is then the latency from commit to publish). Without outbox rows
 // nothing is sent either way.
 func WithoutNotify() Option {
-	return func(o *options) { o.noNotify = true }
+	return func(o *options) { o.noNotify = true; o.given |= optWithoutNotify }
 }
 
 // outboxNamespace is the namespace of the outgoing message ids:
