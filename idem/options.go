@@ -3,9 +3,9 @@ package idem
 import (
 	"context"
 	"fmt"
-	"strings"
 	"log/slog"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -205,7 +205,7 @@ var optionNames = [...]string{
 // The options each mode honours; every mode honours the observability
 // options. A constructor refuses any other (see options.refuse).
 const (
-	observability = optLogger | optMeterProvider
+	observability       = optLogger | optMeterProvider
 	txModeOptions       = optIsolation | optClaimWait | optBeforeCommit | optWithoutNotify | optBatchCap | observability
 	entityModeOptions   = optIsolation | optBeforeCommit | optWithoutNotify | observability
 	naturalModeOptions  = optIsolation | optBeforeCommit | observability
