@@ -180,7 +180,7 @@ func (b *batch[M, R]) decide(ctx context.Context, i int, r Result[R]) {
 	b.results[i] = r
 	b.done[i] = true
 	in, msg := b.in, b.msgs[i]
-	observeDelivery(ctx, &in.ob, msg, r.Outcome, r.Err, time.Since(b.start), 0, func() (string, string) { return in.keyText(msg, r.Err), "" })
+	observeDelivery(ctx, &in.ob, msg, r.Outcome, r.Err, time.Since(b.start), 0, func() (string, string) { return in.keyText(msg, r.Err) })
 }
 
 // copyDuplicates gives each in-batch duplicate its first message's outcome:
@@ -314,7 +314,7 @@ func (b *batch[M, R]) run(ctx context.Context, conn *pgx.Conn) (retry []int) {
 		values[k], encoded[k] = v, string(enc)
 	}
 	if in.beforeCommit != nil {
-		if err := in.callBeforeCommit(ctx, conn, tx); err != nil {
+		if err := runBeforeCommit(ctx, conn, tx, in.beforeCommit); err != nil {
 			return fallback()
 		}
 	}

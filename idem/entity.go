@@ -75,7 +75,7 @@ type EntityInbox[M, R any] struct {
 	notify     bool
 
 	beforeCommit func(ctx context.Context, tx pgx.Tx) error
-	ob           observer
+	consumerOf[M]
 
 	mu         sync.Mutex
 	constraint string // resolved table.Constraint
@@ -119,7 +119,7 @@ func newEntityInbox[M, R any](constructor string, db DB, table EntityTable[M], r
 		db: db, table: table, result: result,
 		txOptions: pgx.TxOptions{IsoLevel: o.isolation}, notify: !o.noNotify,
 		beforeCommit: o.beforeCommit,
-		ob:           newObserver(o, table.Consumer),
+		consumerOf:   newConsumerOf(o, table.Consumer, table.KeyFields, table.Key),
 		constraint:   table.Constraint,
 		relname:      strings.Trim(name, `"`),
 	}
@@ -144,18 +144,12 @@ func (in *EntityInbox[M, R]) Deliver(ctx context.Context, msg M) (Outcome, error
 // logged at its outcome's level, as in every mode ([WithMeterProvider],
 // [WithLogger]; docs/observability.md).
 func (in *EntityInbox[M, R]) Handle(ctx context.Context, msg M) (R, Outcome, error) {
-	return observe(ctx, &in.ob, msg, func(err error) (string, string) {
-		return keyTextOf(in.table.KeyFields, in.table.Key, msg, err), ""
-	}, func(*int) (R, Outcome, error) { return in.handle(ctx, msg) })
+	return handle(ctx, &in.consumerOf, msg, func(*int) (R, Outcome, error) { return in.handle(ctx, msg) })
 }
 
 func (in *EntityInbox[M, R]) handle(ctx context.Context, msg M) (R, Outcome, error) {
 	var zero R
-	key, err := validKey(msg, in.table.Key, in.table.KeyFields)
-	if err != nil {
-		return zero, 0, in.fail(nil, err)
-	}
-	fp, err := fingerprint(msg)
+	key, fp, err := identify(msg, in.table.Key, in.table.KeyFields)
 	if err != nil {
 		return zero, 0, in.fail(key, err)
 	}
@@ -209,51 +203,6 @@ func (in *EntityInbox[M, R]) handle(ctx context.Context, msg M) (R, Outcome, err
 
 // setFingerprint sets FingerprintSetting for the transaction only.
 const setFingerprint = "SELECT set_config('" + FingerprintSetting + "', $1::text, true)"
-
-// callHandler runs a handler with the delivery's Tx: a panic rolls the
-// transaction back before it goes on up the stack, a handler that ended the
-// transaction through SQL fails with what it did, and once it returned, tx
-// and out refuse further use.
-func callHandler[R any](ctx context.Context, conn *pgx.Conn, tx *handlerTx, run func(context.Context, pgx.Tx) (R, error), out *Outbox) (result R, err error) {
-	defer func() {
-		tx.s.ended = true
-		if out != nil {
-			out.closed = true
-		}
-		if p := recover(); p != nil {
-			rollback(ctx, conn)
-			panic(p)
-		}
-		if tx.s.escaped != nil {
-			var zero R
-			result, err = zero, tx.s.escaped
-		}
-	}()
-	return run(ctx, tx)
-}
-
-// runBeforeCommit runs a WithBeforeCommit hook under the handler's rules
-// (see Inbox.callBeforeCommit).
-func runBeforeCommit(ctx context.Context, conn *pgx.Conn, tx pgx.Tx, hook func(context.Context, pgx.Tx) error) (err error) {
-	if conn.PgConn().TxStatus() == txFailed {
-		return nil
-	}
-	htx := newHandlerTx(tx, conn)
-	if l, ok := tx.(*lazyTx); ok {
-		htx.lazy = l
-	}
-	defer func() {
-		htx.s.ended = true
-		if p := recover(); p != nil {
-			rollback(ctx, conn)
-			panic(p)
-		}
-		if htx.s.escaped != nil {
-			err = htx.s.escaped
-		}
-	}()
-	return hook(ctx, htx)
-}
 
 // isDuplicate reports whether the handler's error is a unique violation of
 // the entity table's constraint: the duplicate signal. Any other error, a
@@ -472,14 +421,4 @@ func (in *EntityInbox[M, R]) classify(key []any, err error) error {
 		return in.retryable(key, err)
 	}
 	return in.fail(key, err)
-}
-
-func (in *EntityInbox[M, R]) fail(key []any, err error) error {
-	return newError(in.table.Consumer, in.table.KeyFields, key, err)
-}
-
-func (in *EntityInbox[M, R]) retryable(key []any, err error) error {
-	e := in.fail(key, err).(*Error)
-	e.retryable = true
-	return e
 }

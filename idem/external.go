@@ -143,7 +143,7 @@ type ExternalInbox[M, R any] struct {
 	// claimSQL is the table's Claim wrapped so that it also returns the
 	// status the row had before (see takeoverClaim).
 	claimSQL string
-	ob       observer
+	consumerOf[M]
 }
 
 // NewExternalInbox returns the ExternalInbox of table that runs handler.
@@ -182,7 +182,7 @@ func NewExternalInbox[M, R any](db DB, t ExternalTable[M], fn func(ctx context.C
 		noResult:       noResult,
 		beforeComplete: o.beforeComplete,
 		claimSQL:       takeoverClaim(t.Name, t.Claim),
-		ob:             newObserver(o, t.Consumer),
+		consumerOf:     externalConsumer(o, t),
 	}
 }
 
@@ -238,30 +238,22 @@ var _ Handler[struct{}] = (*ExternalInbox[struct{}, None])(nil)
 // outcome's level, with the key parts and the idempotency key
 // ([WithMeterProvider], [WithLogger]; docs/observability.md).
 func (x *ExternalInbox[M, R]) Handle(ctx context.Context, msg M) (R, Outcome, error) {
-	return observe(ctx, &x.ob, msg, func(error) (string, string) { return x.keyText(msg) },
-		func(claimAttempt *int) (R, Outcome, error) { return x.handle(ctx, msg, claimAttempt) })
+	return handle(ctx, &x.consumerOf, msg, func(claimAttempt *int) (R, Outcome, error) { return x.handle(ctx, msg, claimAttempt) })
 }
 
-// keyText renders msg's key parts (as Field=value pairs) and its
-// idempotency key for the log record, both "" when the key parts cannot be
-// taken from msg.
-func (x *ExternalInbox[M, R]) keyText(msg M) (key, idemKey string) {
-	parts, err := x.table.Key(msg)
-	if err != nil {
-		return "", ""
-	}
-	return formatKey(x.table.KeyFields, parts), ExternalKey(x.table.Consumer, parts)
+// externalConsumer is the consumerOf of a mode=external table: its records
+// carry the idempotency key.
+func externalConsumer[M any](o options, t ExternalTable[M]) consumerOf[M] {
+	c := newConsumerOf(o, t.Consumer, t.KeyFields, t.Key)
+	c.external = true
+	return c
 }
 
 // handle is Handle; it sets *claimAttempt to the attempts of the claim it
 // made, if any.
 func (x *ExternalInbox[M, R]) handle(ctx context.Context, msg M, claimAttempt *int) (R, Outcome, error) {
 	var zero R
-	key, err := validKey(msg, x.table.Key, x.table.KeyFields)
-	if err != nil {
-		return zero, 0, x.fail(nil, err)
-	}
-	fp, err := fingerprint(msg)
+	key, fp, err := identify(msg, x.table.Key, x.table.KeyFields)
 	if err != nil {
 		return zero, 0, x.fail(key, err)
 	}
@@ -612,16 +604,6 @@ func (x *ExternalInbox[M, R]) Sweep(ctx context.Context) (SweepReport, error) {
 		return rep, x.fail(nil, fmt.Errorf("idem: sweep %s: read the stuck claims: %w", x.table.Name, err))
 	}
 	return rep, nil
-}
-
-func (x *ExternalInbox[M, R]) fail(key []any, err error) error {
-	return newError(x.table.Consumer, x.table.KeyFields, key, err)
-}
-
-func (x *ExternalInbox[M, R]) retryable(key []any, err error) error {
-	e := x.fail(key, err).(*Error)
-	e.retryable = true
-	return e
 }
 
 // newError is the *Error of a consumer's delivery.

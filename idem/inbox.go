@@ -62,7 +62,7 @@ type Inbox[M, R any] struct {
 
 	beforeCommit func(ctx context.Context, tx pgx.Tx) error
 
-	ob observer
+	consumerOf[M]
 }
 
 // NewInbox returns the Inbox of table that runs handler. db (a
@@ -95,7 +95,7 @@ func newInbox[M, R any](constructor string, db DB, table Table[M], opts []Option
 		batchCap:  o.batchCap,
 
 		beforeCommit: o.beforeCommit,
-		ob:           newObserver(o, table.Consumer),
+		consumerOf:   newConsumerOf(o, table.Consumer, table.KeyFields, table.Key),
 	}
 	if in.batchCap == 0 {
 		in.batchCap = DefaultBatchCap
@@ -125,22 +125,12 @@ func newInbox[M, R any](constructor string, db DB, table Table[M], opts []Option
 // docs/observability.md), a handler's panic as an error before it goes on
 // up the stack.
 func (in *Inbox[M, R]) Handle(ctx context.Context, msg M) (R, Outcome, error) {
-	return observe(ctx, &in.ob, msg, func(err error) (string, string) { return in.keyText(msg, err), "" },
-		func(*int) (R, Outcome, error) { return in.handle(ctx, msg) })
-}
-
-// keyText is the key of msg as the log record shows it (keyTextOf).
-func (in *Inbox[M, R]) keyText(msg M, err error) string {
-	return keyTextOf(in.table.KeyFields, in.table.Key, msg, err)
+	return handle(ctx, &in.consumerOf, msg, func(*int) (R, Outcome, error) { return in.handle(ctx, msg) })
 }
 
 func (in *Inbox[M, R]) handle(ctx context.Context, msg M) (R, Outcome, error) {
 	var zero R
-	key, err := validKey(msg, in.table.Key, in.table.KeyFields)
-	if err != nil {
-		return zero, 0, in.fail(nil, err)
-	}
-	fp, err := fingerprint(msg)
+	key, fp, err := identify(msg, in.table.Key, in.table.KeyFields)
 	if err != nil {
 		return zero, 0, in.fail(key, err)
 	}
@@ -195,7 +185,7 @@ func (in *Inbox[M, R]) handle(ctx context.Context, msg M) (R, Outcome, error) {
 		return zero, 0, in.fail(key, fmt.Errorf("idem: handler: %w", err))
 	}
 	if in.beforeCommit != nil {
-		if err := in.callBeforeCommit(ctx, conn, tx); err != nil {
+		if err := runBeforeCommit(ctx, conn, tx, in.beforeCommit); err != nil {
 			rollback(ctx, conn)
 			return zero, 0, in.fail(key, fmt.Errorf("idem: before commit: %w", err))
 		}
@@ -252,29 +242,14 @@ func readClaim(br pgx.BatchResults) (claimed, fresh bool, err error) {
 	return true, fresh, nil
 }
 
-// call runs the handler, with out for a publishing one. A panic rolls the
-// transaction back before it goes on up the stack. A handler that ended the
-// transaction through SQL fails with what it did, whatever it returned. Once
-// it returned, out refuses Publish.
-func (in *Inbox[M, R]) call(ctx context.Context, conn *pgx.Conn, tx *handlerTx, out *Outbox, msg M) (result R, err error) {
-	defer func() {
-		tx.s.ended = true
-		if out != nil {
-			out.closed = true
+// call runs the handler, with out for a publishing one (see callHandler).
+func (in *Inbox[M, R]) call(ctx context.Context, conn *pgx.Conn, tx *handlerTx, out *Outbox, msg M) (R, error) {
+	return callHandler(ctx, conn, tx, func(ctx context.Context, tx pgx.Tx) (R, error) {
+		if in.publishing != nil {
+			return in.publishing(ctx, tx, out, msg)
 		}
-		if p := recover(); p != nil {
-			rollback(ctx, conn)
-			panic(p)
-		}
-		if tx.s.escaped != nil {
-			var zero R
-			result, err = zero, tx.s.escaped
-		}
-	}()
-	if in.publishing != nil {
-		return in.publishing(ctx, tx, out, msg)
-	}
-	return in.handler(ctx, tx, msg)
+		return in.handler(ctx, tx, msg)
+	}, out)
 }
 
 // errAborted explains a transaction that a handler's failed statement aborted
@@ -463,16 +438,6 @@ func (in *Inbox[M, R]) Purge(ctx context.Context) (int64, error) {
 			return total, nil
 		}
 	}
-}
-
-func (in *Inbox[M, R]) fail(key []any, err error) error {
-	return newError(in.table.Consumer, in.table.KeyFields, key, err)
-}
-
-func (in *Inbox[M, R]) retryable(key []any, err error) error {
-	e := in.fail(key, err).(*Error)
-	e.retryable = true
-	return e
 }
 
 // rollbackTimeout bounds the rollback after a failure; it runs even when the

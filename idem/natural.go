@@ -42,7 +42,7 @@ type NaturalInbox[M, R any] struct {
 	handler      func(context.Context, pgx.Tx, M) (R, error)
 	txOptions    pgx.TxOptions
 	beforeCommit func(ctx context.Context, tx pgx.Tx) error
-	ob           observer
+	consumerOf[M]
 }
 
 // NewNaturalInbox returns the NaturalInbox of table that runs handler.
@@ -55,7 +55,7 @@ func NewNaturalInbox[M, R any](db DB, table NaturalTable[M], handler func(ctx co
 	o := newOptions("idem.NewNaturalInbox", table.Consumer, "natural", naturalModeOptions, opts)
 	return &NaturalInbox[M, R]{db: db, table: table, handler: handler,
 		txOptions: pgx.TxOptions{IsoLevel: o.isolation}, beforeCommit: o.beforeCommit,
-		ob: newObserver(o, table.Consumer)}
+		consumerOf: newConsumerOf(o, table.Consumer, table.KeyFields, table.Key)}
 }
 
 // Deliver is Handle with the result dropped: it makes a NaturalInbox a
@@ -74,20 +74,18 @@ func (in *NaturalInbox[M, R]) Deliver(ctx context.Context, msg M) (Outcome, erro
 // logged at its outcome's level, as in every mode ([WithMeterProvider],
 // [WithLogger]; docs/observability.md).
 func (in *NaturalInbox[M, R]) Handle(ctx context.Context, msg M) (R, Outcome, error) {
-	return observe(ctx, &in.ob, msg, func(err error) (string, string) {
-		return keyTextOf(in.table.KeyFields, in.table.Key, msg, err), ""
-	}, func(*int) (R, Outcome, error) { return in.handle(ctx, msg) })
+	return handle(ctx, &in.consumerOf, msg, func(*int) (R, Outcome, error) { return in.handle(ctx, msg) })
 }
 
 func (in *NaturalInbox[M, R]) handle(ctx context.Context, msg M) (R, Outcome, error) {
 	var zero R
 	key, err := validKey(msg, in.table.Key, in.table.KeyFields)
 	if err != nil {
-		return zero, 0, in.fail(nil, err, false)
+		return zero, 0, in.fail(nil, err)
 	}
 	pooled, err := in.db.Acquire(ctx)
 	if err != nil {
-		return zero, 0, in.fail(key, fmt.Errorf("idem: acquire a connection: %w", err), false)
+		return zero, 0, in.fail(key, fmt.Errorf("idem: acquire a connection: %w", err))
 	}
 	defer pooled.Release()
 	conn := pooled.Conn()
@@ -98,13 +96,13 @@ func (in *NaturalInbox[M, R]) handle(ctx context.Context, msg M) (R, Outcome, er
 		}
 		retry := hasSQLState(err, pgerrcode.SerializationFailure, pgerrcode.DeadlockDetected)
 		if !retry || attempt == NaturalAttempts || ctx.Err() != nil || conn.IsClosed() {
-			return zero, 0, in.fail(key, err, retry)
+			return zero, 0, in.fail(key, err)
 		}
 		// Full jitter over a window that doubles: 2ms, 4ms, ... 512ms.
 		backoff := rand.N(time.Duration(2<<min(attempt, 8)) * time.Millisecond)
 		select {
 		case <-ctx.Done():
-			return zero, 0, in.fail(key, err, retry)
+			return zero, 0, in.fail(key, err)
 		case <-time.After(backoff):
 		}
 	}
@@ -147,10 +145,4 @@ func (in *NaturalInbox[M, R]) run(ctx context.Context, conn *pgx.Conn, msg M) (R
 		return zero, errAborted
 	}
 	return result, nil
-}
-
-func (in *NaturalInbox[M, R]) fail(key []any, err error, retryable bool) error {
-	e := newError(in.table.Consumer, in.table.KeyFields, key, err).(*Error)
-	e.retryable = retryable
-	return e
 }

@@ -203,7 +203,7 @@ var optionNames = [...]string{
 }
 
 // The options each mode honours; every mode honours the observability
-// options. A constructor refuses any other (see options.refuse).
+// options. A constructor refuses any other (see newOptions).
 const (
 	observability       = optLogger | optMeterProvider
 	txModeOptions       = optIsolation | optClaimWait | optBeforeCommit | optWithoutNotify | optBatchCap | observability
