@@ -1,6 +1,9 @@
 package idem
 
-import "context"
+import (
+	"context"
+	"fmt"
+)
 
 // consumerOf is what an inbox of every mode knows of its consumer: the name
 // and key fields its errors and records carry, how a message's key is taken
@@ -47,4 +50,23 @@ func (c *consumerOf[M]) keyText(msg M, err error) (key, idemKey string) {
 // handle runs one delivery of msg through run and observes it (observe).
 func handle[M, R any](ctx context.Context, c *consumerOf[M], msg M, run func(claimAttempt *int) (R, Outcome, error)) (R, Outcome, error) {
 	return observe(ctx, &c.ob, msg, func(err error) (string, string) { return c.keyText(msg, err) }, run)
+}
+
+// purge runs a table's purge statement (sql with args: the retention and
+// the batch size purgeBatch) until a run deletes less than a batch, so that
+// no statement holds its locks for long, and returns how many rows it
+// deleted; each run is counted in idem.purged under table and kind.
+func purge[M any](ctx context.Context, db DB, c *consumerOf[M], table, kind string, sql string, args []any) (int64, error) {
+	var total int64
+	for {
+		tag, err := exec(ctx, db, sql, args...)
+		c.ob.ins.Purged(ctx, table, kind, tag.RowsAffected())
+		if err != nil {
+			return total, c.fail(nil, fmt.Errorf("idem: purge %s: %w", table, err))
+		}
+		total += tag.RowsAffected()
+		if tag.RowsAffected() < purgeBatch {
+			return total, nil
+		}
+	}
 }

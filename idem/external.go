@@ -515,19 +515,8 @@ func (x *ExternalInbox[M, R]) startHeartbeat(ctx context.Context, cancel context
 // table's retention, in batches, and returns how many it deleted. Run it
 // periodically; the retention must outlive the broker's redelivery window.
 func (x *ExternalInbox[M, R]) Purge(ctx context.Context) (int64, error) {
-	var total int64
-	for {
-		sql, args := x.table.purgeStatement()
-		tag, err := exec(ctx, x.db, sql, args...)
-		x.ob.ins.Purged(ctx, x.table.Name, obs.KindExternal, tag.RowsAffected())
-		if err != nil {
-			return total, x.fail(nil, fmt.Errorf("idem: purge %s: %w", x.table.Name, err))
-		}
-		total += tag.RowsAffected()
-		if tag.RowsAffected() < purgeBatch {
-			return total, nil
-		}
-	}
+	sql, args := x.table.purgeStatement()
+	return purge(ctx, x.db, &x.consumerOf, x.table.Name, obs.KindExternal, sql, args)
 }
 
 // SweepReport is what one [ExternalInbox.Sweep] did and found.

@@ -425,19 +425,8 @@ func (in *Inbox[M, R]) readBack(ctx context.Context, conn *pgx.Conn, key []any, 
 // Run it periodically; rows must outlive the broker's redelivery window and
 // any dead-letter replay, which is what the retention is for.
 func (in *Inbox[M, R]) Purge(ctx context.Context) (int64, error) {
-	var total int64
-	for {
-		sql, args := in.table.purgeStatement()
-		tag, err := exec(ctx, in.db, sql, args...)
-		in.ob.ins.Purged(ctx, in.table.Name, obs.KindInbox, tag.RowsAffected())
-		if err != nil {
-			return total, in.fail(nil, fmt.Errorf("idem: purge %s: %w", in.table.Name, err))
-		}
-		total += tag.RowsAffected()
-		if tag.RowsAffected() < purgeBatch {
-			return total, nil
-		}
-	}
+	sql, args := in.table.purgeStatement()
+	return purge(ctx, in.db, &in.consumerOf, in.table.Name, obs.KindInbox, sql, args)
 }
 
 // rollbackTimeout bounds the rollback after a failure; it runs even when the
