@@ -266,12 +266,8 @@ func (in *EntityInbox[M, R]) commit(ctx context.Context, conn *pgx.Conn, key []a
 		msgs = out.msgs
 	}
 	b := newBatch(4)
-	if len(msgs) > 0 {
-		sql, args := outboxStatement(in.table.Consumer, in.table.KeyFields, key, msgs)
-		b.Queue(sql, args...)
-		if in.notify {
-			b.Queue(notifyOutbox)
-		}
+	if queueOutbox(b, in.table.Consumer, in.table.KeyFields, [][]any{key}, [][]outgoing{msgs}) > 0 && in.notify {
+		b.Queue(notifyOutbox)
 	}
 	args := make([]any, 0, len(key)+1)
 	for _, part := range key {

@@ -295,12 +295,8 @@ func (in *Inbox[M, R]) complete(ctx context.Context, conn *pgx.Conn, key []any, 
 		b.Queue(sql, args...)
 	}
 	notify := len(msgs) > 0 && in.notify
-	if len(msgs) > 0 {
-		sql, args := outboxStatement(in.table.Consumer, in.table.KeyFields, key, msgs)
-		b.Queue(sql, args...)
-		if notify {
-			b.Queue(notifyOutbox)
-		}
+	if queueOutbox(b, in.table.Consumer, in.table.KeyFields, [][]any{key}, [][]outgoing{msgs}) > 0 && notify {
+		b.Queue(notifyOutbox)
 	}
 	b.Queue(claimCheck)
 	b.Queue("commit")

@@ -138,3 +138,28 @@ SELECT count(*) FILTER (WHERE dead_at IS NULL)::bigint AS pending,
        coalesce(extract(epoch FROM now() - min(created_at) FILTER (WHERE dead_at IS NULL)), 0)::float8 AS oldest_seconds
 FROM idem_outbox
 WHERE published_at IS NULL;
+
+-- name: InsertOutbox :execrows
+-- InsertOutbox writes the outgoing messages of a delivery's commit (or of a
+-- batch of deliveries) as one statement for any number of rows: the
+-- arguments are arrays, one element per message, zipped by the parallel
+-- unnests. Each array goes as a type that pgx encodes without asking the
+-- server for the parameter's type ([]string, [][]byte), and the statement
+-- casts it, so that it works in every pgx.QueryExecMode (exec and
+-- simple_protocol too, what PgBouncer and RDS Proxy need). ORDER BY n keeps
+-- the order of the Publish calls in the rows' ids, which the relay's ordered
+-- mode follows. A message id already in the table (a rerun after the inbox
+-- row was purged) writes no second row.
+INSERT INTO idem_outbox (message_id, consumer, key, destination, ordering_key, headers, payload)
+SELECT m.message_id, @consumer::text, m.key, m.destination, m.ordering_key, m.headers, m.payload
+FROM (
+    SELECT unnest(@keys::text[]) AS key,
+           unnest(@message_ids::text[])::uuid AS message_id,
+           unnest(@destinations::text[]) AS destination,
+           unnest(@ordering_keys::text[]) AS ordering_key,
+           unnest(@headers::text[])::jsonb AS headers,
+           unnest(@payloads::bytea[]) AS payload,
+           generate_series(1, cardinality(@keys::text[])) AS n
+) AS m
+ORDER BY m.n
+ON CONFLICT (message_id) DO NOTHING;

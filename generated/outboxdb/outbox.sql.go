@@ -224,6 +224,58 @@ func (q *Queries) ExtendLease(ctx context.Context, arg ExtendLeaseParams) ([]int
 	return items, nil
 }
 
+const insertOutbox = `-- name: InsertOutbox :execrows
+INSERT INTO idem_outbox (message_id, consumer, key, destination, ordering_key, headers, payload)
+SELECT m.message_id, $1::text, m.key, m.destination, m.ordering_key, m.headers, m.payload
+FROM (
+    SELECT unnest($2::text[]) AS key,
+           unnest($3::text[])::uuid AS message_id,
+           unnest($4::text[]) AS destination,
+           unnest($5::text[]) AS ordering_key,
+           unnest($6::text[])::jsonb AS headers,
+           unnest($7::bytea[]) AS payload,
+           generate_series(1, cardinality($2::text[])) AS n
+) AS m
+ORDER BY m.n
+ON CONFLICT (message_id) DO NOTHING
+`
+
+type InsertOutboxParams struct {
+	Consumer     string
+	Keys         []string
+	MessageIds   []string
+	Destinations []string
+	OrderingKeys []string
+	Headers      []string
+	Payloads     [][]byte
+}
+
+// InsertOutbox writes the outgoing messages of a delivery's commit (or of a
+// batch of deliveries) as one statement for any number of rows: the
+// arguments are arrays, one element per message, zipped by the parallel
+// unnests. Each array goes as a type that pgx encodes without asking the
+// server for the parameter's type ([]string, [][]byte), and the statement
+// casts it, so that it works in every pgx.QueryExecMode (exec and
+// simple_protocol too, what PgBouncer and RDS Proxy need). ORDER BY n keeps
+// the order of the Publish calls in the rows' ids, which the relay's ordered
+// mode follows. A message id already in the table (a rerun after the inbox
+// row was purged) writes no second row.
+func (q *Queries) InsertOutbox(ctx context.Context, arg InsertOutboxParams) (int64, error) {
+	result, err := q.db.Exec(ctx, insertOutbox,
+		arg.Consumer,
+		arg.Keys,
+		arg.MessageIds,
+		arg.Destinations,
+		arg.OrderingKeys,
+		arg.Headers,
+		arg.Payloads,
+	)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const markPublished = `-- name: MarkPublished :execrows
 UPDATE idem_outbox
 SET published_at = now(),
