@@ -29,11 +29,11 @@ import (
 // chunk that is due then. Every chunk has the same delay, so one queue in
 // arrival order is also in due order, and one sender keeps the proxy's own
 // CPU low: a sender per connection, 32 at 16 workers, cost about 80 µs of
-// CPU a chunk on this 2-core machine (thread hand-offs around each sleep),
+// CPU a chunk on a 2-core machine (thread hand-offs around each sleep),
 // which made every cell past a few workers CPU-bound on the proxy instead
 // of the round trips it is there to add. The sender waits in nanosleep(2),
-// not in time.Sleep: on this machine Go's timers wake about a millisecond
-// late whatever the duration (a 250 µs Sleep takes 1.09 ms), while
+// not in time.Sleep: Go's timers can wake about a millisecond late whatever
+// the duration (a 250 µs Sleep measured 1.09 ms; BENCHMARKS.md says where), while
 // nanosleep overshoots by tens of microseconds. The delays are that much
 // longer than asked, more on a busier machine; the sender learns how late
 // it wakes and starts its sleeps that much earlier (at most half the

@@ -47,8 +47,8 @@ var sentinels = []sentinel{
 // actionInbox builds errors exactly as Handle does, through fail and
 // retryable.
 var actionInbox = &Inbox[deliveryForAction, None]{
-	table:  Table[deliveryForAction]{Consumer: "test.action"},
-	fields: []string{"ID"},
+	table:      Table[deliveryForAction]{Consumer: "test.action"},
+	consumerOf: consumerOf[deliveryForAction]{name: "test.action", fields: []string{"ID"}},
 }
 
 type deliveryForAction struct {
@@ -108,14 +108,13 @@ func connectError(t *testing.T) error {
 func TestActionFor(t *testing.T) {
 	invalidKeySize := checkKeySize([]string{"A", "B"}, []any{strings.Repeat("a", MaxKeyBytes), "b"})
 	_, unencodableMsg := fingerprint(deliveryForAction{ID: "m", Ratio: math.NaN()})
-	_, unencodableLegacy := sameFingerprint(make([]byte, legacyFingerprintLen), nil, deliveryForAction{ID: "m", Ratio: math.Inf(1)})
-	_, unknownScheme := sameFingerprint(append([]byte{7}, make([]byte, legacyFingerprintLen)...), nil, deliveryForAction{ID: "m"})
-	_, badLength := sameFingerprint([]byte{1, 2, 3}, nil, deliveryForAction{ID: "m"})
+	_, unknownScheme := sameFingerprint(append([]byte{7}, make([]byte, fingerprintLen-1)...), nil)
+	_, badLength := sameFingerprint([]byte{1, 2, 3}, nil)
 	_, marshalErr := json.Marshal(math.NaN())
 	var result struct{ N int }
 	unmarshalErr := json.Unmarshal([]byte(`{"N":"seven"}`), &result)
 	syntaxErr := json.Unmarshal([]byte(`{"order_id":`), &result)
-	for _, err := range []error{invalidKeySize, unencodableMsg, unencodableLegacy, unknownScheme, badLength, marshalErr, unmarshalErr, syntaxErr} {
+	for _, err := range []error{invalidKeySize, unencodableMsg, unknownScheme, badLength, marshalErr, unmarshalErr, syntaxErr} {
 		if err == nil {
 			t.Fatal("a function expected to fail returned nil; the table below would test nothing")
 		}
@@ -147,7 +146,6 @@ func TestActionFor(t *testing.T) {
 		row{"InvalidKey nil message", InvalidKey("Provider", "is missing: the message is nil"), DeadLetter},
 		row{"key over MaxKeyBytes", invalidKeySize, DeadLetter},
 		row{"message unencodable (NaN)", unencodableMsg, DeadLetter},
-		row{"message unencodable, legacy fingerprint", unencodableLegacy, DeadLetter},
 		// acquire.
 		row{"acquire: context canceled", fmt.Errorf("idem: acquire a connection: %w", ctxCanceled.Err()), Retry},
 		row{"acquire: deadline exceeded", fmt.Errorf("idem: acquire a connection: %w", ctxExpired.Err()), Retry},

@@ -22,7 +22,7 @@ const DefaultBatchCap = 100
 // holds its row locks and how much a failing handler costs (the batch falls
 // back to one transaction per message). NewInbox panics on a negative cap.
 func WithBatchCap(n int) Option {
-	return func(o *options) { o.batchCap = n }
+	return func(o *options) { o.batchCap = n; o.given |= optBatchCap }
 }
 
 // Result is the outcome of one message of a batch (HandleBatch): what Handle
@@ -180,7 +180,7 @@ func (b *batch[M, R]) decide(ctx context.Context, i int, r Result[R]) {
 	b.results[i] = r
 	b.done[i] = true
 	in, msg := b.in, b.msgs[i]
-	observeDelivery(ctx, &in.ob, msg, r.Outcome, r.Err, time.Since(b.start), 0, func() (string, string) { return in.keyText(msg, r.Err), "" })
+	observeDelivery(ctx, &in.ob, msg, r.Outcome, r.Err, time.Since(b.start), 0, func() (string, string) { return in.keyText(msg, r.Err) })
 }
 
 // copyDuplicates gives each in-batch duplicate its first message's outcome:
@@ -314,7 +314,7 @@ func (b *batch[M, R]) run(ctx context.Context, conn *pgx.Conn) (retry []int) {
 		values[k], encoded[k] = v, string(enc)
 	}
 	if in.beforeCommit != nil {
-		if err := in.callBeforeCommit(ctx, conn, tx); err != nil {
+		if err := runBeforeCommit(ctx, conn, tx, in.beforeCommit); err != nil {
 			return fallback()
 		}
 	}
@@ -429,7 +429,7 @@ func (b *batch[M, R]) lookup(ctx context.Context, conn *pgx.Conn, lost []int, ke
 			b.decide(ctx, i, Result[R]{Err: in.retryable(key, errors.New("idem: the claim conflicted with an inbox row that was gone when read back"))})
 			continue
 		}
-		switch same, err := sameFingerprint(r.fp, b.fps[i], b.msgs[i]); {
+		switch same, err := sameFingerprint(r.fp, b.fps[i]); {
 		case err != nil:
 			b.decide(ctx, i, Result[R]{Err: in.fail(key, err)})
 		case !same:
@@ -452,39 +452,6 @@ func (b *batch[M, R]) lookup(ctx context.Context, conn *pgx.Conn, lost []int, ke
 // COMMIT: nothing was committed, and the messages can be delivered again.
 var errBatchRolledBack = errors.New("idem: the batch was rolled back before its commit")
 
-// insertOutboxBatch is insertOutbox for the messages of many keys: the key
-// of each row is an array element too.
-const insertOutboxBatch = `INSERT INTO idem_outbox (message_id, consumer, key, destination, ordering_key, headers, payload) ` +
-	`SELECT m.id, $1::text, m.key, m.destination, m.ordering_key, m.headers::jsonb, m.payload ` +
-	`FROM unnest($2::text[], $3::uuid[], $4::text[], $5::text[], $6::text[], $7::bytea[]) WITH ORDINALITY ` +
-	`AS m (key, id, destination, ordering_key, headers, payload, n) ORDER BY m.n ` +
-	`ON CONFLICT (message_id) DO NOTHING`
-
-// outboxBatchStatement returns the INSERT of the outgoing messages of keys
-// (outs[k] published by the message of keys[k]) and its arguments, or ""
-// when nothing was published.
-func outboxBatchStatement(consumer string, keyFields []string, keys [][]any, outs []*Outbox) (string, []any, int) {
-	var ks, ids, dests, okeys, headers []string
-	var payloads [][]byte
-	for k, out := range outs {
-		if out == nil || len(out.msgs) == 0 {
-			continue
-		}
-		name := outgoingName(consumer, keys[k])
-		text := formatKey(keyFields, keys[k])
-		for n, m := range out.msgs {
-			ks = append(ks, text)
-			ids = append(ids, outgoingID(name, n).String())
-			dests, okeys, headers = append(dests, m.destination), append(okeys, m.orderingKey), append(headers, m.headers)
-			payloads = append(payloads, m.payload)
-		}
-	}
-	if len(ids) == 0 {
-		return "", nil, 0
-	}
-	return insertOutboxBatch, []any{consumer, ks, ids, dests, okeys, headers, payloads}, len(ids)
-}
-
 // complete stores the results and the outbox rows, checks that the
 // connection is still in the claim's transaction and commits, in one round
 // trip (see Inbox.complete). errBatchRolledBack: nothing committed; any other
@@ -496,13 +463,16 @@ func (b *batch[M, R]) complete(ctx context.Context, conn *pgx.Conn, keys [][]any
 		q := in.sql.batchCompleteKeys(keys, results)
 		pb.Queue(q.sql, q.args...)
 	}
-	osql, oargs, published := outboxBatchStatement(in.table.Consumer, in.fields, keys, outs)
-	notify := published > 0 && in.notify
-	if published > 0 {
-		pb.Queue(osql, oargs...)
-		if notify {
-			pb.Queue(notifyOutbox)
+	msgs := make([][]outgoing, len(outs))
+	for k, out := range outs {
+		if out != nil {
+			msgs[k] = out.msgs
 		}
+	}
+	published := queueOutbox(pb, in.table.Consumer, in.fields, keys, msgs)
+	notify := published > 0 && in.notify
+	if notify {
+		pb.Queue(notifyOutbox)
 	}
 	pb.Queue(claimCheck)
 	pb.Queue("commit")

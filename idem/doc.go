@@ -9,7 +9,7 @@
 //  1. Validate the key and fingerprint the message: a scheme byte and the
 //     SHA-256 of its canonical encoding (fields sorted, zero fields left out,
 //     so that a type that gains a field keeps its fingerprints), or of
-//     [Fingerprinter]. Rows of the legacy 32-byte scheme still compare.
+//     [Fingerprinter].
 //  2. In one round trip: BEGIN, bound the wait for a concurrent claim of the same
 //     key (lock_timeout, set and restored by the claim statement itself), and
 //     claim the key with INSERT ... ON CONFLICT DO NOTHING. With a stale-message guard the same

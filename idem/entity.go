@@ -25,7 +25,7 @@ const FingerprintSetting = "idem.fingerprint"
 const FingerprintColumn = "idem_fingerprint"
 
 // EntityTable describes a mode=entity consumer: the business table whose
-// row, inserted by the handler, is the message's marker (DESIGN §12).
+// row, inserted by the handler, is the message's marker (docs/natural.md).
 //
 // For generated code: idemgen declares one per mode=entity handler. The
 // runtime builds its statements from it (once, in [NewEntityInbox]): the
@@ -65,7 +65,6 @@ type EntityInbox[M, R any] struct {
 	db         DB
 	table      EntityTable[M]
 	sql        *entitySQL // the table's statements
-	fields     []string   // the key's Go field paths, in column order
 	handler    func(context.Context, pgx.Tx, *Outbox, M) (R, error)
 	publishing bool
 	result     func(context.Context, pgx.Tx, M) (R, error)
@@ -73,6 +72,7 @@ type EntityInbox[M, R any] struct {
 	notify     bool
 
 	beforeCommit func(ctx context.Context, tx pgx.Tx) error
+	consumerOf[M]
 
 	mu         sync.Mutex
 	constraint string // resolved table.Constraint
@@ -82,11 +82,13 @@ type EntityInbox[M, R any] struct {
 // NewEntityInbox returns the EntityInbox of table that runs handler. result
 // reads a processed message's result back for its duplicates (the
 // directive's result=); it is nil for a handler that returns only an error
-// (R None). Options: WithIsolation, WithBeforeCommit; the claim wait does not
-// apply (the handler's INSERT waits for a concurrent delivery of its key to
-// commit or roll back, as any INSERT does).
+// (R None). Options: WithIsolation, WithBeforeCommit, WithoutNotify,
+// WithLogger, WithMeterProvider; it panics on any other, naming it: the claim
+// wait does not apply (the handler's INSERT waits for a concurrent delivery
+// of its key to commit or roll back, as any INSERT does), nor do batches or
+// the options of mode=external.
 func NewEntityInbox[M, R any](db DB, table EntityTable[M], handler func(ctx context.Context, tx pgx.Tx, msg M) (R, error), result func(ctx context.Context, tx pgx.Tx, msg M) (R, error), opts ...Option) *EntityInbox[M, R] {
-	in := newEntityInbox(db, table, result, opts)
+	in := newEntityInbox("idem.NewEntityInbox", db, table, result, opts)
 	in.handler = func(ctx context.Context, tx pgx.Tx, _ *Outbox, msg M) (R, error) { return handler(ctx, tx, msg) }
 	return in
 }
@@ -95,17 +97,13 @@ func NewEntityInbox[M, R any](db DB, table EntityTable[M], handler func(ctx cont
 // outgoing messages through an *Outbox, written to idem_outbox in the
 // commit's round trip.
 func NewPublishingEntityInbox[M, R any](db DB, table EntityTable[M], handler func(ctx context.Context, tx pgx.Tx, out *Outbox, msg M) (R, error), result func(ctx context.Context, tx pgx.Tx, msg M) (R, error), opts ...Option) *EntityInbox[M, R] {
-	in := newEntityInbox(db, table, result, opts)
+	in := newEntityInbox("idem.NewPublishingEntityInbox", db, table, result, opts)
 	in.handler, in.publishing = handler, true
 	return in
 }
 
-func newEntityInbox[M, R any](db DB, table EntityTable[M], result func(context.Context, pgx.Tx, M) (R, error), opts []Option) *EntityInbox[M, R] {
-	o := options{claimWait: DefaultClaimWait}
-	for _, opt := range opts {
-		opt(&o)
-	}
-	o.validate(table.Consumer)
+func newEntityInbox[M, R any](constructor string, db DB, table EntityTable[M], result func(context.Context, pgx.Tx, M) (R, error), opts []Option) *EntityInbox[M, R] {
+	o := newOptions(constructor, table.Consumer, "entity", entityModeOptions, opts)
 	var zero R
 	if _, none := any(zero).(None); !none && result == nil {
 		panic(fmt.Sprintf("idem: consumer %s: a mode=entity handler with a result (%T) needs a function that reads it back for duplicates (result=)", table.Consumer, zero))
@@ -115,10 +113,10 @@ func newEntityInbox[M, R any](db DB, table EntityTable[M], result func(context.C
 		name = name[i+1:]
 	}
 	return &EntityInbox[M, R]{
-		db: db, table: table, result: result,
-		sql: newEntitySQL(table), fields: fieldsOf(table.Columns),
+		db: db, table: table, result: result, sql: newEntitySQL(table),
 		txOptions: pgx.TxOptions{IsoLevel: o.isolation}, notify: !o.noNotify,
 		beforeCommit: o.beforeCommit,
+		consumerOf:   newConsumerOf(o, table.Consumer, fieldsOf(table.Columns), table.Key),
 		constraint:   table.Constraint,
 		relname:      strings.Trim(name, `"`),
 	}
@@ -138,13 +136,17 @@ func (in *EntityInbox[M, R]) Deliver(ctx context.Context, msg M) (Outcome, error
 // handler, including a unique violation of another constraint, is returned
 // as the handler's error; nothing was committed. ActionFor(err) says what to
 // do with the message.
+//
+// Each delivery is counted (idem.deliveries, idem.handler.duration) and
+// logged at its outcome's level, as in every mode ([WithMeterProvider],
+// [WithLogger]; docs/observability.md).
 func (in *EntityInbox[M, R]) Handle(ctx context.Context, msg M) (R, Outcome, error) {
+	return handle(ctx, &in.consumerOf, msg, func(*int) (R, Outcome, error) { return in.handle(ctx, msg) })
+}
+
+func (in *EntityInbox[M, R]) handle(ctx context.Context, msg M) (R, Outcome, error) {
 	var zero R
-	key, err := validKey(msg, in.table.Key, in.fields)
-	if err != nil {
-		return zero, 0, in.fail(nil, err)
-	}
-	fp, err := fingerprint(msg)
+	key, fp, err := identify(msg, in.table.Key, in.fields)
 	if err != nil {
 		return zero, 0, in.fail(key, err)
 	}
@@ -198,51 +200,6 @@ func (in *EntityInbox[M, R]) Handle(ctx context.Context, msg M) (R, Outcome, err
 
 // setFingerprint sets FingerprintSetting for the transaction only.
 const setFingerprint = "SELECT set_config('" + FingerprintSetting + "', $1::text, true)"
-
-// callHandler runs a handler with the delivery's Tx: a panic rolls the
-// transaction back before it goes on up the stack, a handler that ended the
-// transaction through SQL fails with what it did, and once it returned, tx
-// and out refuse further use.
-func callHandler[R any](ctx context.Context, conn *pgx.Conn, tx *handlerTx, run func(context.Context, pgx.Tx) (R, error), out *Outbox) (result R, err error) {
-	defer func() {
-		tx.s.ended = true
-		if out != nil {
-			out.closed = true
-		}
-		if p := recover(); p != nil {
-			rollback(ctx, conn)
-			panic(p)
-		}
-		if tx.s.escaped != nil {
-			var zero R
-			result, err = zero, tx.s.escaped
-		}
-	}()
-	return run(ctx, tx)
-}
-
-// runBeforeCommit runs a WithBeforeCommit hook under the handler's rules
-// (see Inbox.callBeforeCommit).
-func runBeforeCommit(ctx context.Context, conn *pgx.Conn, tx pgx.Tx, hook func(context.Context, pgx.Tx) error) (err error) {
-	if conn.PgConn().TxStatus() == txFailed {
-		return nil
-	}
-	htx := newHandlerTx(tx, conn)
-	if l, ok := tx.(*lazyTx); ok {
-		htx.lazy = l
-	}
-	defer func() {
-		htx.s.ended = true
-		if p := recover(); p != nil {
-			rollback(ctx, conn)
-			panic(p)
-		}
-		if htx.s.escaped != nil {
-			err = htx.s.escaped
-		}
-	}()
-	return hook(ctx, htx)
-}
 
 // isDuplicate reports whether the handler's error is a unique violation of
 // the entity table's constraint: the duplicate signal. Any other error, a
@@ -310,12 +267,8 @@ func (in *EntityInbox[M, R]) commit(ctx context.Context, conn *pgx.Conn, key []a
 		msgs = out.msgs
 	}
 	b := newBatch(4)
-	if len(msgs) > 0 {
-		sql, args := outboxStatement(in.table.Consumer, in.fields, key, msgs)
-		b.Queue(sql, args...)
-		if in.notify {
-			b.Queue(notifyOutbox)
-		}
+	if queueOutbox(b, in.table.Consumer, in.fields, [][]any{key}, [][]outgoing{msgs}) > 0 && in.notify {
+		b.Queue(notifyOutbox)
 	}
 	q := in.sql.checkMarker(key)
 	b.Queue(q.sql, q.args...)
@@ -402,7 +355,7 @@ func (in *EntityInbox[M, R]) readBack(ctx context.Context, conn *pgx.Conn, key [
 	case stored == nil:
 		return zero, 0, in.fail(key, fmt.Errorf("%w: the row of %s has no fingerprint (%s is NULL: it was written outside the wrapper, or before the migration that added the column), so the message cannot be told a duplicate", ErrKeyReused, in.table.Name, FingerprintColumn))
 	}
-	switch same, err := sameFingerprint(stored, fp, msg); {
+	switch same, err := sameFingerprint(stored, fp); {
 	case err != nil:
 		return zero, 0, in.fail(key, err)
 	case !same:
@@ -460,14 +413,4 @@ func (in *EntityInbox[M, R]) classify(key []any, err error) error {
 		return in.retryable(key, err)
 	}
 	return in.fail(key, err)
-}
-
-func (in *EntityInbox[M, R]) fail(key []any, err error) error {
-	return newError(in.table.Consumer, in.fields, key, err)
-}
-
-func (in *EntityInbox[M, R]) retryable(key []any, err error) error {
-	e := in.fail(key, err).(*Error)
-	e.retryable = true
-	return e
 }

@@ -193,21 +193,7 @@ func (r *batchRows) Err() error {
 // firstRow is QueryRow's row over rows: pgx's Row semantics.
 type firstRow struct{ rows pgx.Rows }
 
-func (r firstRow) Scan(dest ...any) error {
-	rows := r.rows
-	defer rows.Close()
-	if !rows.Next() {
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		return pgx.ErrNoRows
-	}
-	if err := rows.Scan(dest...); err != nil {
-		return err
-	}
-	rows.Close()
-	return rows.Err()
-}
+func (r firstRow) Scan(dest ...any) error { return scanOne(r.rows, dest) }
 
 // errNoStatement is what a mode=entity handler that sent no statement at
 // all gets: it cannot have inserted its row.

@@ -72,22 +72,19 @@ type ExternalInbox[M, R any] struct {
 	noResult       bool
 	beforeComplete func(ctx context.Context) error
 
-	sql    *externalSQL // the table's statements
-	fields []string     // the key's Go field paths, in column order
-	ob     observer
+	sql *externalSQL // the table's statements
+	consumerOf[M]
 }
 
 // NewExternalInbox returns the ExternalInbox of table that runs handler.
 // db must reach the database that holds the table. Options: [WithLease],
 // [WithStuckAttempts], [WithBeforeComplete], [WithLogger] and
-// [WithMeterProvider]; the options of mode=tx (the
-// isolation level, the claim wait, the before-commit hook, WithoutNotify)
-// have no effect. It panics on a lease <= 0 or a stuck threshold below 1.
+// [WithMeterProvider]; it panics, naming it, on an option of mode=tx (the
+// isolation level, the claim wait, the before-commit hook, WithoutNotify,
+// batches), which cannot apply to a claim held outside any transaction, and
+// on a lease <= 0 or a stuck threshold below 1.
 func NewExternalInbox[M, R any](db DB, t ExternalTable[M], fn func(ctx context.Context, msg M) (R, error), opts ...Option) *ExternalInbox[M, R] {
-	var o options
-	for _, opt := range opts {
-		opt(&o)
-	}
+	o := newOptions("idem.NewExternalInbox", t.Consumer, "external", externalModeOptions, opts)
 	lease := t.Lease
 	if o.lease != 0 {
 		lease = o.lease
@@ -115,8 +112,7 @@ func NewExternalInbox[M, R any](db DB, t ExternalTable[M], fn func(ctx context.C
 		noResult:       noResult,
 		beforeComplete: o.beforeComplete,
 		sql:            newExternalSQL(t),
-		fields:         fieldsOf(t.Columns),
-		ob:             newObserver(o, t.Consumer),
+		consumerOf:     externalConsumer(o, t),
 	}
 }
 
@@ -159,41 +155,23 @@ var _ Handler[struct{}] = (*ExternalInbox[struct{}, None])(nil)
 // taken over from an expired lease in idem.lease.takeovers) and logged at its
 // outcome's level, with the key parts and the idempotency key
 // ([WithMeterProvider], [WithLogger]; docs/observability.md).
-func (x *ExternalInbox[M, R]) Handle(ctx context.Context, msg M) (result R, o Outcome, err error) {
-	start := time.Now()
-	var claimAttempt int
-	observed := false
-	defer func() {
-		if !observed { // the handler panicked
-			observeDelivery(ctx, &x.ob, msg, 0, errPanicked, time.Since(start), claimAttempt, func() (string, string) { return x.keyText(msg) })
-		}
-	}()
-	result, o, err = x.handle(ctx, msg, &claimAttempt)
-	observed = true
-	observeDelivery(ctx, &x.ob, msg, o, err, time.Since(start), claimAttempt, func() (string, string) { return x.keyText(msg) })
-	return result, o, err
+func (x *ExternalInbox[M, R]) Handle(ctx context.Context, msg M) (R, Outcome, error) {
+	return handle(ctx, &x.consumerOf, msg, func(claimAttempt *int) (R, Outcome, error) { return x.handle(ctx, msg, claimAttempt) })
 }
 
-// keyText renders msg's key parts (as Field=value pairs) and its
-// idempotency key for the log record, both "" when the key parts cannot be
-// taken from msg.
-func (x *ExternalInbox[M, R]) keyText(msg M) (key, idemKey string) {
-	parts, err := x.table.Key(msg)
-	if err != nil {
-		return "", ""
-	}
-	return formatKey(x.fields, parts), ExternalKey(x.table.Consumer, parts)
+// externalConsumer is the consumerOf of a mode=external table: its records
+// carry the idempotency key.
+func externalConsumer[M any](o options, t ExternalTable[M]) consumerOf[M] {
+	c := newConsumerOf(o, t.Consumer, fieldsOf(t.Columns), t.Key)
+	c.external = true
+	return c
 }
 
 // handle is Handle; it sets *claimAttempt to the attempts of the claim it
 // made, if any.
 func (x *ExternalInbox[M, R]) handle(ctx context.Context, msg M, claimAttempt *int) (R, Outcome, error) {
 	var zero R
-	key, err := validKey(msg, x.table.Key, x.fields)
-	if err != nil {
-		return zero, 0, x.fail(nil, err)
-	}
-	fp, err := fingerprint(msg)
+	key, fp, err := identify(msg, x.table.Key, x.fields)
 	if err != nil {
 		return zero, 0, x.fail(key, err)
 	}
@@ -223,7 +201,7 @@ func (x *ExternalInbox[M, R]) handle(ctx context.Context, msg M, claimAttempt *i
 			}
 			return zero, 0, x.retryable(key, errors.New("idem: the claim conflicted with a row that was gone when read back"))
 		}
-		switch same, err := sameFingerprint(row.fingerprint, fp, msg); {
+		switch same, err := sameFingerprint(row.fingerprint, fp); {
 		case err != nil:
 			return zero, 0, x.fail(key, err)
 		case !same:
@@ -455,19 +433,8 @@ func (x *ExternalInbox[M, R]) startHeartbeat(ctx context.Context, cancel context
 // table's retention, in batches, and returns how many it deleted. Run it
 // periodically; the retention must outlive the broker's redelivery window.
 func (x *ExternalInbox[M, R]) Purge(ctx context.Context) (int64, error) {
-	var total int64
-	for {
-		q := x.sql.purgeRows(x.table.Retain)
-		tag, err := exec(ctx, x.db, q.sql, q.args...)
-		x.ob.ins.Purged(ctx, x.table.Name, obs.KindExternal, tag.RowsAffected())
-		if err != nil {
-			return total, x.fail(nil, fmt.Errorf("idem: purge %s: %w", x.table.Name, err))
-		}
-		total += tag.RowsAffected()
-		if tag.RowsAffected() < purgeBatch {
-			return total, nil
-		}
-	}
+	q := x.sql.purgeRows(x.table.Retain)
+	return purge(ctx, x.db, &x.consumerOf, x.table.Name, obs.KindExternal, q.sql, q.args)
 }
 
 // SweepReport is what one [ExternalInbox.Sweep] did and found.
@@ -544,16 +511,6 @@ func (x *ExternalInbox[M, R]) Sweep(ctx context.Context) (SweepReport, error) {
 		return rep, x.fail(nil, fmt.Errorf("idem: sweep %s: read the stuck claims: %w", x.table.Name, err))
 	}
 	return rep, nil
-}
-
-func (x *ExternalInbox[M, R]) fail(key []any, err error) error {
-	return newError(x.table.Consumer, x.fields, key, err)
-}
-
-func (x *ExternalInbox[M, R]) retryable(key []any, err error) error {
-	e := x.fail(key, err).(*Error)
-	e.retryable = true
-	return e
 }
 
 // newError is the *Error of a consumer's delivery.

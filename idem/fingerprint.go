@@ -19,21 +19,16 @@ import (
 
 // The payload fingerprint stored in an inbox row records the scheme that
 // computed it, so that a change of scheme can never make the redelivery of a
-// message processed before the change look like a reused key:
-//
-//   - 32 bytes: the legacy scheme, the SHA-256 of the message's json.Marshal
-//     (or of its Fingerprinter bytes). It is computed only to compare with a
-//     row that holds one (see matchesLegacy).
-//   - 33 bytes, first byte fingerprintV1: the SHA-256 of the message's
-//     canonical encoding (below), or of its Fingerprinter bytes.
+// message processed before the change look like a reused key: 33 bytes, the
+// first fingerprintV1, then the SHA-256 of the message's canonical encoding
+// (below), or of its Fingerprinter bytes.
 //
 // A row written by a newer scheme than this version knows is reported as
 // such (an error to retry once the newer code is back), never as
 // ErrKeyReused.
 const (
-	legacyFingerprintLen = sha256.Size
-	fingerprintV1        = 1
-	fingerprintLen       = 1 + sha256.Size
+	fingerprintV1  = 1
+	fingerprintLen = 1 + sha256.Size
 )
 
 // The canonical encoding (scheme 1) is what the fingerprint hashes. It is
@@ -87,18 +82,15 @@ func fingerprint(msg any) ([]byte, error) {
 }
 
 // sameFingerprint reports whether the fingerprint stored in an inbox row is
-// that of msg, whose current fingerprint is fp, in whatever scheme the row
-// was written.
-func sameFingerprint(stored, fp []byte, msg any) (bool, error) {
+// fp, the current fingerprint of the message.
+func sameFingerprint(stored, fp []byte) (bool, error) {
 	switch {
 	case len(stored) == fingerprintLen && stored[0] == fingerprintV1:
 		return bytes.Equal(stored, fp), nil
-	case len(stored) == legacyFingerprintLen:
-		return matchesLegacy(stored, msg)
 	case len(stored) == fingerprintLen:
-		return false, fmt.Errorf("idem: the inbox row's fingerprint is of scheme %d, which this version of idem does not know (it knows 1 and the legacy 32-byte one); a newer version wrote it: deploy that version again, or retry once it is back", stored[0])
+		return false, fmt.Errorf("idem: the inbox row's fingerprint is of scheme %d, which this version of idem does not know (it knows 1); a newer version wrote it: deploy that version again, or retry once it is back", stored[0])
 	default:
-		return false, fmt.Errorf("idem: the inbox row's fingerprint is %d bytes long; want %d (or the legacy %d)", len(stored), fingerprintLen, legacyFingerprintLen)
+		return false, fmt.Errorf("idem: the inbox row's fingerprint is %d bytes long; want %d", len(stored), fingerprintLen)
 	}
 }
 

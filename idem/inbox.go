@@ -51,7 +51,6 @@ type Inbox[M, R any] struct {
 	flightDB any // db, or the Inbox itself when db is not comparable: see flightKey
 	table    Table[M]
 	sql      *inboxSQL // the table's statements
-	fields   []string  // the key's Go field paths, in column order
 	handler  func(context.Context, pgx.Tx, M) (R, error)
 	// publishing is the handler of NewPublishingInbox (handler is nil then).
 	publishing func(context.Context, pgx.Tx, *Outbox, M) (R, error)
@@ -64,7 +63,7 @@ type Inbox[M, R any] struct {
 
 	beforeCommit func(ctx context.Context, tx pgx.Tx) error
 
-	ob observer
+	consumerOf[M]
 }
 
 // NewInbox returns the Inbox of table that runs handler. db (a
@@ -75,18 +74,14 @@ type Inbox[M, R any] struct {
 // wait beyond PostgreSQL's lock_timeout range, an unknown isolation level),
 // naming the option, the value and the bound: call it at startup.
 func NewInbox[M, R any](db DB, table Table[M], handler func(ctx context.Context, tx pgx.Tx, msg M) (R, error), opts ...Option) *Inbox[M, R] {
-	in := newInbox[M, R](db, table, opts)
+	in := newInbox[M, R]("idem.NewInbox", db, table, opts)
 	in.handler = handler
 	return in
 }
 
 // newInbox is NewInbox without the handler.
-func newInbox[M, R any](db DB, table Table[M], opts []Option) *Inbox[M, R] {
-	o := options{claimWait: DefaultClaimWait}
-	for _, opt := range opts {
-		opt(&o)
-	}
-	o.validate(table.Consumer)
+func newInbox[M, R any](constructor string, db DB, table Table[M], opts []Option) *Inbox[M, R] {
+	o := newOptions(constructor, table.Consumer, "tx", txModeOptions, opts)
 	var zero R
 	_, noResult := any(zero).(None)
 	in := &Inbox[M, R]{
@@ -94,7 +89,6 @@ func newInbox[M, R any](db DB, table Table[M], opts []Option) *Inbox[M, R] {
 		flightDB:  db,
 		table:     table,
 		sql:       newInboxSQL(table),
-		fields:    fieldsOf(table.Columns),
 		notify:    !o.noNotify,
 		txOptions: pgx.TxOptions{IsoLevel: o.isolation},
 		claimWait: o.claimWait,
@@ -103,7 +97,7 @@ func newInbox[M, R any](db DB, table Table[M], opts []Option) *Inbox[M, R] {
 		batchCap:  o.batchCap,
 
 		beforeCommit: o.beforeCommit,
-		ob:           newObserver(o, table.Consumer),
+		consumerOf:   newConsumerOf(o, table.Consumer, fieldsOf(table.Columns), table.Key),
 	}
 	if in.batchCap == 0 {
 		in.batchCap = DefaultBatchCap
@@ -132,41 +126,13 @@ func newInbox[M, R any](db DB, table Table[M], opts []Option) *Inbox[M, R] {
 // logged at its outcome's level ([WithMeterProvider], [WithLogger];
 // docs/observability.md), a handler's panic as an error before it goes on
 // up the stack.
-func (in *Inbox[M, R]) Handle(ctx context.Context, msg M) (result R, o Outcome, err error) {
-	start := time.Now()
-	observed := false
-	defer func() {
-		if !observed { // the handler panicked
-			observeDelivery(ctx, &in.ob, msg, 0, errPanicked, time.Since(start), 0, func() (string, string) { return in.keyText(msg, nil), "" })
-		}
-	}()
-	result, o, err = in.handle(ctx, msg)
-	observed = true
-	observeDelivery(ctx, &in.ob, msg, o, err, time.Since(start), 0, func() (string, string) { return in.keyText(msg, err), "" })
-	return result, o, err
-}
-
-// keyText is the key of msg as the log record shows it: the key parts as
-// Field=value pairs, or "" when they cannot be taken from msg.
-func (in *Inbox[M, R]) keyText(msg M, err error) string {
-	var e *Error
-	if errors.As(err, &e) && e.Key != "" {
-		return e.Key
-	}
-	key, kerr := in.table.Key(msg)
-	if kerr != nil {
-		return ""
-	}
-	return formatKey(in.fields, key)
+func (in *Inbox[M, R]) Handle(ctx context.Context, msg M) (R, Outcome, error) {
+	return handle(ctx, &in.consumerOf, msg, func(*int) (R, Outcome, error) { return in.handle(ctx, msg) })
 }
 
 func (in *Inbox[M, R]) handle(ctx context.Context, msg M) (R, Outcome, error) {
 	var zero R
-	key, err := validKey(msg, in.table.Key, in.fields)
-	if err != nil {
-		return zero, 0, in.fail(nil, err)
-	}
-	fp, err := fingerprint(msg)
+	key, fp, err := identify(msg, in.table.Key, in.fields)
 	if err != nil {
 		return zero, 0, in.fail(key, err)
 	}
@@ -221,7 +187,7 @@ func (in *Inbox[M, R]) handle(ctx context.Context, msg M) (R, Outcome, error) {
 		return zero, 0, in.fail(key, fmt.Errorf("idem: handler: %w", err))
 	}
 	if in.beforeCommit != nil {
-		if err := in.callBeforeCommit(ctx, conn, tx); err != nil {
+		if err := runBeforeCommit(ctx, conn, tx, in.beforeCommit); err != nil {
 			rollback(ctx, conn)
 			return zero, 0, in.fail(key, fmt.Errorf("idem: before commit: %w", err))
 		}
@@ -278,29 +244,14 @@ func readClaim(br pgx.BatchResults) (claimed, fresh bool, err error) {
 	return true, fresh, nil
 }
 
-// call runs the handler, with out for a publishing one. A panic rolls the
-// transaction back before it goes on up the stack. A handler that ended the
-// transaction through SQL fails with what it did, whatever it returned. Once
-// it returned, out refuses Publish.
-func (in *Inbox[M, R]) call(ctx context.Context, conn *pgx.Conn, tx *handlerTx, out *Outbox, msg M) (result R, err error) {
-	defer func() {
-		tx.s.ended = true
-		if out != nil {
-			out.closed = true
+// call runs the handler, with out for a publishing one (see callHandler).
+func (in *Inbox[M, R]) call(ctx context.Context, conn *pgx.Conn, tx *handlerTx, out *Outbox, msg M) (R, error) {
+	return callHandler(ctx, conn, tx, func(ctx context.Context, tx pgx.Tx) (R, error) {
+		if in.publishing != nil {
+			return in.publishing(ctx, tx, out, msg)
 		}
-		if p := recover(); p != nil {
-			rollback(ctx, conn)
-			panic(p)
-		}
-		if tx.s.escaped != nil {
-			var zero R
-			result, err = zero, tx.s.escaped
-		}
-	}()
-	if in.publishing != nil {
-		return in.publishing(ctx, tx, out, msg)
-	}
-	return in.handler(ctx, tx, msg)
+		return in.handler(ctx, tx, msg)
+	}, out)
 }
 
 // errAborted explains a transaction that a handler's failed statement aborted
@@ -346,12 +297,8 @@ func (in *Inbox[M, R]) complete(ctx context.Context, conn *pgx.Conn, key []any, 
 		b.Queue(q.sql, q.args...)
 	}
 	notify := len(msgs) > 0 && in.notify
-	if len(msgs) > 0 {
-		sql, args := outboxStatement(in.table.Consumer, in.fields, key, msgs)
-		b.Queue(sql, args...)
-		if notify {
-			b.Queue(notifyOutbox)
-		}
+	if queueOutbox(b, in.table.Consumer, in.fields, [][]any{key}, [][]outgoing{msgs}) > 0 && notify {
+		b.Queue(notifyOutbox)
 	}
 	b.Queue(claimCheck)
 	b.Queue("commit")
@@ -456,7 +403,7 @@ func (in *Inbox[M, R]) readBack(ctx context.Context, conn *pgx.Conn, key []any, 
 		rollback(ctx, conn)
 		return zero, 0, in.fail(key, fmt.Errorf("idem: read the processed row: %w", err))
 	}
-	switch same, err := sameFingerprint(storedFP, fp, msg); {
+	switch same, err := sameFingerprint(storedFP, fp); {
 	case err != nil:
 		return zero, 0, in.fail(key, err)
 	case !same:
@@ -476,29 +423,8 @@ func (in *Inbox[M, R]) readBack(ctx context.Context, conn *pgx.Conn, key []any, 
 // Run it periodically; rows must outlive the broker's redelivery window and
 // any dead-letter replay, which is what the retention is for.
 func (in *Inbox[M, R]) Purge(ctx context.Context) (int64, error) {
-	var total int64
-	for {
-		q := in.sql.purgeRows(in.table.Retain)
-		tag, err := exec(ctx, in.db, q.sql, q.args...)
-		in.ob.ins.Purged(ctx, in.table.Name, obs.KindInbox, tag.RowsAffected())
-		if err != nil {
-			return total, in.fail(nil, fmt.Errorf("idem: purge %s: %w", in.table.Name, err))
-		}
-		total += tag.RowsAffected()
-		if tag.RowsAffected() < purgeBatch {
-			return total, nil
-		}
-	}
-}
-
-func (in *Inbox[M, R]) fail(key []any, err error) error {
-	return newError(in.table.Consumer, in.fields, key, err)
-}
-
-func (in *Inbox[M, R]) retryable(key []any, err error) error {
-	e := in.fail(key, err).(*Error)
-	e.retryable = true
-	return e
+	q := in.sql.purgeRows(in.table.Retain)
+	return purge(ctx, in.db, &in.consumerOf, in.table.Name, obs.KindInbox, q.sql, q.args)
 }
 
 // rollbackTimeout bounds the rollback after a failure; it runs even when the

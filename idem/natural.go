@@ -42,20 +42,20 @@ type NaturalInbox[M, R any] struct {
 	handler      func(context.Context, pgx.Tx, M) (R, error)
 	txOptions    pgx.TxOptions
 	beforeCommit func(ctx context.Context, tx pgx.Tx) error
+	consumerOf[M]
 }
 
 // NewNaturalInbox returns the NaturalInbox of table that runs handler.
 // Options: WithIsolation (a handler that reads before it writes may need
 // REPEATABLE READ or SERIALIZABLE to stay idempotent under concurrency; the
-// retries make that cheap), WithBeforeCommit.
+// retries make that cheap), WithBeforeCommit, WithLogger, WithMeterProvider;
+// it panics on any other, naming it (a natural consumer claims nothing, so
+// has no claim wait, and publishes nothing).
 func NewNaturalInbox[M, R any](db DB, table NaturalTable[M], handler func(ctx context.Context, tx pgx.Tx, msg M) (R, error), opts ...Option) *NaturalInbox[M, R] {
-	o := options{claimWait: DefaultClaimWait}
-	for _, opt := range opts {
-		opt(&o)
-	}
-	o.validate(table.Consumer)
+	o := newOptions("idem.NewNaturalInbox", table.Consumer, "natural", naturalModeOptions, opts)
 	return &NaturalInbox[M, R]{db: db, table: table, handler: handler,
-		txOptions: pgx.TxOptions{IsoLevel: o.isolation}, beforeCommit: o.beforeCommit}
+		txOptions: pgx.TxOptions{IsoLevel: o.isolation}, beforeCommit: o.beforeCommit,
+		consumerOf: newConsumerOf(o, table.Consumer, table.KeyFields, table.Key)}
 }
 
 // Deliver is Handle with the result dropped: it makes a NaturalInbox a
@@ -69,15 +69,23 @@ func (in *NaturalInbox[M, R]) Deliver(ctx context.Context, msg M) (Outcome, erro
 // serialization failure or deadlock is retried, up to NaturalAttempts runs
 // in all, and then returned marked retryable (errors.Is(err,
 // ErrRetryable)); any other error is the handler's, and nothing committed.
+//
+// Each delivery is counted (idem.deliveries, idem.handler.duration) and
+// logged at its outcome's level, as in every mode ([WithMeterProvider],
+// [WithLogger]; docs/observability.md).
 func (in *NaturalInbox[M, R]) Handle(ctx context.Context, msg M) (R, Outcome, error) {
+	return handle(ctx, &in.consumerOf, msg, func(*int) (R, Outcome, error) { return in.handle(ctx, msg) })
+}
+
+func (in *NaturalInbox[M, R]) handle(ctx context.Context, msg M) (R, Outcome, error) {
 	var zero R
 	key, err := validKey(msg, in.table.Key, in.table.KeyFields)
 	if err != nil {
-		return zero, 0, in.fail(nil, err, false)
+		return zero, 0, in.fail(nil, err)
 	}
 	pooled, err := in.db.Acquire(ctx)
 	if err != nil {
-		return zero, 0, in.fail(key, fmt.Errorf("idem: acquire a connection: %w", err), false)
+		return zero, 0, in.fail(key, fmt.Errorf("idem: acquire a connection: %w", err))
 	}
 	defer pooled.Release()
 	conn := pooled.Conn()
@@ -88,13 +96,13 @@ func (in *NaturalInbox[M, R]) Handle(ctx context.Context, msg M) (R, Outcome, er
 		}
 		retry := hasSQLState(err, pgerrcode.SerializationFailure, pgerrcode.DeadlockDetected)
 		if !retry || attempt == NaturalAttempts || ctx.Err() != nil || conn.IsClosed() {
-			return zero, 0, in.fail(key, err, retry)
+			return zero, 0, in.fail(key, err)
 		}
 		// Full jitter over a window that doubles: 2ms, 4ms, ... 512ms.
 		backoff := rand.N(time.Duration(2<<min(attempt, 8)) * time.Millisecond)
 		select {
 		case <-ctx.Done():
-			return zero, 0, in.fail(key, err, retry)
+			return zero, 0, in.fail(key, err)
 		case <-time.After(backoff):
 		}
 	}
@@ -137,10 +145,4 @@ func (in *NaturalInbox[M, R]) run(ctx context.Context, conn *pgx.Conn, msg M) (R
 		return zero, errAborted
 	}
 	return result, nil
-}
-
-func (in *NaturalInbox[M, R]) fail(key []any, err error, retryable bool) error {
-	e := newError(in.table.Consumer, in.table.KeyFields, key, err).(*Error)
-	e.retryable = retryable
-	return e
 }

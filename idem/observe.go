@@ -72,3 +72,40 @@ func observeDelivery[M any](ctx context.Context, ob *observer, msg M, o Outcome,
 	}
 	obs.Log(ctx, ob.log, rec)
 }
+
+// observe runs one delivery of msg (run) and records it: its outcome's count
+// and duration, and its log record (observeDelivery). A panic of the handler
+// is recorded as errPanicked before it goes on up the stack. keyText renders
+// the key for the record (and, in mode=external, the idempotency key) from
+// msg and the delivery's error; run sets *claimAttempt to the attempts of a
+// mode=external claim. Every mode's Handle goes through it, so that every
+// mode writes the same record and the same data points per outcome.
+func observe[M, R any](ctx context.Context, ob *observer, msg M, keyText func(err error) (key, idemKey string), run func(claimAttempt *int) (R, Outcome, error)) (result R, o Outcome, err error) {
+	start := time.Now()
+	var claimAttempt int
+	observed := false
+	defer func() {
+		if !observed { // the handler panicked
+			observeDelivery(ctx, ob, msg, 0, errPanicked, time.Since(start), claimAttempt, func() (string, string) { return keyText(nil) })
+		}
+	}()
+	result, o, err = run(&claimAttempt)
+	observed = true
+	observeDelivery(ctx, ob, msg, o, err, time.Since(start), claimAttempt, func() (string, string) { return keyText(err) })
+	return result, o, err
+}
+
+// keyTextOf is the key of msg as the log record shows it: the key parts as
+// Field=value pairs (the *Error's, when err has them), or "" when they cannot
+// be taken from msg.
+func keyTextOf[M any](fields []string, keyOf func(M) ([]any, error), msg M, err error) string {
+	var e *Error
+	if errors.As(err, &e) && e.Key != "" {
+		return e.Key
+	}
+	key, kerr := keyOf(msg)
+	if kerr != nil {
+		return ""
+	}
+	return formatKey(fields, key)
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -20,6 +21,8 @@ const DefaultClaimWait = 2 * time.Second
 type Option func(*options)
 
 type options struct {
+	given optionSet // the options given, for the check of the constructor
+
 	isolation    pgx.TxIsoLevel
 	claimWait    time.Duration
 	beforeCommit func(ctx context.Context, tx pgx.Tx) error
@@ -39,7 +42,7 @@ type options struct {
 // instead of the server's default_transaction_isolation. NewInbox panics on a
 // value that is none of pgx's four levels.
 func WithIsolation(level pgx.TxIsoLevel) Option {
-	return func(o *options) { o.isolation = level }
+	return func(o *options) { o.isolation = level; o.given |= optIsolation }
 }
 
 // WithClaimWait bounds how long a delivery waits for a concurrent delivery of
@@ -48,13 +51,15 @@ func WithIsolation(level pgx.TxIsoLevel) Option {
 // passes, Handle returns ErrInProgress and holds the connection no longer.
 // d <= 0 means do not wait at all; d may be at most 2147483647ms (about 596
 // hours, PostgreSQL's bound for lock_timeout): NewInbox panics beyond it.
+// Only mode=tx claims a key in its transaction: the constructors of the other
+// modes refuse it.
 //
 // The bound covers the wait for a connection too when another delivery of
 // the same key is in flight in this process through the same pool: such a
 // delivery gets ErrInProgress within the claim wait even when the pool's
 // connections are all taken by the key's other deliveries.
 func WithClaimWait(d time.Duration) Option {
-	return func(o *options) { o.claimWait = d }
+	return func(o *options) { o.claimWait = d; o.given |= optClaimWait }
 }
 
 // WithBeforeCommit calls hook inside the delivery's transaction after the
@@ -73,7 +78,7 @@ func WithClaimWait(d time.Duration) Option {
 //
 // Without this option Handle makes no extra round trip.
 func WithBeforeCommit(hook func(ctx context.Context, tx pgx.Tx) error) Option {
-	return func(o *options) { o.beforeCommit = hook }
+	return func(o *options) { o.beforeCommit = hook; o.given |= optBeforeCommit }
 }
 
 // WithLogger sets the logger of the inbox's records: one per delivery,
@@ -83,7 +88,7 @@ func WithBeforeCommit(hook func(ctx context.Context, tx pgx.Tx) error) Option {
 // processed and duplicate): see docs/observability.md. nil, or no option,
 // is slog.Default() at the time the inbox is made.
 func WithLogger(l *slog.Logger) Option {
-	return func(o *options) { o.logger = l }
+	return func(o *options) { o.logger = l; o.given |= optLogger }
 }
 
 // WithMeterProvider sets the OpenTelemetry MeterProvider of the inbox's
@@ -92,7 +97,7 @@ func WithLogger(l *slog.Logger) Option {
 // docs/observability.md. nil, or no option, is otel.GetMeterProvider(), the
 // global one, which records nothing until the application sets one.
 func WithMeterProvider(mp metric.MeterProvider) Option {
-	return func(o *options) { o.meter = mp }
+	return func(o *options) { o.meter = mp; o.given |= optMeterProvider }
 }
 
 // WithLease sets the lease of an [ExternalInbox]'s claims, overriding the
@@ -102,17 +107,17 @@ func WithMeterProvider(mp metric.MeterProvider) Option {
 // it. NewExternalInbox panics on d <= 0. Tests use a short one (a second) to
 // see takeovers quickly; in production it must be longer than the pauses a
 // worker may have (a GC, a blocked network) plus a heartbeat's round trip.
-// Inboxes of mode=tx ignore it.
+// The constructors of the other modes refuse it.
 func WithLease(d time.Duration) Option {
-	return func(o *options) { o.lease = d }
+	return func(o *options) { o.lease = d; o.given |= optLease }
 }
 
 // WithStuckAttempts sets the threshold of [ExternalInbox.Sweep]'s report:
 // the claims not done whose attempts are above n are listed as stuck
-// (default DefaultStuckAttempts). NewExternalInbox panics on n < 1. Inboxes
-// of mode=tx ignore it.
+// (default DefaultStuckAttempts). NewExternalInbox panics on n < 1; the
+// constructors of the other modes refuse it.
 func WithStuckAttempts(n int) Option {
-	return func(o *options) { o.stuckAttempts, o.stuckSet = n, true }
+	return func(o *options) { o.stuckAttempts, o.stuckSet = n, true; o.given |= optStuckAttempts }
 }
 
 // WithBeforeComplete calls hook in an [ExternalInbox]'s delivery after the
@@ -124,10 +129,10 @@ func WithStuckAttempts(n int) Option {
 //
 // It is the external mode's counterpart of [WithBeforeCommit]: the generated
 // tests (idemtest.ExternalSuite) count the handler's runs with it and hold a
-// delivery between its provider call and its done. Inboxes of mode=tx
-// ignore it.
+// delivery between its provider call and its done. The constructors of the
+// other modes refuse it.
 func WithBeforeComplete(hook func(ctx context.Context) error) Option {
-	return func(o *options) { o.beforeComplete = hook }
+	return func(o *options) { o.beforeComplete = hook; o.given |= optBeforeComplete }
 }
 
 // loggerOrDefault is the logger of WithLogger, or slog.Default().
@@ -145,20 +150,20 @@ const maxClaimWait = 2147483647 * time.Millisecond
 // validate panics on an option value that would make every delivery fail:
 // like a bad regexp in regexp.MustCompile, it is a programmer error, and
 // NewInbox runs at startup, where it is seen at once.
-func (o options) validate(consumer string) {
+func (o options) validate(constructor, consumer string) {
 	if o.claimWait > maxClaimWait {
-		panic(fmt.Sprintf("idem.NewInbox (consumer %s): idem.WithClaimWait(%v) is out of range: the claim wait becomes PostgreSQL's lock_timeout, which takes at most %v (2147483647ms); use a shorter wait (a delivery that waits that long holds a connection all along)",
-			consumer, o.claimWait, maxClaimWait))
+		panic(fmt.Sprintf("%s (consumer %s): idem.WithClaimWait(%v) is out of range: the claim wait becomes PostgreSQL's lock_timeout, which takes at most %v (2147483647ms); use a shorter wait (a delivery that waits that long holds a connection all along)",
+			constructor, consumer, o.claimWait, maxClaimWait))
 	}
 	if o.batchCap < 0 {
-		panic(fmt.Sprintf("idem.NewInbox (consumer %s): idem.WithBatchCap(%d) is out of range: a batch holds at least one message (0 means the default, %d)",
-			consumer, o.batchCap, DefaultBatchCap))
+		panic(fmt.Sprintf("%s (consumer %s): idem.WithBatchCap(%d) is out of range: a batch holds at least one message (0 means the default, %d)",
+			constructor, consumer, o.batchCap, DefaultBatchCap))
 	}
 	switch o.isolation {
 	case "", pgx.Serializable, pgx.RepeatableRead, pgx.ReadCommitted, pgx.ReadUncommitted:
 	default:
-		panic(fmt.Sprintf("idem.NewInbox (consumer %s): idem.WithIsolation(%q) is not an isolation level; want one of pgx.Serializable, pgx.RepeatableRead, pgx.ReadCommitted or pgx.ReadUncommitted (%q, %q, %q, %q)",
-			consumer, string(o.isolation), pgx.Serializable, pgx.RepeatableRead, pgx.ReadCommitted, pgx.ReadUncommitted))
+		panic(fmt.Sprintf("%s (consumer %s): idem.WithIsolation(%q) is not an isolation level; want one of pgx.Serializable, pgx.RepeatableRead, pgx.ReadCommitted or pgx.ReadUncommitted (%q, %q, %q, %q)",
+			constructor, consumer, string(o.isolation), pgx.Serializable, pgx.RepeatableRead, pgx.ReadCommitted, pgx.ReadUncommitted))
 	}
 }
 
@@ -172,4 +177,71 @@ func lockTimeout(d time.Duration) string {
 		ms = 1
 	}
 	return strconv.FormatInt(ms, 10) + "ms"
+}
+
+// optionSet is a set of the inbox options, one bit each.
+type optionSet uint16
+
+const (
+	optIsolation optionSet = 1 << iota
+	optClaimWait
+	optBeforeCommit
+	optWithoutNotify
+	optBatchCap
+	optLogger
+	optMeterProvider
+	optLease
+	optStuckAttempts
+	optBeforeComplete
+)
+
+// optionNames names the options of an optionSet, in bit order.
+var optionNames = [...]string{
+	"idem.WithIsolation", "idem.WithClaimWait", "idem.WithBeforeCommit", "idem.WithoutNotify",
+	"idem.WithBatchCap", "idem.WithLogger", "idem.WithMeterProvider", "idem.WithLease",
+	"idem.WithStuckAttempts", "idem.WithBeforeComplete",
+}
+
+// The options each mode honours; every mode honours the observability
+// options. A constructor refuses any other (see newOptions).
+const (
+	observability       = optLogger | optMeterProvider
+	txModeOptions       = optIsolation | optClaimWait | optBeforeCommit | optWithoutNotify | optBatchCap | observability
+	entityModeOptions   = optIsolation | optBeforeCommit | optWithoutNotify | observability
+	naturalModeOptions  = optIsolation | optBeforeCommit | observability
+	externalModeOptions = optLease | optStuckAttempts | optBeforeComplete | observability
+)
+
+// newOptions applies opts and panics, naming the constructor, the consumer,
+// the mode and the option, on an option the mode does not honour (allowed):
+// an option that silently did nothing would be a setting the user believes
+// in and the runtime ignores.
+func newOptions(constructor, consumer, mode string, allowed optionSet, opts []Option) options {
+	o := options{claimWait: DefaultClaimWait}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if extra := o.given &^ allowed; extra != 0 {
+		var names []string
+		for i, name := range optionNames {
+			if extra&(1<<i) != 0 {
+				names = append(names, name)
+			}
+		}
+		panic(fmt.Sprintf("%s (consumer %s): %s does not apply to mode=%s; a %s consumer honours only %s",
+			constructor, consumer, strings.Join(names, " and "), mode, mode, allowedNames(allowed)))
+	}
+	o.validate(constructor, consumer)
+	return o
+}
+
+// allowedNames lists the options of allowed, for newOptions's panic.
+func allowedNames(allowed optionSet) string {
+	var names []string
+	for i, name := range optionNames {
+		if allowed&(1<<i) != 0 {
+			names = append(names, name)
+		}
+	}
+	return strings.Join(names, ", ")
 }

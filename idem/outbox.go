@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"unicode/utf8"
@@ -11,6 +12,9 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/idemgen/idemgen/generated/outboxdb"
 )
 
 // Outbox buffers the messages a handler sends. A handler that takes an
@@ -165,7 +169,7 @@ func NewPublishingInbox[M, R any](db DB, table Table[M], handler func(ctx contex
 	if handler == nil {
 		panic(fmt.Sprintf("idem.NewPublishingInbox (consumer %s): the handler is nil", table.Consumer))
 	}
-	in := newInbox[M, R](db, table, opts)
+	in := newInbox[M, R]("idem.NewPublishingInbox", db, table, opts)
 	in.publishing = handler
 	return in
 }
@@ -187,7 +191,7 @@ func NoResultPublishing[M any](handler func(ctx context.Context, tx pgx.Tx, out 
 // interval is then the latency from commit to publish). Without outbox rows
 // nothing is sent either way.
 func WithoutNotify() Option {
-	return func(o *options) { o.noNotify = true }
+	return func(o *options) { o.noNotify = true; o.given |= optWithoutNotify }
 }
 
 // outboxNamespace is the namespace of the outgoing message ids:
@@ -258,38 +262,66 @@ func appendString(b []byte, s string) []byte {
 	return append(binary.AppendUvarint(b, uint64(len(s))), s...)
 }
 
-// insertOutbox writes a run's messages: one statement for any number of
-// rows, whose arguments are arrays. Each array goes as a type that pgx
-// encodes without asking the server for the parameter's type ([]string,
-// [][]byte), and the statement casts it, so that it works in every
-// pgx.QueryExecMode (exec and simple_protocol too, what PgBouncer and RDS
-// Proxy need). WITH ORDINALITY and ORDER BY keep the order of the Publish
-// calls in the rows' ids, which the relay's ordered mode follows. A message id
-// already in the table (a rerun after the inbox row was purged) writes no
-// second row.
-const insertOutbox = `INSERT INTO idem_outbox (message_id, consumer, key, destination, ordering_key, headers, payload) ` +
-	`SELECT m.id, $1::text, $2::text, m.destination, m.ordering_key, m.headers::jsonb, m.payload ` +
-	`FROM unnest($3::uuid[], $4::text[], $5::text[], $6::text[], $7::bytea[]) WITH ORDINALITY ` +
-	`AS m (id, destination, ordering_key, headers, payload, n) ORDER BY m.n ` +
-	`ON CONFLICT (message_id) DO NOTHING`
-
 // notifyOutbox is the NOTIFY of a committing transaction that wrote outbox
 // rows; it is delivered when the transaction commits, and not at all if it
 // does not.
 const notifyOutbox = "SELECT pg_notify('" + OutboxChannel + "', '')"
 
-// outboxStatement returns the INSERT of msgs and its arguments.
-func outboxStatement(consumer string, keyFields []string, key []any, msgs []outgoing) (string, []any) {
-	name := outgoingName(consumer, key)
-	n := len(msgs)
-	ids, dests, okeys, headers := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-	payloads := make([][]byte, n)
-	for i, m := range msgs {
-		ids[i] = outgoingID(name, i).String()
-		dests[i], okeys[i], headers[i], payloads[i] = m.destination, m.orderingKey, m.headers, m.payload
+// queueOutbox queues on b the INSERT of the outgoing messages of deliveries
+// (sql/outbox.sql's InsertOutbox, compiled by sqlc): outs[k] are the
+// messages the delivery of keys[k] published, each with its stable id. It
+// queues nothing and returns 0 when there is none; else it returns how many
+// rows the INSERT writes.
+func queueOutbox(b *pgx.Batch, consumer string, fields []string, keys [][]any, outs [][]outgoing) int {
+	n := 0
+	for _, msgs := range outs {
+		n += len(msgs)
 	}
-	return insertOutbox, []any{consumer, formatKey(keyFields, key), ids, dests, okeys, headers, payloads}
+	if n == 0 {
+		return 0
+	}
+	p := outboxdb.InsertOutboxParams{
+		Consumer: consumer, Keys: make([]string, 0, n), MessageIds: make([]string, 0, n),
+		Destinations: make([]string, 0, n), OrderingKeys: make([]string, 0, n),
+		Headers: make([]string, 0, n), Payloads: make([][]byte, 0, n),
+	}
+	for k, msgs := range outs {
+		if len(msgs) == 0 {
+			continue
+		}
+		name, key := outgoingName(consumer, keys[k]), formatKey(fields, keys[k])
+		for seq, m := range msgs {
+			p.Keys = append(p.Keys, key)
+			p.MessageIds = append(p.MessageIds, outgoingID(name, seq).String())
+			p.Destinations = append(p.Destinations, m.destination)
+			p.OrderingKeys = append(p.OrderingKeys, m.orderingKey)
+			p.Headers = append(p.Headers, m.headers)
+			p.Payloads = append(p.Payloads, m.payload)
+		}
+	}
+	// Queued, not run: the INSERT rides in the commit's round trip, and its
+	// result is read from the batch's results.
+	_, _ = outboxdb.New(queueOnly{b}).InsertOutbox(context.Background(), p)
+	return n
 }
+
+// queueOnly is an outboxdb.DBTX that queues a statement on a batch instead
+// of running it, so that a query sqlc compiled can travel in a delivery's
+// commit round trip with its arguments as sqlc defines them.
+type queueOnly struct{ b *pgx.Batch }
+
+func (q queueOnly) Exec(_ context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	q.b.Queue(sql, args...)
+	return pgconn.CommandTag{}, nil
+}
+
+func (queueOnly) Query(context.Context, string, ...any) (pgx.Rows, error) {
+	return nil, errQueueOnly
+}
+
+func (queueOnly) QueryRow(context.Context, string, ...any) pgx.Row { return errRows{errQueueOnly} }
+
+var errQueueOnly = errors.New("idem: a query that returns rows cannot be queued on a commit's batch")
 
 // errOutboxInsert explains a failed INSERT into idem_outbox.
 func errOutboxInsert(n int, err error) error {

@@ -22,7 +22,7 @@ import (
 	"github.com/idemgen/idemgen/idem"
 )
 
-// TestOutboxDuplicateBeforePublish is seed 001's rule: duplicates of a
+// TestOutboxDuplicateBeforePublish is the outbox's replay rule: duplicates of a
 // message whose outbox rows are not yet published (sequential and
 // concurrent ones) add nothing and change nothing; a relay then publishes
 // the rows, once each id.

@@ -457,15 +457,11 @@ type OutboxBacklog struct {
 // idem.outbox.dead), which reads the unpublished rows only, through the
 // outbox's partial indexes.
 func (r *Relay) Backlog(ctx context.Context) (OutboxBacklog, error) {
-	var (
-		b   OutboxBacklog
-		age float64
-	)
-	if err := queryRow(ctx, r.db, outboxGaugeQuery, nil, &b.Pending, &age, &b.Dead); err != nil {
+	b, err := r.q.Backlog(ctx)
+	if err != nil {
 		return OutboxBacklog{}, fmt.Errorf("idem: relay %s: read the outbox backlog: %w", r.o.id, err)
 	}
-	b.OldestAge = time.Duration(age * float64(time.Second))
-	return b, nil
+	return OutboxBacklog{Pending: b.Pending, Dead: b.Dead, OldestAge: time.Duration(b.OldestSeconds * float64(time.Second))}, nil
 }
 
 // retryDelay is the wait before the n-th retry (n >= 1) of something that

@@ -17,19 +17,9 @@ const outboxTable = "idem_outbox"
 // out of that collection rather than holding the reader.
 const gaugeTimeout = 2 * time.Second
 
-// outboxGaugeQuery reads the outbox gauges in one statement, each part
-// through a partial index of the outbox migration: the pending rows and the
-// oldest of them through idem_outbox_due (published_at IS NULL AND dead_at IS
-// NULL), the dead rows through idem_outbox_dead (an index-only count). It
-// reads only unpublished rows, never the published ones that wait for the
-// purge, so its cost is the backlog's size, not the table's.
-const outboxGaugeQuery = `SELECT p.pending, coalesce(extract(epoch FROM now() - p.oldest), 0)::float8, d.dead
-FROM (SELECT count(*)::bigint AS pending, min(created_at) AS oldest FROM idem_outbox WHERE published_at IS NULL AND dead_at IS NULL) AS p,
-     (SELECT count(*)::bigint AS dead FROM idem_outbox WHERE dead_at IS NOT NULL) AS d`
-
 // registerGauges registers the outbox's observable gauges with the relay's
-// meter: one query (outboxGaugeQuery) per collection of the reader, for the
-// three of them, while Run runs.
+// meter: one query (Backlog, in sql/outbox.sql) per collection of the
+// reader, for the three of them, while Run runs.
 func (r *Relay) registerGauges() (metric.Registration, error) {
 	m := r.ins.Meter()
 	backlog, err := m.Int64ObservableGauge(obs.NameOutboxBacklog, metric.WithUnit("{message}"),
@@ -50,16 +40,13 @@ func (r *Relay) registerGauges() (metric.Registration, error) {
 	return m.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
 		ctx, cancel := context.WithTimeout(ctx, gaugeTimeout)
 		defer cancel()
-		var (
-			pending, deadRows int64
-			age               float64
-		)
-		if err := queryRow(ctx, r.db, outboxGaugeQuery, nil, &pending, &age, &deadRows); err != nil {
+		b, err := r.q.Backlog(ctx)
+		if err != nil {
 			return err
 		}
-		o.ObserveInt64(backlog, pending)
-		o.ObserveFloat64(oldest, age)
-		o.ObserveInt64(dead, deadRows)
+		o.ObserveInt64(backlog, b.Pending)
+		o.ObserveFloat64(oldest, b.OldestSeconds)
+		o.ObserveInt64(dead, b.Dead)
 		return nil
 	}, backlog, oldest, dead)
 }

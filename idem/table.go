@@ -131,6 +131,21 @@ func validKey[M any](msg M, keyOf func(M) ([]any, error), fields []string) ([]an
 	return key, err
 }
 
+// identify returns msg's valid key parts (validKey) and its payload
+// fingerprint: what every mode that records a key needs before it sends
+// anything. On an error the key is nil unless the key was valid.
+func identify[M any](msg M, keyOf func(M) ([]any, error), fields []string) ([]any, []byte, error) {
+	key, err := validKey(msg, keyOf, fields)
+	if err != nil {
+		return nil, nil, err
+	}
+	fp, err := fingerprint(msg)
+	if err != nil {
+		return key, nil, err
+	}
+	return key, fp, nil
+}
+
 // checkKeySize rejects keys whose string parts together exceed MaxKeyBytes.
 func checkKeySize(fields []string, key []any) error {
 	total := 0

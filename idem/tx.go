@@ -125,21 +125,16 @@ func (t *handlerTx) Begin(ctx context.Context) (pgx.Tx, error) {
 }
 
 func (t *handlerTx) Commit(ctx context.Context) error {
-	if t.s.ended {
-		return pgx.ErrTxClosed
-	}
-	if !t.savepoint {
-		return errTxOwned
-	}
-	if err := t.before(); err != nil {
-		return err
-	}
-	err := t.Tx.Commit(ctx)
-	t.after("RELEASE SAVEPOINT", pgconn.CommandTag{})
-	return err
+	return t.endSavepoint(ctx, t.Tx.Commit, "RELEASE SAVEPOINT")
 }
 
 func (t *handlerTx) Rollback(ctx context.Context) error {
+	return t.endSavepoint(ctx, t.Tx.Rollback, "ROLLBACK TO SAVEPOINT")
+}
+
+// endSavepoint ends a savepoint the handler began (with end, its Commit or
+// Rollback); the inbox's own transaction is the inbox's to end.
+func (t *handlerTx) endSavepoint(ctx context.Context, end func(context.Context) error, what string) error {
 	if t.s.ended {
 		return pgx.ErrTxClosed
 	}
@@ -149,8 +144,8 @@ func (t *handlerTx) Rollback(ctx context.Context) error {
 	if err := t.before(); err != nil {
 		return err
 	}
-	err := t.Tx.Rollback(ctx)
-	t.after("ROLLBACK TO SAVEPOINT", pgconn.CommandTag{})
+	err := end(ctx)
+	t.after(what, pgconn.CommandTag{})
 	return err
 }
 
@@ -246,8 +241,11 @@ func (r *checkedRows) Err() error {
 // checkedRow is QueryRow's row: pgx's Row semantics over checkedRows.
 type checkedRow struct{ rows *checkedRows }
 
-func (r checkedRow) Scan(dest ...any) error {
-	rows := r.rows
+func (r checkedRow) Scan(dest ...any) error { return scanOne(r.rows, dest) }
+
+// scanOne is pgx.Row's Scan over rows: the first row into dest,
+// pgx.ErrNoRows without one, and rows closed, whose error wins.
+func scanOne(rows pgx.Rows, dest []any) error {
 	defer rows.Close()
 	if err := rows.Err(); err != nil {
 		return err

@@ -112,7 +112,7 @@ func (s *soak) check(ctx context.Context) (report string, ok bool, err error) {
 	} {
 		doubled = append(doubled, keys(q)...)
 	}
-	line("seed 003 duplicate query (GROUP BY key HAVING count(*) > 1) rows %d  want 0  %s", len(doubled), verdict(len(doubled) == 0))
+	line("duplicate query (GROUP BY key HAVING count(*) > 1) rows %d  want 0  %s", len(doubled), verdict(len(doubled) == 0))
 	offending("keys", doubled)
 
 	left, lerr := s.ctl.leftover(ctx)

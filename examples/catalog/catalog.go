@@ -1,5 +1,5 @@
 // Package catalog is a small catalog service with the two handlers that need
-// no inbox table (DESIGN §12): PlaceOrder, whose orders row is itself the
+// no inbox table (docs/natural.md): PlaceOrder, whose orders row is itself the
 // marker of its message (mode=entity), and SetPrice, an upsert of absolute
 // values that is idempotent by construction (mode=natural).
 package catalog

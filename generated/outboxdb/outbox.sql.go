@@ -12,26 +12,35 @@ import (
 )
 
 const backlog = `-- name: Backlog :one
-SELECT count(*) FILTER (WHERE dead_at IS NULL)::bigint AS pending,
-       count(*) FILTER (WHERE dead_at IS NOT NULL)::bigint AS dead,
-       coalesce(extract(epoch FROM now() - min(created_at) FILTER (WHERE dead_at IS NULL)), 0)::float8 AS oldest_seconds
-FROM idem_outbox
-WHERE published_at IS NULL
+SELECT p.pending,
+       coalesce(extract(epoch FROM now() - p.oldest), 0)::float8 AS oldest_seconds,
+       d.dead
+FROM (SELECT count(*)::bigint AS pending, min(created_at) AS oldest
+      FROM idem_outbox
+      WHERE published_at IS NULL AND dead_at IS NULL) AS p,
+     (SELECT count(*)::bigint AS dead
+      FROM idem_outbox
+      WHERE dead_at IS NOT NULL) AS d
 `
 
 type BacklogRow struct {
 	Pending       int64
-	Dead          int64
 	OldestSeconds float64
+	Dead          int64
 }
 
-// Backlog counts the rows not yet published, the dead ones apart, and the age
-// in seconds of the oldest pending one (0 when there is none), for metrics
-// and the audit.
+// Backlog reads what waits in the outbox, for the outbox gauges and
+// Relay.Backlog: the rows neither published nor dead and the age in seconds
+// of the oldest of them (0 when there is none), and the dead rows. Each part
+// goes through a partial index of the outbox migration: the pending rows
+// through idem_outbox_due (published_at IS NULL AND dead_at IS NULL), the
+// dead ones through idem_outbox_dead (an index-only count). It reads only
+// unpublished rows, never the published ones that wait for the purge, so it
+// costs what the backlog is, not what the table is.
 func (q *Queries) Backlog(ctx context.Context) (BacklogRow, error) {
 	row := q.db.QueryRow(ctx, backlog)
 	var i BacklogRow
-	err := row.Scan(&i.Pending, &i.Dead, &i.OldestSeconds)
+	err := row.Scan(&i.Pending, &i.OldestSeconds, &i.Dead)
 	return i, err
 }
 
@@ -222,6 +231,58 @@ func (q *Queries) ExtendLease(ctx context.Context, arg ExtendLeaseParams) ([]int
 		return nil, err
 	}
 	return items, nil
+}
+
+const insertOutbox = `-- name: InsertOutbox :execrows
+INSERT INTO idem_outbox (message_id, consumer, key, destination, ordering_key, headers, payload)
+SELECT m.message_id, $1::text, m.key, m.destination, m.ordering_key, m.headers, m.payload
+FROM (
+    SELECT unnest($2::text[]) AS key,
+           unnest($3::text[])::uuid AS message_id,
+           unnest($4::text[]) AS destination,
+           unnest($5::text[]) AS ordering_key,
+           unnest($6::text[])::jsonb AS headers,
+           unnest($7::bytea[]) AS payload,
+           generate_series(1, cardinality($2::text[])) AS n
+) AS m
+ORDER BY m.n
+ON CONFLICT (message_id) DO NOTHING
+`
+
+type InsertOutboxParams struct {
+	Consumer     string
+	Keys         []string
+	MessageIds   []string
+	Destinations []string
+	OrderingKeys []string
+	Headers      []string
+	Payloads     [][]byte
+}
+
+// InsertOutbox writes the outgoing messages of a delivery's commit (or of a
+// batch of deliveries) as one statement for any number of rows: the
+// arguments are arrays, one element per message, zipped by the parallel
+// unnests. Each array goes as a type that pgx encodes without asking the
+// server for the parameter's type ([]string, [][]byte), and the statement
+// casts it, so that it works in every pgx.QueryExecMode (exec and
+// simple_protocol too, what PgBouncer and RDS Proxy need). ORDER BY n keeps
+// the order of the Publish calls in the rows' ids, which the relay's ordered
+// mode follows. A message id already in the table (a rerun after the inbox
+// row was purged) writes no second row.
+func (q *Queries) InsertOutbox(ctx context.Context, arg InsertOutboxParams) (int64, error) {
+	result, err := q.db.Exec(ctx, insertOutbox,
+		arg.Consumer,
+		arg.Keys,
+		arg.MessageIds,
+		arg.Destinations,
+		arg.OrderingKeys,
+		arg.Headers,
+		arg.Payloads,
+	)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
 }
 
 const markPublished = `-- name: MarkPublished :execrows

@@ -318,8 +318,10 @@ func (s Suite[V, M, R]) start(t testing.TB, seen *fixtureSeen, conns int) *scena
 
 // newConsumer builds the consumer under test on pool.
 func (sc *scenario[V, M, R]) newConsumer(pool *pgxpool.Pool) HandleFunc[M, R] {
-	opts := append(append([]idem.Option(nil), sc.s.Options...),
-		idem.WithBeforeCommit(sc.beforeCommit), idem.WithClaimWait(claimWait))
+	opts := append(append([]idem.Option(nil), sc.s.Options...), idem.WithBeforeCommit(sc.beforeCommit))
+	if !sc.s.markers { // mode=entity claims nothing, so it has no claim wait
+		opts = append(opts, idem.WithClaimWait(claimWait))
+	}
 	handle := sc.s.New(sc.fx.Receiver, pool, opts...)
 	if handle == nil {
 		sc.t.Fatal("idemtest: Suite.New returned a nil HandleFunc")

@@ -2,7 +2,7 @@
 // per consumer the inbox's row count, its oldest row against the retention,
 // claims still running past their lease (mode=external), rows that took more
 // than one attempt, and the outbox rows the consumer wrote that are not
-// published yet or dead; and, on a business table the user names, seed 003's
+// published yet or dead; and, on a business table the user names, the
 // duplicate query (GROUP BY the columns that should be unique, HAVING
 // count(*) > 1), which finds work that was done twice.
 //
@@ -50,8 +50,9 @@ type Config struct {
 	Doubles *DoublesQuery
 }
 
-// DoublesQuery is seed 003's scheduled check: rows of Table that share the
-// values of Columns, which one piece of work should have written once.
+// DoublesQuery is the scheduled check that proves a handler no longer
+// doubles work: rows of Table that share the values of Columns, which one
+// piece of work should have written once.
 type DoublesQuery struct {
 	// Table is the business table, name or schema.name.
 	Table string

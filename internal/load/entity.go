@@ -13,7 +13,7 @@ import (
 	"github.com/idemgen/idemgen/internal/model"
 )
 
-// The options of mode=entity and mode=natural (DESIGN §12), checked here:
+// The options of mode=entity and mode=natural (docs/natural.md), checked here:
 // what needs only the directive when the mode is read (entityOptions), what
 // needs the key and the result type once the signature is checked
 // (entityKey, entityResult, naturalFixture).

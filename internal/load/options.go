@@ -12,7 +12,7 @@ import (
 // The options of //idem:handler.
 var handlerOptions = []string{"consumer", "key", "table", "retain", "order", "version", "stable", "zero", "fixture", "mode", "lease", "columns", "constraint", "result"}
 
-// The modes of mode= (DESIGN §2, §12).
+// The modes of mode= (docs/directive.md, docs/natural.md).
 var modes = []string{string(model.ModeTx), string(model.ModeExternal), string(model.ModeEntity), string(model.ModeNatural)}
 
 // modeChoices explains the modes, for the message about an unknown one.

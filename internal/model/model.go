@@ -115,7 +115,7 @@ type Handler struct {
 	Envelope bool
 }
 
-// Mode is a handler's mode= (DESIGN §2).
+// Mode is a handler's mode= (docs/directive.md).
 type Mode string
 
 const (

@@ -25,7 +25,7 @@ import (
 //   - IDEMGEN_TEST_AMQP_URL, when set (and nothing else: unreachable, the
 //     tests fail);
 //   - with IDEMGEN_TEST_RABBITMQ_THROWAWAY=1, a throwaway node (below), even
-//     when the local one answers: how this machine proves that path;
+//     when the local one answers: how CI proves that path;
 //   - the local node at DefaultAMQPURL, when it answers;
 //   - a throwaway node started from the machine's rabbitmq-server, once per
 //     test binary, in a temporary directory on free ports, with an epmd of

@@ -1,0 +1,72 @@
+package idem
+
+import (
+	"context"
+	"fmt"
+)
+
+// consumerOf is what an inbox of every mode knows of its consumer: the name
+// and key fields its errors and records carry, how a message's key is taken
+// apart, and the observer of its deliveries. Each mode's inbox embeds one,
+// so that every mode fails, classifies and observes a delivery the same way.
+type consumerOf[M any] struct {
+	name   string
+	fields []string
+	key    func(M) ([]any, error)
+	ob     observer
+	// external: the records carry the idempotency key (mode=external).
+	external bool
+}
+
+func newConsumerOf[M any](o options, name string, fields []string, key func(M) ([]any, error)) consumerOf[M] {
+	return consumerOf[M]{name: name, fields: fields, key: key, ob: newObserver(o, name)}
+}
+
+// fail is the *Error of a delivery of key (nil when the key could not be
+// taken apart); serialization failures and deadlocks are retryable.
+func (c *consumerOf[M]) fail(key []any, err error) error {
+	return newError(c.name, c.fields, key, err)
+}
+
+// retryable is fail, marked retryable (errors.Is(err, ErrRetryable)).
+func (c *consumerOf[M]) retryable(key []any, err error) error {
+	e := c.fail(key, err).(*Error)
+	e.retryable = true
+	return e
+}
+
+// keyText is the key of msg as the log record shows it (keyTextOf), and for
+// mode=external its idempotency key.
+func (c *consumerOf[M]) keyText(msg M, err error) (key, idemKey string) {
+	key = keyTextOf(c.fields, c.key, msg, err)
+	if c.external && key != "" {
+		if parts, kerr := c.key(msg); kerr == nil {
+			idemKey = ExternalKey(c.name, parts)
+		}
+	}
+	return key, idemKey
+}
+
+// handle runs one delivery of msg through run and observes it (observe).
+func handle[M, R any](ctx context.Context, c *consumerOf[M], msg M, run func(claimAttempt *int) (R, Outcome, error)) (R, Outcome, error) {
+	return observe(ctx, &c.ob, msg, func(err error) (string, string) { return c.keyText(msg, err) }, run)
+}
+
+// purge runs a table's purge statement (sql with args: the retention and
+// the batch size purgeBatch) until a run deletes less than a batch, so that
+// no statement holds its locks for long, and returns how many rows it
+// deleted; each run is counted in idem.purged under table and kind.
+func purge[M any](ctx context.Context, db DB, c *consumerOf[M], table, kind string, sql string, args []any) (int64, error) {
+	var total int64
+	for {
+		tag, err := exec(ctx, db, sql, args...)
+		c.ob.ins.Purged(ctx, table, kind, tag.RowsAffected())
+		if err != nil {
+			return total, c.fail(nil, fmt.Errorf("idem: purge %s: %w", table, err))
+		}
+		total += tag.RowsAffected()
+		if tag.RowsAffected() < purgeBatch {
+			return total, nil
+		}
+	}
+}
