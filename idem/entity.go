@@ -113,7 +113,7 @@ func newEntityInbox[M, R any](constructor string, db DB, table EntityTable[M], r
 		name = name[i+1:]
 	}
 	return &EntityInbox[M, R]{
-		db: db, table: table, result: result, sql: newEntitySQL(table),
+		db: db, table: table, result: result, sql: newEntitySQL(constructor, table),
 		txOptions: pgx.TxOptions{IsoLevel: o.isolation}, notify: !o.noNotify,
 		beforeCommit: o.beforeCommit,
 		consumerOf:   newConsumerOf(o, table.Consumer, fieldsOf(table.Columns), table.Key),

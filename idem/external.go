@@ -111,7 +111,7 @@ func NewExternalInbox[M, R any](db DB, t ExternalTable[M], fn func(ctx context.C
 		stuckAttempts:  stuck,
 		noResult:       noResult,
 		beforeComplete: o.beforeComplete,
-		sql:            newExternalSQL(t),
+		sql:            newExternalSQL("idem.NewExternalInbox", t),
 		consumerOf:     externalConsumer(o, t),
 	}
 }

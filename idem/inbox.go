@@ -88,7 +88,7 @@ func newInbox[M, R any](constructor string, db DB, table Table[M], opts []Option
 		db:        db,
 		flightDB:  db,
 		table:     table,
-		sql:       newInboxSQL(table),
+		sql:       newInboxSQL(constructor, table),
 		notify:    !o.noNotify,
 		txOptions: pgx.TxOptions{IsoLevel: o.isolation},
 		claimWait: o.claimWait,

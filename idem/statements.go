@@ -183,10 +183,12 @@ type inboxSQL struct {
 	batchClaim, batchLookup, batchComplete string
 }
 
-func newInboxSQL[M any](t Table[M]) *inboxSQL {
-	checkColumns("idem.NewInbox", t.Consumer, t.Columns)
+// newInboxSQL builds the statements of t; it panics, naming constructor,
+// on a declaration they cannot be built from.
+func newInboxSQL[M any](constructor string, t Table[M]) *inboxSQL {
+	checkColumns(constructor, t.Consumer, t.Columns)
 	if (t.Order != nil) != (t.Versions != "") || (t.Versions != "") != (t.EntityType != "") {
-		panic(fmt.Sprintf("idem.NewInbox (consumer %s): a stale-message guard needs Order, Versions and EntityType, all three", t.Consumer))
+		panic(fmt.Sprintf("%s (consumer %s): a stale-message guard needs Order, Versions and EntityType, all three", constructor, t.Consumer))
 	}
 	cols, n := t.Columns, len(t.Columns)
 	s := &inboxSQL{parts: n, guarded: t.Order != nil,
@@ -440,8 +442,10 @@ type externalSQL struct {
 	claimSQL, lookup, heartbeat, complete, release, sweep, stuck, purge string
 }
 
-func newExternalSQL[M any](t ExternalTable[M]) *externalSQL {
-	checkColumns("idem.NewExternalInbox", t.Consumer, t.Columns)
+// newExternalSQL builds the statements of t; it panics, naming constructor,
+// on a declaration they cannot be built from.
+func newExternalSQL[M any](constructor string, t ExternalTable[M]) *externalSQL {
+	checkColumns(constructor, t.Consumer, t.Columns)
 	n := len(t.Columns)
 	edit := func(name, sql string) string { return sqlhook.Apply(t.Consumer, name, sql) }
 	table := func(sql string) string { return fill(sql, "table", t.Name) }
@@ -544,8 +548,10 @@ END`
 // from its EntityTable.
 type entitySQL struct{ lookup, check string }
 
-func newEntitySQL[M any](t EntityTable[M]) *entitySQL {
-	checkColumns("idem.NewEntityInbox", t.Consumer, t.Columns)
+// newEntitySQL builds the statements of t; it panics, naming constructor,
+// on a declaration they cannot be built from.
+func newEntitySQL[M any](constructor string, t EntityTable[M]) *entitySQL {
+	checkColumns(constructor, t.Consumer, t.Columns)
 	match := list(t.Columns, " AND ", func(i int, c Column) string {
 		return c.Name + " = " + ph(i+1) + "::" + c.Type
 	})
