@@ -46,10 +46,10 @@ var sentinels = []sentinel{
 
 // actionInbox builds errors exactly as Handle does, through fail and
 // retryable.
-var actionInbox = &Inbox[deliveryForAction, None]{table: Table[deliveryForAction]{
-	Consumer:  "test.action",
-	KeyFields: []string{"ID"},
-}}
+var actionInbox = &Inbox[deliveryForAction, None]{
+	table:      Table[deliveryForAction]{Consumer: "test.action"},
+	consumerOf: consumerOf[deliveryForAction]{name: "test.action", fields: []string{"ID"}},
+}
 
 type deliveryForAction struct {
 	ID    string

@@ -72,9 +72,9 @@ func (in *Inbox[M, R]) DeliverBatch(ctx context.Context, msgs []M) []Result[None
 // through Handle, so each gets its own outcome and the others commit once.
 // A handler's panic rolls the transaction back and goes on up the stack.
 //
-// An inbox whose Table has no batch statements (a stale-message guard,
-// nullable key parts: see Table) runs each message in a transaction of its
-// own, with the same results.
+// An inbox whose Table has a stale-message guard or nullable key parts,
+// which the batch statements do not cover, runs each message in a
+// transaction of its own, with the same results.
 //
 // The results are in input order, one per message; ack each message
 // exactly when its Err is nil. The error is non-nil only when no message
@@ -124,7 +124,7 @@ func (in *Inbox[M, R]) handleBatch(ctx context.Context, msgs []M, results []Resu
 	if len(b.primary) == 0 {
 		return nil
 	}
-	if !in.table.batches() {
+	if !in.sql.batches() {
 		b.oneByOne(ctx, b.primary)
 		return nil
 	}
@@ -149,7 +149,7 @@ func (b *batch[M, R]) prepare() {
 	seen := make(map[string]int, len(b.msgs))
 	for i, msg := range b.msgs {
 		b.dupOf[i] = -1
-		key, err := validKey(msg, in.table.Key, in.table.KeyFields)
+		key, err := validKey(msg, in.table.Key, in.fields)
 		if err != nil {
 			b.decide(context.Background(), i, Result[R]{Err: in.fail(nil, err)})
 			continue
@@ -230,8 +230,8 @@ func (b *batch[M, R]) run(ctx context.Context, conn *pgx.Conn) (retry []int) {
 	// BEGIN and the claim, in one round trip.
 	pb := newBatch(2)
 	pb.BeginTx(in.txOptions)
-	sql, args := in.table.batchClaimStatement(keys, fps, in.lockWait)
-	pb.Queue(sql, args...)
+	q := in.sql.batchClaimKeys(keys, fps, in.lockWait)
+	pb.Queue(q.sql, q.args...)
 	br := conn.SendBatch(ctx, pb)
 	claimed, err := readBatchClaim(br, len(b.primary))
 	if closeErr := br.Close(); err == nil {
@@ -382,8 +382,8 @@ func (b *batch[M, R]) lookup(ctx context.Context, conn *pgx.Conn, lost []int, ke
 	if rollbackFirst {
 		pb.Queue("rollback")
 	}
-	sql, args := in.table.batchLookupStatement(keys)
-	pb.Queue(sql, args...)
+	q := in.sql.batchLookupKeys(keys)
+	pb.Queue(q.sql, q.args...)
 	br := conn.SendBatch(ctx, pb)
 	type row struct {
 		fp, stored []byte
@@ -460,8 +460,8 @@ func (b *batch[M, R]) complete(ctx context.Context, conn *pgx.Conn, keys [][]any
 	in := b.in
 	pb := newBatch(5)
 	if !in.noResult {
-		sql, args := in.table.batchCompleteStatement(keys, results)
-		pb.Queue(sql, args...)
+		q := in.sql.batchCompleteKeys(keys, results)
+		pb.Queue(q.sql, q.args...)
 	}
 	msgs := make([][]outgoing, len(outs))
 	for k, out := range outs {
@@ -469,7 +469,7 @@ func (b *batch[M, R]) complete(ctx context.Context, conn *pgx.Conn, keys [][]any
 			msgs[k] = out.msgs
 		}
 	}
-	published := queueOutbox(pb, in.table.Consumer, in.table.KeyFields, keys, msgs)
+	published := queueOutbox(pb, in.table.Consumer, in.fields, keys, msgs)
 	notify := published > 0 && in.notify
 	if notify {
 		pb.Queue(notifyOutbox)

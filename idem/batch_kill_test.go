@@ -51,7 +51,7 @@ func TestHandleBatchKilledMidBatch(t *testing.T) {
 		t.Fatalf("%d inbox rows and %d postings after the killed batch; want none (nothing committed)", rows, postings)
 	}
 	var calls int
-	inbox := idem.NewInbox(db.Pool, batchDepositTable, func(ctx context.Context, tx pgx.Tx, msg deposit) (receipt, error) {
+	inbox := idem.NewInbox(db.Pool, depositTable, func(ctx context.Context, tx pgx.Tx, msg deposit) (receipt, error) {
 		calls++
 		return credit(ctx, tx, msg)
 	})
@@ -79,7 +79,7 @@ func runKilledBatch(url string) {
 		os.Exit(3)
 	}
 	n := 0
-	inbox := idem.NewInbox(pool, batchDepositTable, func(ctx context.Context, tx pgx.Tx, msg deposit) (receipt, error) {
+	inbox := idem.NewInbox(pool, depositTable, func(ctx context.Context, tx pgx.Tx, msg deposit) (receipt, error) {
 		n++
 		if n == 6 {
 			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)

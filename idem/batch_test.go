@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,20 +14,6 @@ import (
 	"github.com/idemgen/idemgen/idem"
 	"github.com/idemgen/idemgen/idem/idemtest"
 )
-
-// batchDepositTable is depositTable with the batch statements, as idemgen
-// renders them for a (text, bigint) key with a json result.
-var batchDepositTable = func() idem.Table[deposit] {
-	t := depositTable
-	t.BatchClaim = "WITH wait AS MATERIALIZED (SELECT set_config('lock_timeout', $4::text, true) FROM (SELECT set_config('idem.lock_timeout', current_setting('lock_timeout'), true) OFFSET 0) AS saved), " +
-		"m AS MATERIALIZED (SELECT * FROM unnest($1::text[], $2::text[]::bigint[], $3::bytea[]) WITH ORDINALITY AS m (k1, k2, fp, n)), " +
-		"claim AS (INSERT INTO idem_test_deposit (key_account, key_ref, fingerprint) SELECT m.k1, m.k2, m.fp FROM wait, m ORDER BY m.k1, m.k2 ON CONFLICT DO NOTHING " +
-		"RETURNING key_account, key_ref, set_config('lock_timeout', current_setting('idem.lock_timeout'), true) AS restored) " +
-		"SELECT m.n FROM m JOIN claim ON claim.key_account = m.k1 AND claim.key_ref = m.k2 WHERE claim.restored IS NOT NULL"
-	t.BatchLookup = "SELECT m.n, t.fingerprint, t.status, t.result FROM unnest($1::text[], $2::text[]::bigint[]) WITH ORDINALITY AS m (k1, k2, n) JOIN idem_test_deposit AS t ON t.key_account = m.k1 AND t.key_ref = m.k2"
-	t.BatchComplete = "UPDATE idem_test_deposit AS t SET result = m.r::json FROM unnest($1::text[], $2::text[]::bigint[], $3::text[]) AS m (k1, k2, r) WHERE t.key_account = m.k1 AND t.key_ref = m.k2"
-	return t
-}()
 
 // txRecorder is a credit handler that records the transaction id of each
 // call, and fails for the refs in fail.
@@ -64,7 +51,7 @@ func TestHandleBatchOneTransaction(t *testing.T) {
 	db := idemtest.New(t, migrations)
 	ctx := context.Background()
 	rec := &txRecorder{}
-	inbox := idem.NewInbox(db.Pool, batchDepositTable, rec.handle)
+	inbox := idem.NewInbox(db.Pool, depositTable, rec.handle)
 
 	// b/1 is processed before the batch.
 	if _, o, err := inbox.Handle(ctx, deposit{Account: "b", Ref: 1, Amount: 7}); err != nil || o != idem.Processed {
@@ -138,7 +125,7 @@ func TestHandleBatchFailingHandlerFallsBack(t *testing.T) {
 	db := idemtest.New(t, migrations)
 	ctx := context.Background()
 	rec := &txRecorder{fail: map[int64]bool{2: true}}
-	inbox := idem.NewInbox(db.Pool, batchDepositTable, rec.handle)
+	inbox := idem.NewInbox(db.Pool, depositTable, rec.handle)
 	msgs := []deposit{{Account: "a", Ref: 1, Amount: 1}, {Account: "a", Ref: 2, Amount: 2}, {Account: "a", Ref: 3, Amount: 4}, {Account: "a", Ref: 2, Amount: 2}}
 	results, err := inbox.HandleBatch(ctx, msgs)
 	if err != nil {
@@ -172,7 +159,7 @@ func TestHandleBatchFailingHandlerFallsBack(t *testing.T) {
 func TestHandleBatchCap(t *testing.T) {
 	db := idemtest.New(t, migrations)
 	rec := &txRecorder{}
-	inbox := idem.NewInbox(db.Pool, batchDepositTable, rec.handle, idem.WithBatchCap(3))
+	inbox := idem.NewInbox(db.Pool, depositTable, rec.handle, idem.WithBatchCap(3))
 	var msgs []deposit
 	for i := range 7 {
 		msgs = append(msgs, deposit{Account: "cap", Ref: int64(i + 1), Amount: 1})
@@ -196,7 +183,11 @@ func TestHandleBatchCap(t *testing.T) {
 func TestHandleBatchWithoutBatchStatements(t *testing.T) {
 	db := idemtest.New(t, migrations)
 	rec := &txRecorder{}
-	inbox := idem.NewInbox(db.Pool, depositTable, rec.handle)
+	// A nullable key part leaves a table without batch statements.
+	table := depositTable
+	table.Columns = slices.Clone(table.Columns)
+	table.Columns[1].Nullable = true
+	inbox := idem.NewInbox(db.Pool, table, rec.handle)
 	msgs := []deposit{{Account: "s", Ref: 1, Amount: 1}, {Account: "s", Ref: 2, Amount: 1}, {Account: "s", Ref: 1, Amount: 1}}
 	results, err := inbox.HandleBatch(context.Background(), msgs)
 	if err != nil {
@@ -224,7 +215,7 @@ func TestHandleBatchConcurrentOverlap(t *testing.T) {
 			if iso != "" {
 				opts = append(opts, idem.WithIsolation(iso))
 			}
-			inbox := idem.NewInbox(db.Pool, batchDepositTable, func(ctx context.Context, tx pgx.Tx, msg deposit) (receipt, error) {
+			inbox := idem.NewInbox(db.Pool, depositTable, func(ctx context.Context, tx pgx.Tx, msg deposit) (receipt, error) {
 				calls.Add(1)
 				return credit(ctx, tx, msg)
 			}, opts...)
@@ -288,13 +279,6 @@ func TestHandleBatchPublishing(t *testing.T) {
 	db := orderDB(t)
 	ctx := context.Background()
 	table := orderTable
-	table.BatchClaim = "WITH wait AS MATERIALIZED (SELECT set_config('lock_timeout', $4::text, true) FROM (SELECT set_config('idem.lock_timeout', current_setting('lock_timeout'), true) OFFSET 0) AS saved), " +
-		"m AS MATERIALIZED (SELECT * FROM unnest($1::text[], $2::text[]::bigint[], $3::bytea[]) WITH ORDINALITY AS m (k1, k2, fp, n)), " +
-		"claim AS (INSERT INTO idem_test_order (key_shop, key_number, fingerprint) SELECT m.k1, m.k2, m.fp FROM wait, m ORDER BY m.k1, m.k2 ON CONFLICT DO NOTHING " +
-		"RETURNING key_shop, key_number, set_config('lock_timeout', current_setting('idem.lock_timeout'), true) AS restored) " +
-		"SELECT m.n FROM m JOIN claim ON claim.key_shop = m.k1 AND claim.key_number = m.k2 WHERE claim.restored IS NOT NULL"
-	table.BatchLookup = "SELECT m.n, t.fingerprint, t.status, t.result FROM unnest($1::text[], $2::text[]::bigint[]) WITH ORDINALITY AS m (k1, k2, n) JOIN idem_test_order AS t ON t.key_shop = m.k1 AND t.key_number = m.k2"
-	table.BatchComplete = "UPDATE idem_test_order AS t SET result = m.r::json FROM unnest($1::text[], $2::text[]::bigint[], $3::text[]) AS m (k1, k2, r) WHERE t.key_shop = m.k1 AND t.key_number = m.k2"
 	in := idem.NewPublishingInbox(db.Pool, table, placeOrder)
 	msgs := []order{{Shop: "s", Number: 1, Publish: 2}, {Shop: "s", Number: 2, Publish: 0}, {Shop: "s", Number: 3, Publish: 1}}
 	results, err := in.HandleBatch(ctx, msgs)

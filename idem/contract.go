@@ -1,20 +1,20 @@
 package idem
 
-// SupportPackageIsVersion1 names the contract between this package and the
+// SupportPackageIsVersion2 names the contract between this package and the
 // code idemgen generates for it: the names, signatures and meaning of what a
-// generated wrapper calls and declares ([Table] and its statements'
-// placeholders, [NewInbox], [Inbox] and its methods, [NoResult], [None],
-// [InvalidKey], [CheckString], [CheckUUID], [CheckInt], [Option]; for
-// mode=external [ExternalTable] and its placeholders, [NewExternalInbox],
+// generated wrapper calls, embeds and declares ([Table] and [Column], from
+// which the runtime builds the inbox's statements, [NewInbox], [Inbox] and its
+// methods, [NoResult], [None], [InvalidKey], [CheckString], [CheckUUID],
+// [CheckInt], [Option]; for mode=external [ExternalTable], [NewExternalInbox],
 // [ExternalInbox] and its methods, [NoResultExternal]; for mode=entity
-// [EntityTable] and its statements, [NewEntityInbox], [NewPublishingEntityInbox],
-// [EntityInbox], [FingerprintColumn], [FingerprintSetting], [MarkerCheckMessage];
-// for mode=natural [NaturalTable], [NewNaturalInbox], [NaturalInbox]) and of
-// what the generated tests call in idem/idemtest.
+// [EntityTable], [NewEntityInbox], [NewPublishingEntityInbox], [EntityInbox],
+// [FingerprintColumn], [FingerprintSetting], [MarkerCheckMessage]; for
+// mode=natural [NaturalTable], [NewNaturalInbox], [NaturalInbox]) and of what
+// the generated tests call in idem/idemtest.
 //
 // Every generated idem_gen.go references it in a line of its own,
 //
-//	const _ = idem.SupportPackageIsVersion1
+//	const _ = idem.SupportPackageIsVersion2
 //
 // as generated gRPC code references grpc.SupportPackageIsVersionN: code
 // generated for another contract than the one of the idem package it is
@@ -23,12 +23,16 @@ package idem
 // (go run github.com/idemgen/idemgen/cmd/idemgen, which builds the version
 // go.mod requires), rather than compiling and misbehaving.
 //
-// It is bumped, to SupportPackageIsVersion2 and so on, with the old name
+// It is bumped, to SupportPackageIsVersion3 and so on, with the old name
 // removed, whenever a change to this package or to idemtest would make code
-// generated before it wrong or fail to compile: a parameter added to a
-// statement of [Table], a field whose meaning changes, a function generated
-// code calls that changes its signature or goes away. Changes that code
-// generated before still works with (a new option, a fix inside the protocol)
-// keep the version. idemgen emits the name of the version it generates for,
-// and its golden tests compile what it emits against this package.
-const SupportPackageIsVersion1 = true
+// generated before it wrong or fail to compile: a field of a table
+// declaration added or whose meaning changes, a function generated code calls
+// that changes its signature or goes away. Changes that code generated
+// before still works with (a new option, a fix inside the protocol) keep the
+// version. idemgen emits the name of the version it generates for, and its
+// golden tests compile what it emits against this package.
+//
+// Version 2: the generated declarations hold no SQL (the runtime builds the
+// statements from the table's name and key columns), and the wrappers embed
+// the runtime's inbox instead of forwarding to it.
+const SupportPackageIsVersion2 = true

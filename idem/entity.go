@@ -27,34 +27,30 @@ const FingerprintColumn = "idem_fingerprint"
 // EntityTable describes a mode=entity consumer: the business table whose
 // row, inserted by the handler, is the message's marker (docs/natural.md).
 //
-// For generated code: idemgen declares one per mode=entity handler. Lookup
-// takes the key parts as $1 to $n (n = len(KeyFields)) and returns the
-// row's FingerprintColumn; Check takes them too and fails, raising an
-// invalid-boolean error whose text holds MarkerCheckMessage (so that the
-// COMMIT after it rolls back), unless the row exists with the fingerprint of
-// FingerprintSetting: that also proves the connection is still in the
-// transaction that set it.
+// For generated code: idemgen declares one per mode=entity handler. The
+// runtime builds its statements from it (once, in [NewEntityInbox]): the
+// lookup of a key's FingerprintColumn, and the check before COMMIT that
+// fails, raising an invalid-boolean error whose text holds
+// MarkerCheckMessage (so that the COMMIT after it rolls back), unless the
+// row exists with the fingerprint of FingerprintSetting: that also proves
+// the connection is still in the transaction that set it.
 type EntityTable[M any] struct {
 	// Consumer is the stable consumer name of the directive.
 	Consumer string
-	// Name is the entity table, as written in the statements.
+	// Name is the entity table, as SQL writes it: schema-qualified and
+	// double-quoted where needed.
 	Name string
 	// Columns are the entity table's columns that hold the key parts, in
-	// key order.
-	Columns []string
+	// key order, each with the Go field it is read from.
+	Columns []Column
 	// Constraint is the unique constraint (or unique index) over Columns
 	// whose violation means "duplicate"; empty means the one that covers
 	// exactly Columns, looked up in the catalog at the first unique
 	// violation.
 	Constraint string
-	// KeyFields are the Go field paths of the key parts, in column order.
-	KeyFields []string
 	// Key returns the key parts of msg in column order, or an error
 	// wrapping ErrInvalidKey.
 	Key func(msg M) ([]any, error)
-
-	Lookup string
-	Check  string
 }
 
 // EntityInbox runs a mode=entity handler: BEGIN and the fingerprint
@@ -68,6 +64,7 @@ type EntityTable[M any] struct {
 type EntityInbox[M, R any] struct {
 	db         DB
 	table      EntityTable[M]
+	sql        *entitySQL // the table's statements
 	handler    func(context.Context, pgx.Tx, *Outbox, M) (R, error)
 	publishing bool
 	result     func(context.Context, pgx.Tx, M) (R, error)
@@ -116,10 +113,10 @@ func newEntityInbox[M, R any](constructor string, db DB, table EntityTable[M], r
 		name = name[i+1:]
 	}
 	return &EntityInbox[M, R]{
-		db: db, table: table, result: result,
+		db: db, table: table, result: result, sql: newEntitySQL(constructor, table),
 		txOptions: pgx.TxOptions{IsoLevel: o.isolation}, notify: !o.noNotify,
 		beforeCommit: o.beforeCommit,
-		consumerOf:   newConsumerOf(o, table.Consumer, table.KeyFields, table.Key),
+		consumerOf:   newConsumerOf(o, table.Consumer, fieldsOf(table.Columns), table.Key),
 		constraint:   table.Constraint,
 		relname:      strings.Trim(name, `"`),
 	}
@@ -149,7 +146,7 @@ func (in *EntityInbox[M, R]) Handle(ctx context.Context, msg M) (R, Outcome, err
 
 func (in *EntityInbox[M, R]) handle(ctx context.Context, msg M) (R, Outcome, error) {
 	var zero R
-	key, fp, err := identify(msg, in.table.Key, in.table.KeyFields)
+	key, fp, err := identify(msg, in.table.Key, in.fields)
 	if err != nil {
 		return zero, 0, in.fail(key, err)
 	}
@@ -230,16 +227,20 @@ func (in *EntityInbox[M, R]) resolveConstraint(ctx context.Context, conn *pgx.Co
 	}
 	rollback(ctx, conn)
 	var names []string
-	rows, err := conn.Query(ctx, findConstraint, in.table.Name, in.table.Columns)
+	columns := make([]string, len(in.table.Columns))
+	for i, c := range in.table.Columns {
+		columns[i] = unquote(c.Name)
+	}
+	rows, err := conn.Query(ctx, findConstraint, in.table.Name, columns)
 	if err == nil {
 		names, err = pgx.CollectRows(rows, pgx.RowTo[string])
 	}
 	switch {
 	case err != nil:
-		return "", fmt.Errorf("look up the unique constraint of %s over (%s): %w", in.table.Name, strings.Join(in.table.Columns, ", "), err)
+		return "", fmt.Errorf("look up the unique constraint of %s over (%s): %w", in.table.Name, strings.Join(columns, ", "), err)
 	case len(names) == 0:
 		return "", fmt.Errorf("%s has no unique constraint or unique index over exactly (%s), so a duplicate delivery cannot be told from another unique violation: "+
-			"add one (PRIMARY KEY or UNIQUE over those columns), or name one with constraint= in the directive", in.table.Name, strings.Join(in.table.Columns, ", "))
+			"add one (PRIMARY KEY or UNIQUE over those columns), or name one with constraint= in the directive", in.table.Name, strings.Join(columns, ", "))
 	}
 	in.constraint = names[0]
 	return in.constraint, nil
@@ -266,14 +267,11 @@ func (in *EntityInbox[M, R]) commit(ctx context.Context, conn *pgx.Conn, key []a
 		msgs = out.msgs
 	}
 	b := newBatch(4)
-	if queueOutbox(b, in.table.Consumer, in.table.KeyFields, [][]any{key}, [][]outgoing{msgs}) > 0 && in.notify {
+	if queueOutbox(b, in.table.Consumer, in.fields, [][]any{key}, [][]outgoing{msgs}) > 0 && in.notify {
 		b.Queue(notifyOutbox)
 	}
-	args := make([]any, 0, len(key)+1)
-	for _, part := range key {
-		args = append(args, param(part))
-	}
-	b.Queue(in.table.Check, args...)
+	q := in.sql.checkMarker(key)
+	b.Queue(q.sql, q.args...)
 	b.Queue("commit")
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("idem: %w before the commit; the transaction was rolled back", err)
@@ -322,10 +320,11 @@ func (in *EntityInbox[M, R]) noRow(key []any, why error) error {
 		what = "it " + why.Error()
 	}
 	return fmt.Errorf("idem: the handler returned without inserting the row of key %s into %s with this delivery's fingerprint (%s); "+
-		"in mode=entity that row is the message's only record, so nothing was committed", formatKey(in.table.KeyFields, key), in.table.Name, what)
+		"in mode=entity that row is the message's only record, so nothing was committed", formatKey(in.fields, key), in.table.Name, what)
 }
 
-// MarkerCheckMessage is the text of the error an EntityTable's Check raises.
+// MarkerCheckMessage is the text of the error the check before COMMIT of an
+// EntityInbox raises.
 const MarkerCheckMessage = "idem: no entity row with this fingerprint"
 
 func isMarkerCheckFailure(err error) bool {
@@ -380,11 +379,8 @@ func (in *EntityInbox[M, R]) lookup(ctx context.Context, conn *pgx.Conn, key []a
 	if rb {
 		b.Queue("rollback")
 	}
-	args := make([]any, 0, len(key))
-	for _, part := range key {
-		args = append(args, param(part))
-	}
-	b.Queue(in.table.Lookup, args...)
+	q := in.sql.lookupKey(key)
+	b.Queue(q.sql, q.args...)
 	br := conn.SendBatch(ctx, b)
 	var stored []byte
 	var err error

@@ -34,19 +34,15 @@ DROP TABLE purchases;
 }
 
 var purchaseTable = idem.EntityTable[purchase]{
-	Consumer:  "test.purchase",
-	Name:      "purchases",
-	Columns:   []string{"id"},
-	KeyFields: []string{"ID"},
+	Consumer: "test.purchase",
+	Name:     "purchases",
+	Columns:  []idem.Column{{Field: "ID", Name: "id", Type: "text"}},
 	Key: func(msg purchase) ([]any, error) {
 		if err := idem.CheckString("ID", msg.ID); err != nil {
 			return nil, err
 		}
 		return []any{msg.ID}, nil
 	},
-	Lookup: "SELECT idem_fingerprint FROM purchases WHERE id = $1::text",
-	Check: "SELECT CASE WHEN EXISTS (SELECT FROM purchases WHERE id = $1::text AND idem_fingerprint = decode(nullif(current_setting('idem.fingerprint', true), ''), 'hex')) " +
-		"THEN true ELSE ('" + idem.MarkerCheckMessage + "' || coalesce(current_setting('idem.fingerprint', true), ''))::boolean END",
 }
 
 func buy(ctx context.Context, tx pgx.Tx, msg purchase) (idem.None, error) {

@@ -62,16 +62,13 @@ type booking struct {
 	Seat   *int64 `json:"seat"`
 }
 
-const ticketClaim = `WITH wait AS MATERIALIZED (SELECT set_config('lock_timeout', $4::text, true) FROM (SELECT set_config('idem.lock_timeout', current_setting('lock_timeout'), true) OFFSET 0) AS saved), ` +
-	`claim AS (INSERT INTO idem_test_ticket (key_id, key_seat, fingerprint) SELECT $1::uuid, $2::bigint, $3::bytea FROM wait ON CONFLICT DO NOTHING RETURNING 1), ` +
-	`fresh AS (INSERT INTO idem_test_ticket_versions (entity, version) SELECT $5::uuid, $6::bigint FROM claim ` +
-	`ON CONFLICT (entity) DO UPDATE SET version = EXCLUDED.version, updated_at = now() WHERE idem_test_ticket_versions.version < EXCLUDED.version ` +
-	`RETURNING set_config('lock_timeout', current_setting('idem.lock_timeout'), true)) SELECT EXISTS (SELECT FROM fresh) FROM claim`
-
 var ticketTable = idem.Table[ticket]{
-	Consumer:  "test.ticket",
-	Name:      "idem_test_ticket",
-	KeyFields: []string{"ID", "Seat"},
+	Consumer: "test.ticket",
+	Name:     "idem_test_ticket",
+	Columns: []idem.Column{
+		{Field: "ID", Name: "key_id", Type: "uuid"},
+		{Field: "Seat", Name: "key_seat", Type: "bigint", Nullable: true},
+	},
 	Key: func(msg ticket) ([]any, error) {
 		if err := idem.CheckUUID("ID", msg.ID); err != nil {
 			return nil, err
@@ -82,18 +79,10 @@ var ticketTable = idem.Table[ticket]{
 		}
 		return []any{msg.ID, seat}, nil
 	},
-	Order:    func(msg ticket) (any, int64, error) { return msg.Show, msg.Version, nil },
-	Retain:   720 * time.Hour,
-	Claim:    ticketClaim,
-	Complete: `UPDATE idem_test_ticket SET result = $3 WHERE key_id = $1 AND key_seat = $2`,
-	Lookup:   `SELECT fingerprint, status, result FROM idem_test_ticket WHERE key_id = $1 AND key_seat = $2`,
-	Purge:    `DELETE FROM idem_test_ticket WHERE ctid = ANY (ARRAY(SELECT ctid FROM idem_test_ticket WHERE created_at < now() - make_interval(secs => $1) LIMIT $2))`,
-	NullComplete: map[uint64]string{
-		0b10: `UPDATE idem_test_ticket SET result = $2 WHERE key_id = $1 AND key_seat IS NULL`,
-	},
-	NullLookup: map[uint64]string{
-		0b10: `SELECT fingerprint, status, result FROM idem_test_ticket WHERE key_id = $1 AND key_seat IS NULL`,
-	},
+	Order:      func(msg ticket) (any, int64, error) { return msg.Show, msg.Version, nil },
+	Versions:   "idem_test_ticket_versions",
+	EntityType: "uuid",
+	Retain:     720 * time.Hour,
 }
 
 // ticketMigrations are the deposit migrations and the ticket inbox.

@@ -23,35 +23,29 @@ const DefaultLease = 5 * time.Minute
 const DefaultStuckAttempts = 3
 
 // ExternalTable describes one mode=external consumer's table: how a
-// message's key is taken apart and the statements of the claim protocol.
+// message's key is taken apart and the table's shape, from which the
+// runtime builds the statements of the claim protocol (once, in
+// [NewExternalInbox]): the claim inserts the key running, or takes over a
+// row of the same fingerprint that is released or running with an expired
+// lease (fence + 1, attempts + 1 for a running one); heartbeat, complete and
+// release update only a running row with the claim's fence; the sweep
+// resets expired claims and the purge deletes old rows that are not
+// running.
 //
 // For generated code: idemgen declares one per handler with
-// mode=external, with the SQL spelled out, to the placeholder contract below.
-// Do not declare one by hand: the statements must match the migration idemgen
-// writes for the same consumer.
-//
-// Placeholders (n = len(KeyFields)): Claim takes the idempotency key
-// ([ExternalKey]) as $1, the key parts as $2 to $n+1 (NULL allowed), the
-// fingerprint as $n+2 and the lease in seconds (float8) as $n+3; it inserts
-// the key running, or takes over a row of the same fingerprint that is
-// released or running with an expired lease (fence + 1, attempts + 1 for a
-// running one), and returns fence and attempts, or no row. Lookup takes the
-// idempotency key and returns fingerprint, status, result and whether the
-// lease is live. Heartbeat takes key, fence and lease seconds; Complete key,
-// fence and the result (JSON text or NULL); Release key and fence: each
-// updates only a running row with that fence. Sweep takes a batch size and
-// returns idem_key and attempts of the expired claims it reset; Stuck takes
-// the attempts threshold and a limit and returns idem_key, status, attempts
-// and updated_at; Purge takes the retention in seconds and a batch size.
+// mode=external, from the same facts as the migration it writes for the
+// consumer. Do not declare one by hand: the declaration must match that
+// migration.
 type ExternalTable[M any] struct {
 	// Consumer is the stable consumer name of the directive.
 	Consumer string
-	// Name is the table, as written in the statements.
+	// Name is the table, as SQL writes it: schema-qualified and
+	// double-quoted where needed.
 	Name string
-	// KeyFields are the Go field paths of the key parts, in column order.
-	KeyFields []string
-	// Key returns the key parts of msg in column order, or an error wrapping
-	// ErrInvalidKey.
+	// Columns are the key's columns, in key order.
+	Columns []Column
+	// Key returns the key parts of msg in column order (nil for a NULL
+	// part), or an error wrapping ErrInvalidKey.
 	Key func(msg M) ([]any, error)
 	// Retain is how long rows that are not running are kept before Purge
 	// deletes them. It must be longer than the provider's retention of
@@ -60,68 +54,6 @@ type ExternalTable[M any] struct {
 	// Lease is how long a claim holds without a heartbeat (lease=);
 	// [WithLease] overrides it, and 0 means DefaultLease.
 	Lease time.Duration
-
-	Claim     string
-	Lookup    string
-	Heartbeat string
-	Complete  string
-	Release   string
-	Sweep     string
-	Stuck     string
-	Purge     string
-}
-
-// The statements of an ExternalTable and the arguments idem passes them, in
-// the order of the placeholder contract (see ExternalTable). Every statement
-// is sent through one of these, and TestExternalTablePlaceholders checks each
-// against the statements of the generated ExternalTables.
-
-// claimStatement: the idempotency key, the key parts, the fingerprint and
-// the lease in seconds.
-func (t *ExternalTable[M]) claimStatement(idemKey string, key []any, fp []byte, lease time.Duration) (string, []any) {
-	args := make([]any, 0, len(key)+3)
-	args = append(args, idemKey)
-	for _, part := range key {
-		args = append(args, param(part))
-	}
-	return t.Claim, append(args, fp, lease.Seconds())
-}
-
-// lookupStatement: the idempotency key.
-func (t *ExternalTable[M]) lookupStatement(idemKey string) (string, []any) {
-	return t.Lookup, []any{idemKey}
-}
-
-// heartbeatStatement: the idempotency key, the fence and the lease in
-// seconds.
-func (t *ExternalTable[M]) heartbeatStatement(idemKey string, fence int64, lease time.Duration) (string, []any) {
-	return t.Heartbeat, []any{idemKey, fence, lease.Seconds()}
-}
-
-// completeStatement: the idempotency key, the fence and the result, JSON as
-// a string (never []byte: see Table.completeStatement) or nil.
-func (t *ExternalTable[M]) completeStatement(idemKey string, fence int64, result any) (string, []any) {
-	return t.Complete, []any{idemKey, fence, result}
-}
-
-// releaseStatement: the idempotency key and the fence.
-func (t *ExternalTable[M]) releaseStatement(idemKey string, fence int64) (string, []any) {
-	return t.Release, []any{idemKey, fence}
-}
-
-// sweepStatement: the batch size.
-func (t *ExternalTable[M]) sweepStatement() (string, []any) {
-	return t.Sweep, []any{sweepBatch}
-}
-
-// stuckStatement: the attempts threshold and the limit of the report.
-func (t *ExternalTable[M]) stuckStatement(threshold int) (string, []any) {
-	return t.Stuck, []any{threshold, StuckLimit}
-}
-
-// purgeStatement: the retention in seconds and the batch size.
-func (t *ExternalTable[M]) purgeStatement() (string, []any) {
-	return t.Purge, []any{t.Retain.Seconds(), purgeBatch}
 }
 
 // ExternalInbox runs a handler whose effect is outside the database (a
@@ -140,9 +72,7 @@ type ExternalInbox[M, R any] struct {
 	noResult       bool
 	beforeComplete func(ctx context.Context) error
 
-	// claimSQL is the table's Claim wrapped so that it also returns the
-	// status the row had before (see takeoverClaim).
-	claimSQL string
+	sql *externalSQL // the table's statements
 	consumerOf[M]
 }
 
@@ -181,21 +111,9 @@ func NewExternalInbox[M, R any](db DB, t ExternalTable[M], fn func(ctx context.C
 		stuckAttempts:  stuck,
 		noResult:       noResult,
 		beforeComplete: o.beforeComplete,
-		claimSQL:       takeoverClaim(t.Name, t.Claim),
+		sql:            newExternalSQL("idem.NewExternalInbox", t),
 		consumerOf:     externalConsumer(o, t),
 	}
-}
-
-// takeoverClaim wraps a table's Claim statement (which returns fence and
-// attempts) in a statement that returns, third, the status the key's row had
-// before the claim ("" for a new key), read in the same statement's
-// snapshot: a claim that finds it running took the key over from a worker
-// whose lease ran out (idem.lease.takeovers). The wrapping costs no round
-// trip and keeps the Claim's placeholders ($1 is the idempotency key).
-func takeoverClaim(table, claim string) string {
-	return `WITH idem_prev AS MATERIALIZED (SELECT status FROM ` + table + ` WHERE idem_key = $1::text), ` +
-		`idem_claim AS (` + claim + `) ` +
-		`SELECT idem_claim.*, coalesce((SELECT status FROM idem_prev), '') FROM idem_claim`
 }
 
 // NoResultExternal adapts a mode=external handler that returns only an
@@ -244,7 +162,7 @@ func (x *ExternalInbox[M, R]) Handle(ctx context.Context, msg M) (R, Outcome, er
 // externalConsumer is the consumerOf of a mode=external table: its records
 // carry the idempotency key.
 func externalConsumer[M any](o options, t ExternalTable[M]) consumerOf[M] {
-	c := newConsumerOf(o, t.Consumer, t.KeyFields, t.Key)
+	c := newConsumerOf(o, t.Consumer, fieldsOf(t.Columns), t.Key)
 	c.external = true
 	return c
 }
@@ -253,7 +171,7 @@ func externalConsumer[M any](o options, t ExternalTable[M]) consumerOf[M] {
 // made, if any.
 func (x *ExternalInbox[M, R]) handle(ctx context.Context, msg M, claimAttempt *int) (R, Outcome, error) {
 	var zero R
-	key, fp, err := identify(msg, x.table.Key, x.table.KeyFields)
+	key, fp, err := identify(msg, x.table.Key, x.fields)
 	if err != nil {
 		return zero, 0, x.fail(key, err)
 	}
@@ -324,9 +242,9 @@ type externalClaim struct {
 
 // claim runs the claim statement and reports whether it claimed the key.
 func (x *ExternalInbox[M, R]) claim(ctx context.Context, idemKey string, key []any, fp []byte) (externalClaim, bool, error) {
-	_, args := x.table.claimStatement(idemKey, key, fp, x.lease)
+	q := x.sql.claim(idemKey, key, fp, x.lease)
 	var c externalClaim
-	err := queryRow(ctx, x.db, x.claimSQL, args, &c.fence, &c.attempts, &c.previous)
+	err := queryRow(ctx, x.db, q.sql, q.args, &c.fence, &c.attempts, &c.previous)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return c, false, nil
@@ -349,8 +267,8 @@ func (x *ExternalInbox[M, R]) lookup(ctx context.Context, idemKey string) (exter
 		row  externalRow
 		live *bool
 	)
-	sql, args := x.table.lookupStatement(idemKey)
-	err := queryRow(ctx, x.db, sql, args, &row.fingerprint, &row.status, &row.result, &live)
+	q := x.sql.lookupKey(idemKey)
+	err := queryRow(ctx, x.db, q.sql, q.args, &row.fingerprint, &row.status, &row.result, &live)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return row, false, nil
@@ -388,7 +306,7 @@ func (x *ExternalInbox[M, R]) run(ctx context.Context, msg M, key []any, idemKey
 			}
 			return zero, 0, x.fail(key, err)
 		}
-		encoded = string(data) // as text: see Table.completeStatement
+		encoded = string(data) // as text: see inboxSQL.completeKey
 	}
 	switch done, err := x.complete(ctx, idemKey, c.fence, encoded); {
 	case err != nil:
@@ -428,8 +346,8 @@ func (x *ExternalInbox[M, R]) call(ctx context.Context, hb *heartbeat, msg M, id
 func (x *ExternalInbox[M, R]) complete(ctx context.Context, idemKey string, fence int64, result any) (done bool, err error) {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
 	defer cancel()
-	sql, args := x.table.completeStatement(idemKey, fence, result)
-	tag, err := exec(cctx, x.db, sql, args...)
+	q := x.sql.completeClaim(idemKey, fence, result)
+	tag, err := exec(cctx, x.db, q.sql, q.args...)
 	if err != nil {
 		return false, err
 	}
@@ -440,8 +358,8 @@ func (x *ExternalInbox[M, R]) complete(ctx context.Context, idemKey string, fenc
 func (x *ExternalInbox[M, R]) release(ctx context.Context, idemKey string, fence int64) error {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
 	defer cancel()
-	sql, args := x.table.releaseStatement(idemKey, fence)
-	_, err := exec(rctx, x.db, sql, args...)
+	q := x.sql.releaseClaim(idemKey, fence)
+	_, err := exec(rctx, x.db, q.sql, q.args...)
 	return err
 }
 
@@ -488,8 +406,8 @@ func (x *ExternalInbox[M, R]) startHeartbeat(ctx context.Context, cancel context
 			}
 			sent := time.Now()
 			sctx, stop := context.WithDeadline(hctx, expires)
-			sql, args := x.table.heartbeatStatement(idemKey, fence, x.lease)
-			tag, err := exec(sctx, x.db, sql, args...)
+			q := x.sql.heartbeatClaim(idemKey, fence, x.lease)
+			tag, err := exec(sctx, x.db, q.sql, q.args...)
 			stop()
 			switch {
 			case hctx.Err() != nil:
@@ -515,8 +433,8 @@ func (x *ExternalInbox[M, R]) startHeartbeat(ctx context.Context, cancel context
 // table's retention, in batches, and returns how many it deleted. Run it
 // periodically; the retention must outlive the broker's redelivery window.
 func (x *ExternalInbox[M, R]) Purge(ctx context.Context) (int64, error) {
-	sql, args := x.table.purgeStatement()
-	return purge(ctx, x.db, &x.consumerOf, x.table.Name, obs.KindExternal, sql, args)
+	q := x.sql.purgeRows(x.table.Retain)
+	return purge(ctx, x.db, &x.consumerOf, x.table.Name, obs.KindExternal, q.sql, q.args)
 }
 
 // SweepReport is what one [ExternalInbox.Sweep] did and found.
@@ -560,8 +478,8 @@ const (
 func (x *ExternalInbox[M, R]) Sweep(ctx context.Context) (SweepReport, error) {
 	rep := SweepReport{Consumer: x.table.Consumer}
 	for {
-		sql, args := x.table.sweepStatement()
-		tag, err := exec(ctx, x.db, sql, args...)
+		q := x.sql.sweepExpired()
+		tag, err := exec(ctx, x.db, q.sql, q.args...)
 		x.ob.c.SweeperResets(ctx, tag.RowsAffected())
 		if err != nil {
 			return rep, x.fail(nil, fmt.Errorf("idem: sweep %s: %w", x.table.Name, err))
@@ -576,8 +494,8 @@ func (x *ExternalInbox[M, R]) Sweep(ctx context.Context) (SweepReport, error) {
 		return rep, x.fail(nil, fmt.Errorf("idem: sweep %s: acquire a connection: %w", x.table.Name, err))
 	}
 	defer c.Release()
-	sql, args := x.table.stuckStatement(x.stuckAttempts)
-	rows, err := c.Query(ctx, sql, args...)
+	q := x.sql.stuckClaims(x.stuckAttempts)
+	rows, err := c.Query(ctx, q.sql, q.args...)
 	if err != nil {
 		return rep, x.fail(nil, fmt.Errorf("idem: sweep %s: list the stuck claims: %w", x.table.Name, err))
 	}

@@ -24,7 +24,7 @@ import (
 func tableFor[M any](key func(M) (string, int64)) idem.Table[M] {
 	t := depositTable
 	return idem.Table[M]{
-		Consumer: t.Consumer, Name: t.Name, KeyFields: t.KeyFields, Retain: t.Retain,
+		Consumer: t.Consumer, Name: t.Name, Columns: t.Columns, Retain: t.Retain,
 		Key: func(msg M) ([]any, error) {
 			account, ref := key(msg)
 			if err := idem.CheckString("Account", account); err != nil {
@@ -32,7 +32,6 @@ func tableFor[M any](key func(M) (string, int64)) idem.Table[M] {
 			}
 			return []any{account, ref}, nil
 		},
-		Claim: t.Claim, Complete: t.Complete, Lookup: t.Lookup, Purge: t.Purge,
 	}
 }
 

@@ -50,6 +50,7 @@ type Inbox[M, R any] struct {
 	db       DB
 	flightDB any // db, or the Inbox itself when db is not comparable: see flightKey
 	table    Table[M]
+	sql      *inboxSQL // the table's statements
 	handler  func(context.Context, pgx.Tx, M) (R, error)
 	// publishing is the handler of NewPublishingInbox (handler is nil then).
 	publishing func(context.Context, pgx.Tx, *Outbox, M) (R, error)
@@ -87,6 +88,7 @@ func newInbox[M, R any](constructor string, db DB, table Table[M], opts []Option
 		db:        db,
 		flightDB:  db,
 		table:     table,
+		sql:       newInboxSQL(constructor, table),
 		notify:    !o.noNotify,
 		txOptions: pgx.TxOptions{IsoLevel: o.isolation},
 		claimWait: o.claimWait,
@@ -95,7 +97,7 @@ func newInbox[M, R any](constructor string, db DB, table Table[M], opts []Option
 		batchCap:  o.batchCap,
 
 		beforeCommit: o.beforeCommit,
-		consumerOf:   newConsumerOf(o, table.Consumer, table.KeyFields, table.Key),
+		consumerOf:   newConsumerOf(o, table.Consumer, fieldsOf(table.Columns), table.Key),
 	}
 	if in.batchCap == 0 {
 		in.batchCap = DefaultBatchCap
@@ -130,7 +132,7 @@ func (in *Inbox[M, R]) Handle(ctx context.Context, msg M) (R, Outcome, error) {
 
 func (in *Inbox[M, R]) handle(ctx context.Context, msg M) (R, Outcome, error) {
 	var zero R
-	key, fp, err := identify(msg, in.table.Key, in.table.KeyFields)
+	key, fp, err := identify(msg, in.table.Key, in.fields)
 	if err != nil {
 		return zero, 0, in.fail(key, err)
 	}
@@ -213,11 +215,11 @@ func (in *Inbox[M, R]) handle(ctx context.Context, msg M) (R, Outcome, error) {
 // statement, so that two concurrent versions cannot both win).
 func (in *Inbox[M, R]) claim(ctx context.Context, conn *pgx.Conn, key []any, fp []byte, lockWait any, order []any) (tx pgx.Tx, claimed, fresh bool, err error) {
 	// The claim statement bounds its own wait with lock_timeout and
-	// restores the session's value before it returns (see idem.Table).
+	// restores the session's value before it returns (see claimSQL in statements.go).
 	b := newBatch(2)
 	b.BeginTx(in.txOptions)
-	sql, args := in.table.claimStatement(key, fp, lockWait, order)
-	b.Queue(sql, args...)
+	q := in.sql.claim(key, fp, lockWait, order)
+	b.Queue(q.sql, q.args...)
 	br := conn.SendBatch(ctx, b)
 	claimed, fresh, err = readClaim(br)
 	if closeErr := br.Close(); err == nil {
@@ -259,7 +261,7 @@ var errAborted = errors.New("idem: a statement of the handler failed but the han
 // claimCheck runs right before the COMMIT, in the same round trip. It fails,
 // and so turns the COMMIT queued after it into a rollback, unless the
 // connection is still inside the transaction that the claim began: the claim
-// statement sets idem.lock_timeout for its transaction only (see Table), so
+// statement sets idem.lock_timeout for its transaction only (see claimSQL), so
 // the setting is empty in any other transaction. That catches what no check
 // on the client can see: a handler that sent "ROLLBACK; BEGIN; ..." around
 // its Tx, which leaves the connection inside a transaction again, but one
@@ -291,11 +293,11 @@ func (in *Inbox[M, R]) complete(ctx context.Context, conn *pgx.Conn, key []any, 
 	if !in.noResult {
 		// The claim inserted the row done; only a result is left to store
 		// (as text: see completeStatement).
-		sql, args := in.table.completeStatement(key, result)
-		b.Queue(sql, args...)
+		q := in.sql.completeKey(key, result)
+		b.Queue(q.sql, q.args...)
 	}
 	notify := len(msgs) > 0 && in.notify
-	if queueOutbox(b, in.table.Consumer, in.table.KeyFields, [][]any{key}, [][]outgoing{msgs}) > 0 && notify {
+	if queueOutbox(b, in.table.Consumer, in.fields, [][]any{key}, [][]outgoing{msgs}) > 0 && notify {
 		b.Queue(notifyOutbox)
 	}
 	b.Queue(claimCheck)
@@ -372,8 +374,8 @@ func (in *Inbox[M, R]) readBack(ctx context.Context, conn *pgx.Conn, key []any, 
 	if conn.PgConn().TxStatus() != txIdle {
 		b.Queue("rollback")
 	}
-	sql, args := in.table.lookupStatement(key)
-	b.Queue(sql, args...)
+	q := in.sql.lookupKey(key)
+	b.Queue(q.sql, q.args...)
 	br := conn.SendBatch(ctx, b)
 	var (
 		storedFP []byte
@@ -421,8 +423,8 @@ func (in *Inbox[M, R]) readBack(ctx context.Context, conn *pgx.Conn, key []any, 
 // Run it periodically; rows must outlive the broker's redelivery window and
 // any dead-letter replay, which is what the retention is for.
 func (in *Inbox[M, R]) Purge(ctx context.Context) (int64, error) {
-	sql, args := in.table.purgeStatement()
-	return purge(ctx, in.db, &in.consumerOf, in.table.Name, obs.KindInbox, sql, args)
+	q := in.sql.purgeRows(in.table.Retain)
+	return purge(ctx, in.db, &in.consumerOf, in.table.Name, obs.KindInbox, q.sql, q.args)
 }
 
 // rollbackTimeout bounds the rollback after a failure; it runs even when the

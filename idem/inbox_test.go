@@ -60,9 +60,12 @@ DROP TABLE idem_test_deposit;
 }
 
 var depositTable = idem.Table[deposit]{
-	Consumer:  "test.deposit",
-	Name:      "idem_test_deposit",
-	KeyFields: []string{"Account", "Ref"},
+	Consumer: "test.deposit",
+	Name:     "idem_test_deposit",
+	Columns: []idem.Column{
+		{Field: "Account", Name: "key_account", Type: "text"},
+		{Field: "Ref", Name: "key_ref", Type: "bigint"},
+	},
 	Key: func(msg deposit) ([]any, error) {
 		if err := idem.CheckString("Account", msg.Account); err != nil {
 			return nil, err
@@ -70,14 +73,6 @@ var depositTable = idem.Table[deposit]{
 		return []any{msg.Account, msg.Ref}, nil
 	},
 	Retain: 720 * time.Hour,
-	Claim: `WITH wait AS MATERIALIZED (SELECT set_config('lock_timeout', $4::text, true)
-		FROM (SELECT set_config('idem.lock_timeout', current_setting('lock_timeout'), true) OFFSET 0) AS saved)
-		INSERT INTO idem_test_deposit (key_account, key_ref, fingerprint) SELECT $1::text, $2::bigint, $3::bytea FROM wait
-		ON CONFLICT DO NOTHING
-		RETURNING set_config('lock_timeout', current_setting('idem.lock_timeout'), true) IS NOT NULL`,
-	Complete: `UPDATE idem_test_deposit SET result = $3 WHERE key_account = $1 AND key_ref = $2`,
-	Lookup:   `SELECT fingerprint, status, result FROM idem_test_deposit WHERE key_account = $1 AND key_ref = $2`,
-	Purge:    `DELETE FROM idem_test_deposit WHERE ctid = ANY (ARRAY(SELECT ctid FROM idem_test_deposit WHERE created_at < now() - make_interval(secs => $1) LIMIT $2))`,
 }
 
 // credit is the business change: it posts the deposit (unique per account and

@@ -26,8 +26,8 @@ type Maintenance struct {
 	Lease time.Duration
 
 	db    DB
-	purge string // the table's Purge: $1 the retention in seconds, $2 the batch size
-	sweep string // mode=external: the table's Sweep, $1 the batch size
+	purge string // the table's purge: $1 the retention in seconds, $2 the batch size
+	sweep string // mode=external: the table's sweep, $1 the batch size
 }
 
 // kind is the idem.kind of the table's purged rows.
@@ -45,7 +45,7 @@ func (in *Inbox[M, R]) Maintenance() Maintenance {
 		Table:    in.table.Name,
 		Retain:   in.table.Retain,
 		db:       in.db,
-		purge:    in.table.Purge,
+		purge:    in.sql.purge,
 	}
 }
 
@@ -59,8 +59,8 @@ func (x *ExternalInbox[M, R]) Maintenance() Maintenance {
 		Retain:   x.table.Retain,
 		Lease:    x.lease,
 		db:       x.db,
-		purge:    x.table.Purge,
-		sweep:    x.table.Sweep,
+		purge:    x.sql.purge,
+		sweep:    x.sql.sweep,
 	}
 }
 

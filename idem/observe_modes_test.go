@@ -23,7 +23,7 @@ import (
 // by the ID of an idem.Message, so that every record carries the same
 // fields.
 var (
-	modesTxTable, modesTxMigration = withBatchStatements(idemtest.TextKeyInbox("test.modes.tx", "idem_test_modes_tx", "ID", func(m obsMsg) string { return m.ID }))
+	modesTxTable, modesTxMigration = idemtest.TextKeyInbox("test.modes.tx", "idem_test_modes_tx", "ID", func(m obsMsg) string { return m.ID })
 	modesXTable, modesXMigration   = idemtest.TextKeyExternal("test.modes.external", "idem_test_modes_x", "ID", func(m obsMsg) string { return m.ID })
 
 	modesKey = func(m obsMsg) ([]any, error) {
@@ -33,33 +33,13 @@ var (
 		return []any{m.ID}, nil
 	}
 	modesEntityTable = idem.EntityTable[obsMsg]{
-		Consumer:  "test.modes.entity",
-		Name:      "modes_purchases",
-		Columns:   []string{"id"},
-		KeyFields: []string{"ID"},
-		Key:       modesKey,
-		Lookup:    "SELECT idem_fingerprint FROM modes_purchases WHERE id = $1::text",
-		Check: "SELECT CASE WHEN EXISTS (SELECT FROM modes_purchases WHERE id = $1::text AND idem_fingerprint = decode(nullif(current_setting('idem.fingerprint', true), ''), 'hex')) " +
-			"THEN true ELSE ('" + idem.MarkerCheckMessage + "' || coalesce(current_setting('idem.fingerprint', true), ''))::boolean END",
+		Consumer: "test.modes.entity",
+		Name:     "modes_purchases",
+		Columns:  []idem.Column{{Field: "ID", Name: "id", Type: "text"}},
+		Key:      modesKey,
 	}
 	modesNaturalTable = idem.NaturalTable[obsMsg]{Consumer: "test.modes.natural", KeyFields: []string{"ID"}, Key: modesKey}
 )
-
-// withBatchStatements adds to a table of idemtest.TextKeyInbox the
-// statements of HandleBatch, as idemgen renders them for a text key.
-func withBatchStatements[M any](t idem.Table[M], migration string) (idem.Table[M], string) {
-	t.BatchClaim = `WITH wait AS MATERIALIZED (SELECT set_config('lock_timeout', $3::text, true) ` +
-		`FROM (SELECT set_config('idem.lock_timeout', current_setting('lock_timeout'), true) OFFSET 0) AS saved), ` +
-		`m AS MATERIALIZED (SELECT * FROM unnest($1::text[], $2::bytea[]) WITH ORDINALITY AS m (k1, fp, n)), ` +
-		`claim AS (INSERT INTO ` + t.Name + ` (key_id, fingerprint) SELECT m.k1, m.fp FROM wait, m ORDER BY m.k1 ` +
-		`ON CONFLICT DO NOTHING RETURNING key_id, set_config('lock_timeout', current_setting('idem.lock_timeout'), true) AS restored) ` +
-		`SELECT m.n FROM m JOIN claim ON claim.key_id = m.k1 WHERE claim.restored IS NOT NULL`
-	t.BatchLookup = `SELECT m.n, t.fingerprint, t.status, t.result FROM unnest($1::text[]) WITH ORDINALITY AS m (k1, n) ` +
-		`JOIN ` + t.Name + ` AS t ON t.key_id = m.k1`
-	t.BatchComplete = `UPDATE ` + t.Name + ` AS t SET result = m.r::json FROM unnest($1::text[], $2::text[]) AS m (k1, r) ` +
-		`WHERE t.key_id = m.k1`
-	return t, migration
-}
 
 const modesEntityMigration = `-- +goose Up
 CREATE TABLE modes_purchases (id text PRIMARY KEY, amount bigint NOT NULL);

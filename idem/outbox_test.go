@@ -54,9 +54,12 @@ DROP TABLE orders;
 `
 
 var orderTable = idem.Table[order]{
-	Consumer:  "test.order",
-	Name:      "idem_test_order",
-	KeyFields: []string{"Shop", "Number"},
+	Consumer: "test.order",
+	Name:     "idem_test_order",
+	Columns: []idem.Column{
+		{Field: "Shop", Name: "key_shop", Type: "text"},
+		{Field: "Number", Name: "key_number", Type: "bigint"},
+	},
 	Key: func(msg order) ([]any, error) {
 		if err := idem.CheckString("Shop", msg.Shop); err != nil {
 			return nil, err
@@ -67,14 +70,6 @@ var orderTable = idem.Table[order]{
 		return []any{msg.Shop, msg.Number}, nil
 	},
 	Retain: 720 * time.Hour,
-	Claim: `WITH wait AS MATERIALIZED (SELECT set_config('lock_timeout', $4::text, true)
-		FROM (SELECT set_config('idem.lock_timeout', current_setting('lock_timeout'), true) OFFSET 0) AS saved)
-		INSERT INTO idem_test_order (key_shop, key_number, fingerprint) SELECT $1::text, $2::bigint, $3::bytea FROM wait
-		ON CONFLICT DO NOTHING
-		RETURNING set_config('lock_timeout', current_setting('idem.lock_timeout'), true) IS NOT NULL`,
-	Complete: `UPDATE idem_test_order SET result = $3 WHERE key_shop = $1 AND key_number = $2`,
-	Lookup:   `SELECT fingerprint, status, result FROM idem_test_order WHERE key_shop = $1 AND key_number = $2`,
-	Purge:    `DELETE FROM idem_test_order WHERE ctid = ANY (ARRAY(SELECT ctid FROM idem_test_order WHERE created_at < now() - make_interval(secs => $1) LIMIT $2))`,
 }
 
 // orderDB is a test schema with the outbox and the order tables.

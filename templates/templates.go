@@ -1,6 +1,8 @@
-// Package templates embeds the SQL templates idemgen renders: the inbox
-// migration and the statements the runtime runs against an inbox table, and
-// the same for the claims table of a mode=external consumer.
+// Package templates embeds the SQL templates idemgen renders: the
+// migrations that create and change an inbox table, the claims table of a
+// mode=external consumer and the fingerprint column of a mode=entity one.
+// (The statements the runtime runs against them it builds itself, in
+// idem/statements.go.)
 package templates
 
 import "embed"

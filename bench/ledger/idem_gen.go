@@ -3,7 +3,6 @@
 package ledger
 
 import (
-	"context"
 	"time"
 
 	"github.com/idemgen/idemgen/idem"
@@ -15,15 +14,21 @@ import (
 // versions: regenerate it with the idemgen of idem's version (go generate ./...
 // with go run github.com/idemgen/idemgen/cmd/idemgen or go tool idemgen, which
 // build the version go.mod requires).
-const _ = idem.SupportPackageIsVersion1
+const _ = idem.SupportPackageIsVersion2
 
 // PostIdem delivers Deposit messages to Post at most once per key (MessageID)
 // for the consumer "bench.ledger": the handler's writes commit together with
 // the key's row in the inbox table idem_bench_ledger, and a redelivered message
 // gets the stored result back without running the handler again. Build it with
 // NewPostIdem.
+//
+// Its methods are those of the idem.Inbox it embeds: Handle and Deliver
+// (idem.Handler), HandleBatch and DeliverBatch (idem.BatchHandler; the keys of
+// a batch claimed in one statement, in one transaction per batch), Purge (rows
+// older than the retention of 720h (30 days)) and Maintenance (idem.Maintained,
+// for an idem.Janitor). Ack a message exactly when its error is nil.
 type PostIdem struct {
-	inbox *idem.Inbox[Deposit, Posted]
+	*idem.Inbox[Deposit, Posted]
 }
 
 // NewPostIdem returns the idempotent wrapper of Post. db must reach the
@@ -31,73 +36,22 @@ type PostIdem struct {
 // choose the isolation level (idem.WithIsolation) and how long a concurrent
 // delivery of the same key waits (idem.WithClaimWait).
 func NewPostIdem(db idem.DB, opts ...idem.Option) *PostIdem {
-	return &PostIdem{inbox: idem.NewInbox(db, idemPostTable, Post, opts...)}
+	return &PostIdem{idem.NewInbox(db, idemPostTable, Post, opts...)}
 }
 
-// Handle runs Post for msg in one transaction with the claim of its key, or,
-// when the key was processed before, returns the stored result as
-// idem.Duplicate without running it. Ack the message exactly when err is nil.
-func (w *PostIdem) Handle(ctx context.Context, msg Deposit) (Posted, idem.Outcome, error) {
-	return w.inbox.Handle(ctx, msg)
-}
-
-// Deliver is Handle without the result: it makes PostIdem an idem.Handler, the
-// form broker adapters take (idem/rabbitmq). Ack the message exactly when err
-// is nil.
-func (w *PostIdem) Deliver(ctx context.Context, msg Deposit) (idem.Outcome, error) {
-	return w.inbox.Deliver(ctx, msg)
-}
-
-var _ idem.Handler[Deposit] = (*PostIdem)(nil)
-
-// HandleBatch runs Post for msgs in one transaction per batch
-// (idem.WithBatchCap messages at most, 100 by default): the keys claimed in one
-// statement, the handlers run in order on that transaction, the results stored
-// with its COMMIT, and returns one idem.Result per message in input order, each
-// what Handle would return for it. A key twice in msgs is processed once; when
-// a handler fails, the batch is rolled back and each message is delivered in a
-// transaction of its own. Ack each message exactly when its Err is nil.
-func (w *PostIdem) HandleBatch(ctx context.Context, msgs []Deposit) ([]idem.Result[Posted], error) {
-	return w.inbox.HandleBatch(ctx, msgs)
-}
-
-// DeliverBatch is HandleBatch without the results' values: it makes PostIdem an
-// idem.BatchHandler, the form in which broker adapters deliver what their
-// broker hands them at once. Ack each message exactly when its Err is nil.
-func (w *PostIdem) DeliverBatch(ctx context.Context, msgs []Deposit) []idem.Result[idem.None] {
-	return w.inbox.DeliverBatch(ctx, msgs)
-}
-
-var _ idem.BatchHandler[Deposit] = (*PostIdem)(nil)
-
-// Purge deletes the rows of idem_bench_ledger older than the retention of 720h
-// (30 days), in batches, and returns how many it deleted. Run it periodically.
-func (w *PostIdem) Purge(ctx context.Context) (int64, error) {
-	return w.inbox.Purge(ctx)
-}
-
-// Maintenance returns what an idem.Janitor needs to purge idem_bench_ledger
-// past its retention: pass the wrapper to idem.NewJanitor.
-func (w *PostIdem) Maintenance() idem.Maintenance {
-	return w.inbox.Maintenance()
-}
-
-var _ idem.Maintained = (*PostIdem)(nil)
+var (
+	_ idem.Handler[Deposit]      = (*PostIdem)(nil)
+	_ idem.BatchHandler[Deposit] = (*PostIdem)(nil)
+	_ idem.Maintained            = (*PostIdem)(nil)
+)
 
 // idemPostTable is the inbox of the consumer "bench.ledger".
 var idemPostTable = idem.Table[Deposit]{
-	Consumer:      "bench.ledger",
-	Name:          "idem_bench_ledger",
-	KeyFields:     []string{"MessageID"},
-	Key:           idemPostKey,
-	Retain:        720 * time.Hour,
-	Claim:         "WITH wait AS MATERIALIZED (SELECT set_config('lock_timeout', $3::text, true) FROM (SELECT set_config('idem.lock_timeout', current_setting('lock_timeout'), true) OFFSET 0) AS saved) INSERT INTO idem_bench_ledger (key_message_id, fingerprint) SELECT $1::text, $2::bytea FROM wait ON CONFLICT DO NOTHING RETURNING set_config('lock_timeout', current_setting('idem.lock_timeout'), true) IS NOT NULL",
-	Complete:      "UPDATE idem_bench_ledger SET result = $2 WHERE key_message_id = $1",
-	Lookup:        "SELECT fingerprint, status, result FROM idem_bench_ledger WHERE key_message_id = $1",
-	Purge:         "DELETE FROM idem_bench_ledger WHERE ctid = ANY (ARRAY(SELECT ctid FROM idem_bench_ledger WHERE created_at < now() - make_interval(secs => $1) ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED))",
-	BatchClaim:    "WITH wait AS MATERIALIZED (SELECT set_config('lock_timeout', $3::text, true) FROM (SELECT set_config('idem.lock_timeout', current_setting('lock_timeout'), true) OFFSET 0) AS saved), m AS MATERIALIZED (SELECT * FROM unnest($1::text[], $2::bytea[]) WITH ORDINALITY AS m (k1, fp, n)), claim AS (INSERT INTO idem_bench_ledger (key_message_id, fingerprint) SELECT m.k1, m.fp FROM wait, m ORDER BY m.k1 ON CONFLICT DO NOTHING RETURNING key_message_id, set_config('lock_timeout', current_setting('idem.lock_timeout'), true) AS restored) SELECT m.n FROM m JOIN claim ON claim.key_message_id = m.k1 WHERE claim.restored IS NOT NULL",
-	BatchLookup:   "SELECT m.n, t.fingerprint, t.status, t.result FROM unnest($1::text[]) WITH ORDINALITY AS m (k1, n) JOIN idem_bench_ledger AS t ON t.key_message_id = m.k1",
-	BatchComplete: "UPDATE idem_bench_ledger AS t SET result = m.r::json FROM unnest($1::text[], $2::text[]) AS m (k1, r) WHERE t.key_message_id = m.k1",
+	Consumer: "bench.ledger",
+	Name:     "idem_bench_ledger",
+	Columns:  []idem.Column{{Field: "MessageID", Name: "key_message_id", Type: "text"}},
+	Key:      idemPostKey,
+	Retain:   720 * time.Hour,
 }
 
 // idemPostKey returns the key parts of msg in column order: MessageID.

@@ -63,11 +63,19 @@ func TestPostIdem(t *testing.T) {
 	idemtest.Suite[idemtest.NoReceiver, Deposit, Posted]{
 		Migrations: os.DirFS("migrations"),
 		Inbox:      "idem_bench_ledger",
-		New: func(_ idemtest.NoReceiver, pool *pgxpool.Pool, opts ...idem.Option) idemtest.HandleFunc[Deposit, Posted] {
+		New: func(
+			_ idemtest.NoReceiver,
+			pool *pgxpool.Pool,
+			opts ...idem.Option,
+		) idemtest.HandleFunc[Deposit, Posted] {
 			return NewPostIdem(pool, opts...).Handle
 		},
 		Fixture: postFixture,
-		Batch: func(_ idemtest.NoReceiver, pool *pgxpool.Pool, opts ...idem.Option) idemtest.BatchFunc[Deposit, Posted] {
+		Batch: func(
+			_ idemtest.NoReceiver,
+			pool *pgxpool.Pool,
+			opts ...idem.Option,
+		) idemtest.BatchFunc[Deposit, Posted] {
 			return NewPostIdem(pool, opts...).HandleBatch
 		},
 		Variant: func(msg Deposit) Deposit {

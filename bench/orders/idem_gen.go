@@ -15,7 +15,7 @@ import (
 // versions: regenerate it with the idemgen of idem's version (go generate ./...
 // with go run github.com/idemgen/idemgen/cmd/idemgen or go tool idemgen, which
 // build the version go.mod requires).
-const _ = idem.SupportPackageIsVersion1
+const _ = idem.SupportPackageIsVersion2
 
 // PlaceEntityIdem delivers Order messages to PlaceEntity at most once per key
 // (OrderID) for the consumer "bench.order-entity", whose marker is the row the
@@ -25,15 +25,26 @@ const _ = idem.SupportPackageIsVersion1
 // violation of the unique constraint over (id) of orders means the key was
 // processed before. There is no inbox table: a deleted or re-keyed row of
 // orders forgets its message. Build it with NewPlaceEntityIdem.
+//
+// Its methods are those of the idem.EntityInbox it embeds (Handle, written out
+// below, returns only the outcome and the error, the handler having no result):
+// Handle and Deliver (idem.Handler). Ack a message exactly when its error is
+// nil.
 type PlaceEntityIdem struct {
-	inbox *idem.EntityInbox[Order, idem.None]
+	*idem.EntityInbox[Order, idem.None]
 }
 
 // NewPlaceEntityIdem returns the idempotent wrapper of PlaceEntity. db must
 // reach the database that holds orders; opts choose the isolation level
 // (idem.WithIsolation).
 func NewPlaceEntityIdem(db idem.DB, opts ...idem.Option) *PlaceEntityIdem {
-	return &PlaceEntityIdem{inbox: idem.NewEntityInbox(db, idemPlaceEntityTable, idem.NoResult(PlaceEntity), nil, opts...)}
+	return &PlaceEntityIdem{idem.NewEntityInbox(
+		db,
+		idemPlaceEntityTable,
+		idem.NoResult(PlaceEntity),
+		nil,
+		opts...,
+	)}
 }
 
 // Handle runs PlaceEntity for msg in a transaction begun with the fingerprint
@@ -44,29 +55,21 @@ func NewPlaceEntityIdem(db idem.DB, opts ...idem.Option) *PlaceEntityIdem {
 // other error, another unique violation included, is the handler's; nothing was
 // committed. Ack the message exactly when err is nil.
 func (w *PlaceEntityIdem) Handle(ctx context.Context, msg Order) (idem.Outcome, error) {
-	_, outcome, err := w.inbox.Handle(ctx, msg)
+	_, outcome, err := w.EntityInbox.Handle(ctx, msg)
 	return outcome, err
 }
 
-// Deliver is Handle without the result: it makes PlaceEntityIdem an
-// idem.Handler, the form broker adapters take (idem/rabbitmq). Ack the message
-// exactly when err is nil.
-func (w *PlaceEntityIdem) Deliver(ctx context.Context, msg Order) (idem.Outcome, error) {
-	return w.inbox.Deliver(ctx, msg)
-}
-
-var _ idem.Handler[Order] = (*PlaceEntityIdem)(nil)
+var (
+	_ idem.Handler[Order] = (*PlaceEntityIdem)(nil)
+)
 
 // idemPlaceEntityTable is the business table of the consumer
 // "bench.order-entity" (mode=entity), whose rows are its markers.
 var idemPlaceEntityTable = idem.EntityTable[Order]{
-	Consumer:  "bench.order-entity",
-	Name:      "orders",
-	Columns:   []string{"id"},
-	KeyFields: []string{"OrderID"},
-	Key:       idemPlaceEntityKey,
-	Lookup:    "SELECT idem_fingerprint FROM orders WHERE id = $1::text",
-	Check:     "SELECT CASE WHEN EXISTS (SELECT FROM orders WHERE id = $1::text AND idem_fingerprint = decode(nullif(current_setting('idem.fingerprint', true), ''), 'hex')) THEN true ELSE ('idem: no entity row with this fingerprint' || coalesce(current_setting('idem.fingerprint', true), ''))::boolean END",
+	Consumer: "bench.order-entity",
+	Name:     "orders",
+	Columns:  []idem.Column{{Field: "OrderID", Name: "id", Type: "text"}},
+	Key:      idemPlaceEntityKey,
 }
 
 // idemPlaceEntityKey returns the key parts of msg in column order: OrderID.
@@ -82,8 +85,16 @@ func idemPlaceEntityKey(msg Order) ([]any, error) {
 // the key's row in the inbox table idem_bench_order_tx, and a redelivered
 // message gets the stored result back without running the handler again. Build
 // it with NewPlaceTxIdem.
+//
+// Its methods are those of the idem.Inbox it embeds (Handle, written out below,
+// returns only the outcome and the error, the handler having no result): Handle
+// and Deliver (idem.Handler), HandleBatch and DeliverBatch (idem.BatchHandler;
+// the keys of a batch claimed in one statement, in one transaction per batch),
+// Purge (rows older than the retention of 720h (30 days)) and Maintenance
+// (idem.Maintained, for an idem.Janitor). Ack a message exactly when its error
+// is nil.
 type PlaceTxIdem struct {
-	inbox *idem.Inbox[Order, idem.None]
+	*idem.Inbox[Order, idem.None]
 }
 
 // NewPlaceTxIdem returns the idempotent wrapper of PlaceTx. db must reach the
@@ -91,75 +102,30 @@ type PlaceTxIdem struct {
 // choose the isolation level (idem.WithIsolation) and how long a concurrent
 // delivery of the same key waits (idem.WithClaimWait).
 func NewPlaceTxIdem(db idem.DB, opts ...idem.Option) *PlaceTxIdem {
-	return &PlaceTxIdem{inbox: idem.NewInbox(db, idemPlaceTxTable, idem.NoResult(PlaceTx), opts...)}
+	return &PlaceTxIdem{idem.NewInbox(db, idemPlaceTxTable, idem.NoResult(PlaceTx), opts...)}
 }
 
 // Handle runs PlaceTx for msg in one transaction with the claim of its key, or,
 // when the key was processed before, returns idem.Duplicate without running it.
 // Ack the message exactly when err is nil.
 func (w *PlaceTxIdem) Handle(ctx context.Context, msg Order) (idem.Outcome, error) {
-	_, outcome, err := w.inbox.Handle(ctx, msg)
+	_, outcome, err := w.Inbox.Handle(ctx, msg)
 	return outcome, err
 }
 
-// Deliver is Handle without the result: it makes PlaceTxIdem an idem.Handler,
-// the form broker adapters take (idem/rabbitmq). Ack the message exactly when
-// err is nil.
-func (w *PlaceTxIdem) Deliver(ctx context.Context, msg Order) (idem.Outcome, error) {
-	return w.inbox.Deliver(ctx, msg)
-}
-
-var _ idem.Handler[Order] = (*PlaceTxIdem)(nil)
-
-// HandleBatch runs PlaceTx for msgs in one transaction per batch
-// (idem.WithBatchCap messages at most, 100 by default): the keys claimed in one
-// statement, the handlers run in order on that transaction, the results stored
-// with its COMMIT, and returns one idem.Result per message in input order, each
-// what Handle would return for it. A key twice in msgs is processed once; when
-// a handler fails, the batch is rolled back and each message is delivered in a
-// transaction of its own. Ack each message exactly when its Err is nil.
-func (w *PlaceTxIdem) HandleBatch(ctx context.Context, msgs []Order) ([]idem.Result[idem.None], error) {
-	return w.inbox.HandleBatch(ctx, msgs)
-}
-
-// DeliverBatch is HandleBatch without the results' values: it makes PlaceTxIdem
-// an idem.BatchHandler, the form in which broker adapters deliver what their
-// broker hands them at once. Ack each message exactly when its Err is nil.
-func (w *PlaceTxIdem) DeliverBatch(ctx context.Context, msgs []Order) []idem.Result[idem.None] {
-	return w.inbox.DeliverBatch(ctx, msgs)
-}
-
-var _ idem.BatchHandler[Order] = (*PlaceTxIdem)(nil)
-
-// Purge deletes the rows of idem_bench_order_tx older than the retention of
-// 720h (30 days), in batches, and returns how many it deleted. Run it
-// periodically.
-func (w *PlaceTxIdem) Purge(ctx context.Context) (int64, error) {
-	return w.inbox.Purge(ctx)
-}
-
-// Maintenance returns what an idem.Janitor needs to purge idem_bench_order_tx
-// past its retention: pass the wrapper to idem.NewJanitor.
-func (w *PlaceTxIdem) Maintenance() idem.Maintenance {
-	return w.inbox.Maintenance()
-}
-
-var _ idem.Maintained = (*PlaceTxIdem)(nil)
+var (
+	_ idem.Handler[Order]      = (*PlaceTxIdem)(nil)
+	_ idem.BatchHandler[Order] = (*PlaceTxIdem)(nil)
+	_ idem.Maintained          = (*PlaceTxIdem)(nil)
+)
 
 // idemPlaceTxTable is the inbox of the consumer "bench.order-tx".
 var idemPlaceTxTable = idem.Table[Order]{
-	Consumer:      "bench.order-tx",
-	Name:          "idem_bench_order_tx",
-	KeyFields:     []string{"OrderID"},
-	Key:           idemPlaceTxKey,
-	Retain:        720 * time.Hour,
-	Claim:         "WITH wait AS MATERIALIZED (SELECT set_config('lock_timeout', $3::text, true) FROM (SELECT set_config('idem.lock_timeout', current_setting('lock_timeout'), true) OFFSET 0) AS saved) INSERT INTO idem_bench_order_tx (key_order_id, fingerprint) SELECT $1::text, $2::bytea FROM wait ON CONFLICT DO NOTHING RETURNING set_config('lock_timeout', current_setting('idem.lock_timeout'), true) IS NOT NULL",
-	Complete:      "UPDATE idem_bench_order_tx SET result = $2 WHERE key_order_id = $1",
-	Lookup:        "SELECT fingerprint, status, result FROM idem_bench_order_tx WHERE key_order_id = $1",
-	Purge:         "DELETE FROM idem_bench_order_tx WHERE ctid = ANY (ARRAY(SELECT ctid FROM idem_bench_order_tx WHERE created_at < now() - make_interval(secs => $1) ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED))",
-	BatchClaim:    "WITH wait AS MATERIALIZED (SELECT set_config('lock_timeout', $3::text, true) FROM (SELECT set_config('idem.lock_timeout', current_setting('lock_timeout'), true) OFFSET 0) AS saved), m AS MATERIALIZED (SELECT * FROM unnest($1::text[], $2::bytea[]) WITH ORDINALITY AS m (k1, fp, n)), claim AS (INSERT INTO idem_bench_order_tx (key_order_id, fingerprint) SELECT m.k1, m.fp FROM wait, m ORDER BY m.k1 ON CONFLICT DO NOTHING RETURNING key_order_id, set_config('lock_timeout', current_setting('idem.lock_timeout'), true) AS restored) SELECT m.n FROM m JOIN claim ON claim.key_order_id = m.k1 WHERE claim.restored IS NOT NULL",
-	BatchLookup:   "SELECT m.n, t.fingerprint, t.status, t.result FROM unnest($1::text[]) WITH ORDINALITY AS m (k1, n) JOIN idem_bench_order_tx AS t ON t.key_order_id = m.k1",
-	BatchComplete: "UPDATE idem_bench_order_tx AS t SET result = m.r::json FROM unnest($1::text[], $2::text[]) AS m (k1, r) WHERE t.key_order_id = m.k1",
+	Consumer: "bench.order-tx",
+	Name:     "idem_bench_order_tx",
+	Columns:  []idem.Column{{Field: "OrderID", Name: "key_order_id", Type: "text"}},
+	Key:      idemPlaceTxKey,
+	Retain:   720 * time.Hour,
 }
 
 // idemPlaceTxKey returns the key parts of msg in column order: OrderID.

@@ -45,7 +45,11 @@ func TestPlaceEntityIdem(t *testing.T) {
 	idemtest.EntitySuite[idemtest.NoReceiver, Order, idem.None]{
 		Migrations: os.DirFS("migrations"),
 		Table:      "orders",
-		New: func(_ idemtest.NoReceiver, pool *pgxpool.Pool, opts ...idem.Option) idemtest.HandleFunc[Order, idem.None] {
+		New: func(
+			_ idemtest.NoReceiver,
+			pool *pgxpool.Pool,
+			opts ...idem.Option,
+		) idemtest.HandleFunc[Order, idem.None] {
 			return idemtest.NoResult(NewPlaceEntityIdem(pool, opts...).Handle)
 		},
 		Fixture: func(t testing.TB, db *idemtest.DB) idemtest.Fixture[idemtest.NoReceiver, Order] {
@@ -115,7 +119,11 @@ func TestPlaceTxIdem(t *testing.T) {
 	idemtest.Suite[idemtest.NoReceiver, Order, idem.None]{
 		Migrations: os.DirFS("migrations"),
 		Inbox:      "idem_bench_order_tx",
-		New: func(_ idemtest.NoReceiver, pool *pgxpool.Pool, opts ...idem.Option) idemtest.HandleFunc[Order, idem.None] {
+		New: func(
+			_ idemtest.NoReceiver,
+			pool *pgxpool.Pool,
+			opts ...idem.Option,
+		) idemtest.HandleFunc[Order, idem.None] {
 			return idemtest.NoResult(NewPlaceTxIdem(pool, opts...).Handle)
 		},
 		Fixture: func(t testing.TB, db *idemtest.DB) idemtest.Fixture[idemtest.NoReceiver, Order] {
@@ -125,7 +133,11 @@ func TestPlaceTxIdem(t *testing.T) {
 				Message: msg,
 			}
 		},
-		Batch: func(_ idemtest.NoReceiver, pool *pgxpool.Pool, opts ...idem.Option) idemtest.BatchFunc[Order, idem.None] {
+		Batch: func(
+			_ idemtest.NoReceiver,
+			pool *pgxpool.Pool,
+			opts ...idem.Option,
+		) idemtest.BatchFunc[Order, idem.None] {
 			return NewPlaceTxIdem(pool, opts...).HandleBatch
 		},
 		Variant: func(msg Order) Order {

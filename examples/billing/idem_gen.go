@@ -15,7 +15,7 @@ import (
 // versions: regenerate it with the idemgen of idem's version (go generate ./...
 // with go run github.com/idemgen/idemgen/cmd/idemgen or go tool idemgen, which
 // build the version go.mod requires).
-const _ = idem.SupportPackageIsVersion1
+const _ = idem.SupportPackageIsVersion2
 
 // ChargeIdem delivers OrderPlaced messages to (*Service).Charge at most once
 // per key (OrderID) for the consumer "billing.charge": the handler's writes
@@ -25,8 +25,14 @@ const _ = idem.SupportPackageIsVersion1
 // gives to its *idem.Outbox are written to idem_outbox in the same commit, with
 // ids derived from the consumer and the key, or not at all; an idem.Relay
 // delivers them. Build it with NewChargeIdem.
+//
+// Its methods are those of the idem.Inbox it embeds: Handle and Deliver
+// (idem.Handler), HandleBatch and DeliverBatch (idem.BatchHandler; the keys of
+// a batch claimed in one statement, in one transaction per batch), Purge (rows
+// older than the retention of 720h (30 days)) and Maintenance (idem.Maintained,
+// for an idem.Janitor). Ack a message exactly when its error is nil.
 type ChargeIdem struct {
-	inbox *idem.Inbox[OrderPlaced, Receipt]
+	*idem.Inbox[OrderPlaced, Receipt]
 }
 
 // NewChargeIdem returns the idempotent wrapper of (*Service).Charge. db must
@@ -36,74 +42,22 @@ type ChargeIdem struct {
 // (idem.WithClaimWait), and whether its commits NOTIFY the relays
 // (idem.WithoutNotify).
 func NewChargeIdem(db idem.DB, s *Service, opts ...idem.Option) *ChargeIdem {
-	return &ChargeIdem{inbox: idem.NewPublishingInbox(db, idemChargeTable, s.Charge, opts...)}
+	return &ChargeIdem{idem.NewPublishingInbox(db, idemChargeTable, s.Charge, opts...)}
 }
 
-// Handle runs Charge for msg in one transaction with the claim of its key, or,
-// when the key was processed before, returns the stored result as
-// idem.Duplicate without running it. Ack the message exactly when err is nil.
-func (w *ChargeIdem) Handle(ctx context.Context, msg OrderPlaced) (Receipt, idem.Outcome, error) {
-	return w.inbox.Handle(ctx, msg)
-}
-
-// Deliver is Handle without the result: it makes ChargeIdem an idem.Handler,
-// the form broker adapters take (idem/rabbitmq). Ack the message exactly when
-// err is nil.
-func (w *ChargeIdem) Deliver(ctx context.Context, msg OrderPlaced) (idem.Outcome, error) {
-	return w.inbox.Deliver(ctx, msg)
-}
-
-var _ idem.Handler[OrderPlaced] = (*ChargeIdem)(nil)
-
-// HandleBatch runs Charge for msgs in one transaction per batch
-// (idem.WithBatchCap messages at most, 100 by default): the keys claimed in one
-// statement, the handlers run in order on that transaction, the results stored
-// with its COMMIT, and returns one idem.Result per message in input order, each
-// what Handle would return for it. A key twice in msgs is processed once; when
-// a handler fails, the batch is rolled back and each message is delivered in a
-// transaction of its own. Ack each message exactly when its Err is nil.
-func (w *ChargeIdem) HandleBatch(ctx context.Context, msgs []OrderPlaced) ([]idem.Result[Receipt], error) {
-	return w.inbox.HandleBatch(ctx, msgs)
-}
-
-// DeliverBatch is HandleBatch without the results' values: it makes ChargeIdem
-// an idem.BatchHandler, the form in which broker adapters deliver what their
-// broker hands them at once. Ack each message exactly when its Err is nil.
-func (w *ChargeIdem) DeliverBatch(ctx context.Context, msgs []OrderPlaced) []idem.Result[idem.None] {
-	return w.inbox.DeliverBatch(ctx, msgs)
-}
-
-var _ idem.BatchHandler[OrderPlaced] = (*ChargeIdem)(nil)
-
-// Purge deletes the rows of idem_billing_charge older than the retention of
-// 720h (30 days), in batches, and returns how many it deleted. Run it
-// periodically.
-func (w *ChargeIdem) Purge(ctx context.Context) (int64, error) {
-	return w.inbox.Purge(ctx)
-}
-
-// Maintenance returns what an idem.Janitor needs to purge idem_billing_charge
-// past its retention: pass the wrapper to idem.NewJanitor.
-func (w *ChargeIdem) Maintenance() idem.Maintenance {
-	return w.inbox.Maintenance()
-}
-
-var _ idem.Maintained = (*ChargeIdem)(nil)
+var (
+	_ idem.Handler[OrderPlaced]      = (*ChargeIdem)(nil)
+	_ idem.BatchHandler[OrderPlaced] = (*ChargeIdem)(nil)
+	_ idem.Maintained                = (*ChargeIdem)(nil)
+)
 
 // idemChargeTable is the inbox of the consumer "billing.charge".
 var idemChargeTable = idem.Table[OrderPlaced]{
-	Consumer:      "billing.charge",
-	Name:          "idem_billing_charge",
-	KeyFields:     []string{"OrderID"},
-	Key:           idemChargeKey,
-	Retain:        720 * time.Hour,
-	Claim:         "WITH wait AS MATERIALIZED (SELECT set_config('lock_timeout', $3::text, true) FROM (SELECT set_config('idem.lock_timeout', current_setting('lock_timeout'), true) OFFSET 0) AS saved) INSERT INTO idem_billing_charge (key_order_id, fingerprint) SELECT $1::text, $2::bytea FROM wait ON CONFLICT DO NOTHING RETURNING set_config('lock_timeout', current_setting('idem.lock_timeout'), true) IS NOT NULL",
-	Complete:      "UPDATE idem_billing_charge SET result = $2 WHERE key_order_id = $1",
-	Lookup:        "SELECT fingerprint, status, result FROM idem_billing_charge WHERE key_order_id = $1",
-	Purge:         "DELETE FROM idem_billing_charge WHERE ctid = ANY (ARRAY(SELECT ctid FROM idem_billing_charge WHERE created_at < now() - make_interval(secs => $1) ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED))",
-	BatchClaim:    "WITH wait AS MATERIALIZED (SELECT set_config('lock_timeout', $3::text, true) FROM (SELECT set_config('idem.lock_timeout', current_setting('lock_timeout'), true) OFFSET 0) AS saved), m AS MATERIALIZED (SELECT * FROM unnest($1::text[], $2::bytea[]) WITH ORDINALITY AS m (k1, fp, n)), claim AS (INSERT INTO idem_billing_charge (key_order_id, fingerprint) SELECT m.k1, m.fp FROM wait, m ORDER BY m.k1 ON CONFLICT DO NOTHING RETURNING key_order_id, set_config('lock_timeout', current_setting('idem.lock_timeout'), true) AS restored) SELECT m.n FROM m JOIN claim ON claim.key_order_id = m.k1 WHERE claim.restored IS NOT NULL",
-	BatchLookup:   "SELECT m.n, t.fingerprint, t.status, t.result FROM unnest($1::text[]) WITH ORDINALITY AS m (k1, n) JOIN idem_billing_charge AS t ON t.key_order_id = m.k1",
-	BatchComplete: "UPDATE idem_billing_charge AS t SET result = m.r::json FROM unnest($1::text[], $2::text[]) AS m (k1, r) WHERE t.key_order_id = m.k1",
+	Consumer: "billing.charge",
+	Name:     "idem_billing_charge",
+	Columns:  []idem.Column{{Field: "OrderID", Name: "key_order_id", Type: "text"}},
+	Key:      idemChargeKey,
+	Retain:   720 * time.Hour,
 }
 
 // idemChargeKey returns the key parts of msg in column order: OrderID.
@@ -120,8 +74,16 @@ func idemChargeKey(msg OrderPlaced) ([]any, error) {
 // the inbox table idem_billing_payment, and a redelivered message gets the
 // stored result back without running the handler again. Build it with
 // NewBookPaymentIdem.
+//
+// Its methods are those of the idem.Inbox it embeds (Handle, written out below,
+// returns only the outcome and the error, the handler having no result): Handle
+// and Deliver (idem.Handler), HandleBatch and DeliverBatch (idem.BatchHandler;
+// the keys of a batch claimed in one statement, in one transaction per batch),
+// Purge (rows older than the retention of 2160h (90 days)) and Maintenance
+// (idem.Maintained, for an idem.Janitor). Ack a message exactly when its error
+// is nil.
 type BookPaymentIdem struct {
-	inbox *idem.Inbox[*PaymentReceived, idem.None]
+	*idem.Inbox[*PaymentReceived, idem.None]
 }
 
 // NewBookPaymentIdem returns the idempotent wrapper of (*Service).BookPayment.
@@ -129,76 +91,38 @@ type BookPaymentIdem struct {
 // own tables; opts choose the isolation level (idem.WithIsolation) and how long
 // a concurrent delivery of the same key waits (idem.WithClaimWait).
 func NewBookPaymentIdem(db idem.DB, s *Service, opts ...idem.Option) *BookPaymentIdem {
-	return &BookPaymentIdem{inbox: idem.NewInbox(db, idemBookPaymentTable, idem.NoResult(s.BookPayment), opts...)}
+	return &BookPaymentIdem{idem.NewInbox(
+		db,
+		idemBookPaymentTable,
+		idem.NoResult(s.BookPayment),
+		opts...,
+	)}
 }
 
 // Handle runs BookPayment for msg in one transaction with the claim of its key,
 // or, when the key was processed before, returns idem.Duplicate without running
 // it. Ack the message exactly when err is nil.
 func (w *BookPaymentIdem) Handle(ctx context.Context, msg *PaymentReceived) (idem.Outcome, error) {
-	_, outcome, err := w.inbox.Handle(ctx, msg)
+	_, outcome, err := w.Inbox.Handle(ctx, msg)
 	return outcome, err
 }
 
-// Deliver is Handle without the result: it makes BookPaymentIdem an
-// idem.Handler, the form broker adapters take (idem/rabbitmq). Ack the message
-// exactly when err is nil.
-func (w *BookPaymentIdem) Deliver(ctx context.Context, msg *PaymentReceived) (idem.Outcome, error) {
-	return w.inbox.Deliver(ctx, msg)
-}
-
-var _ idem.Handler[*PaymentReceived] = (*BookPaymentIdem)(nil)
-
-// HandleBatch runs BookPayment for msgs in one transaction per batch
-// (idem.WithBatchCap messages at most, 100 by default): the keys claimed in one
-// statement, the handlers run in order on that transaction, the results stored
-// with its COMMIT, and returns one idem.Result per message in input order, each
-// what Handle would return for it. A key twice in msgs is processed once; when
-// a handler fails, the batch is rolled back and each message is delivered in a
-// transaction of its own. Ack each message exactly when its Err is nil.
-func (w *BookPaymentIdem) HandleBatch(ctx context.Context, msgs []*PaymentReceived) ([]idem.Result[idem.None], error) {
-	return w.inbox.HandleBatch(ctx, msgs)
-}
-
-// DeliverBatch is HandleBatch without the results' values: it makes
-// BookPaymentIdem an idem.BatchHandler, the form in which broker adapters
-// deliver what their broker hands them at once. Ack each message exactly when
-// its Err is nil.
-func (w *BookPaymentIdem) DeliverBatch(ctx context.Context, msgs []*PaymentReceived) []idem.Result[idem.None] {
-	return w.inbox.DeliverBatch(ctx, msgs)
-}
-
-var _ idem.BatchHandler[*PaymentReceived] = (*BookPaymentIdem)(nil)
-
-// Purge deletes the rows of idem_billing_payment older than the retention of
-// 2160h (90 days), in batches, and returns how many it deleted. Run it
-// periodically.
-func (w *BookPaymentIdem) Purge(ctx context.Context) (int64, error) {
-	return w.inbox.Purge(ctx)
-}
-
-// Maintenance returns what an idem.Janitor needs to purge idem_billing_payment
-// past its retention: pass the wrapper to idem.NewJanitor.
-func (w *BookPaymentIdem) Maintenance() idem.Maintenance {
-	return w.inbox.Maintenance()
-}
-
-var _ idem.Maintained = (*BookPaymentIdem)(nil)
+var (
+	_ idem.Handler[*PaymentReceived]      = (*BookPaymentIdem)(nil)
+	_ idem.BatchHandler[*PaymentReceived] = (*BookPaymentIdem)(nil)
+	_ idem.Maintained                     = (*BookPaymentIdem)(nil)
+)
 
 // idemBookPaymentTable is the inbox of the consumer "billing.payment".
 var idemBookPaymentTable = idem.Table[*PaymentReceived]{
-	Consumer:      "billing.payment",
-	Name:          "idem_billing_payment",
-	KeyFields:     []string{"Provider", "PaymentID"},
-	Key:           idemBookPaymentKey,
-	Retain:        2160 * time.Hour,
-	Claim:         "WITH wait AS MATERIALIZED (SELECT set_config('lock_timeout', $4::text, true) FROM (SELECT set_config('idem.lock_timeout', current_setting('lock_timeout'), true) OFFSET 0) AS saved) INSERT INTO idem_billing_payment (key_provider, key_payment_id, fingerprint) SELECT $1::text, $2::text, $3::bytea FROM wait ON CONFLICT DO NOTHING RETURNING set_config('lock_timeout', current_setting('idem.lock_timeout'), true) IS NOT NULL",
-	Complete:      "UPDATE idem_billing_payment SET result = $3 WHERE key_provider = $1 AND key_payment_id = $2",
-	Lookup:        "SELECT fingerprint, status, result FROM idem_billing_payment WHERE key_provider = $1 AND key_payment_id = $2",
-	Purge:         "DELETE FROM idem_billing_payment WHERE ctid = ANY (ARRAY(SELECT ctid FROM idem_billing_payment WHERE created_at < now() - make_interval(secs => $1) ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED))",
-	BatchClaim:    "WITH wait AS MATERIALIZED (SELECT set_config('lock_timeout', $4::text, true) FROM (SELECT set_config('idem.lock_timeout', current_setting('lock_timeout'), true) OFFSET 0) AS saved), m AS MATERIALIZED (SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[]) WITH ORDINALITY AS m (k1, k2, fp, n)), claim AS (INSERT INTO idem_billing_payment (key_provider, key_payment_id, fingerprint) SELECT m.k1, m.k2, m.fp FROM wait, m ORDER BY m.k1, m.k2 ON CONFLICT DO NOTHING RETURNING key_provider, key_payment_id, set_config('lock_timeout', current_setting('idem.lock_timeout'), true) AS restored) SELECT m.n FROM m JOIN claim ON claim.key_provider = m.k1 AND claim.key_payment_id = m.k2 WHERE claim.restored IS NOT NULL",
-	BatchLookup:   "SELECT m.n, t.fingerprint, t.status, t.result FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS m (k1, k2, n) JOIN idem_billing_payment AS t ON t.key_provider = m.k1 AND t.key_payment_id = m.k2",
-	BatchComplete: "UPDATE idem_billing_payment AS t SET result = m.r::json FROM unnest($1::text[], $2::text[], $3::text[]) AS m (k1, k2, r) WHERE t.key_provider = m.k1 AND t.key_payment_id = m.k2",
+	Consumer: "billing.payment",
+	Name:     "idem_billing_payment",
+	Columns: []idem.Column{
+		{Field: "Provider", Name: "key_provider", Type: "text"},
+		{Field: "PaymentID", Name: "key_payment_id", Type: "text"},
+	},
+	Key:    idemBookPaymentKey,
+	Retain: 2160 * time.Hour,
 }
 
 // idemBookPaymentKey returns the key parts of msg in column order: Provider,
@@ -221,8 +145,14 @@ func idemBookPaymentKey(msg *PaymentReceived) ([]any, error) {
 // handler's writes commit together with the key's row in the inbox table
 // idem_billing_open_account, and a redelivered message gets the stored result
 // back without running the handler again. Build it with NewOpenAccountIdem.
+//
+// Its methods are those of the idem.Inbox it embeds: Handle and Deliver
+// (idem.Handler), HandleBatch and DeliverBatch (idem.BatchHandler; the keys of
+// a batch claimed in one statement, in one transaction per batch), Purge (rows
+// older than the retention of 720h (30 days)) and Maintenance (idem.Maintained,
+// for an idem.Janitor). Ack a message exactly when its error is nil.
 type OpenAccountIdem struct {
-	inbox *idem.Inbox[OpenAccountRequested, Account]
+	*idem.Inbox[OpenAccountRequested, Account]
 }
 
 // NewOpenAccountIdem returns the idempotent wrapper of OpenAccount. db must
@@ -230,76 +160,22 @@ type OpenAccountIdem struct {
 // tables; opts choose the isolation level (idem.WithIsolation) and how long a
 // concurrent delivery of the same key waits (idem.WithClaimWait).
 func NewOpenAccountIdem(db idem.DB, opts ...idem.Option) *OpenAccountIdem {
-	return &OpenAccountIdem{inbox: idem.NewInbox(db, idemOpenAccountTable, OpenAccount, opts...)}
+	return &OpenAccountIdem{idem.NewInbox(db, idemOpenAccountTable, OpenAccount, opts...)}
 }
 
-// Handle runs OpenAccount for msg in one transaction with the claim of its key,
-// or, when the key was processed before, returns the stored result as
-// idem.Duplicate without running it. Ack the message exactly when err is nil.
-func (w *OpenAccountIdem) Handle(ctx context.Context, msg OpenAccountRequested) (Account, idem.Outcome, error) {
-	return w.inbox.Handle(ctx, msg)
-}
-
-// Deliver is Handle without the result: it makes OpenAccountIdem an
-// idem.Handler, the form broker adapters take (idem/rabbitmq). Ack the message
-// exactly when err is nil.
-func (w *OpenAccountIdem) Deliver(ctx context.Context, msg OpenAccountRequested) (idem.Outcome, error) {
-	return w.inbox.Deliver(ctx, msg)
-}
-
-var _ idem.Handler[OpenAccountRequested] = (*OpenAccountIdem)(nil)
-
-// HandleBatch runs OpenAccount for msgs in one transaction per batch
-// (idem.WithBatchCap messages at most, 100 by default): the keys claimed in one
-// statement, the handlers run in order on that transaction, the results stored
-// with its COMMIT, and returns one idem.Result per message in input order, each
-// what Handle would return for it. A key twice in msgs is processed once; when
-// a handler fails, the batch is rolled back and each message is delivered in a
-// transaction of its own. Ack each message exactly when its Err is nil.
-func (w *OpenAccountIdem) HandleBatch(ctx context.Context, msgs []OpenAccountRequested) ([]idem.Result[Account], error) {
-	return w.inbox.HandleBatch(ctx, msgs)
-}
-
-// DeliverBatch is HandleBatch without the results' values: it makes
-// OpenAccountIdem an idem.BatchHandler, the form in which broker adapters
-// deliver what their broker hands them at once. Ack each message exactly when
-// its Err is nil.
-func (w *OpenAccountIdem) DeliverBatch(ctx context.Context, msgs []OpenAccountRequested) []idem.Result[idem.None] {
-	return w.inbox.DeliverBatch(ctx, msgs)
-}
-
-var _ idem.BatchHandler[OpenAccountRequested] = (*OpenAccountIdem)(nil)
-
-// Purge deletes the rows of idem_billing_open_account older than the retention
-// of 720h (30 days), in batches, and returns how many it deleted. Run it
-// periodically.
-func (w *OpenAccountIdem) Purge(ctx context.Context) (int64, error) {
-	return w.inbox.Purge(ctx)
-}
-
-// Maintenance returns what an idem.Janitor needs to purge
-// idem_billing_open_account past its retention: pass the wrapper to
-// idem.NewJanitor.
-func (w *OpenAccountIdem) Maintenance() idem.Maintenance {
-	return w.inbox.Maintenance()
-}
-
-var _ idem.Maintained = (*OpenAccountIdem)(nil)
+var (
+	_ idem.Handler[OpenAccountRequested]      = (*OpenAccountIdem)(nil)
+	_ idem.BatchHandler[OpenAccountRequested] = (*OpenAccountIdem)(nil)
+	_ idem.Maintained                         = (*OpenAccountIdem)(nil)
+)
 
 // idemOpenAccountTable is the inbox of the consumer "billing.open-account".
 var idemOpenAccountTable = idem.Table[OpenAccountRequested]{
-	Consumer:      "billing.open-account",
-	Name:          "idem_billing_open_account",
-	KeyFields:     []string{"RequestID"},
-	Key:           idemOpenAccountKey,
-	Retain:        720 * time.Hour,
-	Claim:         "WITH wait AS MATERIALIZED (SELECT set_config('lock_timeout', $3::text, true) FROM (SELECT set_config('idem.lock_timeout', current_setting('lock_timeout'), true) OFFSET 0) AS saved) INSERT INTO idem_billing_open_account (key_request_id, fingerprint) SELECT $1::uuid, $2::bytea FROM wait ON CONFLICT DO NOTHING RETURNING set_config('lock_timeout', current_setting('idem.lock_timeout'), true) IS NOT NULL",
-	Complete:      "UPDATE idem_billing_open_account SET result = $2 WHERE key_request_id = $1",
-	Lookup:        "SELECT fingerprint, status, result FROM idem_billing_open_account WHERE key_request_id = $1",
-	Purge:         "DELETE FROM idem_billing_open_account WHERE ctid = ANY (ARRAY(SELECT ctid FROM idem_billing_open_account WHERE created_at < now() - make_interval(secs => $1) ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED))",
-	BatchClaim:    "WITH wait AS MATERIALIZED (SELECT set_config('lock_timeout', $3::text, true) FROM (SELECT set_config('idem.lock_timeout', current_setting('lock_timeout'), true) OFFSET 0) AS saved), m AS MATERIALIZED (SELECT * FROM unnest($1::text[]::uuid[], $2::bytea[]) WITH ORDINALITY AS m (k1, fp, n)), claim AS (INSERT INTO idem_billing_open_account (key_request_id, fingerprint) SELECT m.k1, m.fp FROM wait, m ORDER BY m.k1 ON CONFLICT DO NOTHING RETURNING key_request_id, set_config('lock_timeout', current_setting('idem.lock_timeout'), true) AS restored) SELECT m.n FROM m JOIN claim ON claim.key_request_id = m.k1 WHERE claim.restored IS NOT NULL",
-	BatchLookup:   "SELECT m.n, t.fingerprint, t.status, t.result FROM unnest($1::text[]::uuid[]) WITH ORDINALITY AS m (k1, n) JOIN idem_billing_open_account AS t ON t.key_request_id = m.k1",
-	BatchComplete: "UPDATE idem_billing_open_account AS t SET result = m.r::json FROM unnest($1::text[]::uuid[], $2::text[]) AS m (k1, r) WHERE t.key_request_id = m.k1",
+	Consumer: "billing.open-account",
+	Name:     "idem_billing_open_account",
+	Columns:  []idem.Column{{Field: "RequestID", Name: "key_request_id", Type: "uuid"}},
+	Key:      idemOpenAccountKey,
+	Retain:   720 * time.Hour,
 }
 
 // idemOpenAccountKey returns the key parts of msg in column order: RequestID.

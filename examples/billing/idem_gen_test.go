@@ -70,11 +70,19 @@ func TestChargeIdem(t *testing.T) {
 	idemtest.Suite[*Service, OrderPlaced, Receipt]{
 		Migrations: os.DirFS("migrations"),
 		Inbox:      "idem_billing_charge",
-		New: func(s *Service, pool *pgxpool.Pool, opts ...idem.Option) idemtest.HandleFunc[OrderPlaced, Receipt] {
+		New: func(
+			s *Service,
+			pool *pgxpool.Pool,
+			opts ...idem.Option,
+		) idemtest.HandleFunc[OrderPlaced, Receipt] {
 			return NewChargeIdem(pool, s, opts...).Handle
 		},
 		Fixture: chargeFixture,
-		Batch: func(s *Service, pool *pgxpool.Pool, opts ...idem.Option) idemtest.BatchFunc[OrderPlaced, Receipt] {
+		Batch: func(
+			s *Service,
+			pool *pgxpool.Pool,
+			opts ...idem.Option,
+		) idemtest.BatchFunc[OrderPlaced, Receipt] {
 			return NewChargeIdem(pool, s, opts...).HandleBatch
 		},
 		Variant: func(msg OrderPlaced) OrderPlaced {
@@ -140,11 +148,19 @@ func TestBookPaymentIdem(t *testing.T) {
 	idemtest.Suite[*Service, *PaymentReceived, idem.None]{
 		Migrations: os.DirFS("migrations"),
 		Inbox:      "idem_billing_payment",
-		New: func(s *Service, pool *pgxpool.Pool, opts ...idem.Option) idemtest.HandleFunc[*PaymentReceived, idem.None] {
+		New: func(
+			s *Service,
+			pool *pgxpool.Pool,
+			opts ...idem.Option,
+		) idemtest.HandleFunc[*PaymentReceived, idem.None] {
 			return idemtest.NoResult(NewBookPaymentIdem(pool, s, opts...).Handle)
 		},
 		Fixture: bookPaymentFixture,
-		Batch: func(s *Service, pool *pgxpool.Pool, opts ...idem.Option) idemtest.BatchFunc[*PaymentReceived, idem.None] {
+		Batch: func(
+			s *Service,
+			pool *pgxpool.Pool,
+			opts ...idem.Option,
+		) idemtest.BatchFunc[*PaymentReceived, idem.None] {
 			return NewBookPaymentIdem(pool, s, opts...).HandleBatch
 		},
 		Variant: func(msg *PaymentReceived) *PaymentReceived {
@@ -207,11 +223,19 @@ func TestOpenAccountIdem(t *testing.T) {
 	idemtest.Suite[idemtest.NoReceiver, OpenAccountRequested, Account]{
 		Migrations: os.DirFS("migrations"),
 		Inbox:      "idem_billing_open_account",
-		New: func(_ idemtest.NoReceiver, pool *pgxpool.Pool, opts ...idem.Option) idemtest.HandleFunc[OpenAccountRequested, Account] {
+		New: func(
+			_ idemtest.NoReceiver,
+			pool *pgxpool.Pool,
+			opts ...idem.Option,
+		) idemtest.HandleFunc[OpenAccountRequested, Account] {
 			return NewOpenAccountIdem(pool, opts...).Handle
 		},
 		Fixture: openAccountFixture,
-		Batch: func(_ idemtest.NoReceiver, pool *pgxpool.Pool, opts ...idem.Option) idemtest.BatchFunc[OpenAccountRequested, Account] {
+		Batch: func(
+			_ idemtest.NoReceiver,
+			pool *pgxpool.Pool,
+			opts ...idem.Option,
+		) idemtest.BatchFunc[OpenAccountRequested, Account] {
 			return NewOpenAccountIdem(pool, opts...).HandleBatch
 		},
 		Variant: func(msg OpenAccountRequested) OpenAccountRequested {

@@ -15,7 +15,7 @@ import (
 // versions: regenerate it with the idemgen of idem's version (go generate ./...
 // with go run github.com/idemgen/idemgen/cmd/idemgen or go tool idemgen, which
 // build the version go.mod requires).
-const _ = idem.SupportPackageIsVersion1
+const _ = idem.SupportPackageIsVersion2
 
 // PlaceOrderIdem delivers OrderPlaced messages to (*Service).PlaceOrder at most
 // once per key (OrderID) for the consumer "catalog.order", whose marker is the
@@ -25,50 +25,39 @@ const _ = idem.SupportPackageIsVersion1
 // violation of the unique constraint over (id) of orders means the key was
 // processed before. There is no inbox table: a deleted or re-keyed row of
 // orders forgets its message. Build it with NewPlaceOrderIdem.
+//
+// Its methods are those of the idem.EntityInbox it embeds: Handle and Deliver
+// (idem.Handler). Ack a message exactly when its error is nil.
 type PlaceOrderIdem struct {
-	inbox *idem.EntityInbox[OrderPlaced, OrderReceipt]
+	*idem.EntityInbox[OrderPlaced, OrderReceipt]
 }
 
 // NewPlaceOrderIdem returns the idempotent wrapper of (*Service).PlaceOrder. db
 // must reach the database that holds orders; opts choose the isolation level
 // (idem.WithIsolation).
 func NewPlaceOrderIdem(db idem.DB, s *Service, opts ...idem.Option) *PlaceOrderIdem {
-	return &PlaceOrderIdem{inbox: idem.NewEntityInbox(db, idemPlaceOrderTable, s.PlaceOrder, func(ctx context.Context, tx pgx.Tx, msg OrderPlaced) (OrderReceipt, error) {
-		return ReadOrder(ctx, tx, msg.OrderID)
-	}, opts...)}
+	return &PlaceOrderIdem{idem.NewEntityInbox(
+		db,
+		idemPlaceOrderTable,
+		s.PlaceOrder,
+		func(ctx context.Context, tx pgx.Tx, msg OrderPlaced) (OrderReceipt, error) {
+			return ReadOrder(ctx, tx, msg.OrderID)
+		},
+		opts...,
+	)}
 }
 
-// Handle runs PlaceOrder for msg in a transaction begun with the fingerprint of
-// msg and commits it once the row of its key is in orders with that
-// fingerprint. When the handler's insert violates the unique constraint over
-// (id), the row's fingerprint decides, read after the rollback: the same
-// message is idem.Duplicate with the result ReadOrder reads back, another one
-// with the key idem.ErrKeyReused. Any other error, another unique violation
-// included, is the handler's; nothing was committed. Ack the message exactly
-// when err is nil.
-func (w *PlaceOrderIdem) Handle(ctx context.Context, msg OrderPlaced) (OrderReceipt, idem.Outcome, error) {
-	return w.inbox.Handle(ctx, msg)
-}
-
-// Deliver is Handle without the result: it makes PlaceOrderIdem an
-// idem.Handler, the form broker adapters take (idem/rabbitmq). Ack the message
-// exactly when err is nil.
-func (w *PlaceOrderIdem) Deliver(ctx context.Context, msg OrderPlaced) (idem.Outcome, error) {
-	return w.inbox.Deliver(ctx, msg)
-}
-
-var _ idem.Handler[OrderPlaced] = (*PlaceOrderIdem)(nil)
+var (
+	_ idem.Handler[OrderPlaced] = (*PlaceOrderIdem)(nil)
+)
 
 // idemPlaceOrderTable is the business table of the consumer "catalog.order"
 // (mode=entity), whose rows are its markers.
 var idemPlaceOrderTable = idem.EntityTable[OrderPlaced]{
-	Consumer:  "catalog.order",
-	Name:      "orders",
-	Columns:   []string{"id"},
-	KeyFields: []string{"OrderID"},
-	Key:       idemPlaceOrderKey,
-	Lookup:    "SELECT idem_fingerprint FROM orders WHERE id = $1::text",
-	Check:     "SELECT CASE WHEN EXISTS (SELECT FROM orders WHERE id = $1::text AND idem_fingerprint = decode(nullif(current_setting('idem.fingerprint', true), ''), 'hex')) THEN true ELSE ('idem: no entity row with this fingerprint' || coalesce(current_setting('idem.fingerprint', true), ''))::boolean END",
+	Consumer: "catalog.order",
+	Name:     "orders",
+	Columns:  []idem.Column{{Field: "OrderID", Name: "id", Type: "text"}},
+	Key:      idemPlaceOrderKey,
 }
 
 // idemPlaceOrderKey returns the key parts of msg in column order: OrderID.
@@ -85,15 +74,25 @@ func idemPlaceOrderKey(msg OrderPlaced) ([]any, error) {
 // included, runs the handler in a transaction of its own, retried on
 // serialization failures and deadlocks. TestSetPriceIdem proves that running it
 // again leaves its state as one run did. Build it with NewSetPriceIdem.
+//
+// Its methods are those of the idem.NaturalInbox it embeds (Handle, written out
+// below, returns only the outcome and the error, the handler having no result):
+// Handle and Deliver (idem.Handler). Ack a message exactly when its error is
+// nil.
 type SetPriceIdem struct {
-	inbox *idem.NaturalInbox[PriceSet, idem.None]
+	*idem.NaturalInbox[PriceSet, idem.None]
 }
 
 // NewSetPriceIdem returns the wrapper of (*Service).SetPrice. db must reach the
 // database that holds the handler's tables; opts choose the isolation level
 // (idem.WithIsolation).
 func NewSetPriceIdem(db idem.DB, s *Service, opts ...idem.Option) *SetPriceIdem {
-	return &SetPriceIdem{inbox: idem.NewNaturalInbox(db, idemSetPriceTable, idem.NoResult(s.SetPrice), opts...)}
+	return &SetPriceIdem{idem.NewNaturalInbox(
+		db,
+		idemSetPriceTable,
+		idem.NoResult(s.SetPrice),
+		opts...,
+	)}
 }
 
 // Handle runs SetPrice for msg in a transaction and commits it: always
@@ -101,18 +100,13 @@ func NewSetPriceIdem(db idem.DB, s *Service, opts ...idem.Option) *SetPriceIdem 
 // serialization failure or deadlock is retried (idem.NaturalAttempts runs in
 // all) and then returned as retryable. Ack the message exactly when err is nil.
 func (w *SetPriceIdem) Handle(ctx context.Context, msg PriceSet) (idem.Outcome, error) {
-	_, outcome, err := w.inbox.Handle(ctx, msg)
+	_, outcome, err := w.NaturalInbox.Handle(ctx, msg)
 	return outcome, err
 }
 
-// Deliver is Handle without the result: it makes SetPriceIdem an idem.Handler,
-// the form broker adapters take (idem/rabbitmq). Ack the message exactly when
-// err is nil.
-func (w *SetPriceIdem) Deliver(ctx context.Context, msg PriceSet) (idem.Outcome, error) {
-	return w.inbox.Deliver(ctx, msg)
-}
-
-var _ idem.Handler[PriceSet] = (*SetPriceIdem)(nil)
+var (
+	_ idem.Handler[PriceSet] = (*SetPriceIdem)(nil)
+)
 
 // idemSetPriceTable describes the consumer "catalog.price" (mode=natural): its
 // key is only validated and named in errors.

@@ -48,7 +48,11 @@ func TestPlaceOrderIdem(t *testing.T) {
 	idemtest.EntitySuite[*Service, OrderPlaced, OrderReceipt]{
 		Migrations: os.DirFS("migrations"),
 		Table:      "orders",
-		New: func(s *Service, pool *pgxpool.Pool, opts ...idem.Option) idemtest.HandleFunc[OrderPlaced, OrderReceipt] {
+		New: func(
+			s *Service,
+			pool *pgxpool.Pool,
+			opts ...idem.Option,
+		) idemtest.HandleFunc[OrderPlaced, OrderReceipt] {
 			return NewPlaceOrderIdem(pool, s, opts...).Handle
 		},
 		Fixture: placeOrderFixture,
@@ -81,7 +85,11 @@ func TestPlaceOrderIdem(t *testing.T) {
 func TestSetPriceIdem(t *testing.T) {
 	idemtest.NaturalSuite[*Service, PriceSet, idem.None]{
 		Migrations: os.DirFS("migrations"),
-		New: func(s *Service, pool *pgxpool.Pool, opts ...idem.Option) idemtest.HandleFunc[PriceSet, idem.None] {
+		New: func(
+			s *Service,
+			pool *pgxpool.Pool,
+			opts ...idem.Option,
+		) idemtest.HandleFunc[PriceSet, idem.None] {
 			return idemtest.NoResult(NewSetPriceIdem(pool, s, opts...).Handle)
 		},
 		Fixture: setPriceFixture,

@@ -15,7 +15,7 @@ import (
 // versions: regenerate it with the idemgen of idem's version (go generate ./...
 // with go run github.com/idemgen/idemgen/cmd/idemgen or go tool idemgen, which
 // build the version go.mod requires).
-const _ = idem.SupportPackageIsVersion1
+const _ = idem.SupportPackageIsVersion2
 
 // ReceiveGoodsIdem delivers CloudEvent messages to ReceiveGoods at most once
 // per key (Source, ID) for the consumer "inventory.goods-received": the
@@ -23,8 +23,14 @@ const _ = idem.SupportPackageIsVersion1
 // idem_inventory_goods_received, and a redelivered message gets the stored
 // result back without running the handler again. Build it with
 // NewReceiveGoodsIdem.
+//
+// Its methods are those of the idem.Inbox it embeds: Handle and Deliver
+// (idem.Handler), HandleBatch and DeliverBatch (idem.BatchHandler; the keys of
+// a batch claimed in one statement, in one transaction per batch), Purge (rows
+// older than the retention of 720h (30 days)) and Maintenance (idem.Maintained,
+// for an idem.Janitor). Ack a message exactly when its error is nil.
 type ReceiveGoodsIdem struct {
-	inbox *idem.Inbox[CloudEvent, Level]
+	*idem.Inbox[CloudEvent, Level]
 }
 
 // NewReceiveGoodsIdem returns the idempotent wrapper of ReceiveGoods. db must
@@ -32,77 +38,26 @@ type ReceiveGoodsIdem struct {
 // own tables; opts choose the isolation level (idem.WithIsolation) and how long
 // a concurrent delivery of the same key waits (idem.WithClaimWait).
 func NewReceiveGoodsIdem(db idem.DB, opts ...idem.Option) *ReceiveGoodsIdem {
-	return &ReceiveGoodsIdem{inbox: idem.NewInbox(db, idemReceiveGoodsTable, ReceiveGoods, opts...)}
+	return &ReceiveGoodsIdem{idem.NewInbox(db, idemReceiveGoodsTable, ReceiveGoods, opts...)}
 }
 
-// Handle runs ReceiveGoods for msg in one transaction with the claim of its
-// key, or, when the key was processed before, returns the stored result as
-// idem.Duplicate without running it. Ack the message exactly when err is nil.
-func (w *ReceiveGoodsIdem) Handle(ctx context.Context, msg CloudEvent) (Level, idem.Outcome, error) {
-	return w.inbox.Handle(ctx, msg)
-}
-
-// Deliver is Handle without the result: it makes ReceiveGoodsIdem an
-// idem.Handler, the form broker adapters take (idem/rabbitmq). Ack the message
-// exactly when err is nil.
-func (w *ReceiveGoodsIdem) Deliver(ctx context.Context, msg CloudEvent) (idem.Outcome, error) {
-	return w.inbox.Deliver(ctx, msg)
-}
-
-var _ idem.Handler[CloudEvent] = (*ReceiveGoodsIdem)(nil)
-
-// HandleBatch runs ReceiveGoods for msgs in one transaction per batch
-// (idem.WithBatchCap messages at most, 100 by default): the keys claimed in one
-// statement, the handlers run in order on that transaction, the results stored
-// with its COMMIT, and returns one idem.Result per message in input order, each
-// what Handle would return for it. A key twice in msgs is processed once; when
-// a handler fails, the batch is rolled back and each message is delivered in a
-// transaction of its own. Ack each message exactly when its Err is nil.
-func (w *ReceiveGoodsIdem) HandleBatch(ctx context.Context, msgs []CloudEvent) ([]idem.Result[Level], error) {
-	return w.inbox.HandleBatch(ctx, msgs)
-}
-
-// DeliverBatch is HandleBatch without the results' values: it makes
-// ReceiveGoodsIdem an idem.BatchHandler, the form in which broker adapters
-// deliver what their broker hands them at once. Ack each message exactly when
-// its Err is nil.
-func (w *ReceiveGoodsIdem) DeliverBatch(ctx context.Context, msgs []CloudEvent) []idem.Result[idem.None] {
-	return w.inbox.DeliverBatch(ctx, msgs)
-}
-
-var _ idem.BatchHandler[CloudEvent] = (*ReceiveGoodsIdem)(nil)
-
-// Purge deletes the rows of idem_inventory_goods_received older than the
-// retention of 720h (30 days), in batches, and returns how many it deleted. Run
-// it periodically.
-func (w *ReceiveGoodsIdem) Purge(ctx context.Context) (int64, error) {
-	return w.inbox.Purge(ctx)
-}
-
-// Maintenance returns what an idem.Janitor needs to purge
-// idem_inventory_goods_received past its retention: pass the wrapper to
-// idem.NewJanitor.
-func (w *ReceiveGoodsIdem) Maintenance() idem.Maintenance {
-	return w.inbox.Maintenance()
-}
-
-var _ idem.Maintained = (*ReceiveGoodsIdem)(nil)
+var (
+	_ idem.Handler[CloudEvent]      = (*ReceiveGoodsIdem)(nil)
+	_ idem.BatchHandler[CloudEvent] = (*ReceiveGoodsIdem)(nil)
+	_ idem.Maintained               = (*ReceiveGoodsIdem)(nil)
+)
 
 // idemReceiveGoodsTable is the inbox of the consumer
 // "inventory.goods-received".
 var idemReceiveGoodsTable = idem.Table[CloudEvent]{
-	Consumer:      "inventory.goods-received",
-	Name:          "idem_inventory_goods_received",
-	KeyFields:     []string{"Source", "ID"},
-	Key:           idemReceiveGoodsKey,
-	Retain:        720 * time.Hour,
-	Claim:         "WITH wait AS MATERIALIZED (SELECT set_config('lock_timeout', $4::text, true) FROM (SELECT set_config('idem.lock_timeout', current_setting('lock_timeout'), true) OFFSET 0) AS saved) INSERT INTO idem_inventory_goods_received (key_source, key_id, fingerprint) SELECT $1::text, $2::text, $3::bytea FROM wait ON CONFLICT DO NOTHING RETURNING set_config('lock_timeout', current_setting('idem.lock_timeout'), true) IS NOT NULL",
-	Complete:      "UPDATE idem_inventory_goods_received SET result = $3 WHERE key_source = $1 AND key_id = $2",
-	Lookup:        "SELECT fingerprint, status, result FROM idem_inventory_goods_received WHERE key_source = $1 AND key_id = $2",
-	Purge:         "DELETE FROM idem_inventory_goods_received WHERE ctid = ANY (ARRAY(SELECT ctid FROM idem_inventory_goods_received WHERE created_at < now() - make_interval(secs => $1) ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED))",
-	BatchClaim:    "WITH wait AS MATERIALIZED (SELECT set_config('lock_timeout', $4::text, true) FROM (SELECT set_config('idem.lock_timeout', current_setting('lock_timeout'), true) OFFSET 0) AS saved), m AS MATERIALIZED (SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[]) WITH ORDINALITY AS m (k1, k2, fp, n)), claim AS (INSERT INTO idem_inventory_goods_received (key_source, key_id, fingerprint) SELECT m.k1, m.k2, m.fp FROM wait, m ORDER BY m.k1, m.k2 ON CONFLICT DO NOTHING RETURNING key_source, key_id, set_config('lock_timeout', current_setting('idem.lock_timeout'), true) AS restored) SELECT m.n FROM m JOIN claim ON claim.key_source = m.k1 AND claim.key_id = m.k2 WHERE claim.restored IS NOT NULL",
-	BatchLookup:   "SELECT m.n, t.fingerprint, t.status, t.result FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS m (k1, k2, n) JOIN idem_inventory_goods_received AS t ON t.key_source = m.k1 AND t.key_id = m.k2",
-	BatchComplete: "UPDATE idem_inventory_goods_received AS t SET result = m.r::json FROM unnest($1::text[], $2::text[], $3::text[]) AS m (k1, k2, r) WHERE t.key_source = m.k1 AND t.key_id = m.k2",
+	Consumer: "inventory.goods-received",
+	Name:     "idem_inventory_goods_received",
+	Columns: []idem.Column{
+		{Field: "Source", Name: "key_source", Type: "text"},
+		{Field: "ID", Name: "key_id", Type: "text"},
+	},
+	Key:    idemReceiveGoodsKey,
+	Retain: 720 * time.Hour,
 }
 
 // idemReceiveGoodsKey returns the key parts of msg in column order: Source, ID.
@@ -121,8 +76,15 @@ func idemReceiveGoodsKey(msg CloudEvent) ([]any, error) {
 // writes commit together with the key's row in the inbox table
 // idem_inventory_return, and a redelivered message gets the stored result back
 // without running the handler again. Build it with NewBookReturnIdem.
+//
+// Its methods are those of the idem.Inbox it embeds: Handle and Deliver
+// (idem.Handler), HandleBatch and DeliverBatch (idem.BatchHandler; one
+// transaction per message: its inbox has a stale-message guard or nullable key
+// parts, which batches do not cover), Purge (rows older than the retention of
+// 720h (30 days)) and Maintenance (idem.Maintained, for an idem.Janitor). Ack a
+// message exactly when its error is nil.
 type BookReturnIdem struct {
-	inbox *idem.Inbox[ReturnReceived, Level]
+	*idem.Inbox[ReturnReceived, Level]
 }
 
 // NewBookReturnIdem returns the idempotent wrapper of BookReturn. db must reach
@@ -130,77 +92,25 @@ type BookReturnIdem struct {
 // opts choose the isolation level (idem.WithIsolation) and how long a
 // concurrent delivery of the same key waits (idem.WithClaimWait).
 func NewBookReturnIdem(db idem.DB, opts ...idem.Option) *BookReturnIdem {
-	return &BookReturnIdem{inbox: idem.NewInbox(db, idemBookReturnTable, BookReturn, opts...)}
+	return &BookReturnIdem{idem.NewInbox(db, idemBookReturnTable, BookReturn, opts...)}
 }
 
-// Handle runs BookReturn for msg in one transaction with the claim of its key,
-// or, when the key was processed before, returns the stored result as
-// idem.Duplicate without running it. Ack the message exactly when err is nil.
-func (w *BookReturnIdem) Handle(ctx context.Context, msg ReturnReceived) (Level, idem.Outcome, error) {
-	return w.inbox.Handle(ctx, msg)
-}
-
-// Deliver is Handle without the result: it makes BookReturnIdem an
-// idem.Handler, the form broker adapters take (idem/rabbitmq). Ack the message
-// exactly when err is nil.
-func (w *BookReturnIdem) Deliver(ctx context.Context, msg ReturnReceived) (idem.Outcome, error) {
-	return w.inbox.Deliver(ctx, msg)
-}
-
-var _ idem.Handler[ReturnReceived] = (*BookReturnIdem)(nil)
-
-// HandleBatch runs BookReturn for msgs one transaction per message (its inbox
-// has a stale-message guard or nullable key parts, which batches do not cover),
-// and returns one idem.Result per message in input order, each what Handle
-// would return for it. A key twice in msgs is processed once; when a handler
-// fails, the batch is rolled back and each message is delivered in a
-// transaction of its own. Ack each message exactly when its Err is nil.
-func (w *BookReturnIdem) HandleBatch(ctx context.Context, msgs []ReturnReceived) ([]idem.Result[Level], error) {
-	return w.inbox.HandleBatch(ctx, msgs)
-}
-
-// DeliverBatch is HandleBatch without the results' values: it makes
-// BookReturnIdem an idem.BatchHandler, the form in which broker adapters
-// deliver what their broker hands them at once. Ack each message exactly when
-// its Err is nil.
-func (w *BookReturnIdem) DeliverBatch(ctx context.Context, msgs []ReturnReceived) []idem.Result[idem.None] {
-	return w.inbox.DeliverBatch(ctx, msgs)
-}
-
-var _ idem.BatchHandler[ReturnReceived] = (*BookReturnIdem)(nil)
-
-// Purge deletes the rows of idem_inventory_return older than the retention of
-// 720h (30 days), in batches, and returns how many it deleted. Run it
-// periodically.
-func (w *BookReturnIdem) Purge(ctx context.Context) (int64, error) {
-	return w.inbox.Purge(ctx)
-}
-
-// Maintenance returns what an idem.Janitor needs to purge idem_inventory_return
-// past its retention: pass the wrapper to idem.NewJanitor.
-func (w *BookReturnIdem) Maintenance() idem.Maintenance {
-	return w.inbox.Maintenance()
-}
-
-var _ idem.Maintained = (*BookReturnIdem)(nil)
+var (
+	_ idem.Handler[ReturnReceived]      = (*BookReturnIdem)(nil)
+	_ idem.BatchHandler[ReturnReceived] = (*BookReturnIdem)(nil)
+	_ idem.Maintained                   = (*BookReturnIdem)(nil)
+)
 
 // idemBookReturnTable is the inbox of the consumer "inventory.return".
 var idemBookReturnTable = idem.Table[ReturnReceived]{
-	Consumer:  "inventory.return",
-	Name:      "idem_inventory_return",
-	KeyFields: []string{"OrderID", "RMA"},
-	Key:       idemBookReturnKey,
-	Retain:    720 * time.Hour,
-	Claim:     "WITH wait AS MATERIALIZED (SELECT set_config('lock_timeout', $4::text, true) FROM (SELECT set_config('idem.lock_timeout', current_setting('lock_timeout'), true) OFFSET 0) AS saved) INSERT INTO idem_inventory_return (key_order_id, key_rma, fingerprint) SELECT $1::text, $2::text, $3::bytea FROM wait ON CONFLICT DO NOTHING RETURNING set_config('lock_timeout', current_setting('idem.lock_timeout'), true) IS NOT NULL",
-	Complete:  "UPDATE idem_inventory_return SET result = $3 WHERE key_order_id = $1 AND key_rma = $2",
-	Lookup:    "SELECT fingerprint, status, result FROM idem_inventory_return WHERE key_order_id = $1 AND key_rma = $2",
-	Purge:     "DELETE FROM idem_inventory_return WHERE ctid = ANY (ARRAY(SELECT ctid FROM idem_inventory_return WHERE created_at < now() - make_interval(secs => $1) ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED))",
-	NullComplete: map[uint64]string{
-		0b10: "UPDATE idem_inventory_return SET result = $2 WHERE key_order_id = $1 AND key_rma IS NULL",
+	Consumer: "inventory.return",
+	Name:     "idem_inventory_return",
+	Columns: []idem.Column{
+		{Field: "OrderID", Name: "key_order_id", Type: "text"},
+		{Field: "RMA", Name: "key_rma", Type: "text", Nullable: true},
 	},
-	NullLookup: map[uint64]string{
-		0b10: "SELECT fingerprint, status, result FROM idem_inventory_return WHERE key_order_id = $1 AND key_rma IS NULL",
-	},
+	Key:    idemBookReturnKey,
+	Retain: 720 * time.Hour,
 }
 
 // idemBookReturnKey returns the key parts of msg in column order (nil for a
@@ -224,8 +134,16 @@ func idemBookReturnKey(msg ReturnReceived) ([]any, error) {
 // together with the key's row in the inbox table idem_inventory_count, and a
 // redelivered message gets the stored result back without running the handler
 // again. Build it with NewApplyCountIdem.
+//
+// Its methods are those of the idem.Inbox it embeds (Handle, written out below,
+// returns only the outcome and the error, the handler having no result): Handle
+// and Deliver (idem.Handler), HandleBatch and DeliverBatch (idem.BatchHandler;
+// one transaction per message: its inbox has a stale-message guard or nullable
+// key parts, which batches do not cover), Purge (rows older than the retention
+// of 720h (30 days)) and Maintenance (idem.Maintained, for an idem.Janitor).
+// Ack a message exactly when its error is nil.
 type ApplyCountIdem struct {
-	inbox *idem.Inbox[StockCounted, idem.None]
+	*idem.Inbox[StockCounted, idem.None]
 }
 
 // NewApplyCountIdem returns the idempotent wrapper of ApplyCount. db must reach
@@ -233,73 +151,33 @@ type ApplyCountIdem struct {
 // opts choose the isolation level (idem.WithIsolation) and how long a
 // concurrent delivery of the same key waits (idem.WithClaimWait).
 func NewApplyCountIdem(db idem.DB, opts ...idem.Option) *ApplyCountIdem {
-	return &ApplyCountIdem{inbox: idem.NewInbox(db, idemApplyCountTable, idem.NoResult(ApplyCount), opts...)}
+	return &ApplyCountIdem{idem.NewInbox(db, idemApplyCountTable, idem.NoResult(ApplyCount), opts...)}
 }
 
 // Handle runs ApplyCount for msg in one transaction with the claim of its key,
 // or, when the key was processed before, returns idem.Duplicate without running
 // it. Ack the message exactly when err is nil.
 func (w *ApplyCountIdem) Handle(ctx context.Context, msg StockCounted) (idem.Outcome, error) {
-	_, outcome, err := w.inbox.Handle(ctx, msg)
+	_, outcome, err := w.Inbox.Handle(ctx, msg)
 	return outcome, err
 }
 
-// Deliver is Handle without the result: it makes ApplyCountIdem an
-// idem.Handler, the form broker adapters take (idem/rabbitmq). Ack the message
-// exactly when err is nil.
-func (w *ApplyCountIdem) Deliver(ctx context.Context, msg StockCounted) (idem.Outcome, error) {
-	return w.inbox.Deliver(ctx, msg)
-}
-
-var _ idem.Handler[StockCounted] = (*ApplyCountIdem)(nil)
-
-// HandleBatch runs ApplyCount for msgs one transaction per message (its inbox
-// has a stale-message guard or nullable key parts, which batches do not cover),
-// and returns one idem.Result per message in input order, each what Handle
-// would return for it. A key twice in msgs is processed once; when a handler
-// fails, the batch is rolled back and each message is delivered in a
-// transaction of its own. Ack each message exactly when its Err is nil.
-func (w *ApplyCountIdem) HandleBatch(ctx context.Context, msgs []StockCounted) ([]idem.Result[idem.None], error) {
-	return w.inbox.HandleBatch(ctx, msgs)
-}
-
-// DeliverBatch is HandleBatch without the results' values: it makes
-// ApplyCountIdem an idem.BatchHandler, the form in which broker adapters
-// deliver what their broker hands them at once. Ack each message exactly when
-// its Err is nil.
-func (w *ApplyCountIdem) DeliverBatch(ctx context.Context, msgs []StockCounted) []idem.Result[idem.None] {
-	return w.inbox.DeliverBatch(ctx, msgs)
-}
-
-var _ idem.BatchHandler[StockCounted] = (*ApplyCountIdem)(nil)
-
-// Purge deletes the rows of idem_inventory_count older than the retention of
-// 720h (30 days), in batches, and returns how many it deleted. Run it
-// periodically.
-func (w *ApplyCountIdem) Purge(ctx context.Context) (int64, error) {
-	return w.inbox.Purge(ctx)
-}
-
-// Maintenance returns what an idem.Janitor needs to purge idem_inventory_count
-// past its retention: pass the wrapper to idem.NewJanitor.
-func (w *ApplyCountIdem) Maintenance() idem.Maintenance {
-	return w.inbox.Maintenance()
-}
-
-var _ idem.Maintained = (*ApplyCountIdem)(nil)
+var (
+	_ idem.Handler[StockCounted]      = (*ApplyCountIdem)(nil)
+	_ idem.BatchHandler[StockCounted] = (*ApplyCountIdem)(nil)
+	_ idem.Maintained                 = (*ApplyCountIdem)(nil)
+)
 
 // idemApplyCountTable is the inbox of the consumer "inventory.count".
 var idemApplyCountTable = idem.Table[StockCounted]{
-	Consumer:  "inventory.count",
-	Name:      "idem_inventory_count",
-	KeyFields: []string{"CountID"},
-	Key:       idemApplyCountKey,
-	Order:     idemApplyCountOrder,
-	Retain:    720 * time.Hour,
-	Claim:     "WITH wait AS MATERIALIZED (SELECT set_config('lock_timeout', $3::text, true) FROM (SELECT set_config('idem.lock_timeout', current_setting('lock_timeout'), true) OFFSET 0) AS saved), claim AS (INSERT INTO idem_inventory_count (key_count_id, fingerprint) SELECT $1::uuid, $2::bytea FROM wait ON CONFLICT DO NOTHING RETURNING 1), fresh AS (INSERT INTO idem_inventory_count_versions (entity, version) SELECT $4::text, $5::bigint FROM claim ON CONFLICT (entity) DO UPDATE SET version = EXCLUDED.version, updated_at = now() WHERE idem_inventory_count_versions.version < EXCLUDED.version RETURNING set_config('lock_timeout', current_setting('idem.lock_timeout'), true)) SELECT EXISTS (SELECT FROM fresh) FROM claim",
-	Complete:  "UPDATE idem_inventory_count SET result = $2 WHERE key_count_id = $1",
-	Lookup:    "SELECT fingerprint, status, result FROM idem_inventory_count WHERE key_count_id = $1",
-	Purge:     "DELETE FROM idem_inventory_count WHERE ctid = ANY (ARRAY(SELECT ctid FROM idem_inventory_count WHERE created_at < now() - make_interval(secs => $1) ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED))",
+	Consumer:   "inventory.count",
+	Name:       "idem_inventory_count",
+	Columns:    []idem.Column{{Field: "CountID", Name: "key_count_id", Type: "uuid"}},
+	Key:        idemApplyCountKey,
+	Order:      idemApplyCountOrder,
+	Versions:   "idem_inventory_count_versions",
+	EntityType: "text",
+	Retain:     720 * time.Hour,
 }
 
 // idemApplyCountKey returns the key parts of msg in column order: CountID.

@@ -63,11 +63,19 @@ func TestReceiveGoodsIdem(t *testing.T) {
 	idemtest.Suite[idemtest.NoReceiver, CloudEvent, Level]{
 		Migrations: os.DirFS("migrations"),
 		Inbox:      "idem_inventory_goods_received",
-		New: func(_ idemtest.NoReceiver, pool *pgxpool.Pool, opts ...idem.Option) idemtest.HandleFunc[CloudEvent, Level] {
+		New: func(
+			_ idemtest.NoReceiver,
+			pool *pgxpool.Pool,
+			opts ...idem.Option,
+		) idemtest.HandleFunc[CloudEvent, Level] {
 			return NewReceiveGoodsIdem(pool, opts...).Handle
 		},
 		Fixture: receiveGoodsFixture,
-		Batch: func(_ idemtest.NoReceiver, pool *pgxpool.Pool, opts ...idem.Option) idemtest.BatchFunc[CloudEvent, Level] {
+		Batch: func(
+			_ idemtest.NoReceiver,
+			pool *pgxpool.Pool,
+			opts ...idem.Option,
+		) idemtest.BatchFunc[CloudEvent, Level] {
 			return NewReceiveGoodsIdem(pool, opts...).HandleBatch
 		},
 		Variant: func(msg CloudEvent) CloudEvent {
@@ -130,11 +138,19 @@ func TestBookReturnIdem(t *testing.T) {
 	idemtest.Suite[idemtest.NoReceiver, ReturnReceived, Level]{
 		Migrations: os.DirFS("migrations"),
 		Inbox:      "idem_inventory_return",
-		New: func(_ idemtest.NoReceiver, pool *pgxpool.Pool, opts ...idem.Option) idemtest.HandleFunc[ReturnReceived, Level] {
+		New: func(
+			_ idemtest.NoReceiver,
+			pool *pgxpool.Pool,
+			opts ...idem.Option,
+		) idemtest.HandleFunc[ReturnReceived, Level] {
 			return NewBookReturnIdem(pool, opts...).Handle
 		},
 		Fixture: bookReturnFixture,
-		Batch: func(_ idemtest.NoReceiver, pool *pgxpool.Pool, opts ...idem.Option) idemtest.BatchFunc[ReturnReceived, Level] {
+		Batch: func(
+			_ idemtest.NoReceiver,
+			pool *pgxpool.Pool,
+			opts ...idem.Option,
+		) idemtest.BatchFunc[ReturnReceived, Level] {
 			return NewBookReturnIdem(pool, opts...).HandleBatch
 		},
 		Variant: func(msg ReturnReceived) ReturnReceived {
@@ -197,11 +213,19 @@ func TestApplyCountIdem(t *testing.T) {
 	idemtest.Suite[idemtest.NoReceiver, StockCounted, idem.None]{
 		Migrations: os.DirFS("migrations"),
 		Inbox:      "idem_inventory_count",
-		New: func(_ idemtest.NoReceiver, pool *pgxpool.Pool, opts ...idem.Option) idemtest.HandleFunc[StockCounted, idem.None] {
+		New: func(
+			_ idemtest.NoReceiver,
+			pool *pgxpool.Pool,
+			opts ...idem.Option,
+		) idemtest.HandleFunc[StockCounted, idem.None] {
 			return idemtest.NoResult(NewApplyCountIdem(pool, opts...).Handle)
 		},
 		Fixture: applyCountFixture,
-		Batch: func(_ idemtest.NoReceiver, pool *pgxpool.Pool, opts ...idem.Option) idemtest.BatchFunc[StockCounted, idem.None] {
+		Batch: func(
+			_ idemtest.NoReceiver,
+			pool *pgxpool.Pool,
+			opts ...idem.Option,
+		) idemtest.BatchFunc[StockCounted, idem.None] {
 			return NewApplyCountIdem(pool, opts...).HandleBatch
 		},
 		Variant: func(msg StockCounted) StockCounted {

@@ -16,7 +16,7 @@ import (
 // versions: regenerate it with the idemgen of idem's version (go generate ./...
 // with go run github.com/idemgen/idemgen/cmd/idemgen or go tool idemgen, which
 // build the version go.mod requires).
-const _ = idem.SupportPackageIsVersion1
+const _ = idem.SupportPackageIsVersion2
 
 // NotifyChargeCompletedIdem delivers idem.Message[billing.ChargeCompleted]
 // messages to NotifyChargeCompleted at most once per key (ID) for the consumer
@@ -24,8 +24,16 @@ const _ = idem.SupportPackageIsVersion1
 // the key's row in the inbox table idem_notifications_charge_completed, and a
 // redelivered message gets the stored result back without running the handler
 // again. Build it with NewNotifyChargeCompletedIdem.
+//
+// Its methods are those of the idem.Inbox it embeds (Handle, written out below,
+// returns only the outcome and the error, the handler having no result): Handle
+// and Deliver (idem.Handler), HandleBatch and DeliverBatch (idem.BatchHandler;
+// the keys of a batch claimed in one statement, in one transaction per batch),
+// Purge (rows older than the retention of 720h (30 days)) and Maintenance
+// (idem.Maintained, for an idem.Janitor). Ack a message exactly when its error
+// is nil.
 type NotifyChargeCompletedIdem struct {
-	inbox *idem.Inbox[idem.Message[billing.ChargeCompleted], idem.None]
+	*idem.Inbox[idem.Message[billing.ChargeCompleted], idem.None]
 }
 
 // NewNotifyChargeCompletedIdem returns the idempotent wrapper of
@@ -34,78 +42,39 @@ type NotifyChargeCompletedIdem struct {
 // the isolation level (idem.WithIsolation) and how long a concurrent delivery
 // of the same key waits (idem.WithClaimWait).
 func NewNotifyChargeCompletedIdem(db idem.DB, opts ...idem.Option) *NotifyChargeCompletedIdem {
-	return &NotifyChargeCompletedIdem{inbox: idem.NewInbox(db, idemNotifyChargeCompletedTable, idem.NoResult(NotifyChargeCompleted), opts...)}
+	return &NotifyChargeCompletedIdem{idem.NewInbox(
+		db,
+		idemNotifyChargeCompletedTable,
+		idem.NoResult(NotifyChargeCompleted),
+		opts...,
+	)}
 }
 
 // Handle runs NotifyChargeCompleted for msg in one transaction with the claim
 // of its key, or, when the key was processed before, returns idem.Duplicate
 // without running it. Ack the message exactly when err is nil.
-func (w *NotifyChargeCompletedIdem) Handle(ctx context.Context, msg idem.Message[billing.ChargeCompleted]) (idem.Outcome, error) {
-	_, outcome, err := w.inbox.Handle(ctx, msg)
+func (w *NotifyChargeCompletedIdem) Handle(
+	ctx context.Context,
+	msg idem.Message[billing.ChargeCompleted],
+) (idem.Outcome, error) {
+	_, outcome, err := w.Inbox.Handle(ctx, msg)
 	return outcome, err
 }
 
-// Deliver is Handle without the result: it makes NotifyChargeCompletedIdem an
-// idem.Handler, the form broker adapters take (idem/rabbitmq). Ack the message
-// exactly when err is nil.
-func (w *NotifyChargeCompletedIdem) Deliver(ctx context.Context, msg idem.Message[billing.ChargeCompleted]) (idem.Outcome, error) {
-	return w.inbox.Deliver(ctx, msg)
-}
-
-var _ idem.Handler[idem.Message[billing.ChargeCompleted]] = (*NotifyChargeCompletedIdem)(nil)
-
-// HandleBatch runs NotifyChargeCompleted for msgs in one transaction per batch
-// (idem.WithBatchCap messages at most, 100 by default): the keys claimed in one
-// statement, the handlers run in order on that transaction, the results stored
-// with its COMMIT, and returns one idem.Result per message in input order, each
-// what Handle would return for it. A key twice in msgs is processed once; when
-// a handler fails, the batch is rolled back and each message is delivered in a
-// transaction of its own. Ack each message exactly when its Err is nil.
-func (w *NotifyChargeCompletedIdem) HandleBatch(ctx context.Context, msgs []idem.Message[billing.ChargeCompleted]) ([]idem.Result[idem.None], error) {
-	return w.inbox.HandleBatch(ctx, msgs)
-}
-
-// DeliverBatch is HandleBatch without the results' values: it makes
-// NotifyChargeCompletedIdem an idem.BatchHandler, the form in which broker
-// adapters deliver what their broker hands them at once. Ack each message
-// exactly when its Err is nil.
-func (w *NotifyChargeCompletedIdem) DeliverBatch(ctx context.Context, msgs []idem.Message[billing.ChargeCompleted]) []idem.Result[idem.None] {
-	return w.inbox.DeliverBatch(ctx, msgs)
-}
-
-var _ idem.BatchHandler[idem.Message[billing.ChargeCompleted]] = (*NotifyChargeCompletedIdem)(nil)
-
-// Purge deletes the rows of idem_notifications_charge_completed older than the
-// retention of 720h (30 days), in batches, and returns how many it deleted. Run
-// it periodically.
-func (w *NotifyChargeCompletedIdem) Purge(ctx context.Context) (int64, error) {
-	return w.inbox.Purge(ctx)
-}
-
-// Maintenance returns what an idem.Janitor needs to purge
-// idem_notifications_charge_completed past its retention: pass the wrapper to
-// idem.NewJanitor.
-func (w *NotifyChargeCompletedIdem) Maintenance() idem.Maintenance {
-	return w.inbox.Maintenance()
-}
-
-var _ idem.Maintained = (*NotifyChargeCompletedIdem)(nil)
+var (
+	_ idem.Handler[idem.Message[billing.ChargeCompleted]]      = (*NotifyChargeCompletedIdem)(nil)
+	_ idem.BatchHandler[idem.Message[billing.ChargeCompleted]] = (*NotifyChargeCompletedIdem)(nil)
+	_ idem.Maintained                                          = (*NotifyChargeCompletedIdem)(nil)
+)
 
 // idemNotifyChargeCompletedTable is the inbox of the consumer
 // "notifications.charge-completed".
 var idemNotifyChargeCompletedTable = idem.Table[idem.Message[billing.ChargeCompleted]]{
-	Consumer:      "notifications.charge-completed",
-	Name:          "idem_notifications_charge_completed",
-	KeyFields:     []string{"ID"},
-	Key:           idemNotifyChargeCompletedKey,
-	Retain:        720 * time.Hour,
-	Claim:         "WITH wait AS MATERIALIZED (SELECT set_config('lock_timeout', $3::text, true) FROM (SELECT set_config('idem.lock_timeout', current_setting('lock_timeout'), true) OFFSET 0) AS saved) INSERT INTO idem_notifications_charge_completed (key_id, fingerprint) SELECT $1::text, $2::bytea FROM wait ON CONFLICT DO NOTHING RETURNING set_config('lock_timeout', current_setting('idem.lock_timeout'), true) IS NOT NULL",
-	Complete:      "UPDATE idem_notifications_charge_completed SET result = $2 WHERE key_id = $1",
-	Lookup:        "SELECT fingerprint, status, result FROM idem_notifications_charge_completed WHERE key_id = $1",
-	Purge:         "DELETE FROM idem_notifications_charge_completed WHERE ctid = ANY (ARRAY(SELECT ctid FROM idem_notifications_charge_completed WHERE created_at < now() - make_interval(secs => $1) ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED))",
-	BatchClaim:    "WITH wait AS MATERIALIZED (SELECT set_config('lock_timeout', $3::text, true) FROM (SELECT set_config('idem.lock_timeout', current_setting('lock_timeout'), true) OFFSET 0) AS saved), m AS MATERIALIZED (SELECT * FROM unnest($1::text[], $2::bytea[]) WITH ORDINALITY AS m (k1, fp, n)), claim AS (INSERT INTO idem_notifications_charge_completed (key_id, fingerprint) SELECT m.k1, m.fp FROM wait, m ORDER BY m.k1 ON CONFLICT DO NOTHING RETURNING key_id, set_config('lock_timeout', current_setting('idem.lock_timeout'), true) AS restored) SELECT m.n FROM m JOIN claim ON claim.key_id = m.k1 WHERE claim.restored IS NOT NULL",
-	BatchLookup:   "SELECT m.n, t.fingerprint, t.status, t.result FROM unnest($1::text[]) WITH ORDINALITY AS m (k1, n) JOIN idem_notifications_charge_completed AS t ON t.key_id = m.k1",
-	BatchComplete: "UPDATE idem_notifications_charge_completed AS t SET result = m.r::json FROM unnest($1::text[], $2::text[]) AS m (k1, r) WHERE t.key_id = m.k1",
+	Consumer: "notifications.charge-completed",
+	Name:     "idem_notifications_charge_completed",
+	Columns:  []idem.Column{{Field: "ID", Name: "key_id", Type: "text"}},
+	Key:      idemNotifyChargeCompletedKey,
+	Retain:   720 * time.Hour,
 }
 
 // idemNotifyChargeCompletedKey returns the key parts of msg in column order:

@@ -65,11 +65,19 @@ func TestNotifyChargeCompletedIdem(t *testing.T) {
 	idemtest.Suite[idemtest.NoReceiver, idem.Message[billing.ChargeCompleted], idem.None]{
 		Migrations: os.DirFS("migrations"),
 		Inbox:      "idem_notifications_charge_completed",
-		New: func(_ idemtest.NoReceiver, pool *pgxpool.Pool, opts ...idem.Option) idemtest.HandleFunc[idem.Message[billing.ChargeCompleted], idem.None] {
+		New: func(
+			_ idemtest.NoReceiver,
+			pool *pgxpool.Pool,
+			opts ...idem.Option,
+		) idemtest.HandleFunc[idem.Message[billing.ChargeCompleted], idem.None] {
 			return idemtest.NoResult(NewNotifyChargeCompletedIdem(pool, opts...).Handle)
 		},
 		Fixture: notifyFixture,
-		Batch: func(_ idemtest.NoReceiver, pool *pgxpool.Pool, opts ...idem.Option) idemtest.BatchFunc[idem.Message[billing.ChargeCompleted], idem.None] {
+		Batch: func(
+			_ idemtest.NoReceiver,
+			pool *pgxpool.Pool,
+			opts ...idem.Option,
+		) idemtest.BatchFunc[idem.Message[billing.ChargeCompleted], idem.None] {
 			return NewNotifyChargeCompletedIdem(pool, opts...).HandleBatch
 		},
 		Variant: func(msg idem.Message[billing.ChargeCompleted]) idem.Message[billing.ChargeCompleted] {

@@ -3,7 +3,6 @@
 package payments
 
 import (
-	"context"
 	"time"
 
 	"github.com/idemgen/idemgen/idem"
@@ -15,7 +14,7 @@ import (
 // versions: regenerate it with the idemgen of idem's version (go generate ./...
 // with go run github.com/idemgen/idemgen/cmd/idemgen or go tool idemgen, which
 // build the version go.mod requires).
-const _ = idem.SupportPackageIsVersion1
+const _ = idem.SupportPackageIsVersion2
 
 // ChargeIdem delivers ChargeRequested messages to (*Service).Charge at most
 // once per key (OrderID) for the consumer "payments.charge", whose effect is
@@ -26,8 +25,15 @@ const _ = idem.SupportPackageIsVersion1
 // result only while the claim is still its own. A redelivered message gets the
 // stored result back without running the handler again. Build it with
 // NewChargeIdem.
+//
+// Its methods are those of the idem.ExternalInbox it embeds: Handle and Deliver
+// (idem.Handler), Purge (rows that are not running and older than the retention
+// of 720h (30 days); the provider must keep idempotency keys at least as long),
+// Sweep (releases the claims whose lease expired, their worker gone, and
+// reports the stuck ones) and Maintenance (idem.Maintained, for an
+// idem.Janitor). Ack a message exactly when its error is nil.
 type ChargeIdem struct {
-	inbox *idem.ExternalInbox[ChargeRequested, Receipt]
+	*idem.ExternalInbox[ChargeRequested, Receipt]
 }
 
 // NewChargeIdem returns the idempotent wrapper of (*Service).Charge. db must
@@ -35,73 +41,23 @@ type ChargeIdem struct {
 // (idem.WithLease, instead of the directive's 30s) and the attempts above which
 // Sweep reports a claim as stuck (idem.WithStuckAttempts).
 func NewChargeIdem(db idem.DB, s *Service, opts ...idem.Option) *ChargeIdem {
-	return &ChargeIdem{inbox: idem.NewExternalInbox(db, idemChargeTable, s.Charge, opts...)}
+	return &ChargeIdem{idem.NewExternalInbox(db, idemChargeTable, s.Charge, opts...)}
 }
 
-// Handle claims the key of msg, runs Charge with idem.KeyFrom(ctx) as the
-// idempotency key to pass to the provider, extends the claim every third of its
-// lease while the handler runs (cancelling ctx with idem.ErrClaimLost once the
-// claim is lost), and records the key done; when the key was processed before,
-// it returns the stored result as idem.Duplicate without running the handler. A
-// live claim of another worker is idem.ErrInProgress at once; a handler error
-// releases the claim for the retry; a claim lost while the handler ran is
-// idem.ErrClaimLost, its result discarded. Ack the message exactly when err is
-// nil.
-func (w *ChargeIdem) Handle(ctx context.Context, msg ChargeRequested) (Receipt, idem.Outcome, error) {
-	return w.inbox.Handle(ctx, msg)
-}
-
-// Deliver is Handle without the result: it makes ChargeIdem an idem.Handler,
-// the form broker adapters take (idem/rabbitmq). Ack the message exactly when
-// err is nil.
-func (w *ChargeIdem) Deliver(ctx context.Context, msg ChargeRequested) (idem.Outcome, error) {
-	return w.inbox.Deliver(ctx, msg)
-}
-
-var _ idem.Handler[ChargeRequested] = (*ChargeIdem)(nil)
-
-// Purge deletes the rows of idem_payments_charge that are not running and older
-// than the retention of 720h (30 days), in batches, and returns how many it
-// deleted. Run it periodically; the provider must keep idempotency keys at
-// least as long.
-func (w *ChargeIdem) Purge(ctx context.Context) (int64, error) {
-	return w.inbox.Purge(ctx)
-}
-
-// Sweep releases the claims of idem_payments_charge whose lease expired, their
-// worker gone (attempts + 1, so that a job that keeps dying shows its attempts
-// climbing), and reports the claims above the stuck threshold
-// (idem.WithStuckAttempts). Run it periodically.
-func (w *ChargeIdem) Sweep(ctx context.Context) (idem.SweepReport, error) {
-	return w.inbox.Sweep(ctx)
-}
-
-// Maintenance returns what an idem.Janitor needs to purge idem_payments_charge
-// past its retention and reset its expired claims: pass the wrapper to
-// idem.NewJanitor.
-func (w *ChargeIdem) Maintenance() idem.Maintenance {
-	return w.inbox.Maintenance()
-}
-
-var _ idem.Maintained = (*ChargeIdem)(nil)
+var (
+	_ idem.Handler[ChargeRequested] = (*ChargeIdem)(nil)
+	_ idem.Maintained               = (*ChargeIdem)(nil)
+)
 
 // idemChargeTable is the claims table of the consumer "payments.charge"
 // (mode=external, lease 30s).
 var idemChargeTable = idem.ExternalTable[ChargeRequested]{
-	Consumer:  "payments.charge",
-	Name:      "idem_payments_charge",
-	KeyFields: []string{"OrderID"},
-	Key:       idemChargeKey,
-	Retain:    720 * time.Hour,
-	Lease:     30 * time.Second,
-	Claim:     "INSERT INTO idem_payments_charge AS t (idem_key, key_order_id, fingerprint, status, fence, attempts, lease_until) VALUES ($1, $2::text, $3::bytea, 'running', 1, 1, now() + make_interval(secs => $4::float8)) ON CONFLICT (idem_key) DO UPDATE SET status = 'running', fence = t.fence + 1, attempts = t.attempts + CASE WHEN t.status = 'running' THEN 1 ELSE 0 END, lease_until = EXCLUDED.lease_until, updated_at = now() WHERE t.fingerprint = EXCLUDED.fingerprint AND (t.status = 'released' OR (t.status = 'running' AND t.lease_until < now())) RETURNING t.fence, t.attempts",
-	Lookup:    "SELECT fingerprint, status, result, coalesce(lease_until > now(), false) AS live FROM idem_payments_charge WHERE idem_key = $1",
-	Heartbeat: "UPDATE idem_payments_charge SET lease_until = now() + make_interval(secs => $3::float8), updated_at = now() WHERE idem_key = $1 AND fence = $2 AND status = 'running'",
-	Complete:  "UPDATE idem_payments_charge SET status = 'done', result = $3, lease_until = NULL, done_at = now(), updated_at = now() WHERE idem_key = $1 AND fence = $2 AND status = 'running'",
-	Release:   "UPDATE idem_payments_charge SET status = 'released', attempts = attempts + 1, lease_until = NULL, updated_at = now() WHERE idem_key = $1 AND fence = $2 AND status = 'running'",
-	Sweep:     "UPDATE idem_payments_charge SET status = 'released', fence = fence + 1, attempts = attempts + 1, lease_until = NULL, updated_at = now() WHERE idem_key IN (SELECT idem_key FROM idem_payments_charge WHERE status = 'running' AND lease_until < now() ORDER BY lease_until LIMIT $1 FOR UPDATE SKIP LOCKED) AND status = 'running' AND lease_until < now() RETURNING idem_key, attempts",
-	Stuck:     "SELECT idem_key, status, attempts, updated_at FROM idem_payments_charge WHERE status <> 'done' AND attempts > $1 ORDER BY attempts DESC, idem_key LIMIT $2",
-	Purge:     "DELETE FROM idem_payments_charge WHERE ctid = ANY (ARRAY(SELECT ctid FROM idem_payments_charge WHERE status <> 'running' AND created_at < now() - make_interval(secs => $1) ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED))",
+	Consumer: "payments.charge",
+	Name:     "idem_payments_charge",
+	Columns:  []idem.Column{{Field: "OrderID", Name: "key_order_id", Type: "text"}},
+	Key:      idemChargeKey,
+	Retain:   720 * time.Hour,
+	Lease:    30 * time.Second,
 }
 
 // idemChargeKey returns the key parts of msg in column order: OrderID.

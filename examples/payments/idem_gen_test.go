@@ -56,7 +56,11 @@ func TestChargeIdem(t *testing.T) {
 		Migrations: os.DirFS("migrations"),
 		Inbox:      "idem_payments_charge",
 		Lease:      30 * time.Second,
-		New: func(s *Service, pool *pgxpool.Pool, opts ...idem.Option) idemtest.HandleFunc[ChargeRequested, Receipt] {
+		New: func(
+			s *Service,
+			pool *pgxpool.Pool,
+			opts ...idem.Option,
+		) idemtest.HandleFunc[ChargeRequested, Receipt] {
 			return NewChargeIdem(pool, s, opts...).Handle
 		},
 		Fixture: chargeFixture,

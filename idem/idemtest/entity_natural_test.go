@@ -44,19 +44,15 @@ ALTER TABLE orders DROP COLUMN idem_fingerprint;
 }
 
 var orderTable = idem.EntityTable[order]{
-	Consumer:  "test.order",
-	Name:      "orders",
-	Columns:   []string{"id"},
-	KeyFields: []string{"ID"},
+	Consumer: "test.order",
+	Name:     "orders",
+	Columns:  []idem.Column{{Field: "ID", Name: "id", Type: "text"}},
 	Key: func(msg order) ([]any, error) {
 		if err := idem.CheckString("ID", msg.ID); err != nil {
 			return nil, err
 		}
 		return []any{msg.ID}, nil
 	},
-	Lookup: "SELECT idem_fingerprint FROM orders WHERE id = $1::text",
-	Check: "SELECT CASE WHEN EXISTS (SELECT FROM orders WHERE id = $1::text AND idem_fingerprint = decode(nullif(current_setting('idem.fingerprint', true), ''), 'hex')) " +
-		"THEN true ELSE ('" + idem.MarkerCheckMessage + "' || coalesce(current_setting('idem.fingerprint', true), ''))::boolean END",
 }
 
 func placeOrder(ctx context.Context, tx pgx.Tx, msg order) (placed, error) {
@@ -152,7 +148,8 @@ func TestEntityHandlerWithoutRow(t *testing.T) {
 func TestEntityNoConstraint(t *testing.T) {
 	db := idemtest.New(t, entityMigrations)
 	table := orderTable
-	table.Columns = []string{"id", "customer"}
+	table.Columns = []idem.Column{{Field: "ID", Name: "id", Type: "text"}, {Field: "Customer", Name: "customer", Type: "text"}}
+	table.Key = func(msg order) ([]any, error) { return []any{msg.ID, msg.Customer}, nil }
 	in := idem.NewEntityInbox(db.Pool, table, placeOrder, readOrder)
 	msg := order{ID: "o-1", Customer: "c", Amount: 1}
 	if _, o, err := in.Handle(context.Background(), msg); err != nil || o != idem.Processed {

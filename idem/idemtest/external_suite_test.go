@@ -12,6 +12,7 @@ import (
 
 	"github.com/idemgen/idemgen/idem"
 	"github.com/idemgen/idemgen/idem/idemtest"
+	"github.com/idemgen/idemgen/idem/internal/sqlhook"
 )
 
 // The external scenarios must be able to fail too: the real
@@ -71,25 +72,40 @@ func notifyOnly(_ *payoutService, pool *pgxpool.Pool, opts ...idem.Option) idemt
 }
 
 // buildWith returns a builder of the real ExternalInbox on a table whose
-// statements edit changed, each replacement required to apply.
-func buildWith(t testing.TB, edit func(*idem.ExternalTable[payout]) error) func(*payoutService, *pgxpool.Pool, ...idem.Option) idemtest.HandleFunc[payout, paid] {
+// statements edit changes (nil: none). The runtime builds the statements
+// when the inbox is constructed; edit gets each one (by its name: claim,
+// heartbeat, complete, ...) through sqlhook, for a consumer name of this
+// table alone, so that no other test's inbox sees the edit. Each
+// replacement edit makes must apply.
+func buildWith(t testing.TB, name string, edit map[string]func(sql string) (string, error)) func(*payoutService, *pgxpool.Pool, ...idem.Option) idemtest.HandleFunc[payout, paid] {
 	table := payoutTable
 	if edit != nil {
-		if err := edit(&table); err != nil {
-			t.Fatal(err)
-		}
+		table.Consumer += "." + name
+		t.Cleanup(sqlhook.Set(table.Consumer, func(stmt, sql string) string {
+			f, ok := edit[stmt]
+			if !ok {
+				return sql
+			}
+			edited, err := f(sql)
+			if err != nil {
+				t.Error(err)
+			}
+			return edited
+		}))
 	}
 	return func(s *payoutService, pool *pgxpool.Pool, opts ...idem.Option) idemtest.HandleFunc[payout, paid] {
 		return idem.NewExternalInbox(pool, table, s.Pay, opts...).Handle
 	}
 }
 
-func replace(stmt *string, old, new string) error {
-	if !strings.Contains(*stmt, old) {
-		return fmt.Errorf("the statement %q has no %q to break", *stmt, old)
+// replace returns an edit that replaces old with new in a statement.
+func replace(old, new string) func(string) (string, error) {
+	return func(sql string) (string, error) {
+		if !strings.Contains(sql, old) {
+			return sql, fmt.Errorf("the statement %q has no %q to break", sql, old)
+		}
+		return strings.ReplaceAll(sql, old, new), nil
 	}
-	*stmt = strings.ReplaceAll(*stmt, old, new)
-	return nil
 }
 
 func externalSuite(build func(*payoutService, *pgxpool.Pool, ...idem.Option) idemtest.HandleFunc[payout, paid], fixture func(testing.TB, *idemtest.Provider) idemtest.ExternalFixture[*payoutService, payout]) idemtest.ExternalSuite[*payoutService, payout, paid] {
@@ -109,7 +125,7 @@ func externalSuite(build func(*payoutService, *pgxpool.Pool, ...idem.Option) ide
 // TestExternalSuiteRun runs the scenarios against the real
 // idem.ExternalInbox, as the generated test of a mode=external handler does.
 func TestExternalSuiteRun(t *testing.T) {
-	externalSuite(buildWith(t, nil), payoutFixture).Run(t)
+	externalSuite(buildWith(t, "", nil), payoutFixture).Run(t)
 }
 
 // TestExternalSuiteRunDefaultFixture runs them for a handler that never
@@ -124,36 +140,35 @@ func TestExternalSuiteCatchesBrokenWrappers(t *testing.T) {
 	idemtest.DatabaseURL(t)
 	cases := []struct {
 		name     string
-		edit     func(*idem.ExternalTable[payout]) error
+		edit     map[string]func(string) (string, error)
 		caughtBy []string
 	}{
 		{"idem.NewExternalInbox", nil, nil},
 		// The heartbeat touches the row but never renews the lease nor
 		// checks the fence: the claim runs out under a long run, and a
 		// stolen claim goes unnoticed.
-		{"never_heartbeats", func(x *idem.ExternalTable[payout]) error {
-			x.Heartbeat = `UPDATE idem_test_payout SET updated_at = now() WHERE idem_key = $1 AND $2::bigint IS NOT NULL AND $3::float8 IS NOT NULL`
-			return nil
-		}, []string{idemtest.ScenarioExternalHeartbeat, idemtest.ScenarioExternalClaimLost}},
+		{"never_heartbeats", map[string]func(string) (string, error){"heartbeat": func(string) (string, error) {
+			return `UPDATE idem_test_payout SET updated_at = now() WHERE idem_key = $1 AND $2::bigint IS NOT NULL AND $3::float8 IS NOT NULL`, nil
+		}}, []string{idemtest.ScenarioExternalHeartbeat, idemtest.ScenarioExternalClaimLost}},
 		// done is written without the fence: a worker that lost its claim
 		// overwrites the row.
-		{"completes_without_fence", func(x *idem.ExternalTable[payout]) error {
-			return replace(&x.Complete, "fence = $2::bigint", "$2::bigint IS NOT NULL")
+		{"completes_without_fence", map[string]func(string) (string, error){
+			"complete": replace("fence = $2", "$2::bigint IS NOT NULL"),
 		}, []string{idemtest.ScenarioExternalClaimLost}},
 		// The claim takes over running rows whose lease is live.
-		{"claims_live_leases", func(x *idem.ExternalTable[payout]) error {
-			return replace(&x.Claim, "r.status = 'running' AND r.lease_until < now()", "r.status = 'running'")
+		{"claims_live_leases", map[string]func(string) (string, error){
+			"claim": replace("t.status = 'running' AND t.lease_until < now()", "t.status = 'running'"),
 		}, []string{idemtest.ScenarioExternalConcurrent, idemtest.ScenarioExternalHeartbeat}},
 		// The claim never takes over an expired claim: a dead worker's key
 		// is stuck until the sweeper comes.
-		{"never_takes_over", func(x *idem.ExternalTable[payout]) error {
-			return replace(&x.Claim, " OR (r.status = 'running' AND r.lease_until < now())", "")
+		{"never_takes_over", map[string]func(string) (string, error){
+			"claim": replace(" OR (t.status = 'running' AND t.lease_until < now())", ""),
 		}, []string{idemtest.ScenarioExternalTakeover}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			var caught []string
-			for _, sc := range externalSuite(buildWith(t, c.edit), payoutFixture).Scenarios() {
+			for _, sc := range externalSuite(buildWith(t, c.name, c.edit), payoutFixture).Scenarios() {
 				rec := runRecorded(t, sc)
 				switch {
 				case rec.skipped:

@@ -116,7 +116,7 @@ func publishingSuite(t testing.TB, build func(idemtest.NoReceiver, *pgxpool.Pool
 // newPublishingBatch is the real publishing inbox's HandleBatch, with the
 // batch statements.
 func newPublishingBatch(_ idemtest.NoReceiver, pool *pgxpool.Pool, opts ...idem.Option) idemtest.BatchFunc[transfer, receipt] {
-	return idem.NewPublishingInbox(pool, batchTransferTable, postAndPublish, opts...).HandleBatch
+	return idem.NewPublishingInbox(pool, transferTable, postAndPublish, opts...).HandleBatch
 }
 
 // TestSuiteRunPublishing runs the scenarios with the outbox checks against

@@ -111,9 +111,9 @@ func fixture(t testing.TB, db *idemtest.DB) idemtest.Fixture[idemtest.NoReceiver
 // declare.
 
 var transferTable = idem.Table[transfer]{
-	Consumer:  "test.transfer",
-	Name:      "inbox_transfer",
-	KeyFields: []string{"ID"},
+	Consumer: "test.transfer",
+	Name:     "inbox_transfer",
+	Columns:  []idem.Column{{Field: "ID", Name: "key_id", Type: "text"}},
 	Key: func(msg transfer) ([]any, error) {
 		if err := idem.CheckString("ID", msg.ID); err != nil {
 			return nil, err
@@ -121,36 +121,14 @@ var transferTable = idem.Table[transfer]{
 		return []any{msg.ID}, nil
 	},
 	Retain: time.Hour,
-	Claim: `WITH wait AS MATERIALIZED (SELECT set_config('lock_timeout', $3::text, true)
-		FROM (SELECT set_config('idem.lock_timeout', current_setting('lock_timeout'), true) OFFSET 0) AS saved)
-		INSERT INTO inbox_transfer (key_id, fingerprint) SELECT $1::text, $2::bytea FROM wait
-		ON CONFLICT DO NOTHING
-		RETURNING set_config('lock_timeout', current_setting('idem.lock_timeout'), true) IS NOT NULL`,
-	Complete: `UPDATE inbox_transfer SET result = $2 WHERE key_id = $1`,
-	Lookup:   `SELECT fingerprint, status, result FROM inbox_transfer WHERE key_id = $1`,
-	Purge:    `DELETE FROM inbox_transfer WHERE created_at < now() - make_interval(secs => $1) AND $2 > 0`,
 }
 
 func newInbox(_ idemtest.NoReceiver, pool *pgxpool.Pool, opts ...idem.Option) idemtest.HandleFunc[transfer, receipt] {
 	return idem.NewInbox(pool, transferTable, post, opts...).Handle
 }
 
-// batchTransferTable is transferTable with the batch statements idemgen
-// renders for a text key and a json result.
-var batchTransferTable = func() idem.Table[transfer] {
-	t := transferTable
-	t.BatchClaim = "WITH wait AS MATERIALIZED (SELECT set_config('lock_timeout', $3::text, true) FROM (SELECT set_config('idem.lock_timeout', current_setting('lock_timeout'), true) OFFSET 0) AS saved), " +
-		"m AS MATERIALIZED (SELECT * FROM unnest($1::text[], $2::bytea[]) WITH ORDINALITY AS m (k1, fp, n)), " +
-		"claim AS (INSERT INTO inbox_transfer (key_id, fingerprint) SELECT m.k1, m.fp FROM wait, m ORDER BY m.k1 ON CONFLICT DO NOTHING " +
-		"RETURNING key_id, set_config('lock_timeout', current_setting('idem.lock_timeout'), true) AS restored) " +
-		"SELECT m.n FROM m JOIN claim ON claim.key_id = m.k1 WHERE claim.restored IS NOT NULL"
-	t.BatchLookup = "SELECT m.n, t.fingerprint, t.status, t.result FROM unnest($1::text[]) WITH ORDINALITY AS m (k1, n) JOIN inbox_transfer AS t ON t.key_id = m.k1"
-	t.BatchComplete = "UPDATE inbox_transfer AS t SET result = m.r::json FROM unnest($1::text[], $2::text[]) AS m (k1, r) WHERE t.key_id = m.k1"
-	return t
-}()
-
 func newInboxBatch(_ idemtest.NoReceiver, pool *pgxpool.Pool, opts ...idem.Option) idemtest.BatchFunc[transfer, receipt] {
-	return idem.NewInbox(pool, batchTransferTable, post, opts...).HandleBatch
+	return idem.NewInbox(pool, transferTable, post, opts...).HandleBatch
 }
 
 // batchWithoutInbox is a broken batch: it runs every message of the batch in
@@ -193,7 +171,7 @@ func batchWithoutInbox(_ idemtest.NoReceiver, pool *pgxpool.Pool, _ ...idem.Opti
 func batchCommitsBeforeHook(_ idemtest.NoReceiver, pool *pgxpool.Pool, opts ...idem.Option) idemtest.BatchFunc[transfer, receipt] {
 	// The hook the scenario passed is replaced by one that does nothing;
 	// the scenario's hook runs after the commit, through the context.
-	in := idem.NewInbox(pool, batchTransferTable, post, append(opts, idem.WithBeforeCommit(func(context.Context, pgx.Tx) error { return nil }))...)
+	in := idem.NewInbox(pool, transferTable, post, append(opts, idem.WithBeforeCommit(func(context.Context, pgx.Tx) error { return nil }))...)
 	return func(ctx context.Context, msgs []transfer) ([]idem.Result[receipt], error) {
 		results, err := in.HandleBatch(ctx, msgs)
 		if err != nil {

@@ -16,10 +16,12 @@ import (
 	"sync"
 	"testing"
 	"testing/fstest"
+	"unicode/utf8"
 
 	"golang.org/x/tools/txtar"
 
 	"github.com/idemgen/idemgen/idem/idemtest"
+	"github.com/idemgen/idemgen/internal/emit/gocode"
 	"github.com/idemgen/idemgen/internal/testmodule"
 	"github.com/idemgen/idemgen/migrations"
 )
@@ -234,6 +236,7 @@ func runCase(t *testing.T, file, dir string) (ok, goTest bool) {
 			rerun(t, r, dir, args)
 		}
 	}
+	checkWidth(t, got)
 	if *update {
 		rewrite(t, file, archive, got, deleted)
 		return code == 0, goTest
@@ -385,4 +388,21 @@ func goldenModule(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return root
+}
+
+// checkWidth fails for a generated Go file (idem_gen.go, idem_gen_test.go)
+// with a line longer than gocode.Width columns (a tab counted as one, as
+// awk's length counts it): generated code is read in review.
+func checkWidth(t *testing.T, got map[string][]byte) {
+	t.Helper()
+	for name, data := range got {
+		if !strings.Contains(name, "idem_gen") || !strings.HasSuffix(name, ".go") {
+			continue
+		}
+		for i, line := range strings.Split(string(data), "\n") {
+			if n := utf8.RuneCountInString(line); n > gocode.Width {
+				t.Errorf("%s:%d is %d columns, more than %d: %s", strings.TrimPrefix(name, "want:"), i+1, n, gocode.Width, line)
+			}
+		}
+	}
 }

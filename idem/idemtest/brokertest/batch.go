@@ -61,19 +61,12 @@ func (b *BatchRecorder) Snapshot() (sizes []int, singles int, results []Delivery
 	return append([]int(nil), b.sizes...), b.singles, append([]Delivery(nil), b.results...)
 }
 
-// Batched is the charge consumer with the batch statements idemgen
-// renders for its text key and json result, so that the inbox runs a
-// DeliverBatch in one transaction (brokertest's table has none, and runs a
-// batch as one transaction per message).
+// Batched is the charge consumer whose inbox runs a DeliverBatch in one
+// transaction (idem.WithBatchCap's default); the consumer NewCharges
+// declares runs it as one transaction per message (a cap of 1), so that each
+// message of a batch commits or fails on its own.
 func (c Charges) Batched() Charges {
-	name := c.Table.Name
-	c.Table.BatchClaim = "WITH wait AS MATERIALIZED (SELECT set_config('lock_timeout', $3::text, true) FROM (SELECT set_config('idem.lock_timeout', current_setting('lock_timeout'), true) OFFSET 0) AS saved), " +
-		"m AS MATERIALIZED (SELECT * FROM unnest($1::text[], $2::bytea[]) WITH ORDINALITY AS m (k1, fp, n)), " +
-		"claim AS (INSERT INTO " + name + " (key_id, fingerprint) SELECT m.k1, m.fp FROM wait, m ORDER BY m.k1 ON CONFLICT DO NOTHING " +
-		"RETURNING key_id, set_config('lock_timeout', current_setting('idem.lock_timeout'), true) AS restored) " +
-		"SELECT m.n FROM m JOIN claim ON claim.key_id = m.k1 WHERE claim.restored IS NOT NULL"
-	c.Table.BatchLookup = "SELECT m.n, t.fingerprint, t.status, t.result FROM unnest($1::text[]) WITH ORDINALITY AS m (k1, n) JOIN " + name + " AS t ON t.key_id = m.k1"
-	c.Table.BatchComplete = "UPDATE " + name + " AS t SET result = m.r::json FROM unnest($1::text[], $2::text[]) AS m (k1, r) WHERE t.key_id = m.k1"
+	c.batched = true
 	return c
 }
 

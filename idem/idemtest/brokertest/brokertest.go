@@ -53,6 +53,9 @@ DROP TABLE charged;
 type Charges struct {
 	Table     idem.Table[idem.Message[Order]]
 	migration string
+	// batched: the inbox runs a DeliverBatch in one transaction (see
+	// Batched); else in one transaction per message.
+	batched bool
 }
 
 // NewCharges declares the charge consumer of one adapter's tests.
@@ -64,6 +67,10 @@ func NewCharges(consumer, table string) Charges {
 // Inbox is the inbox of the charge handler; fail, when not nil, runs first in
 // the handler's transaction and may fail it.
 func (c Charges) Inbox(pool *pgxpool.Pool, fail func(msg idem.Message[Order]) error) *idem.Inbox[idem.Message[Order], ChargeResult] {
+	var opts []idem.Option
+	if !c.batched {
+		opts = append(opts, idem.WithBatchCap(1))
+	}
 	return idem.NewInbox(pool, c.Table, func(ctx context.Context, tx pgx.Tx, msg idem.Message[Order]) (ChargeResult, error) {
 		if fail != nil {
 			if err := fail(msg); err != nil {
@@ -73,7 +80,7 @@ func (c Charges) Inbox(pool *pgxpool.Pool, fail func(msg idem.Message[Order]) er
 		_, err := tx.Exec(ctx, `INSERT INTO charged (order_id, n, amount) VALUES ($1, 1, $2)
 			ON CONFLICT (order_id) DO UPDATE SET n = charged.n + 1`, msg.Body.OrderID, msg.Body.Amount)
 		return ChargeResult{Charged: msg.Body.Amount}, err
-	})
+	}, opts...)
 }
 
 // Database is a fresh schema with the outbox chain, the charge inbox and the

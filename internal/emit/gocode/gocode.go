@@ -6,6 +6,7 @@ package gocode
 import (
 	"bytes"
 	"fmt"
+	"path"
 	"strings"
 	"time"
 
@@ -24,8 +25,8 @@ const (
 
 // RuntimeContract is the constant of the idem package that names the
 // runtime contract the emitted code is written for (see
-// idem.SupportPackageIsVersion1): bump it together with the runtime's.
-const RuntimeContract = "SupportPackageIsVersion1"
+// idem.SupportPackageIsVersion2): bump it together with the runtime's.
+const RuntimeContract = "SupportPackageIsVersion2"
 
 // Contract writes the line that makes code generated for another runtime
 // contract than idem's fail to compile, with what to do about it right
@@ -297,4 +298,57 @@ func DurationText(d time.Duration) string {
 		return fmt.Sprintf("%dm", int(d/time.Minute))
 	}
 	return d.String()
+}
+
+// Width is the longest line of a generated Go file, in columns (a tab
+// counts as one, as awk's length does).
+const Width = 100
+
+// Fit returns what build makes of a list on one line when that is not Long,
+// indent tabs in, and otherwise what it makes of the list one item a line.
+// build spells the code with Items(multi, ...) where the list goes: a call's
+// arguments, a literal's elements.
+func (e Emitter) Fit(indent int, build func(multi bool) jen.Code) jen.Code {
+	if single := build(false); !e.Long(indent, single) {
+		return single
+	}
+	return build(true)
+}
+
+// Long reports whether the first line of code, rendered indent tabs in in
+// the file of e's package, is longer than Width columns.
+func (e Emitter) Long(indent int, code jen.Code) bool {
+	line := firstLine(code)
+	// Rendered outside a file, the package's own names are qualified.
+	for _, name := range []string{e.Pkg.Name, path.Base(e.Pkg.Path)} {
+		line = strings.ReplaceAll(line, name+".", "")
+	}
+	return indent+len(line) > Width
+}
+
+// Items lays out the items of a list (for Params, Call, Values): as they
+// are, or with multi one a line, each ending with its comma.
+func Items(multi bool, items ...jen.Code) []jen.Code {
+	if !multi {
+		return items
+	}
+	out := make([]jen.Code, 0, len(items)+1)
+	for _, it := range items {
+		out = append(out, jen.Line().Add(it))
+	}
+	return append(out, jen.Line())
+}
+
+// firstLine renders code, a declaration, or else a statement or expression
+// (rendered in a function's body, whose gofmt it must pass), and returns
+// its first line.
+func firstLine(code jen.Code) string {
+	s := fmt.Sprintf("%#v", code)
+	if strings.HasPrefix(s, "%!") {
+		s = fmt.Sprintf("%#v", jen.Func().Id("_").Params().Block(code))
+		_, s, _ = strings.Cut(s, "{\n")
+		s = strings.TrimPrefix(s, "\t")
+	}
+	line, _, _ := strings.Cut(s, "\n")
+	return line
 }

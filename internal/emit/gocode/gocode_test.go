@@ -1,8 +1,14 @@
 package gocode
 
 import (
+	"fmt"
 	"go/format"
+	"strings"
 	"testing"
+
+	"github.com/dave/jennifer/jen"
+
+	"github.com/idemgen/idemgen/internal/model"
 )
 
 func TestGroupImports(t *testing.T) {
@@ -27,5 +33,33 @@ func TestGroupImports(t *testing.T) {
 		if formatted, err := format.Source([]byte(got)); err != nil || string(formatted) != got {
 			t.Errorf("not gofmt-ed: %q (%v)", got, err)
 		}
+	}
+}
+
+// TestFit: a call whose line fits stays on it; one that does not goes one
+// argument a line. The package's own names count unqualified, as the file
+// writes them, and a statement is measured as a function body holds it.
+func TestFit(t *testing.T) {
+	e := Emitter{Pkg: model.Package{Name: "billing", Path: "example.com/billing"}}
+	call := func(n int) func(multi bool) jen.Code {
+		return func(multi bool) jen.Code {
+			var args []jen.Code
+			for i := range n {
+				args = append(args, jen.Qual("example.com/billing", fmt.Sprintf("Argument%02d", i)))
+			}
+			return jen.Return(jen.Qual(IdemPkg, "NewInbox").Call(Items(multi, args...)...))
+		}
+	}
+	short := fmt.Sprintf("%#v", e.Fit(1, call(2)))
+	if short != "return idem.NewInbox(billing.Argument00, billing.Argument01)" {
+		t.Errorf("two arguments: %q, want them on one line", short)
+	}
+	// A tab, "return idem.NewInbox(", 7 x "ArgumentNN" with ", " between, ")": 105 columns.
+	long := fmt.Sprintf("%#v", e.Fit(1, call(7)))
+	if strings.Count(long, "\n") != 8 {
+		t.Errorf("seven arguments:\n%s\nwant one a line", long)
+	}
+	if !e.Long(0, jen.Id(strings.Repeat("x", Width+1))) || e.Long(0, jen.Id(strings.Repeat("x", Width))) {
+		t.Errorf("Long disagrees with Width %d", Width)
 	}
 }

@@ -75,7 +75,8 @@ func (e emitter) externalDoc() string {
 		d.para(fmt.Sprintf("The provider's keys and effects are not checked: the handler runs with its zero receiver. A fixture wires the scenario's idemtest.Provider, "+
 			"a double that deduplicates by idempotency key, into the receiver and chooses the message (see idemtest.ExternalFixture): "+
 			"declare it in a _test.go file of package %s,", e.Pkg.Name))
-		d.code(fmt.Sprintf("func %s(t testing.TB, p *idemtest.Provider) idemtest.ExternalFixture[%s, %s]", fixtureName(h.Func), e.recvText(), gocode.TypeText(h.Msg, e.Pkg.Path)))
+		d.code(signature(fixtureName(h.Func), []string{"t testing.TB", "p *idemtest.Provider"},
+			fmt.Sprintf("idemtest.ExternalFixture[%s, %s]", e.recvText(), gocode.TypeText(h.Msg, e.Pkg.Path))))
 		d.para(fmt.Sprintf("and add fixture=%s to the //idem:handler directive of %s.", fixtureName(h.Func), h.Func))
 	}
 	d.para("Without IDEMGEN_TEST_DATABASE_URL (DATABASE_URL is never used) the test is skipped, and with IDEMGEN_REQUIRE_DB set it fails instead; " +

@@ -98,11 +98,21 @@ func (e emitter) newFunc() jen.Code {
 	if h.Result == nil {
 		handle = jen.Qual(gocode.IdemtestPkg, "NoResult").Call(handle)
 	}
-	return jen.Func().Params(
+	return e.funcLit([]jen.Code{
 		recvParam,
 		jen.Id("pool").Op("*").Qual(gocode.PgxpoolPkg, "Pool"),
 		jen.Id("opts").Op("...").Qual(gocode.IdemPkg, "Option"),
-	).Qual(gocode.IdemtestPkg, "HandleFunc").Types(gocode.Type(h.Msg), e.resultType()).Block(jen.Return(handle))
+	}, jen.Qual(gocode.IdemtestPkg, "HandleFunc").Types(gocode.Type(h.Msg), e.resultType()), jen.Return(handle))
+}
+
+// funcLit is a function literal in a field of the suite's literal (two tabs
+// in, after a field name of up to 8 bytes): its parameters on the line of
+// func when they fit, else one a line.
+func (e emitter) funcLit(params []jen.Code, result jen.Code, body ...jen.Code) jen.Code {
+	sig := func(multi bool) *jen.Statement {
+		return jen.Func().Params(gocode.Items(multi, params...)...).Add(result)
+	}
+	return sig(e.Long(len("\t\tFixture: {"), sig(false))).Block(body...)
 }
 
 // batchFunc builds the wrapper's HandleBatch on the scenario's pool, as
@@ -119,12 +129,12 @@ func (e emitter) batchFunc() jen.Code {
 		recvParam = jen.Id("_").Add(e.recvType())
 	}
 	args = append(args, jen.Id("opts").Op("..."))
-	return jen.Func().Params(
+	return e.funcLit([]jen.Code{
 		recvParam,
 		jen.Id("pool").Op("*").Qual(gocode.PgxpoolPkg, "Pool"),
 		jen.Id("opts").Op("...").Qual(gocode.IdemPkg, "Option"),
-	).Qual(gocode.IdemtestPkg, "BatchFunc").Types(gocode.Type(h.Msg), e.resultType()).
-		Block(jen.Return(jen.Id(e.N.Constructor).Call(args...).Dot("HandleBatch")))
+	}, jen.Qual(gocode.IdemtestPkg, "BatchFunc").Types(gocode.Type(h.Msg), e.resultType()),
+		jen.Return(jen.Id(e.N.Constructor).Call(args...).Dot("HandleBatch")))
 }
 
 // fixture is the fixture= function, or else a function that builds a
@@ -168,7 +178,12 @@ func (e emitter) fixture() jen.Code {
 		case k.Null != nil:
 			// Its zero value is NULL: the tests prove the key with a NULL
 			// part, the case a plain unique index gets wrong.
-			body = append(body, jen.Comment(k.Path+" stays NULL: the scenarios prove the key with a NULL part."))
+			text := k.Path + " stays NULL: the scenarios prove the key with a NULL part."
+			if len("\t\t\t// "+text) <= gocode.Width {
+				body = append(body, jen.Comment(text))
+			} else {
+				body = append(body, jen.Comment(k.Path+" stays NULL: the scenarios prove the key"), jen.Comment("with a NULL part."))
+			}
 		default:
 			unique := map[model.KeyKind]string{model.KeyString: "UniqueString", model.KeyInt: "UniqueInt", model.KeyUUID: "UniqueUUID"}[k.Kind]
 			body = append(body, jen.Id(expr).Op("=").Qual(gocode.IdemtestPkg, unique).Types(gocode.Type(k.Type)).Call())
@@ -200,10 +215,10 @@ func (e emitter) fixture() jen.Code {
 	}
 	values = append(values, jen.Line().Id("Message").Op(":").Id("msg"), jen.Line())
 	body = append(body, jen.Return(fixtureType().Values(values...)))
-	return jen.Func().Params(
+	return e.funcLit([]jen.Code{
 		jen.Id("t").Qual("testing", "TB"),
 		jen.Id(param).Op("*").Qual(gocode.IdemtestPkg, paramType),
-	).Add(fixtureType()).Block(body...)
+	}, fixtureType(), body...)
 }
 
 // zeroReceiver spells the zero value of the receiver type: &Service{} for a
@@ -325,7 +340,8 @@ func (e emitter) doc() string {
 		}
 		d.para(fmt.Sprintf("The business effect is not counted. A fixture can seed data, choose the message, count the effect and supply a Variant "+
 			"(see idemtest.Fixture): declare it in a _test.go file of package %s,", e.Pkg.Name))
-		d.code(fmt.Sprintf("func %s(t testing.TB, db *idemtest.DB) idemtest.Fixture[%s, %s]", fixtureName(h.Func), e.recvText(), gocode.TypeText(h.Msg, e.Pkg.Path)))
+		d.code(signature(fixtureName(h.Func), []string{"t testing.TB", "db *idemtest.DB"},
+			fmt.Sprintf("idemtest.Fixture[%s, %s]", e.recvText(), gocode.TypeText(h.Msg, e.Pkg.Path))))
 		d.para(fmt.Sprintf("and add fixture=%s to the //idem:handler directive of %s.", fixtureName(h.Func), h.Func))
 	}
 	if h.Outbox {
@@ -402,9 +418,24 @@ func (d *docText) para(text string) {
 
 func (d *docText) item(text string) { d.items = append(d.items, text) }
 
-func (d *docText) code(line string) {
+// code adds a code block to the doc: each line of text indented.
+func (d *docText) code(text string) {
 	d.flush()
-	d.blocks = append(d.blocks, "//\t"+line)
+	lines := strings.Split(text, "\n")
+	for i, line := range lines {
+		lines[i] = "//\t" + line
+	}
+	d.blocks = append(d.blocks, strings.Join(lines, "\n"))
+}
+
+// signature is a function's signature as a doc's code block shows it: on
+// one line when that fits in gocode.Width, else one parameter a line.
+func signature(name string, params []string, result string) string {
+	line := "func " + name + "(" + strings.Join(params, ", ") + ") " + result
+	if len("//\t"+line) <= gocode.Width {
+		return line
+	}
+	return "func " + name + "(\n\t" + strings.Join(params, ",\n\t") + ",\n) " + result
 }
 
 func (d *docText) flush() {

@@ -29,38 +29,59 @@ func (e emitter) handlerRef() ([]jen.Code, *jen.Statement) {
 	return params, handler
 }
 
-// handleAndDeliver writes Handle and Deliver, which return what the inner
-// inbox's do (without a result, only the outcome and the error).
-func (e emitter) handleAndDeliver(f *jen.File, handleDoc string) {
-	h, n := e.H, e.N
-	call := jen.Id("w").Dot("inbox").Dot("Handle").Call(jen.Id("ctx"), jen.Id("msg"))
-	results := []jen.Code{jen.Qual(gocode.IdemPkg, "Outcome"), jen.Error()}
-	body := []jen.Code{jen.Return(call)}
-	if h.Result != nil {
-		results = append([]jen.Code{gocode.Type(*h.Result)}, results...)
-	} else {
-		body = []jen.Code{
-			jen.List(jen.Id("_"), jen.Id("outcome"), jen.Err()).Op(":=").Add(call),
-			jen.Return(jen.Id("outcome"), jen.Err()),
-		}
+// constructor writes the wrapper's constructor: params, then opts, and a
+// body that returns the wrapper around idem.<newInbox>(args..., opts...).
+func (e emitter) constructor(f *jen.File, params []jen.Code, newInbox string, args ...jen.Code) {
+	n := e.N
+	params = append(params, jen.Id("opts").Op("...").Qual(gocode.IdemPkg, "Option"))
+	args = append(args, jen.Id("opts").Op("..."))
+	sig := func(multi bool) *jen.Statement {
+		return jen.Func().Id(n.Constructor).Params(gocode.Items(multi, params...)...).Op("*").Id(n.Wrapper)
 	}
-	f.Comment(gocode.Doc(handleDoc))
-	f.Func().Params(jen.Id("w").Op("*").Id(n.Wrapper)).Id("Handle").
-		Params(jen.Id("ctx").Qual("context", "Context"), jen.Id("msg").Add(gocode.Type(h.Msg))).
-		Params(results...).
-		Block(body...)
+	f.Add(sig(e.Long(len(" {"), sig(false))).Block(
+		e.Fit(1, func(multi bool) jen.Code {
+			return jen.Return(jen.Op("&").Id(n.Wrapper).Values(jen.Qual(gocode.IdemPkg, newInbox).Call(gocode.Items(multi, args...)...)))
+		}),
+	))
 	f.Line()
+}
 
-	f.Comment(gocode.Doc(fmt.Sprintf(
-		"Deliver is Handle without the result: it makes %s an idem.Handler, the form broker adapters take "+
-			"(idem/rabbitmq). Ack the message exactly when err is nil.", n.Wrapper)))
-	f.Func().Params(jen.Id("w").Op("*").Id(n.Wrapper)).Id("Deliver").
-		Params(jen.Id("ctx").Qual("context", "Context"), jen.Id("msg").Add(gocode.Type(h.Msg))).
-		Params(jen.Qual(gocode.IdemPkg, "Outcome"), jen.Error()).
-		Block(jen.Return(jen.Id("w").Dot("inbox").Dot("Deliver").Call(jen.Id("ctx"), jen.Id("msg"))))
+// handle writes Handle for a handler without a result, which returns the
+// outcome and the error of the embedded runtime type's Handle (a handler
+// with a result has that Handle itself), and the assertions that the
+// wrapper implements idem.Handler and the interfaces in more.
+func (e emitter) handle(f *jen.File, embedded, doc string, more ...jen.Code) {
+	h, n := e.H, e.N
+	if h.Result == nil {
+		recv := jen.Id("w").Op("*").Id(n.Wrapper)
+		params := []jen.Code{jen.Id("ctx").Qual("context", "Context"), jen.Id("msg").Add(gocode.Type(h.Msg))}
+		results := []jen.Code{jen.Qual(gocode.IdemPkg, "Outcome"), jen.Error()}
+		f.Comment(gocode.Doc(doc))
+		sig := func(multi bool) *jen.Statement {
+			return jen.Func().Params(recv).Id("Handle").Params(gocode.Items(multi, params...)...).Params(results...)
+		}
+		f.Add(sig(e.Long(len(" {"), sig(false))).Block(
+			jen.List(jen.Id("_"), jen.Id("outcome"), jen.Err()).Op(":=").Id("w").Dot(embedded).Dot("Handle").Call(jen.Id("ctx"), jen.Id("msg")),
+			jen.Return(jen.Id("outcome"), jen.Err()),
+		))
+		f.Line()
+	}
+	ifaces := append([]jen.Code{jen.Qual(gocode.IdemPkg, "Handler").Types(gocode.Type(h.Msg))}, more...)
+	var defs []jen.Code
+	for _, iface := range ifaces {
+		defs = append(defs, jen.Id("_").Add(iface).Op("=").Parens(jen.Op("*").Id(n.Wrapper)).Parens(jen.Nil()))
+	}
+	f.Var().Defs(defs...)
 	f.Line()
-	f.Var().Id("_").Qual(gocode.IdemPkg, "Handler").Types(gocode.Type(h.Msg)).Op("=").Parens(jen.Op("*").Id(n.Wrapper)).Parens(jen.Nil())
-	f.Line()
+}
+
+// handleNote is what the wrapper's doc says of its Handle: nothing for a
+// handler with a result, whose Handle is the embedded type's.
+func (e emitter) handleNote() string {
+	if e.H.Result != nil {
+		return ""
+	}
+	return " (Handle, written out below, returns only the outcome and the error, the handler having no result)"
 }
 
 func (e emitter) resultType() jen.Code {
@@ -85,8 +106,12 @@ func (e emitter) entityWrapper(f *jen.File) {
 			"a deleted or re-keyed row of %s forgets its message. Build it with %s.",
 		n.Wrapper, gocode.MessageName(h, e.Pkg.Path), gocode.HandlerName(h), gocode.KeyPaths(h), h.Consumer,
 		inboxsql.FingerprintSetting, ent.Table, inboxsql.FingerprintColumn, constraint, ent.Table, ent.Table, n.Constructor)))
+	f.Comment("//")
+	f.Comment(gocode.Doc(fmt.Sprintf(
+		"Its methods are those of the idem.EntityInbox it embeds%s: Handle and Deliver (idem.Handler). "+
+			"Ack a message exactly when its error is nil.", e.handleNote())))
 	f.Type().Id(n.Wrapper).Struct(
-		jen.Id("inbox").Op("*").Qual(gocode.IdemPkg, "EntityInbox").Types(gocode.Type(h.Msg), e.resultType()),
+		jen.Op("*").Qual(gocode.IdemPkg, "EntityInbox").Types(gocode.Type(h.Msg), e.resultType()),
 	)
 	f.Line()
 
@@ -112,50 +137,36 @@ func (e emitter) entityWrapper(f *jen.File) {
 		for _, k := range h.Key {
 			args = append(args, jen.Id("msg."+strings.Join(hopFields(k.Hops), ".")))
 		}
-		result = jen.Func().Params(jen.Id("ctx").Qual("context", "Context"), jen.Id("tx").Qual(gocode.PgxPkg, "Tx"), jen.Id("msg").Add(gocode.Type(h.Msg))).
-			Params(gocode.Type(*h.Result), jen.Error()).Block(jen.Return(jen.Id(ent.Result).Call(args...)))
+		params := []jen.Code{jen.Id("ctx").Qual("context", "Context"), jen.Id("tx").Qual(gocode.PgxPkg, "Tx"), jen.Id("msg").Add(gocode.Type(h.Msg))}
+		sig := func(multi bool) *jen.Statement {
+			return jen.Func().Params(gocode.Items(multi, params...)...).Params(gocode.Type(*h.Result), jen.Error())
+		}
+		result = sig(e.Long(len("\t\t {"), sig(false))).Block(
+			e.Fit(3, func(multi bool) jen.Code { return jen.Return(jen.Id(ent.Result).Call(gocode.Items(multi, args...)...)) }),
+		)
 	}
-	params = append(params, jen.Id("opts").Op("...").Qual(gocode.IdemPkg, "Option"))
-	f.Func().Id(n.Constructor).Params(params...).Op("*").Id(n.Wrapper).Block(
-		jen.Return(jen.Op("&").Id(n.Wrapper).Values(jen.Dict{
-			jen.Id("inbox"): jen.Qual(gocode.IdemPkg, newInbox).Call(jen.Id("db"), jen.Id(n.TableVar), handler, result, jen.Id("opts").Op("...")),
-		})),
-	)
-	f.Line()
+	e.constructor(f, params, newInbox, jen.Id("db"), jen.Id(n.TableVar), handler, result)
 
 	duplicate := "idem.Duplicate"
 	if h.Result != nil {
 		duplicate = fmt.Sprintf("idem.Duplicate with the result %s reads back", ent.Result)
 	}
-	e.handleAndDeliver(f, fmt.Sprintf(
+	e.handle(f, "EntityInbox", fmt.Sprintf(
 		"Handle runs %s for msg in a transaction begun with the fingerprint of msg and commits it once the row of its key is in %s with that fingerprint. "+
 			"When the handler's insert violates %s, the row's fingerprint decides, read after the rollback: the same message is %s, "+
 			"another one with the key idem.ErrKeyReused. Any other error, another unique violation included, is the handler's; nothing was committed. "+
 			"Ack the message exactly when err is nil.", h.Func, ent.Table, constraint, duplicate))
 
-	st := inboxsql.EntityStatementsFor(h)
-	var fields, columns []jen.Code
-	for _, k := range h.Key {
-		fields = append(fields, jen.Lit(k.Path))
-	}
-	for _, c := range ent.Columns {
-		columns = append(columns, jen.Lit(c))
-	}
 	f.Comment(gocode.Doc(fmt.Sprintf("%s is the business table of the consumer %q (mode=entity), whose rows are its markers.", n.TableVar, h.Consumer)))
 	pairs := []any{
 		"Consumer", jen.Lit(h.Consumer),
 		"Name", jen.Lit(inboxsql.TableName(ent.Table)),
-		"Columns", jen.Index().String().Values(columns...),
+		"Columns", e.columns(ent.Columns),
 	}
 	if ent.Constraint != "" {
 		pairs = append(pairs, "Constraint", jen.Lit(ent.Constraint))
 	}
-	pairs = append(pairs,
-		"KeyFields", jen.Index().String().Values(fields...),
-		"Key", jen.Id(n.KeyFunc),
-		"Lookup", jen.Lit(st.Lookup),
-		"Check", jen.Lit(st.Check),
-	)
+	pairs = append(pairs, "Key", jen.Id(n.KeyFunc))
 	f.Var().Id(n.TableVar).Op("=").Qual(gocode.IdemPkg, "EntityTable").Types(gocode.Type(h.Msg)).Values(fieldList(pairs...)...)
 	f.Line()
 	e.keyFunc(f)
@@ -178,8 +189,12 @@ func (e emitter) naturalWrapper(f *jen.File) {
 			"nothing records a message, and every delivery, a redelivery included, runs the handler in a transaction of its own, "+
 			"retried on serialization failures and deadlocks. %s proves that running it again leaves its state as one run did. Build it with %s.",
 		n.Wrapper, gocode.MessageName(h, e.Pkg.Path), gocode.HandlerName(h), h.Consumer, n.Test, n.Constructor)))
+	f.Comment("//")
+	f.Comment(gocode.Doc(fmt.Sprintf(
+		"Its methods are those of the idem.NaturalInbox it embeds%s: Handle and Deliver (idem.Handler). "+
+			"Ack a message exactly when its error is nil.", e.handleNote())))
 	f.Type().Id(n.Wrapper).Struct(
-		jen.Id("inbox").Op("*").Qual(gocode.IdemPkg, "NaturalInbox").Types(gocode.Type(h.Msg), e.resultType()),
+		jen.Op("*").Qual(gocode.IdemPkg, "NaturalInbox").Types(gocode.Type(h.Msg), e.resultType()),
 	)
 	f.Line()
 
@@ -190,15 +205,9 @@ func (e emitter) naturalWrapper(f *jen.File) {
 	if h.Result == nil {
 		handler = jen.Qual(gocode.IdemPkg, "NoResult").Call(handler)
 	}
-	params = append(params, jen.Id("opts").Op("...").Qual(gocode.IdemPkg, "Option"))
-	f.Func().Id(n.Constructor).Params(params...).Op("*").Id(n.Wrapper).Block(
-		jen.Return(jen.Op("&").Id(n.Wrapper).Values(jen.Dict{
-			jen.Id("inbox"): jen.Qual(gocode.IdemPkg, "NewNaturalInbox").Call(jen.Id("db"), jen.Id(n.TableVar), handler, jen.Id("opts").Op("...")),
-		})),
-	)
-	f.Line()
+	e.constructor(f, params, "NewNaturalInbox", jen.Id("db"), jen.Id(n.TableVar), handler)
 
-	e.handleAndDeliver(f, fmt.Sprintf(
+	e.handle(f, "NaturalInbox", fmt.Sprintf(
 		"Handle runs %s for msg in a transaction and commits it: always idem.Processed, since nothing tells a redelivery from a first delivery. "+
 			"A serialization failure or deadlock is retried (idem.NaturalAttempts runs in all) and then returned as retryable. "+
 			"Ack the message exactly when err is nil.", h.Func))
@@ -210,7 +219,7 @@ func (e emitter) naturalWrapper(f *jen.File) {
 	f.Comment(gocode.Doc(fmt.Sprintf("%s describes the consumer %q (mode=natural): its key is only validated and named in errors.", n.TableVar, h.Consumer)))
 	f.Var().Id(n.TableVar).Op("=").Qual(gocode.IdemPkg, "NaturalTable").Types(gocode.Type(h.Msg)).Values(fieldList(
 		"Consumer", jen.Lit(h.Consumer),
-		"KeyFields", jen.Index().String().Values(fields...),
+		"KeyFields", e.Fit(len("\tKeyFields: "), func(multi bool) jen.Code { return jen.Index().String().Values(gocode.Items(multi, fields...)...) }),
 		"Key", jen.Id(n.KeyFunc),
 	)...)
 	f.Line()

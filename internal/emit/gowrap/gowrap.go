@@ -1,14 +1,14 @@
 // Package gowrap emits idem_gen.go: for each handler of a package, the
-// wrapper type, its constructor and methods, the inbox table description
-// (idem.Table, or idem.ExternalTable for a mode=external handler) and the key
-// function. The protocol itself is the idem runtime's; what is emitted
-// is only what is specific to one handler.
+// wrapper type, which embeds the runtime's inbox and so has its methods, its
+// constructor, the Handle of a handler without a result, the table's
+// declaration (idem.Table, idem.ExternalTable, idem.EntityTable or
+// idem.NaturalTable: names and key columns, no SQL) and the key function.
+// The protocol and its statements are the idem runtime's; what is emitted is
+// only what is specific to one handler, no line over gocode.Width columns.
 package gowrap
 
 import (
 	"fmt"
-	"maps"
-	"slices"
 	"strings"
 
 	"github.com/dave/jennifer/jen"
@@ -53,14 +53,25 @@ func (e emitter) wrapper(f *jen.File) {
 		publishes = "The handler publishes through the outbox: the messages it gives to its *idem.Outbox are written to idem_outbox " +
 			"in the same commit, with ids derived from the consumer and the key, or not at all; an idem.Relay delivers them. "
 	}
+	batches := "the keys of a batch claimed in one statement, in one transaction per batch"
+	if h.Guard != nil || hasNullablePart(h) {
+		batches = "one transaction per message: its inbox has a stale-message guard or nullable key parts, which batches do not cover"
+	}
 	f.Comment(gocode.Doc(fmt.Sprintf(
 		"%s delivers %s messages to %s at most once per key (%s) for the consumer %q: "+
 			"the handler's writes commit together with the key's row in the inbox table %s, "+
 			"and a redelivered message gets the stored result back without running the handler again. "+
 			"%sBuild it with %s.",
 		n.Wrapper, gocode.MessageName(h, e.Pkg.Path), gocode.HandlerName(e.H), gocode.KeyPaths(e.H), h.Consumer, h.Table, publishes, n.Constructor)))
+	f.Comment("//")
+	f.Comment(gocode.Doc(fmt.Sprintf(
+		"Its methods are those of the idem.Inbox it embeds%s: Handle and Deliver (idem.Handler), "+
+			"HandleBatch and DeliverBatch (idem.BatchHandler; %s), "+
+			"Purge (rows older than the retention of %s) and Maintenance (idem.Maintained, for an idem.Janitor). "+
+			"Ack a message exactly when its error is nil.",
+		e.handleNote(), batches, gocode.DurationText(h.Retain))))
 	f.Type().Id(n.Wrapper).Struct(
-		jen.Id("inbox").Op("*").Qual(gocode.IdemPkg, "Inbox").Types(msg, result),
+		jen.Op("*").Qual(gocode.IdemPkg, "Inbox").Types(msg, result),
 	)
 	f.Line()
 
@@ -73,17 +84,7 @@ func (e emitter) wrapper(f *jen.File) {
 		"%s returns the idempotent wrapper of %s. db must reach the database that holds %s and the handler's own tables; "+
 			"opts choose the isolation level (idem.WithIsolation) and how long a concurrent delivery of the same key waits (idem.WithClaimWait)%s.",
 		n.Constructor, gocode.HandlerName(e.H), holds, notify)))
-	params := []jen.Code{jen.Id("db").Qual(gocode.IdemPkg, "DB")}
-	handler := jen.Id(h.Func)
-	if h.Recv != nil {
-		recv := gocode.ReceiverName(h.Recv.Type)
-		recvType := jen.Id(h.Recv.Type)
-		if h.Recv.Pointer {
-			recvType = jen.Op("*").Id(h.Recv.Type)
-		}
-		params = append(params, jen.Id(recv).Add(recvType))
-		handler = jen.Id(recv).Dot(h.Func)
-	}
+	params, handler := e.handlerRef()
 	newInbox, noResult := "NewInbox", "NoResult"
 	if h.Outbox {
 		newInbox, noResult = "NewPublishingInbox", "NoResultPublishing"
@@ -91,35 +92,18 @@ func (e emitter) wrapper(f *jen.File) {
 	if h.Result == nil {
 		handler = jen.Qual(gocode.IdemPkg, noResult).Call(handler)
 	}
-	params = append(params, jen.Id("opts").Op("...").Qual(gocode.IdemPkg, "Option"))
-	f.Func().Id(n.Constructor).Params(params...).Op("*").Id(n.Wrapper).Block(
-		jen.Return(jen.Op("&").Id(n.Wrapper).Values(jen.Dict{
-			jen.Id("inbox"): jen.Qual(gocode.IdemPkg, newInbox).Call(jen.Id("db"), jen.Id(n.TableVar), handler, jen.Id("opts").Op("...")),
-		})),
-	)
-	f.Line()
+	e.constructor(f, params, newInbox, jen.Id("db"), jen.Id(n.TableVar), handler)
 
 	duplicate := "returns idem.Duplicate"
 	if h.Result != nil {
 		duplicate = "returns the stored result as idem.Duplicate"
 	}
-	e.handleAndDeliver(f, fmt.Sprintf(
+	e.handle(f, "Inbox", fmt.Sprintf(
 		"Handle runs %s for msg in one transaction with the claim of its key, or, when the key was processed before, "+
 			"%s without running it. Ack the message exactly when err is nil.",
-		h.Func, duplicate))
-
-	e.batchMethods(f, result)
-
-	f.Comment(gocode.Doc(fmt.Sprintf(
-		"Purge deletes the rows of %s older than the retention of %s, in batches, and returns how many it deleted. "+
-			"Run it periodically.", h.Table, gocode.DurationText(h.Retain))))
-	f.Func().Params(jen.Id("w").Op("*").Id(n.Wrapper)).Id("Purge").
-		Params(jen.Id("ctx").Qual("context", "Context")).
-		Params(jen.Int64(), jen.Error()).
-		Block(jen.Return(jen.Id("w").Dot("inbox").Dot("Purge").Call(jen.Id("ctx"))))
-	f.Line()
-
-	e.maintenance(f, "purge "+h.Table+" past its retention")
+		h.Func, duplicate),
+		jen.Qual(gocode.IdemPkg, "BatchHandler").Types(gocode.Type(h.Msg)),
+		jen.Qual(gocode.IdemPkg, "Maintained"))
 
 	e.table(f)
 	f.Line()
@@ -128,38 +112,6 @@ func (e emitter) wrapper(f *jen.File) {
 		f.Line()
 		e.orderFunc(f)
 	}
-}
-
-// batchMethods emits HandleBatch and DeliverBatch, and the assertion that
-// the wrapper is an idem.BatchHandler.
-func (e emitter) batchMethods(f *jen.File, result jen.Code) {
-	h, n := e.H, e.N
-	msgs := jen.Id("msgs").Index().Add(gocode.Type(h.Msg))
-	how := "in one transaction per batch (idem.WithBatchCap messages at most, 100 by default): the keys claimed in one statement, " +
-		"the handlers run in order on that transaction, the results stored with its COMMIT"
-	if h.Guard != nil || hasNullablePart(h) {
-		how = "one transaction per message (its inbox has a stale-message guard or nullable key parts, which batches do not cover)"
-	}
-	f.Comment(gocode.Doc(fmt.Sprintf(
-		"HandleBatch runs %s for msgs %s, and returns one idem.Result per message in input order, each what Handle would return for it. "+
-			"A key twice in msgs is processed once; when a handler fails, the batch is rolled back and each message is delivered in a transaction of its own. "+
-			"Ack each message exactly when its Err is nil.", h.Func, how)))
-	f.Func().Params(jen.Id("w").Op("*").Id(n.Wrapper)).Id("HandleBatch").
-		Params(jen.Id("ctx").Qual("context", "Context"), msgs).
-		Params(jen.Index().Qual(gocode.IdemPkg, "Result").Types(result), jen.Error()).
-		Block(jen.Return(jen.Id("w").Dot("inbox").Dot("HandleBatch").Call(jen.Id("ctx"), jen.Id("msgs"))))
-	f.Line()
-
-	f.Comment(gocode.Doc(fmt.Sprintf(
-		"DeliverBatch is HandleBatch without the results' values: it makes %s an idem.BatchHandler, the form in which broker adapters "+
-			"deliver what their broker hands them at once. Ack each message exactly when its Err is nil.", n.Wrapper)))
-	f.Func().Params(jen.Id("w").Op("*").Id(n.Wrapper)).Id("DeliverBatch").
-		Params(jen.Id("ctx").Qual("context", "Context"), jen.Id("msgs").Index().Add(gocode.Type(h.Msg))).
-		Index().Qual(gocode.IdemPkg, "Result").Types(jen.Qual(gocode.IdemPkg, "None")).
-		Block(jen.Return(jen.Id("w").Dot("inbox").Dot("DeliverBatch").Call(jen.Id("ctx"), jen.Id("msgs"))))
-	f.Line()
-	f.Var().Id("_").Qual(gocode.IdemPkg, "BatchHandler").Types(gocode.Type(h.Msg)).Op("=").Parens(jen.Op("*").Id(n.Wrapper)).Parens(jen.Nil())
-	f.Line()
 }
 
 // hasNullablePart reports whether a key part of h can be NULL.
@@ -172,70 +124,56 @@ func hasNullablePart(h model.Handler) bool {
 	return false
 }
 
-// maintenance emits the Maintenance method, which hands the wrapper's table
-// to an idem.Janitor, and the assertion that the wrapper is an
-// idem.Maintained.
-func (e emitter) maintenance(f *jen.File, what string) {
-	n := e.N
-	f.Comment(gocode.Doc(fmt.Sprintf(
-		"Maintenance returns what an idem.Janitor needs to %s: pass the wrapper to idem.NewJanitor.", what)))
-	f.Func().Params(jen.Id("w").Op("*").Id(n.Wrapper)).Id("Maintenance").Params().
-		Qual(gocode.IdemPkg, "Maintenance").
-		Block(jen.Return(jen.Id("w").Dot("inbox").Dot("Maintenance").Call()))
-	f.Line()
-	f.Var().Id("_").Qual(gocode.IdemPkg, "Maintained").Op("=").Parens(jen.Op("*").Id(n.Wrapper)).Parens(jen.Nil())
-	f.Line()
-}
-
 func (e emitter) table(f *jen.File) {
 	h, n := e.H, e.N
-	st := inboxsql.StatementsFor(h)
-	var fields []jen.Code
-	for _, k := range h.Key {
-		fields = append(fields, jen.Lit(k.Path))
-	}
 	f.Comment(gocode.Doc(fmt.Sprintf("%s is the inbox of the consumer %q.", n.TableVar, h.Consumer)))
 	pairs := []any{
 		"Consumer", jen.Lit(h.Consumer),
 		"Name", jen.Lit(inboxsql.TableName(h.Table)),
-		"KeyFields", jen.Index().String().Values(fields...),
+		"Columns", e.columns(nil),
 		"Key", jen.Id(n.KeyFunc),
 	}
 	if h.Guard != nil {
-		pairs = append(pairs, "Order", jen.Id(n.OrderFunc))
-	}
-	pairs = append(pairs,
-		"Retain", gocode.Duration(h.Retain),
-		"Claim", jen.Lit(st.Claim),
-		"Complete", jen.Lit(st.Complete),
-		"Lookup", jen.Lit(st.Lookup),
-		"Purge", jen.Lit(st.Purge),
-	)
-	if st.NullComplete != nil {
+		in := inboxsql.Schema(h)
 		pairs = append(pairs,
-			"NullComplete", byNulls(st.NullComplete, len(h.Key)),
-			"NullLookup", byNulls(st.NullLookup, len(h.Key)),
+			"Order", jen.Id(n.OrderFunc),
+			"Versions", jen.Lit(inboxsql.VersionsTable(in)),
+			"EntityType", jen.Lit(in.Guard.Type),
 		)
 	}
-	if st.BatchClaim != "" {
-		pairs = append(pairs,
-			"BatchClaim", jen.Lit(st.BatchClaim),
-			"BatchLookup", jen.Lit(st.BatchLookup),
-			"BatchComplete", jen.Lit(st.BatchComplete),
-		)
-	}
+	pairs = append(pairs, "Retain", gocode.Duration(h.Retain))
 	f.Var().Id(n.TableVar).Op("=").Qual(gocode.IdemPkg, "Table").Types(gocode.Type(h.Msg)).Values(fieldList(pairs...)...)
 }
 
-// byNulls renders statement variants by null pattern, in pattern order, with
-// the patterns in binary (bit i: key part i is NULL).
-func byNulls(m map[uint64]string, parts int) jen.Code {
-	patterns := slices.Sorted(maps.Keys(m))
-	var items []jen.Code
-	for _, p := range patterns {
-		items = append(items, jen.Line().Id(fmt.Sprintf("0b%0*b", parts, p)).Op(":").Lit(m[p]))
+// columns renders the key's columns (idem.Column, see
+// inboxsql.KeyColumns; names are a mode=entity handler's columns): on one
+// line when they fit, else one a line, each of them over several lines when
+// it does not fit on its own.
+func (e emitter) columns(names []string) jen.Code {
+	var cols []jen.Code
+	long := false
+	for _, c := range inboxsql.KeyColumns(e.H, names) {
+		fields := []jen.Code{
+			jen.Id("Field").Op(":").Lit(c.Field),
+			jen.Id("Name").Op(":").Lit(c.Name),
+			jen.Id("Type").Op(":").Lit(c.Type),
+		}
+		if c.Nullable {
+			fields = append(fields, jen.Id("Nullable").Op(":").True())
+		}
+		col := jen.Values(fields...)
+		if e.Long(2, jen.Values(fields...).Op(",")) {
+			col, long = jen.Values(gocode.Items(true, fields...)...), true
+		}
+		cols = append(cols, col)
 	}
-	return jen.Map(jen.Uint64()).String().Values(append(items, jen.Line())...)
+	list := func(multi bool) jen.Code {
+		return jen.Index().Qual(gocode.IdemPkg, "Column").Values(gocode.Items(multi, cols...)...)
+	}
+	if long {
+		return list(true)
+	}
+	return e.Fit(len("\tColumns: "), list)
 }
 
 // fieldList lays out name, value pairs of a composite literal one a line, in
@@ -249,13 +187,15 @@ func fieldList(pairs ...any) []jen.Code {
 }
 func (e emitter) keyFunc(f *jen.File) {
 	h, n := e.H, e.N
-	x := &extractor{nils: 2}
+	x := &extractor{e: e, nils: 2}
 	x.messageCheck(h, h.Key[0].Path)
 	var values []jen.Code
 	for i, k := range h.Key {
 		values = append(values, x.part(k, fmt.Sprintf("part%d", i)))
 	}
-	body := append(x.body, jen.Return(jen.Index().Any().Values(values...), jen.Nil()))
+	body := append(x.body, e.Fit(1, func(multi bool) jen.Code {
+		return jen.Return(jen.Index().Any().Values(gocode.Items(multi, values...)...), jen.Nil())
+	}))
 
 	nulls := ""
 	for _, k := range h.Key {
@@ -271,7 +211,7 @@ func (e emitter) keyFunc(f *jen.File) {
 // and version from a message.
 func (e emitter) orderFunc(f *jen.File) {
 	h, n, g := e.H, e.N, e.H.Guard
-	x := &extractor{nils: 3}
+	x := &extractor{e: e, nils: 3}
 	x.messageCheck(h, g.Entity.Path)
 	entity := x.part(g.Entity, "entity")
 	version := x.part(g.Version, "version")
@@ -284,6 +224,7 @@ func (e emitter) orderFunc(f *jen.File) {
 // extractor builds the body of a function that reads fields of msg: nil
 // checks of the pointers on the way, validation, NULL handling.
 type extractor struct {
+	e       emitter
 	body    []jen.Code
 	checked map[string]bool
 	nils    int // results of the function besides the error: nils to return with it
@@ -300,10 +241,18 @@ func (x *extractor) fail(err jen.Code) jen.Code {
 	return jen.Return(append(results, err)...)
 }
 
+// invalid fails, indent tabs in, with the ErrInvalidKey of a part whose path
+// is missing.
+func (x *extractor) invalid(indent int, path, why string) jen.Code {
+	return x.e.Fit(indent, func(multi bool) jen.Code {
+		return x.fail(jen.Qual(gocode.IdemPkg, "InvalidKey").Call(gocode.Items(multi, jen.Lit(path), jen.Lit(why))...))
+	})
+}
+
 func (x *extractor) messageCheck(h model.Handler, first string) {
 	if h.Msg.Kind == model.Pointer {
 		x.body = append(x.body, jen.If(jen.Id("msg").Op("==").Nil()).Block(
-			x.fail(jen.Qual(gocode.IdemPkg, "InvalidKey").Call(jen.Lit(first), jen.Lit("is missing: the message is nil"))),
+			x.invalid(2, first, "is missing: the message is nil"),
 		))
 	}
 }
@@ -322,13 +271,13 @@ func (x *extractor) part(k model.KeyPart, name string) jen.Code {
 		if i < len(k.Hops)-1 && hop.Pointer && !x.checked[expr] {
 			x.checked[expr] = true
 			x.body = append(x.body, jen.If(jen.Id(expr).Op("==").Nil()).Block(
-				x.fail(jen.Qual(gocode.IdemPkg, "InvalidKey").Call(jen.Lit(k.Path), jen.Lit("is missing: "+strings.Join(shown, ".")+" is nil"))),
+				x.invalid(2, k.Path, "is missing: "+strings.Join(shown, ".")+" is nil"),
 			))
 		}
 	}
 	if k.Null == nil {
 		value := convert(k, jen.Id(expr))
-		x.body = append(x.body, x.check(k, value)...)
+		x.body = append(x.body, x.check(1, k, value)...)
 		return value
 	}
 
@@ -337,7 +286,7 @@ func (x *extractor) part(k model.KeyPart, name string) jen.Code {
 		present, inner = jen.Id(expr).Dot("Valid"), jen.Id(expr).Dot(k.Null.ValueField)
 	}
 	value := convert(k, inner)
-	block := append(x.check(k, value), jen.Id(name).Op("=").Add(value))
+	block := append(x.check(2, k, value), jen.Id(name).Op("=").Add(value))
 	x.body = append(x.body,
 		jen.Var().Id(name).Any().Comment("nil: "+k.Path+" is NULL"),
 		jen.If(present).Block(block...),
@@ -346,8 +295,8 @@ func (x *extractor) part(k model.KeyPart, name string) jen.Code {
 }
 
 // check validates a string, UUID or integer value (an integer may be 0 only
-// when the directive says so with zero=).
-func (x *extractor) check(k model.KeyPart, value jen.Code) []jen.Code {
+// when the directive says so with zero=), indent tabs in.
+func (x *extractor) check(indent int, k model.KeyPart, value jen.Code) []jen.Code {
 	var fn string
 	switch {
 	case k.Kind == model.KeyString:
@@ -359,10 +308,12 @@ func (x *extractor) check(k model.KeyPart, value jen.Code) []jen.Code {
 	default:
 		return nil
 	}
-	return []jen.Code{jen.If(
-		jen.Err().Op(":=").Qual(gocode.IdemPkg, fn).Call(jen.Lit(k.Path), value),
-		jen.Err().Op("!=").Nil(),
-	).Block(x.fail(jen.Err()))}
+	return []jen.Code{x.e.Fit(indent, func(multi bool) jen.Code {
+		return jen.If(
+			jen.Err().Op(":=").Qual(gocode.IdemPkg, fn).Call(gocode.Items(multi, jen.Lit(k.Path), value)...),
+			jen.Err().Op("!=").Nil(),
+		).Block(x.fail(jen.Err()))
+	})}
 }
 
 // convert converts a value to the Go type it is sent as.

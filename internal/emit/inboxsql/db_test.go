@@ -9,6 +9,7 @@ import (
 	"sync"
 	"testing"
 	"testing/fstest"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -40,19 +41,27 @@ func shipmentHandler(nullsNotDistinct bool) model.Handler {
 }
 
 func shipmentTable(h model.Handler) idem.Table[shipment] {
-	st := StatementsFor(h)
-	return idem.Table[shipment]{
-		Consumer: h.Consumer, Name: h.Table, KeyFields: []string{"Carrier", "Parcel"},
-		Key: func(msg shipment) ([]any, error) {
-			var parcel any
-			if msg.Parcel != nil {
-				parcel = *msg.Parcel
-			}
-			return []any{msg.Carrier, parcel}, nil
-		},
-		Claim: st.Claim, Complete: st.Complete, Lookup: st.Lookup, Purge: st.Purge,
-		NullComplete: st.NullComplete, NullLookup: st.NullLookup,
+	return declare(h, func(msg shipment) ([]any, error) {
+		var parcel any
+		if msg.Parcel != nil {
+			parcel = *msg.Parcel
+		}
+		return []any{msg.Carrier, parcel}, nil
+	}, nil)
+}
+
+// declare returns the idem.Table that idemgen declares for h: its names and
+// key columns as the generated code states them, the guard's versions table
+// when h has one (order then reads entity and version).
+func declare[M any](h model.Handler, key func(M) ([]any, error), order func(M) (any, int64, error)) idem.Table[M] {
+	t := idem.Table[M]{Consumer: h.Consumer, Name: TableName(h.Table), Key: key, Retain: time.Hour}
+	for _, c := range KeyColumns(h, nil) {
+		t.Columns = append(t.Columns, idem.Column{Field: c.Field, Name: c.Name, Type: c.Type, Nullable: c.Nullable})
 	}
+	if in := Schema(h); in.Guard != nil {
+		t.Order, t.Versions, t.EntityType = order, VersionsTable(in), in.Guard.Type
+	}
+	return t
 }
 
 const effects = `-- +goose Up
@@ -197,13 +206,8 @@ DROP TABLE prices;
 	db := idemtest.New(t, fsys)
 	ctx := context.Background()
 
-	st := StatementsFor(h)
-	table := idem.Table[priced]{
-		Consumer: h.Consumer, Name: h.Table, KeyFields: []string{"Event"},
-		Key:   func(m priced) ([]any, error) { return []any{m.Event}, nil },
-		Order: func(m priced) (any, int64, error) { return m.SKU, m.Version, nil },
-		Claim: st.Claim, Complete: st.Complete, Lookup: st.Lookup, Purge: st.Purge,
-	}
+	table := declare(h, func(m priced) ([]any, error) { return []any{m.Event}, nil },
+		func(m priced) (any, int64, error) { return m.SKU, m.Version, nil })
 	inbox := idem.NewInbox(db.Pool, table, idem.NoResult(func(ctx context.Context, tx pgx.Tx, m priced) error {
 		if _, err := tx.Exec(ctx, `INSERT INTO prices VALUES ($1, $2) ON CONFLICT (sku) DO UPDATE SET version = EXCLUDED.version`, m.SKU, m.Version); err != nil {
 			return err
@@ -380,25 +384,46 @@ func TestReservedNamesApply(t *testing.T) {
 				t.Fatalf("up again: %v", err)
 			}
 
-			st := StatementsFor(handlerOf(next))
-			var fresh bool
-			if err := db.Pool.QueryRow(ctx, st.Claim, "o", int64(1), "u", []byte("fp"), "1s", "e", int64(1)).Scan(&fresh); err != nil || !fresh {
-				t.Fatalf("claim: %v, %v", fresh, err)
+			// The runtime's statements of the inbox, built from its
+			// declaration, on the names that need quotes.
+			type reserved struct {
+				Order   string
+				Part    *int64
+				User    *string
+				Entity  string
+				Version int64
 			}
-			if _, err := db.Pool.Exec(ctx, st.Complete, "o", int64(1), "u", `{}`); err != nil {
-				t.Fatalf("complete: %v", err)
+			table := declare(handlerOf(next), func(m reserved) ([]any, error) {
+				key := []any{m.Order, nil, nil}
+				if m.Part != nil {
+					key[1] = *m.Part
+				}
+				if m.User != nil {
+					key[2] = *m.User
+				}
+				return key, nil
+			}, func(m reserved) (any, int64, error) { return m.Entity, m.Version, nil })
+			table.Retain = 0
+			inbox := idem.NewInbox(db.Pool, table, func(context.Context, pgx.Tx, reserved) (string, error) { return "r", nil })
+			part, user := int64(1), "u"
+			for _, c := range []struct {
+				msg  reserved
+				want idem.Outcome
+			}{
+				{reserved{Order: "o", Part: &part, User: &user, Entity: "e", Version: 1}, idem.Processed},
+				{reserved{Order: "o", Part: &part, User: &user, Entity: "e", Version: 1}, idem.Duplicate},
+				{reserved{Order: "o", Entity: "f", Version: 1}, idem.Processed},
+				{reserved{Order: "o", Entity: "f", Version: 1}, idem.Duplicate},
+			} {
+				if r, o, err := inbox.Handle(ctx, c.msg); err != nil || o != c.want || r != "r" {
+					t.Fatalf("Handle(%+v) = %q, %v, %v; want r, %v", c.msg, r, o, err, c.want)
+				}
 			}
-			var status string
-			var fp []byte
-			var result []byte
-			if err := db.Pool.QueryRow(ctx, st.NullLookup[0b110], "o").Scan(&fp, &status, &result); !errors.Is(err, pgx.ErrNoRows) {
-				t.Fatalf("lookup of (o, NULL, NULL): %v, want no row", err)
+			if _, _, err := inbox.Handle(ctx, reserved{Order: "p", Entity: "e", Version: 1}); !errors.Is(err, idem.ErrStale) {
+				t.Fatalf("an old version: %v, want ErrStale", err)
 			}
-			if err := db.Pool.QueryRow(ctx, st.Lookup, "o", int64(1), "u").Scan(&fp, &status, &result); err != nil || status != "done" {
-				t.Fatalf("lookup: %q, %v", status, err)
-			}
-			if _, err := db.Pool.Exec(ctx, st.Purge, 0, 10); err != nil {
-				t.Fatalf("purge: %v", err)
+			if n, err := inbox.Purge(ctx); err != nil || n != 2 {
+				t.Fatalf("purge: %d, %v; want 2 rows", n, err)
 			}
 		})
 	}

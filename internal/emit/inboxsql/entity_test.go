@@ -1,7 +1,7 @@
 package inboxsql
 
 import (
-	"strings"
+	"slices"
 	"testing"
 
 	"github.com/idemgen/idemgen/idem"
@@ -11,22 +11,20 @@ import (
 // TestEntityNamesAgreeWithRuntime: the SQL idemgen writes spells the
 // runtime's names.
 func TestEntityNamesAgreeWithRuntime(t *testing.T) {
-	if FingerprintColumn != idem.FingerprintColumn || FingerprintSetting != idem.FingerprintSetting || MarkerCheckMessage != idem.MarkerCheckMessage {
-		t.Fatalf("inboxsql (%s, %s, %q) and idem (%s, %s, %q) disagree", FingerprintColumn, FingerprintSetting, MarkerCheckMessage,
-			idem.FingerprintColumn, idem.FingerprintSetting, idem.MarkerCheckMessage)
+	if FingerprintColumn != idem.FingerprintColumn || FingerprintSetting != idem.FingerprintSetting {
+		t.Fatalf("inboxsql (%s, %s) and idem (%s, %s) disagree", FingerprintColumn, FingerprintSetting,
+			idem.FingerprintColumn, idem.FingerprintSetting)
 	}
 }
 
-// TestEntityStatements: the key columns in key order, cast to their types.
-func TestEntityStatements(t *testing.T) {
+// TestEntityKeyColumns: the business table's columns in key order, quoted
+// where needed, with the types of their Go facts.
+func TestEntityKeyColumns(t *testing.T) {
 	h := model.Handler{Consumer: "s.e", Entity: &model.Entity{Table: "app.enrollments", Columns: []string{"course_id", "user"}},
 		Key: []model.KeyPart{{Path: "CourseID", Kind: model.KeyInt, Bits: 64}, {Path: "User", Kind: model.KeyString}}}
-	st := EntityStatementsFor(h)
-	want := `SELECT idem_fingerprint FROM app.enrollments WHERE course_id = $1::bigint AND "user" = $2::text`
-	if st.Lookup != want {
-		t.Errorf("Lookup\n got %s\nwant %s", st.Lookup, want)
-	}
-	if !strings.Contains(st.Check, `WHERE course_id = $1::bigint AND "user" = $2::text AND idem_fingerprint = decode(`) {
-		t.Errorf("Check: %s", st.Check)
+	got := KeyColumns(h, h.Entity.Columns)
+	want := []KeyColumn{{Field: "CourseID", Name: "course_id", Type: "bigint"}, {Field: "User", Name: `"user"`, Type: "text"}}
+	if !slices.Equal(got, want) {
+		t.Errorf("KeyColumns\n got %+v\nwant %+v", got, want)
 	}
 }

@@ -18,46 +18,6 @@ func ExternalSchema(h model.Handler) model.ExternalInbox {
 	return in
 }
 
-// ExternalStatements are the SQL texts of a mode=external consumer's table,
-// as idem.ExternalTable wants them.
-type ExternalStatements struct {
-	Claim, Lookup, Heartbeat, Complete, Release, Sweep, Stuck, Purge string
-}
-
-// ExternalStatementsFor renders the statements of h's claims table. The
-// claim takes idem_key as $1, the key parts as $2..$n+1 (NULL for a NULL
-// part), the fingerprint as $n+2 and the lease in seconds as $n+3.
-func ExternalStatementsFor(h model.Handler) ExternalStatements {
-	in := ExternalSchema(h)
-	d := externalStatementData{Table: TableName(in.Table)}
-	var cols, values []string
-	for i, c := range in.Key {
-		cols = append(cols, Quote(c.Name))
-		values = append(values, fmt.Sprintf("$%d::%s", i+2, c.Type))
-	}
-	d.KeyColumns, d.KeyValues = strings.Join(cols, ", "), strings.Join(values, ", ")
-	d.Fingerprint = fmt.Sprintf("$%d", len(in.Key)+2)
-	d.Lease = fmt.Sprintf("$%d", len(in.Key)+3)
-	return ExternalStatements{
-		Claim:     render("external_claim", d),
-		Lookup:    render("external_lookup", d),
-		Heartbeat: render("external_heartbeat", d),
-		Complete:  render("external_complete", d),
-		Release:   render("external_release", d),
-		Sweep:     render("external_sweep", d),
-		Stuck:     render("external_stuck", d),
-		Purge:     render("external_purge", d),
-	}
-}
-
-type externalStatementData struct {
-	Table       string
-	KeyColumns  string // key_a, key_b
-	KeyValues   string // $2::text, $3::bigint
-	Fingerprint string
-	Lease       string
-}
-
 // externalNames are the names of the objects of a claims table, unquoted:
 // like the inbox's, each within PostgreSQL's limit and distinct from the
 // others also once cut short (Identifier hashes the whole name into a long

@@ -125,17 +125,21 @@ func FuzzInboxNames(f *testing.F) {
 	})
 }
 
-// renderAll renders every SQL text of in: its migration, its statements, and
-// the migration that adds its last key part when that one is nullable.
+// renderAll renders every SQL text of in: its migration, the names its table
+// declaration states, and the migration that adds its last key part when
+// that one is nullable.
 func renderAll(in model.Inbox) []string {
 	sql := []string{string(Create(in))}
-	st := StatementsFor(handlerOf(in))
-	sql = append(sql, st.Claim, st.Complete, st.Lookup, st.Purge)
-	for _, m := range []map[uint64]string{st.NullComplete, st.NullLookup} {
-		for _, pattern := range slices.Sorted(maps.Keys(m)) {
-			sql = append(sql, m[pattern])
-		}
+	// The names the table's declaration gives the runtime, which writes
+	// them into its statements as they are.
+	names := []string{TableName(in.Table)}
+	for _, c := range KeyColumns(handlerOf(in), nil) {
+		names = append(names, c.Name)
 	}
+	if in.Guard != nil {
+		names = append(names, VersionsTable(in))
+	}
+	sql = append(sql, strings.Join(names, " "))
 	if prev := in; len(in.Key) > 1 && in.Key[len(in.Key)-1].Nullable {
 		prev.Key = prev.Key[:len(prev.Key)-1]
 		prev.Unique, prev.Guard = model.PrimaryKey, nil

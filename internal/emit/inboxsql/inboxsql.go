@@ -1,6 +1,7 @@
 // Package inboxsql renders the SQL of a handler's inbox: the goose migrations
-// that create and change it, and the statements the runtime runs against it,
-// from the templates in the repository's templates folder. It only renders:
+// that create and change it, from the templates in the repository's
+// templates folder, and the names and column types its table declaration
+// states (the runtime builds the statements it runs from those). It only renders:
 // which migrations a folder needs, their header and their file names are the
 // migrate package's (migrate.InboxKind calls Create and Alter).
 package inboxsql
@@ -35,141 +36,29 @@ func comment(text string) string {
 	return strings.Join(append(lines, line), "\n")
 }
 
-// Statements are the SQL texts of one inbox, as idem.Table wants them.
-type Statements struct {
-	Claim, Complete, Lookup, Purge string
-	// NullComplete and NullLookup hold the variants for keys with NULL
-	// parts, by null pattern: bit i is set when key part i is NULL.
-	NullComplete, NullLookup map[uint64]string
-	// BatchClaim, BatchLookup and BatchComplete are the statements of
-	// HandleBatch; empty for an inbox with a stale-message guard or
-	// nullable key parts, whose batches run one transaction per message.
-	BatchClaim, BatchLookup, BatchComplete string
+// KeyColumn is what a generated table declaration (idem.Column) states of
+// one key part, from which the runtime builds the statements it runs
+// against the table: the part's Go path, its column as SQL writes it, the
+// column's type as the migration creates it, and whether the part may be
+// NULL.
+type KeyColumn struct {
+	Field, Name, Type string
+	Nullable          bool
 }
 
-// StatementsFor renders the statements of h's inbox.
-func StatementsFor(h model.Handler) Statements {
-	in := Schema(h)
-	n := names(in)
-	d := statementData{Table: n.table}
-	var cols, values []string
-	for i, c := range in.Key {
-		cols = append(cols, Quote(c.Name))
-		values = append(values, fmt.Sprintf("$%d::%s", i+1, c.Type))
-	}
-	parts := len(in.Key)
-	d.KeyColumns = strings.Join(cols, ", ")
-	d.KeyValues = strings.Join(values, ", ")
-	d.Fingerprint = fmt.Sprintf("$%d", parts+1)
-	d.Wait = fmt.Sprintf("$%d", parts+2)
-	if in.Guard != nil {
-		d.Versions = n.versionsTable
-		d.Entity = fmt.Sprintf("$%d", parts+3)
-		d.Version = fmt.Sprintf("$%d", parts+4)
-		d.EntityType = in.Guard.Type
-	}
-	st := Statements{Claim: render("claim", d), Purge: render("purge", d)}
-
-	var nullable []int
-	for i, c := range in.Key {
-		if c.Nullable {
-			nullable = append(nullable, i)
+// KeyColumns returns the key columns of h's table, in key order. names, when
+// not nil, are the columns that hold the parts (a mode=entity handler's,
+// on its business table); else each part's own column of the inbox.
+func KeyColumns(h model.Handler, names []string) []KeyColumn {
+	cols := make([]KeyColumn, len(h.Key))
+	for i, k := range h.Key {
+		name := k.Column
+		if names != nil {
+			name = names[i]
 		}
+		cols[i] = KeyColumn{Field: k.Path, Name: Quote(name), Type: ColumnType(k), Nullable: k.Null != nil}
 	}
-	for pattern := range 1 << len(nullable) {
-		var nulls uint64
-		for j, i := range nullable {
-			if pattern&(1<<j) != 0 {
-				nulls |= 1 << i
-			}
-		}
-		d.Match, d.Next = match(in.Key, nulls)
-		complete, lookup := render("complete", d), render("lookup", d)
-		if nulls == 0 {
-			st.Complete, st.Lookup = complete, lookup
-			continue
-		}
-		if st.NullComplete == nil {
-			st.NullComplete, st.NullLookup = map[uint64]string{}, map[uint64]string{}
-		}
-		st.NullComplete[nulls], st.NullLookup[nulls] = complete, lookup
-	}
-	if in.Guard == nil && len(nullable) == 0 {
-		st.BatchClaim, st.BatchLookup, st.BatchComplete = batchStatements(in, n.table)
-	}
-	return st
-}
-
-// batchStatements renders the statements of HandleBatch for in (see
-// idem.Table): key parts $1..$n as text[], cast to the columns' types.
-func batchStatements(in model.Inbox, table string) (claim, lookup, complete string) {
-	var arrays, aliases, values, joinClaim, joinTable []string
-	for i, c := range in.Key {
-		array := fmt.Sprintf("$%d::text[]", i+1)
-		if c.Type != "text" {
-			array += "::" + c.Type + "[]"
-		}
-		alias := fmt.Sprintf("k%d", i+1)
-		arrays = append(arrays, array)
-		aliases = append(aliases, alias)
-		values = append(values, "m."+alias)
-		joinClaim = append(joinClaim, fmt.Sprintf("claim.%s = m.%s", Quote(c.Name), alias))
-		joinTable = append(joinTable, fmt.Sprintf("t.%s = m.%s", Quote(c.Name), alias))
-	}
-	parts := len(in.Key)
-	var cols []string
-	for _, c := range in.Key {
-		cols = append(cols, Quote(c.Name))
-	}
-	d := batchData{
-		Table:       table,
-		KeyColumns:  strings.Join(cols, ", "),
-		KeyArrays:   strings.Join(arrays, ", "),
-		Aliases:     strings.Join(aliases, ", "),
-		AliasValues: strings.Join(values, ", "),
-		JoinClaim:   strings.Join(joinClaim, " AND "),
-		JoinTable:   strings.Join(joinTable, " AND "),
-		Fingerprint: fmt.Sprintf("$%d", parts+1),
-		Wait:        fmt.Sprintf("$%d", parts+2),
-		Next:        fmt.Sprintf("$%d", parts+1),
-		ResultType:  in.ResultType(),
-	}
-	return render("batch_claim", d), render("batch_lookup", d), render("batch_complete", d)
-}
-
-type batchData struct {
-	Table, KeyColumns, KeyArrays, Aliases, AliasValues, JoinClaim, JoinTable string
-	Fingerprint, Wait, Next, ResultType                                      string
-}
-
-// match renders the WHERE clause that finds a key with the given NULL parts,
-// numbering the others, and the placeholder after them.
-func match(key []model.Column, nulls uint64) (where, next string) {
-	var conds []string
-	n := 0
-	for i, c := range key {
-		if nulls&(1<<i) != 0 {
-			conds = append(conds, Quote(c.Name)+" IS NULL")
-			continue
-		}
-		n++
-		conds = append(conds, fmt.Sprintf("%s = $%d", Quote(c.Name), n))
-	}
-	return strings.Join(conds, " AND "), fmt.Sprintf("$%d", n+1)
-}
-
-type statementData struct {
-	Table       string
-	KeyColumns  string // key_a, key_b
-	KeyValues   string // $1::text, $2::bigint
-	Fingerprint string // the claim's placeholders after the key's
-	Wait        string
-	Next        string // in Complete and Lookup, the placeholder after the key's
-	Match       string // key_a = $1 AND key_b = $2
-	Versions    string // the guard's versions table, if any
-	Entity      string
-	Version     string
-	EntityType  string
+	return cols
 }
 
 // Create renders the SQL of the migration that creates the inbox in: what

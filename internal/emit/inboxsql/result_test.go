@@ -61,12 +61,7 @@ var noteHandler = model.Handler{
 }
 
 func noteTable() idem.Table[note] {
-	st := StatementsFor(noteHandler)
-	return idem.Table[note]{
-		Consumer: noteHandler.Consumer, Name: noteHandler.Table, KeyFields: []string{"ID"},
-		Key:   func(m note) ([]any, error) { return []any{m.ID}, idem.CheckString("ID", m.ID) },
-		Claim: st.Claim, Complete: st.Complete, Lookup: st.Lookup, Purge: st.Purge,
-	}
+	return declare(noteHandler, func(m note) ([]any, error) { return []any{m.ID}, idem.CheckString("ID", m.ID) }, nil)
 }
 
 func echo(_ context.Context, _ pgx.Tx, m note) (echoed, error) {

@@ -105,7 +105,7 @@ func TestSchema(t *testing.T) {
 // partOf returns a key part whose column is c: the Go facts ColumnType maps
 // to c's type, so that tests can build a handler from an inbox.
 func partOf(c model.Column) model.KeyPart {
-	part := model.KeyPart{Column: c.Name}
+	part := model.KeyPart{Path: c.Name, Column: c.Name}
 	for _, ct := range columnTypes {
 		if ct.want == c.Type {
 			part.Kind, part.Bits, part.Unsigned = ct.part.Kind, ct.part.Bits, ct.part.Unsigned

@@ -1,0 +1,589 @@
+package idem
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/idemgen/idemgen/idem/internal/sqlhook"
+)
+
+// Column is one key part of a consumer: the Go field it is read from and
+// the column that holds it. A table declaration ([Table], [ExternalTable],
+// [EntityTable]) lists its key's columns in key order, and the runtime
+// builds every statement it runs against the table from them, once, when
+// the inbox is constructed.
+type Column struct {
+	// Field is the Go field path of the key part (OrderID, Order.ID), as
+	// errors and logs name it.
+	Field string
+	// Name is the column, as SQL writes it: double-quoted where
+	// PostgreSQL needs it to be.
+	Name string
+	// Type is the column's SQL type, as the migration creates it: text,
+	// uuid, smallint, integer, bigint or numeric(20). Each key part is
+	// sent cast to it.
+	Type string
+	// Nullable says that the part may be NULL (a nil in Key's result).
+	Nullable bool
+}
+
+// query is a statement and the arguments it is sent with: every statement
+// the runtime runs against a consumer's table is built, with its
+// arguments, by one of the methods below.
+type query struct {
+	sql  string
+	args []any
+}
+
+// fieldsOf returns the Go field paths of cols, in key order.
+func fieldsOf(cols []Column) []string {
+	fields := make([]string, len(cols))
+	for i, c := range cols {
+		fields[i] = c.Field
+	}
+	return fields
+}
+
+// checkColumns panics, naming the constructor and the consumer, on a table
+// declaration whose key the statements cannot be built from.
+func checkColumns(constructor, consumer string, cols []Column) {
+	if len(cols) == 0 {
+		panic(fmt.Sprintf("%s (consumer %s): the table declares no key columns", constructor, consumer))
+	}
+	for i, c := range cols {
+		if c.Field == "" || c.Name == "" || c.Type == "" {
+			panic(fmt.Sprintf("%s (consumer %s): key column %d (%+v) needs Field, Name and Type", constructor, consumer, i+1, c))
+		}
+	}
+}
+
+// fill replaces each {name} in sql with its value: the statements below are
+// written as the SQL they are, with their varying parts named.
+func fill(sql string, pairs ...string) string {
+	for i := 0; i < len(pairs); i += 2 {
+		pairs[i] = "{" + pairs[i] + "}"
+	}
+	return strings.NewReplacer(pairs...).Replace(sql)
+}
+
+// ph is placeholder n.
+func ph(n int) string { return "$" + strconv.Itoa(n) }
+
+// list joins the items that f makes of cols, by sep.
+func list(cols []Column, sep string, f func(i int, c Column) string) string {
+	items := make([]string, len(cols))
+	for i, c := range cols {
+		items[i] = f(i, c)
+	}
+	return strings.Join(items, sep)
+}
+
+// The statements of an inbox (Table).
+//
+// The claim bounds its own wait for a concurrent claim of the key: the wait
+// CTE saves the session's lock_timeout and sets the bound before the INSERT
+// reads its row from it, and the RETURNING of the last write restores the
+// saved value, so the handler's statements never see the bound. (When
+// nothing is returned, the transaction is rolled back, setting and all.)
+const (
+	claimWait = `WITH wait AS MATERIALIZED (
+  SELECT set_config('lock_timeout', {wait}::text, true)
+  FROM (SELECT set_config('idem.lock_timeout', current_setting('lock_timeout'), true) OFFSET 0)
+    AS saved
+)`
+
+	claimSQL = claimWait + `
+INSERT INTO {table} ({columns}, fingerprint)
+SELECT {values}, {fingerprint}::bytea FROM wait
+ON CONFLICT DO NOTHING
+RETURNING set_config('lock_timeout', current_setting('idem.lock_timeout'), true) IS NOT NULL`
+
+	// With a stale-message guard, the claim also records the message's
+	// version as the entity's last applied one when it is newer, and
+	// returns whether it was (false: the message is stale).
+	guardedClaimSQL = claimWait + `,
+claim AS (
+  INSERT INTO {table} ({columns}, fingerprint)
+  SELECT {values}, {fingerprint}::bytea FROM wait
+  ON CONFLICT DO NOTHING
+  RETURNING 1
+),
+fresh AS (
+  INSERT INTO {versions} (entity, version)
+  SELECT {entity}::{entity_type}, {version}::bigint FROM claim
+  ON CONFLICT (entity) DO UPDATE SET version = EXCLUDED.version, updated_at = now()
+  WHERE {versions}.version < EXCLUDED.version
+  RETURNING set_config('lock_timeout', current_setting('idem.lock_timeout'), true)
+)
+SELECT EXISTS (SELECT FROM fresh) FROM claim`
+
+	completeSQL = `UPDATE {table} SET result = {result}
+WHERE {match}`
+
+	lookupSQL = `SELECT fingerprint, status, result FROM {table}
+WHERE {match}`
+
+	// Deletes one batch of the oldest expired rows: the B-tree on
+	// created_at gives them oldest first and the scan stops after the
+	// batch; rows another purge is deleting are skipped, so that purges
+	// running at once delete disjoint batches and no purge waits on
+	// another.
+	purgeSQL = `DELETE FROM {table} WHERE ctid = ANY (ARRAY(
+  SELECT ctid FROM {table}
+  WHERE created_at < now() - make_interval(secs => $1)
+  ORDER BY created_at LIMIT $2
+  FOR UPDATE SKIP LOCKED
+))`
+
+	// The statements of HandleBatch: the key parts come as one text[] per
+	// part, cast to the column's type. The claim inserts the keys in key
+	// order, so that batches with overlapping keys lock them in one order
+	// (no deadlock between them), bounds its wait as the claim above does,
+	// and returns the position of each key it inserted; the restore of
+	// lock_timeout is referenced so that it runs for every inserted row.
+	batchClaimSQL = claimWait + `,
+m AS MATERIALIZED (
+  SELECT * FROM unnest({arrays}, {fingerprint}::bytea[]) WITH ORDINALITY AS m ({aliases}, fp, n)
+),
+claim AS (
+  INSERT INTO {table} ({columns}, fingerprint)
+  SELECT {alias_values}, m.fp FROM wait, m ORDER BY {alias_values}
+  ON CONFLICT DO NOTHING
+  RETURNING {columns},
+    set_config('lock_timeout', current_setting('idem.lock_timeout'), true) AS restored
+)
+SELECT m.n FROM m JOIN claim ON {join_claim}
+WHERE claim.restored IS NOT NULL`
+
+	batchLookupSQL = `SELECT m.n, t.fingerprint, t.status, t.result
+FROM unnest({arrays}) WITH ORDINALITY AS m ({aliases}, n)
+JOIN {table} AS t ON {join_table}`
+
+	batchCompleteSQL = `UPDATE {table} AS t SET result = m.r::json
+FROM unnest({arrays}, {results}::text[]) AS m ({aliases}, r)
+WHERE {join_table}`
+)
+
+// inboxSQL are the statements of one inbox table, built from its Table.
+type inboxSQL struct {
+	parts    int
+	guarded  bool
+	claimSQL string
+	// complete and lookup hold the variants by null pattern of the key
+	// (bit i set when part i is NULL), 0 for a key without NULL parts:
+	// a NULL part cannot be matched with =, so each variant matches it
+	// with IS NULL and numbers only the parts that are not NULL.
+	complete, lookup map[uint64]string
+	purge            string
+	// batchClaim, batchLookup and batchComplete are the statements of
+	// HandleBatch; empty for a table with a stale-message guard or
+	// nullable key parts, whose batches run one transaction per message.
+	batchClaim, batchLookup, batchComplete string
+}
+
+// newInboxSQL builds the statements of t; it panics, naming constructor,
+// on a declaration they cannot be built from.
+func newInboxSQL[M any](constructor string, t Table[M]) *inboxSQL {
+	checkColumns(constructor, t.Consumer, t.Columns)
+	if (t.Order != nil) != (t.Versions != "") || (t.Versions != "") != (t.EntityType != "") {
+		panic(fmt.Sprintf("%s (consumer %s): a stale-message guard needs Order, Versions and EntityType, all three", constructor, t.Consumer))
+	}
+	cols, n := t.Columns, len(t.Columns)
+	s := &inboxSQL{parts: n, guarded: t.Order != nil,
+		complete: map[uint64]string{}, lookup: map[uint64]string{}}
+	edit := func(name, sql string) string { return sqlhook.Apply(t.Consumer, name, sql) }
+	columns := list(cols, ", ", func(_ int, c Column) string { return c.Name })
+	values := list(cols, ", ", func(i int, c Column) string { return ph(i+1) + "::" + c.Type })
+	claim := fill(claimSQL, "wait", ph(n+2), "table", t.Name, "columns", columns,
+		"values", values, "fingerprint", ph(n+1))
+	if s.guarded {
+		claim = fill(guardedClaimSQL, "wait", ph(n+2), "table", t.Name, "columns", columns,
+			"values", values, "fingerprint", ph(n+1), "versions", t.Versions,
+			"entity", ph(n+3), "entity_type", t.EntityType, "version", ph(n+4))
+	}
+	s.claimSQL = edit("claim", claim)
+	s.purge = edit("purge", fill(purgeSQL, "table", t.Name))
+
+	var nullable []int
+	for i, c := range cols {
+		if c.Nullable {
+			nullable = append(nullable, i)
+		}
+	}
+	for pattern := range 1 << len(nullable) {
+		var nulls uint64
+		for j, i := range nullable {
+			if pattern&(1<<j) != 0 {
+				nulls |= 1 << i
+			}
+		}
+		match, next := matchKey(cols, nulls)
+		s.complete[nulls] = edit("complete", fill(completeSQL, "table", t.Name, "result", next, "match", match))
+		s.lookup[nulls] = edit("lookup", fill(lookupSQL, "table", t.Name, "match", match))
+	}
+	if s.guarded || len(nullable) > 0 {
+		return s
+	}
+	arrays := list(cols, ", ", func(i int, c Column) string {
+		if c.Type == "text" {
+			return ph(i+1) + "::text[]"
+		}
+		return ph(i+1) + "::text[]::" + c.Type + "[]"
+	})
+	aliases := list(cols, ", ", func(i int, _ Column) string { return "k" + strconv.Itoa(i+1) })
+	aliasValues := list(cols, ", ", func(i int, _ Column) string { return "m.k" + strconv.Itoa(i+1) })
+	join := func(alias string) string {
+		return list(cols, " AND ", func(i int, c Column) string {
+			return alias + "." + c.Name + " = m.k" + strconv.Itoa(i+1)
+		})
+	}
+	s.batchClaim = edit("batch_claim", fill(batchClaimSQL, "wait", ph(n+2), "arrays", arrays,
+		"fingerprint", ph(n+1), "aliases", aliases, "table", t.Name, "columns", columns,
+		"alias_values", aliasValues, "join_claim", join("claim")))
+	s.batchLookup = edit("batch_lookup", fill(batchLookupSQL, "arrays", arrays, "aliases", aliases,
+		"table", t.Name, "join_table", join("t")))
+	s.batchComplete = edit("batch_complete", fill(batchCompleteSQL, "table", t.Name, "arrays", arrays,
+		"results", ph(n+1), "aliases", aliases, "join_table", join("t")))
+	return s
+}
+
+// matchKey returns the condition that finds a key with the given NULL
+// parts, numbering the others, and the placeholder after them.
+func matchKey(cols []Column, nulls uint64) (where, next string) {
+	conds := make([]string, len(cols))
+	n := 0
+	for i, c := range cols {
+		if nulls&(1<<i) != 0 {
+			conds[i] = c.Name + " IS NULL"
+			continue
+		}
+		n++
+		conds[i] = c.Name + " = " + ph(n)
+	}
+	return strings.Join(conds, " AND "), ph(n + 1)
+}
+
+// claim is the claim of key: its parts, the fingerprint, the claim's
+// lock_timeout and, for a table with a stale-message guard, the entity and
+// the version (order). It returns one boolean row when it inserted the key:
+// true unless the guard found the version stale. The row it inserts is done
+// (it becomes visible only with the commit).
+func (s *inboxSQL) claim(key []any, fp []byte, lockWait any, order []any) query {
+	args := make([]any, 0, len(key)+2+len(order))
+	for _, part := range key {
+		args = append(args, param(part))
+	}
+	args = append(args, fp, lockWait)
+	for _, v := range order {
+		args = append(args, param(v))
+	}
+	return query{s.claimSQL, args}
+}
+
+// completeKey stores result in key's row: the parts of the key that are
+// not NULL, then the result. The result goes as text, never as []byte: pgx
+// sends a []byte of unknown parameter type as bytea ('\x7b...'), which json
+// refuses, whenever it does not describe the statement first
+// (QueryExecModeExec and QueryExecModeSimpleProtocol, what poolers such as
+// PgBouncer and RDS Proxy need). As text, the server reads it as the
+// column's type in every mode.
+func (s *inboxSQL) completeKey(key []any, result []byte) query {
+	sql, args := byNulls(s.complete, key)
+	return query{sql, append(args, string(result))}
+}
+
+// lookupKey reads fingerprint, status and result of key's row.
+func (s *inboxSQL) lookupKey(key []any) query {
+	sql, args := byNulls(s.lookup, key)
+	return query{sql, args}
+}
+
+// byNulls picks the variant of a statement for key's null pattern and the
+// arguments it takes: the parts that are not NULL.
+func byNulls(variants map[uint64]string, key []any) (string, []any) {
+	var nulls uint64
+	args := make([]any, 0, len(key)+1)
+	for i, part := range key {
+		if part == nil {
+			nulls |= 1 << i
+			continue
+		}
+		args = append(args, param(part))
+	}
+	return variants[nulls], args
+}
+
+// batches reports whether the table has the statements of HandleBatch.
+func (s *inboxSQL) batches() bool { return s.batchClaim != "" }
+
+// keyArrays returns the key parts of keys as the batch statements take them:
+// one []string per key part, each the parts' text forms in keys' order,
+// which the statements cast to the columns' types, so that pgx encodes them
+// in every query exec mode.
+func (s *inboxSQL) keyArrays(keys [][]any, extra int) []any {
+	args := make([]any, s.parts, s.parts+extra)
+	for p := range s.parts {
+		col := make([]string, len(keys))
+		for i, key := range keys {
+			col[i] = keyText(key[p])
+		}
+		args[p] = col
+	}
+	return args
+}
+
+// batchClaimKeys claims keys in key order (so that two batches with
+// overlapping keys take their locks in one order and cannot deadlock): the
+// key arrays, the fingerprints (bytea[]), the claim's lock_timeout. It bounds
+// and restores lock_timeout as the claim does, and returns the 1-based
+// position in the arrays of each key it inserted.
+func (s *inboxSQL) batchClaimKeys(keys [][]any, fps [][]byte, lockWait any) query {
+	return query{s.batchClaim, append(s.keyArrays(keys, 2), fps, lockWait)}
+}
+
+// batchLookupKeys reads position, fingerprint, status and result of each
+// of keys it finds: the key arrays.
+func (s *inboxSQL) batchLookupKeys(keys [][]any) query {
+	return query{s.batchLookup, s.keyArrays(keys, 0)}
+}
+
+// batchCompleteKeys stores results (JSON texts, see completeKey) in keys'
+// rows: the key arrays, then the results as text[].
+func (s *inboxSQL) batchCompleteKeys(keys [][]any, results []string) query {
+	return query{s.batchComplete, append(s.keyArrays(keys, 1), results)}
+}
+
+// purgeBatch bounds how many rows one purge statement deletes.
+const purgeBatch = 1000
+
+// purgeRows deletes one batch of the rows past retain: the retention in
+// seconds and the batch size.
+func (s *inboxSQL) purgeRows(retain time.Duration) query {
+	return query{s.purge, []any{retain.Seconds(), purgeBatch}}
+}
+
+// The statements of a mode=external consumer's table (ExternalTable). Each
+// is one autocommit round trip: no transaction is open while the handler
+// runs. $1 is always idem_key.
+const (
+	// Claims the key: inserts it running, or takes over a released claim
+	// or a running one whose lease expired, where the payload is the same.
+	// attempts counts the attempt that now runs: a takeover of a running
+	// claim is a new one, while a released claim counted its next attempt
+	// when it was released. The statement around it returns, third, the
+	// status the key's row had before the claim ("" for a new key), read in
+	// the same statement's snapshot: a claim that finds it running took the
+	// key over from a worker whose lease ran out (idem.lease.takeovers).
+	externalClaimSQL = `WITH idem_prev AS MATERIALIZED (
+  SELECT status FROM {table} WHERE idem_key = $1::text
+),
+idem_claim AS (
+  INSERT INTO {table} AS t (idem_key, {columns}, fingerprint, status, fence, attempts, lease_until)
+  VALUES ($1, {values}, {fingerprint}::bytea, 'running', 1, 1,
+    now() + make_interval(secs => {lease}::float8))
+  ON CONFLICT (idem_key) DO UPDATE SET status = 'running', fence = t.fence + 1,
+    attempts = t.attempts + CASE WHEN t.status = 'running' THEN 1 ELSE 0 END,
+    lease_until = EXCLUDED.lease_until, updated_at = now()
+  WHERE t.fingerprint = EXCLUDED.fingerprint
+    AND (t.status = 'released' OR (t.status = 'running' AND t.lease_until < now()))
+  RETURNING t.fence, t.attempts
+)
+SELECT idem_claim.*, coalesce((SELECT status FROM idem_prev), '') FROM idem_claim`
+
+	externalLookupSQL = `SELECT fingerprint, status, result, coalesce(lease_until > now(), false) AS live
+FROM {table} WHERE idem_key = $1`
+
+	externalHeartbeatSQL = `UPDATE {table}
+SET lease_until = now() + make_interval(secs => $3::float8), updated_at = now()
+WHERE idem_key = $1 AND fence = $2 AND status = 'running'`
+
+	externalCompleteSQL = `UPDATE {table}
+SET status = 'done', result = $3, lease_until = NULL, done_at = now(), updated_at = now()
+WHERE idem_key = $1 AND fence = $2 AND status = 'running'`
+
+	externalReleaseSQL = `UPDATE {table}
+SET status = 'released', attempts = attempts + 1, lease_until = NULL, updated_at = now()
+WHERE idem_key = $1 AND fence = $2 AND status = 'running'`
+
+	// Releases a batch of expired claims; the fence moves on, so a worker
+	// that comes back after its claim was released cannot record it done.
+	externalSweepSQL = `UPDATE {table}
+SET status = 'released', fence = fence + 1, attempts = attempts + 1, lease_until = NULL,
+  updated_at = now()
+WHERE idem_key IN (
+    SELECT idem_key FROM {table}
+    WHERE status = 'running' AND lease_until < now()
+    ORDER BY lease_until LIMIT $1
+    FOR UPDATE SKIP LOCKED
+  )
+  AND status = 'running' AND lease_until < now()
+RETURNING idem_key, attempts`
+
+	externalStuckSQL = `SELECT idem_key, status, attempts, updated_at FROM {table}
+WHERE status <> 'done' AND attempts > $1
+ORDER BY attempts DESC, idem_key LIMIT $2`
+
+	// Deletes one batch of the oldest expired rows that are not running,
+	// by the index on created_at, skipping rows another purge or a claim
+	// holds.
+	externalPurgeSQL = `DELETE FROM {table} WHERE ctid = ANY (ARRAY(
+  SELECT ctid FROM {table}
+  WHERE status <> 'running' AND created_at < now() - make_interval(secs => $1)
+  ORDER BY created_at LIMIT $2
+  FOR UPDATE SKIP LOCKED
+))`
+)
+
+// externalSQL are the statements of one mode=external table, built from its
+// ExternalTable.
+type externalSQL struct {
+	claimSQL, lookup, heartbeat, complete, release, sweep, stuck, purge string
+}
+
+// newExternalSQL builds the statements of t; it panics, naming constructor,
+// on a declaration they cannot be built from.
+func newExternalSQL[M any](constructor string, t ExternalTable[M]) *externalSQL {
+	checkColumns(constructor, t.Consumer, t.Columns)
+	n := len(t.Columns)
+	edit := func(name, sql string) string { return sqlhook.Apply(t.Consumer, name, sql) }
+	table := func(sql string) string { return fill(sql, "table", t.Name) }
+	return &externalSQL{
+		claimSQL: edit("claim", fill(externalClaimSQL, "table", t.Name,
+			"columns", list(t.Columns, ", ", func(_ int, c Column) string { return c.Name }),
+			"values", list(t.Columns, ", ", func(i int, c Column) string { return ph(i+2) + "::" + c.Type }),
+			"fingerprint", ph(n+2), "lease", ph(n+3))),
+		lookup:    edit("lookup", table(externalLookupSQL)),
+		heartbeat: edit("heartbeat", table(externalHeartbeatSQL)),
+		complete:  edit("complete", table(externalCompleteSQL)),
+		release:   edit("release", table(externalReleaseSQL)),
+		sweep:     edit("sweep", table(externalSweepSQL)),
+		stuck:     edit("stuck", table(externalStuckSQL)),
+		purge:     edit("purge", table(externalPurgeSQL)),
+	}
+}
+
+// claim inserts or takes over the claim of key and returns fence, attempts
+// and the row's previous status, or no row: the idempotency key, the key
+// parts (NULL allowed), the fingerprint and the lease in seconds.
+func (s *externalSQL) claim(idemKey string, key []any, fp []byte, lease time.Duration) query {
+	args := make([]any, 0, len(key)+3)
+	args = append(args, idemKey)
+	for _, part := range key {
+		args = append(args, param(part))
+	}
+	return query{s.claimSQL, append(args, fp, lease.Seconds())}
+}
+
+// lookupKey returns fingerprint, status, result and whether the lease is
+// live: the idempotency key.
+func (s *externalSQL) lookupKey(idemKey string) query {
+	return query{s.lookup, []any{idemKey}}
+}
+
+// heartbeatClaim renews the lease of a running claim that still has fence:
+// the idempotency key, the fence and the lease in seconds.
+func (s *externalSQL) heartbeatClaim(idemKey string, fence int64, lease time.Duration) query {
+	return query{s.heartbeat, []any{idemKey, fence, lease.Seconds()}}
+}
+
+// completeClaim records a running claim that still has fence done: the
+// idempotency key, the fence and the result, JSON as a string (never
+// []byte: see inboxSQL.completeKey) or nil.
+func (s *externalSQL) completeClaim(idemKey string, fence int64, result any) query {
+	return query{s.complete, []any{idemKey, fence, result}}
+}
+
+// releaseClaim releases a running claim that still has fence: the
+// idempotency key and the fence.
+func (s *externalSQL) releaseClaim(idemKey string, fence int64) query {
+	return query{s.release, []any{idemKey, fence}}
+}
+
+// sweepExpired resets a batch of expired claims and returns idem_key and
+// attempts of each: the batch size.
+func (s *externalSQL) sweepExpired() query {
+	return query{s.sweep, []any{sweepBatch}}
+}
+
+// stuckClaims returns idem_key, status, attempts and updated_at of the
+// claims above threshold: the threshold and the limit of the report.
+func (s *externalSQL) stuckClaims(threshold int) query {
+	return query{s.stuck, []any{threshold, StuckLimit}}
+}
+
+// purgeRows deletes one batch of the rows past retain that are not
+// running: the retention in seconds and the batch size.
+func (s *externalSQL) purgeRows(retain time.Duration) query {
+	return query{s.purge, []any{retain.Seconds(), purgeBatch}}
+}
+
+// The statements of a mode=entity consumer's business table (EntityTable).
+const (
+	// Reads the fingerprint of the key's row, after the duplicate's
+	// rollback.
+	entityLookupSQL = `SELECT ` + FingerprintColumn + ` FROM {table}
+WHERE {match}`
+
+	// Runs right before COMMIT, in its round trip: fails (an invalid
+	// boolean whose text is MarkerCheckMessage) unless the key's row
+	// exists with the fingerprint of this transaction's setting, so that
+	// the COMMIT after it rolls back a delivery whose handler did not
+	// insert its marker; that also proves the connection is still in the
+	// transaction that set it. The ELSE reads the setting so that the
+	// planner cannot fold it into a constant error.
+	entityCheckSQL = `SELECT CASE
+  WHEN EXISTS (
+    SELECT FROM {table}
+    WHERE {match}
+      AND ` + FingerprintColumn + ` = decode(nullif(current_setting('` + FingerprintSetting + `', true), ''), 'hex')
+  )
+  THEN true
+  ELSE ('` + MarkerCheckMessage + `' || coalesce(current_setting('` + FingerprintSetting + `', true), ''))::boolean
+END`
+)
+
+// entitySQL are the statements of one mode=entity business table, built
+// from its EntityTable.
+type entitySQL struct{ lookup, check string }
+
+// newEntitySQL builds the statements of t; it panics, naming constructor,
+// on a declaration they cannot be built from.
+func newEntitySQL[M any](constructor string, t EntityTable[M]) *entitySQL {
+	checkColumns(constructor, t.Consumer, t.Columns)
+	match := list(t.Columns, " AND ", func(i int, c Column) string {
+		return c.Name + " = " + ph(i+1) + "::" + c.Type
+	})
+	edit := func(name, sql string) string { return sqlhook.Apply(t.Consumer, name, sql) }
+	return &entitySQL{
+		lookup: edit("lookup", fill(entityLookupSQL, "table", t.Name, "match", match)),
+		check:  edit("check", fill(entityCheckSQL, "table", t.Name, "match", match)),
+	}
+}
+
+// keyArgs are the key parts as the entity statements take them.
+func keyArgs(key []any) []any {
+	args := make([]any, 0, len(key))
+	for _, part := range key {
+		args = append(args, param(part))
+	}
+	return args
+}
+
+// lookupKey returns the FingerprintColumn of key's row: the key parts.
+func (s *entitySQL) lookupKey(key []any) query { return query{s.lookup, keyArgs(key)} }
+
+// checkMarker fails, raising an invalid-boolean error whose text holds
+// MarkerCheckMessage, unless key's row exists with the fingerprint of
+// FingerprintSetting: the key parts.
+func (s *entitySQL) checkMarker(key []any) query { return query{s.check, keyArgs(key)} }
+
+// unquote returns the name a column's SQL spelling stands for, as the
+// catalog holds it.
+func unquote(name string) string {
+	if len(name) >= 2 && name[0] == '"' && name[len(name)-1] == '"' {
+		return strings.ReplaceAll(name[1:len(name)-1], `""`, `"`)
+	}
+	return name
+}
