@@ -10,6 +10,9 @@ import (
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/idemgen/idemgen/idem/internal/config"
+	"github.com/idemgen/idemgen/idem/internal/pgutil"
 )
 
 // DefaultBatchCap is how many messages one HandleBatch transaction holds at
@@ -22,7 +25,7 @@ const DefaultBatchCap = 100
 // holds its row locks and how much a failing handler costs (the batch falls
 // back to one transaction per message). NewInbox panics on a negative cap.
 func WithBatchCap(n int) Option {
-	return func(o *options) { o.batchCap = n; o.given |= optBatchCap }
+	return func(o *options) { o.BatchCap = n; o.Given |= config.BatchCap }
 }
 
 // Result is the outcome of one message of a batch (HandleBatch): what Handle
@@ -228,7 +231,7 @@ func (b *batch[M, R]) run(ctx context.Context, conn *pgx.Conn) (retry []int) {
 	}
 
 	// BEGIN and the claim, in one round trip.
-	pb := newBatch(2)
+	pb := pgutil.NewBatch(2)
 	pb.BeginTx(in.txOptions)
 	q := in.sql.batchClaimKeys(keys, fps, in.lockWait)
 	pb.Queue(q.sql, q.args...)
@@ -240,14 +243,14 @@ func (b *batch[M, R]) run(ctx context.Context, conn *pgx.Conn) (retry []int) {
 	tx := br.Tx()
 	switch {
 	case err == nil:
-	case hasSQLState(err, pgerrcode.LockNotAvailable, pgerrcode.SerializationFailure, pgerrcode.DeadlockDetected):
+	case pgutil.HasSQLState(err, pgerrcode.LockNotAvailable, pgerrcode.SerializationFailure, pgerrcode.DeadlockDetected):
 		// A key is held by a concurrent delivery, or the isolation level
 		// refused a row committed after the snapshot: each message on its
 		// own resolves it (ErrInProgress, Duplicate, or processed).
-		rollback(ctx, conn)
+		pgutil.Rollback(ctx, conn)
 		return b.primary
 	default:
-		rollback(ctx, conn)
+		pgutil.Rollback(ctx, conn)
 		b.failAll(ctx, fmt.Errorf("idem: batch claim: %w", err))
 		return nil
 	}
@@ -273,7 +276,7 @@ func (b *batch[M, R]) run(ctx context.Context, conn *pgx.Conn) (retry []int) {
 		}
 		if err := b.lookup(ctx, conn, lost, lostKeys, len(won) == 0); err != nil {
 			// Nothing decided: each message on its own.
-			rollback(ctx, conn)
+			pgutil.Rollback(ctx, conn)
 			return b.primary
 		}
 	}
@@ -289,7 +292,7 @@ func (b *batch[M, R]) run(ctx context.Context, conn *pgx.Conn) (retry []int) {
 		outs = make([]*Outbox, len(won))
 	}
 	fallback := func() []int {
-		rollback(ctx, conn)
+		pgutil.Rollback(ctx, conn)
 		retry = retry[:0]
 		for _, j := range won {
 			retry = append(retry, b.primary[j])
@@ -378,7 +381,7 @@ func readBatchClaim(br pgx.BatchResults, n int) ([]bool, error) {
 // lookup failed and nothing was decided.
 func (b *batch[M, R]) lookup(ctx context.Context, conn *pgx.Conn, lost []int, keys [][]any, rollbackFirst bool) error {
 	in := b.in
-	pb := newBatch(2)
+	pb := pgutil.NewBatch(2)
 	if rollbackFirst {
 		pb.Queue("rollback")
 	}
@@ -458,7 +461,7 @@ var errBatchRolledBack = errors.New("idem: the batch was rolled back before its 
 // error: the COMMIT's outcome is unknown.
 func (b *batch[M, R]) complete(ctx context.Context, conn *pgx.Conn, keys [][]any, results []string, outs []*Outbox) error {
 	in := b.in
-	pb := newBatch(5)
+	pb := pgutil.NewBatch(5)
 	if !in.noResult {
 		q := in.sql.batchCompleteKeys(keys, results)
 		pb.Queue(q.sql, q.args...)
@@ -505,7 +508,7 @@ func (b *batch[M, R]) complete(ctx context.Context, conn *pgx.Conn, keys [][]any
 	}
 	switch {
 	case err != nil && before:
-		rollback(ctx, conn)
+		pgutil.Rollback(ctx, conn)
 		return fmt.Errorf("%w: %w", errBatchRolledBack, err)
 	case err == nil && committed.String() == "ROLLBACK":
 		return errBatchRolledBack // a handler's failed statement aborted it

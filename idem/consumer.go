@@ -3,6 +3,8 @@ package idem
 import (
 	"context"
 	"fmt"
+
+	"github.com/idemgen/idemgen/idem/internal/pgutil"
 )
 
 // consumerOf is what an inbox of every mode knows of its consumer: the name
@@ -59,7 +61,7 @@ func handle[M, R any](ctx context.Context, c *consumerOf[M], msg M, run func(cla
 func purge[M any](ctx context.Context, db DB, c *consumerOf[M], table, kind string, sql string, args []any) (int64, error) {
 	var total int64
 	for {
-		tag, err := exec(ctx, db, sql, args...)
+		tag, err := pgutil.Exec(ctx, db, sql, args...)
 		c.ob.ins.Purged(ctx, table, kind, tag.RowsAffected())
 		if err != nil {
 			return total, c.fail(nil, fmt.Errorf("idem: purge %s: %w", table, err))

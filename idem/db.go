@@ -3,7 +3,6 @@ package idem
 import (
 	"context"
 
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -39,14 +38,3 @@ type DB interface {
 }
 
 var _ DB = (*pgxpool.Pool)(nil)
-
-// exec runs one statement on a connection of db: what pgxpool.Pool's Exec
-// does, for any DB.
-func exec(ctx context.Context, db DB, sql string, args ...any) (pgconn.CommandTag, error) {
-	c, err := db.Acquire(ctx)
-	if err != nil {
-		return pgconn.CommandTag{}, err
-	}
-	defer c.Release()
-	return c.Exec(ctx, sql, args...)
-}

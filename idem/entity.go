@@ -11,6 +11,8 @@ import (
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/idemgen/idemgen/idem/internal/pgutil"
 )
 
 // FingerprintSetting is the transaction-local setting through which the
@@ -114,8 +116,8 @@ func newEntityInbox[M, R any](constructor string, db DB, table EntityTable[M], r
 	}
 	return &EntityInbox[M, R]{
 		db: db, table: table, result: result, sql: newEntitySQL(constructor, table),
-		txOptions: pgx.TxOptions{IsoLevel: o.isolation}, notify: !o.noNotify,
-		beforeCommit: o.beforeCommit,
+		txOptions: pgx.TxOptions{IsoLevel: o.Isolation}, notify: !o.NoNotify,
+		beforeCommit: o.BeforeCommit,
 		consumerOf:   newConsumerOf(o, table.Consumer, fieldsOf(table.Columns), table.Key),
 		constraint:   table.Constraint,
 		relname:      strings.Trim(name, `"`),
@@ -169,18 +171,18 @@ func (in *EntityInbox[M, R]) handle(ctx context.Context, msg M) (R, Outcome, err
 	if err != nil {
 		dup, derr := in.isDuplicate(ctx, conn, err)
 		if derr != nil {
-			rollback(ctx, conn)
+			pgutil.Rollback(ctx, conn)
 			return zero, 0, in.fail(key, fmt.Errorf("idem: %w (after the handler's error: %v)", derr, err))
 		}
 		if dup {
 			return in.readBack(ctx, conn, key, fp, msg)
 		}
-		rollback(ctx, conn)
+		pgutil.Rollback(ctx, conn)
 		return zero, 0, in.classify(key, fmt.Errorf("idem: handler: %w", err))
 	}
 	if in.beforeCommit != nil {
 		if err := runBeforeCommit(ctx, conn, tx, in.beforeCommit); err != nil {
-			rollback(ctx, conn)
+			pgutil.Rollback(ctx, conn)
 			return zero, 0, in.fail(key, fmt.Errorf("idem: before commit: %w", err))
 		}
 	}
@@ -188,11 +190,11 @@ func (in *EntityInbox[M, R]) handle(ctx context.Context, msg M) (R, Outcome, err
 		return zero, 0, in.fail(key, in.noRow(key, errNoStatement))
 	}
 	if err := stillInTransaction(conn); err != nil {
-		rollback(ctx, conn)
+		pgutil.Rollback(ctx, conn)
 		return zero, 0, in.fail(key, err)
 	}
 	if err := in.commit(ctx, conn, key, out); err != nil {
-		rollback(ctx, conn)
+		pgutil.Rollback(ctx, conn)
 		return zero, 0, in.classify(key, err)
 	}
 	return result, Processed, nil
@@ -225,7 +227,7 @@ func (in *EntityInbox[M, R]) resolveConstraint(ctx context.Context, conn *pgx.Co
 	if in.constraint != "" {
 		return in.constraint, nil
 	}
-	rollback(ctx, conn)
+	pgutil.Rollback(ctx, conn)
 	var names []string
 	columns := make([]string, len(in.table.Columns))
 	for i, c := range in.table.Columns {
@@ -266,7 +268,7 @@ func (in *EntityInbox[M, R]) commit(ctx context.Context, conn *pgx.Conn, key []a
 	if out != nil {
 		msgs = out.msgs
 	}
-	b := newBatch(4)
+	b := pgutil.NewBatch(4)
 	if queueOutbox(b, in.table.Consumer, in.fields, [][]any{key}, [][]outgoing{msgs}) > 0 && in.notify {
 		b.Queue(notifyOutbox)
 	}
@@ -283,7 +285,7 @@ func (in *EntityInbox[M, R]) commit(ctx context.Context, conn *pgx.Conn, key []a
 	br := conn.SendBatch(cctx, b)
 	var err error
 	if len(msgs) > 0 {
-		if _, err = br.Exec(); err != nil && !hasSQLState(err, pgerrcode.InFailedSQLTransaction) {
+		if _, err = br.Exec(); err != nil && !pgutil.HasSQLState(err, pgerrcode.InFailedSQLTransaction) {
 			err = errOutboxInsert(len(msgs), err)
 		}
 		if err == nil && in.notify {
@@ -303,7 +305,7 @@ func (in *EntityInbox[M, R]) commit(ctx context.Context, conn *pgx.Conn, key []a
 		err = closeErr
 	}
 	switch {
-	case hasSQLState(err, pgerrcode.InFailedSQLTransaction) || (err == nil && committed.String() == "ROLLBACK"):
+	case pgutil.HasSQLState(err, pgerrcode.InFailedSQLTransaction) || (err == nil && committed.String() == "ROLLBACK"):
 		return errAborted
 	case err != nil && strings.HasPrefix(err.Error(), "idem:"):
 		return err
@@ -320,7 +322,7 @@ func (in *EntityInbox[M, R]) noRow(key []any, why error) error {
 		what = "it " + why.Error()
 	}
 	return fmt.Errorf("idem: the handler returned without inserting the row of key %s into %s with this delivery's fingerprint (%s); "+
-		"in mode=entity that row is the message's only record, so nothing was committed", formatKey(in.fields, key), in.table.Name, what)
+		"in mode=entity that row is the message's only record, so nothing was committed", pgutil.FormatKey(in.fields, key), in.table.Name, what)
 }
 
 // MarkerCheckMessage is the text of the error the check before COMMIT of an
@@ -343,14 +345,14 @@ func (in *EntityInbox[M, R]) readBack(ctx context.Context, conn *pgx.Conn, key [
 		// The aborted transaction refused the lookup's Parse, which pgx
 		// sends ahead of the pipeline for a statement it has not prepared
 		// on this connection yet: roll back on its own, then look up.
-		rollback(ctx, conn)
+		pgutil.Rollback(ctx, conn)
 		stored, err = in.lookup(ctx, conn, key)
 	}
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return zero, 0, in.retryable(key, fmt.Errorf("idem: the handler's insert collided with a row of %s that was gone when read back", in.table.Name))
 	case err != nil:
-		rollback(ctx, conn)
+		pgutil.Rollback(ctx, conn)
 		return zero, 0, in.fail(key, fmt.Errorf("idem: read the entity row's fingerprint: %w", err))
 	case stored == nil:
 		return zero, 0, in.fail(key, fmt.Errorf("%w: the row of %s has no fingerprint (%s is NULL: it was written outside the wrapper, or before the migration that added the column), so the message cannot be told a duplicate", ErrKeyReused, in.table.Name, FingerprintColumn))
@@ -374,7 +376,7 @@ func (in *EntityInbox[M, R]) readBack(ctx context.Context, conn *pgx.Conn, key [
 // lookup reads the fingerprint of key's row, after rolling back the
 // connection's transaction in the same round trip (the collision aborted it).
 func (in *EntityInbox[M, R]) lookup(ctx context.Context, conn *pgx.Conn, key []any) ([]byte, error) {
-	b := newBatch(2)
+	b := pgutil.NewBatch(2)
 	rb := conn.PgConn().TxStatus() != txIdle
 	if rb {
 		b.Queue("rollback")
@@ -409,7 +411,7 @@ func (in *EntityInbox[M, R]) readResult(ctx context.Context, conn *pgx.Conn, msg
 // classify wraps err for key, marking serialization failures and deadlocks
 // retryable.
 func (in *EntityInbox[M, R]) classify(key []any, err error) error {
-	if hasSQLState(err, pgerrcode.SerializationFailure, pgerrcode.DeadlockDetected) {
+	if pgutil.HasSQLState(err, pgerrcode.SerializationFailure, pgerrcode.DeadlockDetected) {
 		return in.retryable(key, err)
 	}
 	return in.fail(key, err)

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/idemgen/idemgen/idem/internal/obs"
+	"github.com/idemgen/idemgen/idem/internal/pgutil"
 )
 
 // DefaultLease is the lease of an [ExternalTable] that sets none, as the
@@ -86,8 +87,8 @@ type ExternalInbox[M, R any] struct {
 func NewExternalInbox[M, R any](db DB, t ExternalTable[M], fn func(ctx context.Context, msg M) (R, error), opts ...Option) *ExternalInbox[M, R] {
 	o := newOptions("idem.NewExternalInbox", t.Consumer, "external", externalModeOptions, opts)
 	lease := t.Lease
-	if o.lease != 0 {
-		lease = o.lease
+	if o.Lease != 0 {
+		lease = o.Lease
 	} else if lease == 0 {
 		lease = DefaultLease
 	}
@@ -95,8 +96,8 @@ func NewExternalInbox[M, R any](db DB, t ExternalTable[M], fn func(ctx context.C
 		panic(fmt.Sprintf("idem.NewExternalInbox (consumer %s): the lease is %v; want a positive duration (lease= or idem.WithLease)", t.Consumer, lease))
 	}
 	stuck := DefaultStuckAttempts
-	if o.stuckSet {
-		stuck = o.stuckAttempts
+	if o.StuckSet {
+		stuck = o.StuckAttempts
 	}
 	if stuck < 1 {
 		panic(fmt.Sprintf("idem.NewExternalInbox (consumer %s): idem.WithStuckAttempts(%d); want at least 1", t.Consumer, stuck))
@@ -110,7 +111,7 @@ func NewExternalInbox[M, R any](db DB, t ExternalTable[M], fn func(ctx context.C
 		lease:          lease,
 		stuckAttempts:  stuck,
 		noResult:       noResult,
-		beforeComplete: o.beforeComplete,
+		beforeComplete: o.BeforeComplete,
 		sql:            newExternalSQL("idem.NewExternalInbox", t),
 		consumerOf:     externalConsumer(o, t),
 	}
@@ -347,7 +348,7 @@ func (x *ExternalInbox[M, R]) complete(ctx context.Context, idemKey string, fenc
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
 	defer cancel()
 	q := x.sql.completeClaim(idemKey, fence, result)
-	tag, err := exec(cctx, x.db, q.sql, q.args...)
+	tag, err := pgutil.Exec(cctx, x.db, q.sql, q.args...)
 	if err != nil {
 		return false, err
 	}
@@ -356,10 +357,10 @@ func (x *ExternalInbox[M, R]) complete(ctx context.Context, idemKey string, fenc
 
 // release frees the claim for the retry, even when ctx is cancelled.
 func (x *ExternalInbox[M, R]) release(ctx context.Context, idemKey string, fence int64) error {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), pgutil.RollbackTimeout)
 	defer cancel()
 	q := x.sql.releaseClaim(idemKey, fence)
-	_, err := exec(rctx, x.db, q.sql, q.args...)
+	_, err := pgutil.Exec(rctx, x.db, q.sql, q.args...)
 	return err
 }
 
@@ -407,7 +408,7 @@ func (x *ExternalInbox[M, R]) startHeartbeat(ctx context.Context, cancel context
 			sent := time.Now()
 			sctx, stop := context.WithDeadline(hctx, expires)
 			q := x.sql.heartbeatClaim(idemKey, fence, x.lease)
-			tag, err := exec(sctx, x.db, q.sql, q.args...)
+			tag, err := pgutil.Exec(sctx, x.db, q.sql, q.args...)
 			stop()
 			switch {
 			case hctx.Err() != nil:
@@ -479,7 +480,7 @@ func (x *ExternalInbox[M, R]) Sweep(ctx context.Context) (SweepReport, error) {
 	rep := SweepReport{Consumer: x.table.Consumer}
 	for {
 		q := x.sql.sweepExpired()
-		tag, err := exec(ctx, x.db, q.sql, q.args...)
+		tag, err := pgutil.Exec(ctx, x.db, q.sql, q.args...)
 		x.ob.c.SweeperResets(ctx, tag.RowsAffected())
 		if err != nil {
 			return rep, x.fail(nil, fmt.Errorf("idem: sweep %s: %w", x.table.Name, err))
@@ -517,9 +518,9 @@ func (x *ExternalInbox[M, R]) Sweep(ctx context.Context) (SweepReport, error) {
 func newError(consumer string, fields []string, key []any, err error) error {
 	e := &Error{Consumer: consumer, Err: err}
 	if key != nil {
-		e.Key = formatKey(fields, key)
+		e.Key = pgutil.FormatKey(fields, key)
 	}
-	e.retryable = hasSQLState(err, pgerrcode.SerializationFailure, pgerrcode.DeadlockDetected)
+	e.retryable = pgutil.HasSQLState(err, pgerrcode.SerializationFailure, pgerrcode.DeadlockDetected)
 	return e
 }
 

@@ -10,6 +10,8 @@ import (
 	"strconv"
 
 	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/idemgen/idemgen/idem/internal/pgutil"
 )
 
 // externalKeyScheme starts the bytes an external idempotency key hashes, so
@@ -73,12 +75,12 @@ func appendKeyPart(buf []byte, part any) []byte {
 	case uint64:
 		return appendField(append(buf, 'n'), strconv.FormatUint(v, 10))
 	case [16]byte:
-		return appendField(append(buf, 'u'), formatUUID(v))
+		return appendField(append(buf, 'u'), pgutil.FormatUUID(v))
 	case pgtype.UUID:
 		if !v.Valid {
 			return append(buf, 'z')
 		}
-		return appendField(append(buf, 'u'), formatUUID(v.Bytes))
+		return appendField(append(buf, 'u'), pgutil.FormatUUID(v.Bytes))
 	}
 	rv := reflect.ValueOf(part)
 	switch rv.Kind() {
@@ -97,7 +99,7 @@ func appendKeyPart(buf []byte, part any) []byte {
 		if rv.Len() == 16 && rv.Type().Elem().Kind() == reflect.Uint8 {
 			var u [16]byte
 			reflect.Copy(reflect.ValueOf(&u).Elem(), rv)
-			return appendField(append(buf, 'u'), formatUUID(u))
+			return appendField(append(buf, 'u'), pgutil.FormatUUID(u))
 		}
 	}
 	// Not a kind generated keys have: its type and value, so that it is

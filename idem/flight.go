@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemgen/idemgen/idem/internal/pgutil"
 )
 
 // Deliveries of one key that are in flight in this process at once, through
@@ -59,7 +61,7 @@ func keyID(key []any) string {
 			return s
 		}
 	}
-	return formatKey(nil, key)
+	return pgutil.FormatKey(nil, key)
 }
 
 // acquire takes the delivery's connection and returns the claim's

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/idemgen/idemgen/idem/internal/obs"
+	"github.com/idemgen/idemgen/idem/internal/pgutil"
 )
 
 // None is the result type of handlers that return only an error: their inbox
@@ -89,14 +90,14 @@ func newInbox[M, R any](constructor string, db DB, table Table[M], opts []Option
 		flightDB:  db,
 		table:     table,
 		sql:       newInboxSQL(constructor, table),
-		notify:    !o.noNotify,
-		txOptions: pgx.TxOptions{IsoLevel: o.isolation},
-		claimWait: o.claimWait,
-		lockWait:  o.lockTimeout(),
+		notify:    !o.NoNotify,
+		txOptions: pgx.TxOptions{IsoLevel: o.Isolation},
+		claimWait: o.ClaimWait,
+		lockWait:  lockTimeout(o.ClaimWait),
 		noResult:  noResult,
-		batchCap:  o.batchCap,
+		batchCap:  o.BatchCap,
 
-		beforeCommit: o.beforeCommit,
+		beforeCommit: o.BeforeCommit,
 		consumerOf:   newConsumerOf(o, table.Consumer, fieldsOf(table.Columns), table.Key),
 	}
 	if in.batchCap == 0 {
@@ -160,20 +161,20 @@ func (in *Inbox[M, R]) handle(ctx context.Context, msg M) (R, Outcome, error) {
 	switch {
 	case err == nil && claimed && !fresh:
 		// A version as new or newer of the entity was applied already.
-		rollback(ctx, conn)
+		pgutil.Rollback(ctx, conn)
 		return zero, 0, in.fail(key, ErrStale)
 	case err == nil && claimed:
-	case err == nil || hasSQLState(err, pgerrcode.SerializationFailure, pgerrcode.DeadlockDetected):
+	case err == nil || pgutil.HasSQLState(err, pgerrcode.SerializationFailure, pgerrcode.DeadlockDetected):
 		// Another delivery holds or held the key. Under REPEATABLE READ and
 		// SERIALIZABLE a conflict with a row committed after our snapshot
 		// is a serialization failure rather than a silent DO NOTHING; either
 		// way the committed row decides, read in a fresh snapshot.
 		return in.readBack(ctx, conn, key, fp, msg, err)
-	case hasSQLState(err, pgerrcode.LockNotAvailable):
-		rollback(ctx, conn)
+	case pgutil.HasSQLState(err, pgerrcode.LockNotAvailable):
+		pgutil.Rollback(ctx, conn)
 		return zero, 0, in.fail(key, ErrInProgress)
 	default:
-		rollback(ctx, conn)
+		pgutil.Rollback(ctx, conn)
 		return zero, 0, in.fail(key, fmt.Errorf("idem: claim: %w", err))
 	}
 
@@ -183,26 +184,26 @@ func (in *Inbox[M, R]) handle(ctx context.Context, msg M) (R, Outcome, error) {
 	}
 	result, err := in.call(ctx, conn, newHandlerTx(tx, conn), out, msg)
 	if err != nil {
-		rollback(ctx, conn)
+		pgutil.Rollback(ctx, conn)
 		return zero, 0, in.fail(key, fmt.Errorf("idem: handler: %w", err))
 	}
 	if in.beforeCommit != nil {
 		if err := runBeforeCommit(ctx, conn, tx, in.beforeCommit); err != nil {
-			rollback(ctx, conn)
+			pgutil.Rollback(ctx, conn)
 			return zero, 0, in.fail(key, fmt.Errorf("idem: before commit: %w", err))
 		}
 	}
 	if err := stillInTransaction(conn); err != nil {
-		rollback(ctx, conn)
+		pgutil.Rollback(ctx, conn)
 		return zero, 0, in.fail(key, err)
 	}
 	encoded, err := encodeResult(in.noResult, result)
 	if err != nil {
-		rollback(ctx, conn)
+		pgutil.Rollback(ctx, conn)
 		return zero, 0, in.fail(key, err)
 	}
 	if err := in.complete(ctx, conn, key, encoded, out); err != nil {
-		rollback(ctx, conn)
+		pgutil.Rollback(ctx, conn)
 		return zero, 0, in.fail(key, err)
 	}
 	return result, Processed, nil
@@ -216,7 +217,7 @@ func (in *Inbox[M, R]) handle(ctx context.Context, msg M) (R, Outcome, error) {
 func (in *Inbox[M, R]) claim(ctx context.Context, conn *pgx.Conn, key []any, fp []byte, lockWait any, order []any) (tx pgx.Tx, claimed, fresh bool, err error) {
 	// The claim statement bounds its own wait with lock_timeout and
 	// restores the session's value before it returns (see claimSQL in statements.go).
-	b := newBatch(2)
+	b := pgutil.NewBatch(2)
 	b.BeginTx(in.txOptions)
 	q := in.sql.claim(key, fp, lockWait, order)
 	b.Queue(q.sql, q.args...)
@@ -289,7 +290,7 @@ func (in *Inbox[M, R]) complete(ctx context.Context, conn *pgx.Conn, key []any, 
 	if out != nil {
 		msgs = out.msgs
 	}
-	b := newBatch(5)
+	b := pgutil.NewBatch(5)
 	if !in.noResult {
 		// The claim inserted the row done; only a result is left to store
 		// (as text: see completeStatement).
@@ -321,11 +322,11 @@ func (in *Inbox[M, R]) complete(ctx context.Context, conn *pgx.Conn, key []any, 
 		updated, err = br.Exec()
 	}
 	if err == nil && len(msgs) > 0 {
-		if _, err = br.Exec(); err != nil && !hasSQLState(err, pgerrcode.InFailedSQLTransaction) {
+		if _, err = br.Exec(); err != nil && !pgutil.HasSQLState(err, pgerrcode.InFailedSQLTransaction) {
 			outboxErr = errOutboxInsert(len(msgs), err)
 		}
 		if err == nil && notify {
-			if _, err = br.Exec(); err != nil && !hasSQLState(err, pgerrcode.InFailedSQLTransaction) {
+			if _, err = br.Exec(); err != nil && !pgutil.HasSQLState(err, pgerrcode.InFailedSQLTransaction) {
 				outboxErr = fmt.Errorf("idem: NOTIFY %s: %w", OutboxChannel, err)
 			}
 		}
@@ -347,7 +348,7 @@ func (in *Inbox[M, R]) complete(ctx context.Context, conn *pgx.Conn, key []any, 
 		return outboxErr
 	case errors.Is(err, errClaimLost):
 		return err
-	case hasSQLState(err, pgerrcode.InFailedSQLTransaction) || (err == nil && committed.String() == "ROLLBACK"):
+	case pgutil.HasSQLState(err, pgerrcode.InFailedSQLTransaction) || (err == nil && committed.String() == "ROLLBACK"):
 		return errAborted
 	case err != nil:
 		// A failed COMMIT may or may not have committed: the redelivery
@@ -368,9 +369,9 @@ func (in *Inbox[M, R]) readBack(ctx context.Context, conn *pgx.Conn, key []any, 
 		// refuses even the Parse of the lookup that pgx may send ahead of
 		// the batch: roll back on its own first. (The claim fails this way
 		// only under REPEATABLE READ or SERIALIZABLE.)
-		rollback(ctx, conn)
+		pgutil.Rollback(ctx, conn)
 	}
-	b := newBatch(2)
+	b := pgutil.NewBatch(2)
 	if conn.PgConn().TxStatus() != txIdle {
 		b.Queue("rollback")
 	}
@@ -400,7 +401,7 @@ func (in *Inbox[M, R]) readBack(ctx context.Context, conn *pgx.Conn, key []any, 
 		}
 		return zero, 0, in.retryable(key, claimErr)
 	case err != nil:
-		rollback(ctx, conn)
+		pgutil.Rollback(ctx, conn)
 		return zero, 0, in.fail(key, fmt.Errorf("idem: read the processed row: %w", err))
 	}
 	switch same, err := sameFingerprint(storedFP, fp); {
@@ -427,46 +428,6 @@ func (in *Inbox[M, R]) Purge(ctx context.Context) (int64, error) {
 	return purge(ctx, in.db, &in.consumerOf, in.table.Name, obs.KindInbox, q.sql, q.args)
 }
 
-// rollbackTimeout bounds the rollback after a failure; it runs even when the
-// caller's context is already cancelled.
-const rollbackTimeout = 5 * time.Second
-
 // commitTimeout bounds the commit round trip, which runs even when the
 // caller's context is cancelled once it was sent (see complete).
 const commitTimeout = 30 * time.Second
-
-// rollback ends the connection's transaction, if it has one. When even that
-// fails the connection's state is unknown, so it is closed: the server rolls
-// back, and the pool discards the connection.
-func rollback(ctx context.Context, conn *pgx.Conn) {
-	if conn.IsClosed() || conn.PgConn().TxStatus() == txIdle {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
-	defer cancel()
-	if _, err := conn.Exec(ctx, "rollback"); err != nil {
-		_ = conn.Close(ctx)
-	}
-}
-
-// newBatch returns a batch with room for n queries, so that queueing them
-// does not grow the slice step by step.
-func newBatch(n int) *pgx.Batch {
-	return &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, n)}
-}
-
-func hasSQLState(err error, codes ...string) bool {
-	if err == nil {
-		return false // without the allocation of pgErr, which escapes
-	}
-	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) {
-		return false
-	}
-	for _, code := range codes {
-		if pgErr.Code == code {
-			return true
-		}
-	}
-	return false
-}

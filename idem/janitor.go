@@ -13,6 +13,7 @@ import (
 
 	"github.com/idemgen/idemgen/generated/outboxdb"
 	"github.com/idemgen/idemgen/idem/internal/obs"
+	"github.com/idemgen/idemgen/idem/internal/pgutil"
 )
 
 // The janitor's defaults: what NewJanitor uses for an option not given.
@@ -309,7 +310,7 @@ func execAsync(ctx context.Context, db DB, sql string, args ...any) (int64, erro
 		return 0, err
 	}
 	defer c.Release()
-	b := newBatch(4)
+	b := pgutil.NewBatch(4)
 	b.Queue("begin")
 	b.Queue("SELECT set_config('synchronous_commit', 'off', true)")
 	b.Queue(sql, args...)
@@ -330,7 +331,7 @@ func execAsync(ctx context.Context, db DB, sql string, args ...any) (int64, erro
 		err = closeErr
 	}
 	if err != nil {
-		rollback(ctx, c.Conn())
+		pgutil.Rollback(ctx, c.Conn())
 		return 0, err
 	}
 	return tag.RowsAffected(), nil

@@ -8,6 +8,8 @@ import (
 
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/idemgen/idemgen/idem/internal/pgutil"
 )
 
 // NaturalTable describes a mode=natural consumer: it records nothing, so it
@@ -54,7 +56,7 @@ type NaturalInbox[M, R any] struct {
 func NewNaturalInbox[M, R any](db DB, table NaturalTable[M], handler func(ctx context.Context, tx pgx.Tx, msg M) (R, error), opts ...Option) *NaturalInbox[M, R] {
 	o := newOptions("idem.NewNaturalInbox", table.Consumer, "natural", naturalModeOptions, opts)
 	return &NaturalInbox[M, R]{db: db, table: table, handler: handler,
-		txOptions: pgx.TxOptions{IsoLevel: o.isolation}, beforeCommit: o.beforeCommit,
+		txOptions: pgx.TxOptions{IsoLevel: o.Isolation}, beforeCommit: o.BeforeCommit,
 		consumerOf: newConsumerOf(o, table.Consumer, table.KeyFields, table.Key)}
 }
 
@@ -94,7 +96,7 @@ func (in *NaturalInbox[M, R]) handle(ctx context.Context, msg M) (R, Outcome, er
 		if err == nil {
 			return result, Processed, nil
 		}
-		retry := hasSQLState(err, pgerrcode.SerializationFailure, pgerrcode.DeadlockDetected)
+		retry := pgutil.HasSQLState(err, pgerrcode.SerializationFailure, pgerrcode.DeadlockDetected)
 		if !retry || attempt == NaturalAttempts || ctx.Err() != nil || conn.IsClosed() {
 			return zero, 0, in.fail(key, err)
 		}
@@ -117,21 +119,21 @@ func (in *NaturalInbox[M, R]) run(ctx context.Context, conn *pgx.Conn, msg M) (R
 	}
 	result, err := callHandler(ctx, conn, newHandlerTx(tx, conn), func(ctx context.Context, tx pgx.Tx) (R, error) { return in.handler(ctx, tx, msg) }, nil)
 	if err != nil {
-		rollback(ctx, conn)
+		pgutil.Rollback(ctx, conn)
 		return zero, fmt.Errorf("idem: handler: %w", err)
 	}
 	if in.beforeCommit != nil {
 		if err := runBeforeCommit(ctx, conn, tx, in.beforeCommit); err != nil {
-			rollback(ctx, conn)
+			pgutil.Rollback(ctx, conn)
 			return zero, fmt.Errorf("idem: before commit: %w", err)
 		}
 	}
 	if err := stillInTransaction(conn); err != nil {
-		rollback(ctx, conn)
+		pgutil.Rollback(ctx, conn)
 		return zero, err
 	}
 	if err := ctx.Err(); err != nil {
-		rollback(ctx, conn)
+		pgutil.Rollback(ctx, conn)
 		return zero, fmt.Errorf("idem: %w before the commit; the transaction was rolled back", err)
 	}
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
@@ -139,7 +141,7 @@ func (in *NaturalInbox[M, R]) run(ctx context.Context, conn *pgx.Conn, msg M) (R
 	tag, err := conn.Exec(cctx, "commit")
 	switch {
 	case err != nil:
-		rollback(ctx, conn)
+		pgutil.Rollback(ctx, conn)
 		return zero, fmt.Errorf("idem: commit: %w", err)
 	case tag.String() == "ROLLBACK":
 		return zero, errAborted

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/idemgen/idemgen/idem/internal/obs"
+	"github.com/idemgen/idemgen/idem/internal/pgutil"
 )
 
 // observer records the deliveries of one consumer: a count and a duration
@@ -18,8 +19,8 @@ type observer struct {
 }
 
 func newObserver(o options, consumer string) observer {
-	ins := obs.New(o.meter)
-	return observer{ins: ins, c: ins.Consumer(consumer), log: o.loggerOrDefault()}
+	ins := obs.New(o.Meter)
+	return observer{ins: ins, c: ins.Consumer(consumer), log: loggerOrDefault(o)}
 }
 
 // outcomeOf names what a delivery came to, for the metrics and the log.
@@ -107,5 +108,5 @@ func keyTextOf[M any](fields []string, keyOf func(M) ([]any, error), msg M, err 
 	if kerr != nil {
 		return ""
 	}
-	return formatKey(fields, key)
+	return pgutil.FormatKey(fields, key)
 }

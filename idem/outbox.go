@@ -15,6 +15,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/idemgen/idemgen/generated/outboxdb"
+	"github.com/idemgen/idemgen/idem/internal/config"
+	"github.com/idemgen/idemgen/idem/internal/pgutil"
 )
 
 // Outbox buffers the messages a handler sends. A handler that takes an
@@ -191,7 +193,7 @@ func NoResultPublishing[M any](handler func(ctx context.Context, tx pgx.Tx, out 
 // interval is then the latency from commit to publish). Without outbox rows
 // nothing is sent either way.
 func WithoutNotify() Option {
-	return func(o *options) { o.noNotify = true; o.given |= optWithoutNotify }
+	return func(o *options) { o.NoNotify = true; o.Given |= config.WithoutNotify }
 }
 
 // outboxNamespace is the namespace of the outgoing message ids:
@@ -289,7 +291,7 @@ func queueOutbox(b *pgx.Batch, consumer string, fields []string, keys [][]any, o
 		if len(msgs) == 0 {
 			continue
 		}
-		name, key := outgoingName(consumer, keys[k]), formatKey(fields, keys[k])
+		name, key := outgoingName(consumer, keys[k]), pgutil.FormatKey(fields, keys[k])
 		for seq, m := range msgs {
 			p.Keys = append(p.Keys, key)
 			p.MessageIds = append(p.MessageIds, outgoingID(name, seq).String())
@@ -319,13 +321,13 @@ func (queueOnly) Query(context.Context, string, ...any) (pgx.Rows, error) {
 	return nil, errQueueOnly
 }
 
-func (queueOnly) QueryRow(context.Context, string, ...any) pgx.Row { return errRows{errQueueOnly} }
+func (queueOnly) QueryRow(context.Context, string, ...any) pgx.Row { return pgutil.Fail(errQueueOnly) }
 
 var errQueueOnly = errors.New("idem: a query that returns rows cannot be queued on a commit's batch")
 
 // errOutboxInsert explains a failed INSERT into idem_outbox.
 func errOutboxInsert(n int, err error) error {
-	if hasSQLState(err, pgerrcode.UndefinedTable, pgerrcode.UndefinedColumn) {
+	if pgutil.HasSQLState(err, pgerrcode.UndefinedTable, pgerrcode.UndefinedColumn) {
 		return fmt.Errorf("idem: write %d outgoing messages: the outbox table idem_outbox is missing or out of date (apply the migrations of github.com/idemgen/idemgen/migrations; idemgen writes them into the handler's migrations folder): %w", n, err)
 	}
 	return fmt.Errorf("idem: write %d outgoing messages to idem_outbox: %w", n, err)

@@ -4,6 +4,8 @@ import (
 	"context"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/idemgen/idemgen/idem/internal/pgutil"
 )
 
 // The handler's part of a delivery in a transaction, the same in every mode
@@ -20,7 +22,7 @@ func callHandler[R any](ctx context.Context, conn *pgx.Conn, tx *handlerTx, run 
 			out.closed = true
 		}
 		if p := recover(); p != nil {
-			rollback(ctx, conn)
+			pgutil.Rollback(ctx, conn)
 			panic(p)
 		}
 		if tx.s.escaped != nil {
@@ -47,7 +49,7 @@ func runBeforeCommit(ctx context.Context, conn *pgx.Conn, tx pgx.Tx, hook func(c
 	defer func() {
 		htx.s.ended = true
 		if p := recover(); p != nil {
-			rollback(ctx, conn)
+			pgutil.Rollback(ctx, conn)
 			panic(p)
 		}
 		if htx.s.escaped != nil {

@@ -1,7 +1,6 @@
 package idem
 
 import (
-	"encoding/hex"
 	"fmt"
 	"strconv"
 	"strings"
@@ -9,6 +8,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/idemgen/idemgen/idem/internal/pgutil"
 )
 
 // Table describes one consumer's inbox table: how a message's key is taken
@@ -52,7 +53,7 @@ func keyText(part any) string {
 	case string:
 		return v
 	case [16]byte:
-		return formatUUID(v)
+		return pgutil.FormatUUID(v)
 	case int64:
 		return strconv.FormatInt(v, 10)
 	case uint64:
@@ -158,41 +159,4 @@ func checkKeySize(fields []string, key []any) error {
 		return InvalidKey(strings.Join(fields, ","), fmt.Sprintf("together are %d bytes long, more than %d", total, MaxKeyBytes))
 	}
 	return nil
-}
-
-// formatKey renders key parts as Field=value pairs for errors and logs.
-func formatKey(fields []string, key []any) string {
-	var b strings.Builder
-	for i, part := range key {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		if i < len(fields) {
-			b.WriteString(fields[i])
-			b.WriteByte('=')
-		}
-		switch v := part.(type) {
-		case string:
-			b.WriteString(strconv.Quote(v))
-		case [16]byte:
-			b.WriteString(formatUUID(v))
-		default:
-			fmt.Fprint(&b, v)
-		}
-	}
-	return b.String()
-}
-
-func formatUUID(u [16]byte) string {
-	var buf [36]byte
-	hex.Encode(buf[0:8], u[0:4])
-	buf[8] = '-'
-	hex.Encode(buf[9:13], u[4:6])
-	buf[13] = '-'
-	hex.Encode(buf[14:18], u[6:8])
-	buf[18] = '-'
-	hex.Encode(buf[19:23], u[8:10])
-	buf[23] = '-'
-	hex.Encode(buf[24:], u[10:])
-	return string(buf[:])
 }
