@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/idemgen/idemgen/idem/internal/config"
+	"github.com/idemgen/idemgen/idem/internal/link"
 	"github.com/idemgen/idemgen/idem/internal/pgutil"
 )
 
@@ -466,10 +467,10 @@ func (b *batch[M, R]) complete(ctx context.Context, conn *pgx.Conn, keys [][]any
 		q := in.sql.batchCompleteKeys(keys, results)
 		pb.Queue(q.sql, q.args...)
 	}
-	msgs := make([][]outgoing, len(outs))
+	msgs := make([][]link.Message, len(outs))
 	for k, out := range outs {
 		if out != nil {
-			msgs[k] = out.msgs
+			msgs[k] = link.OutboxBuffer(out).Msgs
 		}
 	}
 	published := queueOutbox(pb, in.table.Consumer, in.fields, keys, msgs)

@@ -32,9 +32,7 @@ func (c *consumerOf[M]) fail(key []any, err error) error {
 
 // retryable is fail, marked retryable (errors.Is(err, ErrRetryable)).
 func (c *consumerOf[M]) retryable(key []any, err error) error {
-	e := c.fail(key, err).(*Error)
-	e.retryable = true
-	return e
+	return newErrorOf(c.name, c.fields, key, err, true)
 }
 
 // keyText is the key of msg as the log record shows it (keyTextOf), and for

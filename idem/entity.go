@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/idemgen/idemgen/idem/internal/link"
 	"github.com/idemgen/idemgen/idem/internal/pgutil"
 )
 
@@ -264,12 +265,12 @@ ORDER BY i.indisprimary DESC, c.relname`
 // unrecorded: the check fails and the COMMIT after it rolls back), and
 // commits, in one round trip.
 func (in *EntityInbox[M, R]) commit(ctx context.Context, conn *pgx.Conn, key []any, out *Outbox) error {
-	var msgs []outgoing
+	var msgs []link.Message
 	if out != nil {
-		msgs = out.msgs
+		msgs = link.OutboxBuffer(out).Msgs
 	}
 	b := pgutil.NewBatch(4)
-	if queueOutbox(b, in.table.Consumer, in.fields, [][]any{key}, [][]outgoing{msgs}) > 0 && in.notify {
+	if queueOutbox(b, in.table.Consumer, in.fields, [][]any{key}, [][]link.Message{msgs}) > 0 && in.notify {
 		b.Queue(notifyOutbox)
 	}
 	q := in.sql.checkMarker(key)

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/idemgen/idemgen/idem/internal/link"
 	"github.com/idemgen/idemgen/idem/internal/obs"
 	"github.com/idemgen/idemgen/idem/internal/pgutil"
 )
@@ -283,7 +284,7 @@ func (x *ExternalInbox[M, R]) lookup(ctx context.Context, idemKey string) (exter
 // run runs the handler of a claimed key and completes or releases the claim.
 func (x *ExternalInbox[M, R]) run(ctx context.Context, msg M, key []any, idemKey string, c externalClaim, claimedAt time.Time) (R, Outcome, error) {
 	var zero R
-	hctx, cancel := context.WithCancelCause(context.WithValue(ctx, keyContext{}, idemKey))
+	hctx, cancel := context.WithCancelCause(context.WithValue(ctx, link.KeyContext{}, idemKey))
 	defer cancel(nil)
 	hb := x.startHeartbeat(ctx, cancel, idemKey, c.fence, claimedAt)
 
@@ -516,12 +517,16 @@ func (x *ExternalInbox[M, R]) Sweep(ctx context.Context) (SweepReport, error) {
 
 // newError is the *Error of a consumer's delivery.
 func newError(consumer string, fields []string, key []any, err error) error {
-	e := &Error{Consumer: consumer, Err: err}
+	return newErrorOf(consumer, fields, key, err, pgutil.HasSQLState(err, pgerrcode.SerializationFailure, pgerrcode.DeadlockDetected))
+}
+
+// newErrorOf is newError with retryable given.
+func newErrorOf(consumer string, fields []string, key []any, err error, retryable bool) error {
+	var k string
 	if key != nil {
-		e.Key = pgutil.FormatKey(fields, key)
+		k = pgutil.FormatKey(fields, key)
 	}
-	e.retryable = pgutil.HasSQLState(err, pgerrcode.SerializationFailure, pgerrcode.DeadlockDetected)
-	return e
+	return link.NewError(consumer, k, err, retryable)
 }
 
 // encodeResult encodes a handler's result as its row stores it: nil for a

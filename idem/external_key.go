@@ -11,16 +11,13 @@ import (
 
 	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/idemgen/idemgen/idem/internal/link"
 	"github.com/idemgen/idemgen/idem/internal/pgutil"
 )
 
 // externalKeyScheme starts the bytes an external idempotency key hashes, so
 // that a later scheme can never produce a key of this one.
 const externalKeyScheme = "idem.external.v1"
-
-// keyContext is the context key under which an external handler's context
-// carries its idempotency key.
-type keyContext struct{}
 
 // KeyFrom returns the idempotency key of the delivery ctx belongs to: the
 // value to send to an external provider (an Idempotency-Key header, a
@@ -30,7 +27,7 @@ type keyContext struct{}
 // the same for every attempt, worker and process that handles the key. ok is
 // false outside a handler of an [ExternalInbox].
 func KeyFrom(ctx context.Context) (key string, ok bool) {
-	key, ok = ctx.Value(keyContext{}).(string)
+	key, ok = ctx.Value(link.KeyContext{}).(string)
 	return key, ok
 }
 

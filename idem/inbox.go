@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/idemgen/idemgen/idem/internal/link"
 	"github.com/idemgen/idemgen/idem/internal/obs"
 	"github.com/idemgen/idemgen/idem/internal/pgutil"
 )
@@ -286,9 +287,9 @@ func isClaimCheckFailure(err error) bool {
 // WithoutNotify), checks that the connection is still in the claim's
 // transaction, and commits, all in one round trip.
 func (in *Inbox[M, R]) complete(ctx context.Context, conn *pgx.Conn, key []any, result []byte, out *Outbox) error {
-	var msgs []outgoing
+	var msgs []link.Message
 	if out != nil {
-		msgs = out.msgs
+		msgs = link.OutboxBuffer(out).Msgs
 	}
 	b := pgutil.NewBatch(5)
 	if !in.noResult {
@@ -298,7 +299,7 @@ func (in *Inbox[M, R]) complete(ctx context.Context, conn *pgx.Conn, key []any, 
 		b.Queue(q.sql, q.args...)
 	}
 	notify := len(msgs) > 0 && in.notify
-	if queueOutbox(b, in.table.Consumer, in.fields, [][]any{key}, [][]outgoing{msgs}) > 0 && notify {
+	if queueOutbox(b, in.table.Consumer, in.fields, [][]any{key}, [][]link.Message{msgs}) > 0 && notify {
 		b.Queue(notifyOutbox)
 	}
 	b.Queue(claimCheck)

@@ -143,7 +143,7 @@ func NewJanitor(db DB, consumers []Maintained, opts ...JanitorOption) (*Janitor,
 		}
 		m := c.Maintenance()
 		switch {
-		case m.purge == "" || m.db == nil:
+		case m.t.Purge == "" || m.t.DB == nil:
 			return nil, fmt.Errorf("idem.NewJanitor: %T returned a Maintenance that no inbox made (consumer %q); pass the generated wrapper, or an Inbox or ExternalInbox", c, m.Consumer)
 		case m.Retain <= 0:
 			return nil, fmt.Errorf("idem.NewJanitor: consumer %s: its retention is %v; want a positive retain=", m.Consumer, m.Retain)
@@ -242,7 +242,7 @@ func (j *Janitor) RunOnce(ctx context.Context) (JanitorReport, error) {
 		if ctx.Err() != nil {
 			break
 		}
-		n, err := j.batches(ctx, &rep, m.db, m.purge, func(ctx context.Context, n int64) {
+		n, err := j.batches(ctx, &rep, m.t.DB, m.t.Purge, func(ctx context.Context, n int64) {
 			j.inst.Purged(ctx, m.Table, m.kind(), n)
 		}, m.Retain.Seconds(), j.o.batchSize)
 		if n > 0 {
@@ -254,7 +254,7 @@ func (j *Janitor) RunOnce(ctx context.Context) (JanitorReport, error) {
 		if !m.External || ctx.Err() != nil {
 			continue
 		}
-		n, err = j.batches(ctx, &rep, m.db, m.sweep, func(ctx context.Context, n int64) {
+		n, err = j.batches(ctx, &rep, m.t.DB, m.t.Sweep, func(ctx context.Context, n int64) {
 			j.inst.SweeperResets(ctx, m.Consumer, n)
 		}, j.o.batchSize)
 		if n > 0 {

@@ -3,6 +3,7 @@ package idem
 import (
 	"time"
 
+	"github.com/idemgen/idemgen/idem/internal/link"
 	"github.com/idemgen/idemgen/idem/internal/obs"
 )
 
@@ -25,9 +26,7 @@ type Maintenance struct {
 	// WithLease); 0 for mode=tx.
 	Lease time.Duration
 
-	db    DB
-	purge string // the table's purge: $1 the retention in seconds, $2 the batch size
-	sweep string // mode=external: the table's sweep, $1 the batch size
+	t link.Tables // the database and the table's statements
 }
 
 // kind is the idem.kind of the table's purged rows.
@@ -40,28 +39,27 @@ func (m Maintenance) kind() string {
 
 // Maintenance returns what a [Janitor] needs to purge the inbox's table.
 func (in *Inbox[M, R]) Maintenance() Maintenance {
-	return Maintenance{
+	m := Maintenance{
 		Consumer: in.table.Consumer,
 		Table:    in.table.Name,
 		Retain:   in.table.Retain,
-		db:       in.db,
-		purge:    in.sql.purge,
 	}
+	*link.MaintenanceTables(&m) = link.Tables{DB: in.db, Purge: in.sql.purge}
+	return m
 }
 
 // Maintenance returns what a [Janitor] needs to purge the table and sweep
 // its expired claims.
 func (x *ExternalInbox[M, R]) Maintenance() Maintenance {
-	return Maintenance{
+	m := Maintenance{
 		Consumer: x.table.Consumer,
 		Table:    x.table.Name,
 		External: true,
 		Retain:   x.table.Retain,
 		Lease:    x.lease,
-		db:       x.db,
-		purge:    x.sql.purge,
-		sweep:    x.sql.sweep,
 	}
+	*link.MaintenanceTables(&m) = link.Tables{DB: x.db, Purge: x.sql.purge, Sweep: x.sql.sweep}
+	return m
 }
 
 // Maintained is a consumer whose table a [Janitor] keeps: the generated

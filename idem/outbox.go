@@ -16,6 +16,7 @@ import (
 
 	"github.com/idemgen/idemgen/generated/outboxdb"
 	"github.com/idemgen/idemgen/idem/internal/config"
+	"github.com/idemgen/idemgen/idem/internal/link"
 	"github.com/idemgen/idemgen/idem/internal/pgutil"
 )
 
@@ -37,16 +38,7 @@ import (
 // serialises the calls itself, and their order is the messages' order), and
 // it refuses Publish once the handler has returned.
 type Outbox struct {
-	msgs   []outgoing
-	closed bool
-}
-
-// outgoing is one buffered message, encoded.
-type outgoing struct {
-	destination string
-	orderingKey string
-	headers     string // a JSON object
-	payload     []byte
+	buf link.Buffer
 }
 
 // PublishOption configures one message of [Outbox.Publish].
@@ -91,7 +83,7 @@ func WithHeader(name, value string) PublishOption {
 // Publish that failed buffers nothing and takes no position in the sequence
 // of ids.
 func (o *Outbox) Publish(destination string, payload any, opts ...PublishOption) error {
-	if o.closed {
+	if o.buf.Closed {
 		return fmt.Errorf("idem: Outbox.Publish(%q) after the handler returned: an Outbox belongs to one run of the handler and must not be kept beyond it", destination)
 	}
 	var po publishOptions
@@ -136,7 +128,7 @@ func (o *Outbox) Publish(destination string, payload any, opts ...PublishOption)
 		}
 		body = b
 	}
-	o.msgs = append(o.msgs, outgoing{destination: destination, orderingKey: po.orderingKey, headers: headers, payload: body})
+	o.buf.Msgs = append(o.buf.Msgs, link.Message{Destination: destination, OrderingKey: po.orderingKey, Headers: headers, Payload: body})
 	return nil
 }
 
@@ -274,7 +266,7 @@ const notifyOutbox = "SELECT pg_notify('" + OutboxChannel + "', '')"
 // messages the delivery of keys[k] published, each with its stable id. It
 // queues nothing and returns 0 when there is none; else it returns how many
 // rows the INSERT writes.
-func queueOutbox(b *pgx.Batch, consumer string, fields []string, keys [][]any, outs [][]outgoing) int {
+func queueOutbox(b *pgx.Batch, consumer string, fields []string, keys [][]any, outs [][]link.Message) int {
 	n := 0
 	for _, msgs := range outs {
 		n += len(msgs)
@@ -295,10 +287,10 @@ func queueOutbox(b *pgx.Batch, consumer string, fields []string, keys [][]any, o
 		for seq, m := range msgs {
 			p.Keys = append(p.Keys, key)
 			p.MessageIds = append(p.MessageIds, outgoingID(name, seq).String())
-			p.Destinations = append(p.Destinations, m.destination)
-			p.OrderingKeys = append(p.OrderingKeys, m.orderingKey)
-			p.Headers = append(p.Headers, m.headers)
-			p.Payloads = append(p.Payloads, m.payload)
+			p.Destinations = append(p.Destinations, m.Destination)
+			p.OrderingKeys = append(p.OrderingKeys, m.OrderingKey)
+			p.Headers = append(p.Headers, m.Headers)
+			p.Payloads = append(p.Payloads, m.Payload)
 		}
 	}
 	// Queued, not run: the INSERT rides in the commit's round trip, and its

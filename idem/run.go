@@ -5,6 +5,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/idemgen/idemgen/idem/internal/link"
 	"github.com/idemgen/idemgen/idem/internal/pgutil"
 )
 
@@ -19,7 +20,7 @@ func callHandler[R any](ctx context.Context, conn *pgx.Conn, tx *handlerTx, run 
 	defer func() {
 		tx.s.ended = true
 		if out != nil {
-			out.closed = true
+			link.OutboxBuffer(out).Closed = true
 		}
 		if p := recover(); p != nil {
 			pgutil.Rollback(ctx, conn)
