@@ -6,8 +6,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// DB is what an [Inbox], and so a generated wrapper's constructor, needs of
-// the database. *pgxpool.Pool satisfies it, and so does a wrapper of one
+// DB is what a generated wrapper's constructor needs of the database. *pgxpool.Pool satisfies it, and so does a wrapper of one
 // that a user writes: to instrument or limit the connections the runtime
 // takes, to choose a pool per tenant or region, or, in a test, to count or
 // fail acquires.

@@ -25,7 +25,7 @@ const externalKeyScheme = "idem.external.v1"
 // however often the handler runs. It is the lowercase hex SHA-256 of the
 // consumer and the typed key parts (see [ExternalKey]): 64 ASCII characters,
 // the same for every attempt, worker and process that handles the key. ok is
-// false outside a handler of an [ExternalInbox].
+// false outside a mode=external handler.
 func KeyFrom(ctx context.Context) (key string, ok bool) {
 	key, ok = ctx.Value(link.KeyContext{}).(string)
 	return key, ok

@@ -9,9 +9,8 @@ import (
 
 // Maintenance describes one consumer's table to a [Janitor]: which table it
 // purges, after how long, and for a mode=external consumer the lease after
-// which its sweeper resets a claim. [Inbox.Maintenance] and
-// [ExternalInbox.Maintenance] return it, and so do the Maintenance methods
-// of the generated wrappers; its zero value is not usable.
+// which its sweeper resets a claim. The Maintenance methods of the
+// generated wrappers return it; its zero value is not usable.
 type Maintenance struct {
 	// Consumer is the consumer's name.
 	Consumer string
@@ -37,38 +36,8 @@ func (m Maintenance) kind() string {
 	return obs.KindInbox
 }
 
-// Maintenance returns what a [Janitor] needs to purge the inbox's table.
-func (in *Inbox[M, R]) Maintenance() Maintenance {
-	m := Maintenance{
-		Consumer: in.table.Consumer,
-		Table:    in.table.Name,
-		Retain:   in.table.Retain,
-	}
-	*link.MaintenanceTables(&m) = link.Tables{DB: in.db, Purge: in.sql.purge}
-	return m
-}
-
-// Maintenance returns what a [Janitor] needs to purge the table and sweep
-// its expired claims.
-func (x *ExternalInbox[M, R]) Maintenance() Maintenance {
-	m := Maintenance{
-		Consumer: x.table.Consumer,
-		Table:    x.table.Name,
-		External: true,
-		Retain:   x.table.Retain,
-		Lease:    x.lease,
-	}
-	*link.MaintenanceTables(&m) = link.Tables{DB: x.db, Purge: x.sql.purge, Sweep: x.sql.sweep}
-	return m
-}
-
 // Maintained is a consumer whose table a [Janitor] keeps: the generated
-// wrappers, [Inbox] and [ExternalInbox] implement it.
+// wrappers of mode=tx and mode=external implement it.
 type Maintained interface {
 	Maintenance() Maintenance
 }
-
-var (
-	_ Maintained = (*Inbox[struct{}, None])(nil)
-	_ Maintained = (*ExternalInbox[struct{}, None])(nil)
-)

@@ -7,6 +7,13 @@ import "github.com/idemgen/idemgen/idem/internal/link"
 func init() {
 	link.OutboxBuffer = func(out any) *link.Buffer { return &out.(*Outbox).buf }
 	link.MaintenanceTables = func(m any) *link.Tables { return &m.(*Maintenance).t }
+	link.Attempt = func(msg any) (int, bool) {
+		a, ok := msg.(attempter)
+		if !ok {
+			return 0, false
+		}
+		return a.deliveryAttempt(), true
+	}
 	link.NewError = func(consumer, key string, err error, retryable bool) error {
 		return &Error{Consumer: consumer, Key: key, Err: err, retryable: retryable}
 	}

@@ -24,8 +24,8 @@ type Option func(*options)
 type options = config.Options
 
 // WithIsolation runs the handler's transaction at the given isolation level
-// instead of the server's default_transaction_isolation. NewInbox panics on a
-// value that is none of pgx's four levels.
+// instead of the server's default_transaction_isolation. The wrapper's
+// constructor panics on a value that is none of pgx's four levels.
 func WithIsolation(level pgx.TxIsoLevel) Option {
 	return func(o *options) { o.Isolation = level; o.Given |= config.Isolation }
 }
@@ -35,7 +35,8 @@ func WithIsolation(level pgx.TxIsoLevel) Option {
 // handler's own statements keep the session's setting). When the bound
 // passes, Handle returns ErrInProgress and holds the connection no longer.
 // d <= 0 means do not wait at all; d may be at most 2147483647ms (about 596
-// hours, PostgreSQL's bound for lock_timeout): NewInbox panics beyond it.
+// hours, PostgreSQL's bound for lock_timeout): the wrapper's constructor panics
+// beyond it.
 // Only mode=tx claims a key in its transaction: the constructors of the other
 // modes refuse it.
 //
@@ -85,27 +86,27 @@ func WithMeterProvider(mp metric.MeterProvider) Option {
 	return func(o *options) { o.Meter = mp; o.Given |= config.MeterProvider }
 }
 
-// WithLease sets the lease of an [ExternalInbox]'s claims, overriding the
-// lease of its table (the directive's lease=): how long a claim holds without
-// a heartbeat, and so how long a redelivery waits for a worker that died
-// before it takes the key over. The heartbeat renews the claim every third of
-// it. NewExternalInbox panics on d <= 0. Tests use a short one (a second) to
+// WithLease sets the lease of a mode=external wrapper's claims, overriding the
+// lease of its table (the directive's lease=): how long a claim holds without a
+// heartbeat, and so how long a redelivery waits for a worker that died before
+// it takes the key over. The heartbeat renews the claim every third of it. The
+// wrapper's constructor panics on d <= 0. Tests use a short one (a second) to
 // see takeovers quickly; in production it must be longer than the pauses a
-// worker may have (a GC, a blocked network) plus a heartbeat's round trip.
-// The constructors of the other modes refuse it.
+// worker may have (a GC, a blocked network) plus a heartbeat's round trip. The
+// constructors of the other modes refuse it.
 func WithLease(d time.Duration) Option {
 	return func(o *options) { o.Lease = d; o.Given |= config.Lease }
 }
 
-// WithStuckAttempts sets the threshold of [ExternalInbox.Sweep]'s report:
-// the claims not done whose attempts are above n are listed as stuck
-// (default DefaultStuckAttempts). NewExternalInbox panics on n < 1; the
-// constructors of the other modes refuse it.
+// WithStuckAttempts sets the threshold of the report of a mode=external
+// wrapper's Sweep: the claims not done whose attempts are above n are listed as
+// stuck (default DefaultStuckAttempts). The wrapper's constructor panics on n <
+// 1; the constructors of the other modes refuse it.
 func WithStuckAttempts(n int) Option {
 	return func(o *options) { o.StuckAttempts, o.StuckSet = n, true; o.Given |= config.StuckAttempts }
 }
 
-// WithBeforeComplete calls hook in an [ExternalInbox]'s delivery after the
+// WithBeforeComplete calls hook in a mode=external wrapper's delivery after the
 // handler returned successfully and before its result is stored and the key
 // marked done, with the handler's context: the claim is still held and
 // heartbeats still run. An error from hook is handled like an error of the
@@ -119,3 +120,26 @@ func WithStuckAttempts(n int) Option {
 func WithBeforeComplete(hook func(ctx context.Context) error) Option {
 	return func(o *options) { o.BeforeComplete = hook; o.Given |= config.BeforeComplete }
 }
+
+// DefaultBatchCap is how many messages one HandleBatch transaction holds at
+// most, by default: a longer batch is split into transactions of that many.
+const DefaultBatchCap = 100
+
+// WithBatchCap bounds how many messages one HandleBatch transaction holds
+// (DefaultBatchCap when not given, or given 0): a longer batch is handled as
+// several transactions, in order. The cap bounds how long the transaction holds
+// its row locks and how much a failing handler costs (the batch falls back to
+// one transaction per message). The wrapper's constructor panics on a negative
+// cap.
+func WithBatchCap(n int) Option {
+	return func(o *options) { o.BatchCap = n; o.Given |= config.BatchCap }
+}
+
+// DefaultLease is the lease of a mode=external consumer whose directive sets
+// no lease=.
+const DefaultLease = 5 * time.Minute
+
+// DefaultStuckAttempts is the threshold of the report of a mode=external
+// wrapper's Sweep without [WithStuckAttempts]: a claim whose attempts are above
+// it is stuck.
+const DefaultStuckAttempts = 3

@@ -153,7 +153,7 @@ func WithPrefetch(n int) Option {
 }
 
 // WithBatch sets how a Consumer whose handler is an idem.BatchHandler (every
-// generated tx-mode wrapper, every idem.Inbox) batches: a worker takes up to
+// generated tx-mode wrapper, every idemimpl.Inbox) batches: a worker takes up to
 // max messages, what the pull has buffered and then what arrives within
 // linger of the first, and delivers them with one DeliverBatch call; each
 // message is then acked, nakked with a delay or terminated by its own

@@ -129,7 +129,7 @@ func WithMaxAttempts(n int) Option { return func(o *options) { o.maxAttempts = n
 func WithMaxBodySize(n int) Option { return func(o *options) { o.maxBody = n } }
 
 // WithBatch sets how a Consumer whose handler is an idem.BatchHandler (every
-// generated tx-mode wrapper, every idem.Inbox) batches: the records one poll
+// generated tx-mode wrapper, every idemimpl.Inbox) batches: the records one poll
 // returned for a partition are delivered in offset order, at most max per
 // DeliverBatch call, and each is then done or retried by its own result. A
 // poll is the batch: linger is not waited (it may be 0 or more; the

@@ -170,7 +170,7 @@ func WithPrefetch(n int) Option {
 }
 
 // WithBatch sets how a Consumer whose handler is an idem.BatchHandler (every
-// generated tx-mode wrapper, every idem.Inbox) batches: a worker takes up to
+// generated tx-mode wrapper, every idemimpl.Inbox) batches: a worker takes up to
 // max deliveries, what the channel already holds and then what arrives
 // within linger of the first, and delivers them with one DeliverBatch call;
 // each delivery is then acked, retried or dead-lettered by its own result.

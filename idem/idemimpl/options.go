@@ -1,4 +1,4 @@
-package idem
+package idemimpl
 
 import (
 	"fmt"
@@ -9,11 +9,12 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/idemgen/idemgen/idem"
 	"github.com/idemgen/idemgen/idem/internal/config"
 )
 
 // loggerOrDefault is the logger of WithLogger, or slog.Default().
-func loggerOrDefault(o options) *slog.Logger {
+func loggerOrDefault(o config.Options) *slog.Logger {
 	if o.Logger == nil {
 		return slog.Default()
 	}
@@ -27,14 +28,14 @@ const maxClaimWait = 2147483647 * time.Millisecond
 // validate panics on an option value that would make every delivery fail:
 // like a bad regexp in regexp.MustCompile, it is a programmer error, and
 // NewInbox runs at startup, where it is seen at once.
-func validate(o options, constructor, consumer string) {
+func validate(o config.Options, constructor, consumer string) {
 	if o.ClaimWait > maxClaimWait {
 		panic(fmt.Sprintf("%s (consumer %s): idem.WithClaimWait(%v) is out of range: the claim wait becomes PostgreSQL's lock_timeout, which takes at most %v (2147483647ms); use a shorter wait (a delivery that waits that long holds a connection all along)",
 			constructor, consumer, o.ClaimWait, maxClaimWait))
 	}
 	if o.BatchCap < 0 {
 		panic(fmt.Sprintf("%s (consumer %s): idem.WithBatchCap(%d) is out of range: a batch holds at least one message (0 means the default, %d)",
-			constructor, consumer, o.BatchCap, DefaultBatchCap))
+			constructor, consumer, o.BatchCap, idem.DefaultBatchCap))
 	}
 	switch o.Isolation {
 	case "", pgx.Serializable, pgx.RepeatableRead, pgx.ReadCommitted, pgx.ReadUncommitted:
@@ -69,8 +70,8 @@ const (
 // the mode and the option, on an option the mode does not honour (allowed):
 // an option that silently did nothing would be a setting the user believes
 // in and the runtime ignores.
-func newOptions(constructor, consumer, mode string, allowed config.Set, opts []Option) options {
-	o := options{ClaimWait: DefaultClaimWait}
+func newOptions(constructor, consumer, mode string, allowed config.Set, opts []idem.Option) config.Options {
+	o := config.Options{ClaimWait: idem.DefaultClaimWait}
 	for _, opt := range opts {
 		opt(&o)
 	}

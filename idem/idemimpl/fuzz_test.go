@@ -1,10 +1,12 @@
-package idem
+package idemimpl
 
 import (
 	"bytes"
 	"encoding/json"
 	"errors"
 	"testing"
+
+	"github.com/idemgen/idemgen/idem"
 )
 
 // fuzzBody has a field of each kind a message key or fingerprint meets.
@@ -41,10 +43,10 @@ func FuzzDecodeKeyFingerprint(f *testing.F) {
 	f.Add([]byte(`{"ref":[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16],"count":18446744073709551615}`), "m", "", "")
 	f.Fuzz(func(t *testing.T, payload []byte, id, hk, hv string) {
 		decode := func(data []byte, v any) error { return json.Unmarshal(data, v) }
-		msg, err := DecodeDelivery[*Message[fuzzBody]](payload, 1<<12, decode, id, 2, func() map[string]string { return map[string]string{hk: hv} })
+		msg, err := idem.DecodeDelivery[*idem.Message[fuzzBody]](payload, 1<<12, decode, id, 2, func() map[string]string { return map[string]string{hk: hv} })
 		if err != nil {
-			if !errors.Is(err, ErrUndecodablePayload) || ActionFor(err) != DeadLetter {
-				t.Fatalf("DecodeDelivery: %v: not ErrUndecodablePayload, or not dead-lettered (%v)", err, ActionFor(err))
+			if !errors.Is(err, idem.ErrUndecodablePayload) || idem.ActionFor(err) != idem.DeadLetter {
+				t.Fatalf("DecodeDelivery: %v: not ErrUndecodablePayload, or not dead-lettered (%v)", err, idem.ActionFor(err))
 			}
 			return
 		}
@@ -56,16 +58,16 @@ func FuzzDecodeKeyFingerprint(f *testing.F) {
 			CheckString("order_id", b.OrderID), CheckString("id", msg.ID), CheckInt("seq", b.Seq), CheckInt("count", b.Count),
 			CheckUUID("ref", b.Ref), checkKeySize([]string{"order_id", "id"}, []any{b.OrderID, msg.ID}),
 		} {
-			if err != nil && (!errors.Is(err, ErrInvalidKey) || ActionFor(err) != DeadLetter) {
+			if err != nil && (!errors.Is(err, idem.ErrInvalidKey) || idem.ActionFor(err) != idem.DeadLetter) {
 				t.Fatalf("a key check returned %v: not ErrInvalidKey, or not dead-lettered", err)
 			}
 		}
-		if k1, k2 := ExternalKey("c", []any{b.OrderID, b.Seq, b.Ref}), ExternalKey("c", []any{b.OrderID, b.Seq, b.Ref}); k1 != k2 {
+		if k1, k2 := idem.ExternalKey("c", []any{b.OrderID, b.Seq, b.Ref}), idem.ExternalKey("c", []any{b.OrderID, b.Seq, b.Ref}); k1 != k2 {
 			t.Fatalf("ExternalKey is not deterministic: %q vs %q", k1, k2)
 		}
 		fp, err := fingerprint(msg)
 		if err != nil {
-			if !errors.Is(err, ErrUnencodable) {
+			if !errors.Is(err, idem.ErrUnencodable) {
 				t.Fatalf("fingerprint: %v: not ErrUnencodable", err)
 			}
 			return
@@ -83,7 +85,7 @@ func FuzzDecodeKeyFingerprint(f *testing.F) {
 		if err := json.Unmarshal(again, &b2); err != nil {
 			t.Fatalf("the message's own JSON does not decode: %v\n%s", err, again)
 		}
-		fp2, err := fingerprint(&Message[fuzzBody]{ID: id, Body: b2, Attempt: 7})
+		fp2, err := fingerprint(&idem.Message[fuzzBody]{ID: id, Body: b2, Attempt: 7})
 		if err != nil {
 			t.Fatalf("fingerprint after a JSON round trip: %v", err)
 		}

@@ -1,10 +1,11 @@
-package idem
+package idemimpl
 
 import (
 	"context"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/idemgen/idemgen/idem"
 	"github.com/idemgen/idemgen/idem/internal/link"
 	"github.com/idemgen/idemgen/idem/internal/pgutil"
 )
@@ -16,7 +17,7 @@ import (
 // transaction back before it goes on up the stack, a handler that ended the
 // transaction through SQL fails with what it did, and once it returned, tx
 // and out refuse further use.
-func callHandler[R any](ctx context.Context, conn *pgx.Conn, tx *handlerTx, run func(context.Context, pgx.Tx) (R, error), out *Outbox) (result R, err error) {
+func callHandler[R any](ctx context.Context, conn *pgx.Conn, tx *handlerTx, run func(context.Context, pgx.Tx) (R, error), out *idem.Outbox) (result R, err error) {
 	defer func() {
 		tx.s.ended = true
 		if out != nil {

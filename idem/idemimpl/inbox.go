@@ -1,4 +1,4 @@
-package idem
+package idemimpl
 
 import (
 	"context"
@@ -12,50 +12,32 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/idemgen/idemgen/idem"
 	"github.com/idemgen/idemgen/idem/internal/link"
 	"github.com/idemgen/idemgen/idem/internal/obs"
 	"github.com/idemgen/idemgen/idem/internal/pgutil"
 )
 
-// None is the result type of handlers that return only an error: their inbox
-// rows store no result.
-//
-// For generated code: it appears in the Inbox type of a generated wrapper
-// whose handler has no result; the wrapper's Handle returns no result.
-type None struct{}
-
 // NoResult adapts a handler that returns only an error to NewInbox.
 //
 // For generated code: the constructor of a generated wrapper calls it.
-func NoResult[M any](handler func(ctx context.Context, tx pgx.Tx, msg M) error) func(context.Context, pgx.Tx, M) (None, error) {
-	return func(ctx context.Context, tx pgx.Tx, msg M) (None, error) {
-		return None{}, handler(ctx, tx, msg)
+func NoResult[M any](handler func(ctx context.Context, tx pgx.Tx, msg M) error) func(context.Context, pgx.Tx, M) (idem.None, error) {
+	return func(ctx context.Context, tx pgx.Tx, msg M) (idem.None, error) {
+		return idem.None{}, handler(ctx, tx, msg)
 	}
-}
-
-// Fingerprinter lets a message type choose the bytes its payload fingerprint is
-// computed from. By default the fingerprint is the SHA-256 of the message's
-// canonical encoding: its fields as encoding/json names them, sorted, with
-// every field at its zero value left out (so that a message type that gains a
-// field keeps its fingerprints while the field is zero). A message that
-// carries fields which differ between deliveries of the same message (a
-// delivery count, a receive time) must leave them out here, or every
-// redelivery would be ErrKeyReused.
-type Fingerprinter interface {
-	IdemFingerprint() []byte
 }
 
 // Inbox runs a handler at most once per key of one consumer, in one
 // transaction with the inbox row that records the key. It is safe for
 // concurrent use; generated wrappers hold one.
 type Inbox[M, R any] struct {
-	db       DB
+	db       idem.DB
 	flightDB any // db, or the Inbox itself when db is not comparable: see flightKey
 	table    Table[M]
 	sql      *inboxSQL // the table's statements
 	handler  func(context.Context, pgx.Tx, M) (R, error)
 	// publishing is the handler of NewPublishingInbox (handler is nil then).
-	publishing func(context.Context, pgx.Tx, *Outbox, M) (R, error)
+	publishing func(context.Context, pgx.Tx, *idem.Outbox, M) (R, error)
 	notify     bool // send NOTIFY OutboxChannel with outbox rows (not WithoutNotify)
 	txOptions  pgx.TxOptions
 	claimWait  time.Duration
@@ -69,23 +51,23 @@ type Inbox[M, R any] struct {
 }
 
 // NewInbox returns the Inbox of table that runs handler. db (a
-// *pgxpool.Pool, or any [DB]) must reach the database that holds both the
+// *pgxpool.Pool, or any [idem.DB]) must reach the database that holds both the
 // inbox table and the handler's own tables.
 //
 // NewInbox panics on an option that would make every delivery fail (a claim
 // wait beyond PostgreSQL's lock_timeout range, an unknown isolation level),
 // naming the option, the value and the bound: call it at startup.
-func NewInbox[M, R any](db DB, table Table[M], handler func(ctx context.Context, tx pgx.Tx, msg M) (R, error), opts ...Option) *Inbox[M, R] {
-	in := newInbox[M, R]("idem.NewInbox", db, table, opts)
+func NewInbox[M, R any](db idem.DB, table Table[M], handler func(ctx context.Context, tx pgx.Tx, msg M) (R, error), opts ...idem.Option) *Inbox[M, R] {
+	in := newInbox[M, R]("idemimpl.NewInbox", db, table, opts)
 	in.handler = handler
 	return in
 }
 
 // newInbox is NewInbox without the handler.
-func newInbox[M, R any](constructor string, db DB, table Table[M], opts []Option) *Inbox[M, R] {
+func newInbox[M, R any](constructor string, db idem.DB, table Table[M], opts []idem.Option) *Inbox[M, R] {
 	o := newOptions(constructor, table.Consumer, "tx", txModeOptions, opts)
 	var zero R
-	_, noResult := any(zero).(None)
+	_, noResult := any(zero).(idem.None)
 	in := &Inbox[M, R]{
 		db:        db,
 		flightDB:  db,
@@ -102,7 +84,7 @@ func newInbox[M, R any](constructor string, db DB, table Table[M], opts []Option
 		consumerOf:   newConsumerOf(o, table.Consumer, fieldsOf(table.Columns), table.Key),
 	}
 	if in.batchCap == 0 {
-		in.batchCap = DefaultBatchCap
+		in.batchCap = idem.DefaultBatchCap
 	}
 	if !reflect.ValueOf(db).Comparable() {
 		in.flightDB = in
@@ -125,14 +107,14 @@ func newInbox[M, R any](constructor string, db DB, table Table[M], opts []Option
 // the outcome unknown: the redelivery resolves it.
 //
 // Each delivery is counted (idem.deliveries, idem.handler.duration) and
-// logged at its outcome's level ([WithMeterProvider], [WithLogger];
+// logged at its outcome's level ([idem.WithMeterProvider], [WithLogger];
 // docs/observability.md), a handler's panic as an error before it goes on
 // up the stack.
-func (in *Inbox[M, R]) Handle(ctx context.Context, msg M) (R, Outcome, error) {
-	return handle(ctx, &in.consumerOf, msg, func(*int) (R, Outcome, error) { return in.handle(ctx, msg) })
+func (in *Inbox[M, R]) Handle(ctx context.Context, msg M) (R, idem.Outcome, error) {
+	return handle(ctx, &in.consumerOf, msg, func(*int) (R, idem.Outcome, error) { return in.handle(ctx, msg) })
 }
 
-func (in *Inbox[M, R]) handle(ctx context.Context, msg M) (R, Outcome, error) {
+func (in *Inbox[M, R]) handle(ctx context.Context, msg M) (R, idem.Outcome, error) {
 	var zero R
 	key, fp, err := identify(msg, in.table.Key, in.fields)
 	if err != nil {
@@ -163,7 +145,7 @@ func (in *Inbox[M, R]) handle(ctx context.Context, msg M) (R, Outcome, error) {
 	case err == nil && claimed && !fresh:
 		// A version as new or newer of the entity was applied already.
 		pgutil.Rollback(ctx, conn)
-		return zero, 0, in.fail(key, ErrStale)
+		return zero, 0, in.fail(key, idem.ErrStale)
 	case err == nil && claimed:
 	case err == nil || pgutil.HasSQLState(err, pgerrcode.SerializationFailure, pgerrcode.DeadlockDetected):
 		// Another delivery holds or held the key. Under REPEATABLE READ and
@@ -173,15 +155,15 @@ func (in *Inbox[M, R]) handle(ctx context.Context, msg M) (R, Outcome, error) {
 		return in.readBack(ctx, conn, key, fp, msg, err)
 	case pgutil.HasSQLState(err, pgerrcode.LockNotAvailable):
 		pgutil.Rollback(ctx, conn)
-		return zero, 0, in.fail(key, ErrInProgress)
+		return zero, 0, in.fail(key, idem.ErrInProgress)
 	default:
 		pgutil.Rollback(ctx, conn)
 		return zero, 0, in.fail(key, fmt.Errorf("idem: claim: %w", err))
 	}
 
-	var out *Outbox
+	var out *idem.Outbox
 	if in.publishing != nil {
-		out = &Outbox{}
+		out = &idem.Outbox{}
 	}
 	result, err := in.call(ctx, conn, newHandlerTx(tx, conn), out, msg)
 	if err != nil {
@@ -207,7 +189,7 @@ func (in *Inbox[M, R]) handle(ctx context.Context, msg M) (R, Outcome, error) {
 		pgutil.Rollback(ctx, conn)
 		return zero, 0, in.fail(key, err)
 	}
-	return result, Processed, nil
+	return result, idem.Processed, nil
 }
 
 // claim begins the transaction and claims the key, in one round trip. It
@@ -247,7 +229,7 @@ func readClaim(br pgx.BatchResults) (claimed, fresh bool, err error) {
 }
 
 // call runs the handler, with out for a publishing one (see callHandler).
-func (in *Inbox[M, R]) call(ctx context.Context, conn *pgx.Conn, tx *handlerTx, out *Outbox, msg M) (R, error) {
+func (in *Inbox[M, R]) call(ctx context.Context, conn *pgx.Conn, tx *handlerTx, out *idem.Outbox, msg M) (R, error) {
 	return callHandler(ctx, conn, tx, func(ctx context.Context, tx pgx.Tx) (R, error) {
 		if in.publishing != nil {
 			return in.publishing(ctx, tx, out, msg)
@@ -286,7 +268,7 @@ func isClaimCheckFailure(err error) bool {
 // writes the outgoing messages of out (one INSERT, and the NOTIFY unless
 // WithoutNotify), checks that the connection is still in the claim's
 // transaction, and commits, all in one round trip.
-func (in *Inbox[M, R]) complete(ctx context.Context, conn *pgx.Conn, key []any, result []byte, out *Outbox) error {
+func (in *Inbox[M, R]) complete(ctx context.Context, conn *pgx.Conn, key []any, result []byte, out *idem.Outbox) error {
 	var msgs []link.Message
 	if out != nil {
 		msgs = link.OutboxBuffer(out).Msgs
@@ -328,7 +310,7 @@ func (in *Inbox[M, R]) complete(ctx context.Context, conn *pgx.Conn, key []any, 
 		}
 		if err == nil && notify {
 			if _, err = br.Exec(); err != nil && !pgutil.HasSQLState(err, pgerrcode.InFailedSQLTransaction) {
-				outboxErr = fmt.Errorf("idem: NOTIFY %s: %w", OutboxChannel, err)
+				outboxErr = fmt.Errorf("idem: NOTIFY %s: %w", idem.OutboxChannel, err)
 			}
 		}
 	}
@@ -363,7 +345,7 @@ func (in *Inbox[M, R]) complete(ctx context.Context, conn *pgx.Conn, key []any, 
 
 // readBack resolves a claim that this delivery did not win: it rolls back and
 // reads the key's committed row in a fresh snapshot, in one round trip.
-func (in *Inbox[M, R]) readBack(ctx context.Context, conn *pgx.Conn, key []any, fp []byte, msg M, claimErr error) (R, Outcome, error) {
+func (in *Inbox[M, R]) readBack(ctx context.Context, conn *pgx.Conn, key []any, fp []byte, msg M, claimErr error) (R, idem.Outcome, error) {
 	var zero R
 	if conn.PgConn().TxStatus() == txFailed {
 		// A failed claim aborted the transaction, and an aborted transaction
@@ -409,15 +391,15 @@ func (in *Inbox[M, R]) readBack(ctx context.Context, conn *pgx.Conn, key []any, 
 	case err != nil:
 		return zero, 0, in.fail(key, err)
 	case !same:
-		return zero, 0, in.fail(key, ErrKeyReused)
+		return zero, 0, in.fail(key, idem.ErrKeyReused)
 	case status != "done":
-		return zero, 0, in.fail(key, ErrInProgress)
+		return zero, 0, in.fail(key, idem.ErrInProgress)
 	}
 	result, err := decodeResult[R](in.noResult, stored)
 	if err != nil {
 		return zero, 0, in.fail(key, err)
 	}
-	return result, Duplicate, nil
+	return result, idem.Duplicate, nil
 }
 
 // Purge deletes the inbox rows older than the table's retention, in batches so

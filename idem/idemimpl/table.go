@@ -1,4 +1,4 @@
-package idem
+package idemimpl
 
 import (
 	"fmt"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/idemgen/idemgen/idem"
 	"github.com/idemgen/idemgen/idem/internal/pgutil"
 )
 
@@ -75,11 +76,6 @@ func param(v any) any {
 	return v
 }
 
-// MaxKeyBytes bounds the total size of a key's string parts. PostgreSQL cannot
-// index a B-tree entry much larger than 2.7 kB; a longer key is rejected with
-// ErrInvalidKey before anything is written, instead of failing in the index.
-const MaxKeyBytes = 2048
-
 // CheckString validates a string key part: not empty, valid UTF-8, no NUL byte
 // (PostgreSQL text cannot hold one), at most MaxKeyBytes long.
 //
@@ -89,8 +85,8 @@ func CheckString(path, v string) error {
 	switch {
 	case v == "":
 		return InvalidKey(path, "is empty")
-	case len(v) > MaxKeyBytes:
-		return InvalidKey(path, fmt.Sprintf("is %d bytes long, more than %d", len(v), MaxKeyBytes))
+	case len(v) > idem.MaxKeyBytes:
+		return InvalidKey(path, fmt.Sprintf("is %d bytes long, more than %d", len(v), idem.MaxKeyBytes))
 	case !utf8.ValidString(v):
 		return InvalidKey(path, "is not valid UTF-8")
 	case strings.IndexByte(v, 0) >= 0:
@@ -155,8 +151,18 @@ func checkKeySize(fields []string, key []any) error {
 			total += len(s)
 		}
 	}
-	if total > MaxKeyBytes {
-		return InvalidKey(strings.Join(fields, ","), fmt.Sprintf("together are %d bytes long, more than %d", total, MaxKeyBytes))
+	if total > idem.MaxKeyBytes {
+		return InvalidKey(strings.Join(fields, ","), fmt.Sprintf("together are %d bytes long, more than %d", total, idem.MaxKeyBytes))
 	}
 	return nil
+}
+
+// InvalidKey returns an error wrapping ErrInvalidKey for the key part at path
+// (a Go field path such as "Meta.ID").
+//
+// For generated code: the key functions of generated Tables return it. To
+// have a message dead-lettered from a handler, return an error wrapping
+// ErrUndecodablePayload (or ErrInvalidKey) with fmt.Errorf.
+func InvalidKey(path, reason string) error {
+	return fmt.Errorf("%w: %s %s", idem.ErrInvalidKey, path, reason)
 }

@@ -1,9 +1,11 @@
-package idem
+package idemimpl
 
 import (
 	"context"
 	"fmt"
 
+	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/idem/internal/config"
 	"github.com/idemgen/idemgen/idem/internal/pgutil"
 )
 
@@ -20,7 +22,7 @@ type consumerOf[M any] struct {
 	external bool
 }
 
-func newConsumerOf[M any](o options, name string, fields []string, key func(M) ([]any, error)) consumerOf[M] {
+func newConsumerOf[M any](o config.Options, name string, fields []string, key func(M) ([]any, error)) consumerOf[M] {
 	return consumerOf[M]{name: name, fields: fields, key: key, ob: newObserver(o, name)}
 }
 
@@ -41,14 +43,14 @@ func (c *consumerOf[M]) keyText(msg M, err error) (key, idemKey string) {
 	key = keyTextOf(c.fields, c.key, msg, err)
 	if c.external && key != "" {
 		if parts, kerr := c.key(msg); kerr == nil {
-			idemKey = ExternalKey(c.name, parts)
+			idemKey = idem.ExternalKey(c.name, parts)
 		}
 	}
 	return key, idemKey
 }
 
 // handle runs one delivery of msg through run and observes it (observe).
-func handle[M, R any](ctx context.Context, c *consumerOf[M], msg M, run func(claimAttempt *int) (R, Outcome, error)) (R, Outcome, error) {
+func handle[M, R any](ctx context.Context, c *consumerOf[M], msg M, run func(claimAttempt *int) (R, idem.Outcome, error)) (R, idem.Outcome, error) {
 	return observe(ctx, &c.ob, msg, func(err error) (string, string) { return c.keyText(msg, err) }, run)
 }
 
@@ -56,7 +58,7 @@ func handle[M, R any](ctx context.Context, c *consumerOf[M], msg M, run func(cla
 // the batch size purgeBatch) until a run deletes less than a batch, so that
 // no statement holds its locks for long, and returns how many rows it
 // deleted; each run is counted in idem.purged under table and kind.
-func purge[M any](ctx context.Context, db DB, c *consumerOf[M], table, kind string, sql string, args []any) (int64, error) {
+func purge[M any](ctx context.Context, db idem.DB, c *consumerOf[M], table, kind string, sql string, args []any) (int64, error) {
 	var total int64
 	for {
 		tag, err := pgutil.Exec(ctx, db, sql, args...)
