@@ -205,7 +205,7 @@ func TestExternalSweeperResetsDeadClaims(t *testing.T) {
 			return queryInt(t, db.Pool, `SELECT count(*)::int FROM idem_test_pay WHERE status = 'running' AND lease_until < now()`) == n
 		})
 	}
-	sweep := func() idemimpl.SweepReport {
+	sweep := func() idem.SweepReport {
 		t.Helper()
 		rep, err := x.Sweep(context.Background())
 		if err != nil {
@@ -213,7 +213,7 @@ func TestExternalSweeperResetsDeadClaims(t *testing.T) {
 		}
 		return rep
 	}
-	stuckText := func(rep idemimpl.SweepReport) string {
+	stuckText := func(rep idem.SweepReport) string {
 		var parts []string
 		for _, s := range rep.Stuck {
 			parts = append(parts, fmt.Sprintf("%s…:%s:%d", s.Key[:8], s.Status, s.Attempts))

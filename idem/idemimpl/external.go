@@ -433,37 +433,8 @@ func (x *ExternalInbox[M, R]) Purge(ctx context.Context) (int64, error) {
 	return purge(ctx, x.db, &x.consumerOf, x.table.Name, obs.KindExternal, q.sql, q.args)
 }
 
-// SweepReport is what one [ExternalInbox.Sweep] did and found.
-type SweepReport struct {
-	// Consumer is the consumer of the swept table.
-	Consumer string
-	// Reset is the number of expired claims reset to released.
-	Reset int64
-	// Stuck are the claims not done whose attempts are above the threshold
-	// ([idem.WithStuckAttempts]), most attempts first, at most StuckLimit.
-	Stuck []StuckClaim
-}
-
-// StuckClaim is a claim that keeps failing: its attempts are above the
-// sweeper's threshold.
-type StuckClaim struct {
-	// Key is the idempotency key (idem_key).
-	Key string
-	// Status is running or released.
-	Status string
-	// Attempts is the number of the attempt running or to run next.
-	Attempts int
-	// Since is when the row last changed.
-	Since time.Time
-}
-
-// The sizes of a sweep: how many expired claims one statement resets, and
-// how many stuck claims a report lists.
-const (
-	sweepBatch = 1000
-	// StuckLimit bounds the stuck claims a SweepReport lists.
-	StuckLimit = 100
-)
+// sweepBatch is how many expired claims one statement of a sweep resets.
+const sweepBatch = 1000
 
 // Sweep resets the claims whose lease ran out, whose workers are gone (or
 // cut off from the database), to released with attempts + 1 and a new
@@ -471,8 +442,8 @@ const (
 // longer complete; and it reports the claims whose attempts are above the
 // threshold. It works in batches that skip rows another sweeper holds, so
 // that several may run at once, each row reset once.
-func (x *ExternalInbox[M, R]) Sweep(ctx context.Context) (SweepReport, error) {
-	rep := SweepReport{Consumer: x.table.Consumer}
+func (x *ExternalInbox[M, R]) Sweep(ctx context.Context) (idem.SweepReport, error) {
+	rep := idem.SweepReport{Consumer: x.table.Consumer}
 	for {
 		q := x.sql.sweepExpired()
 		tag, err := pgutil.Exec(ctx, x.db, q.sql, q.args...)
@@ -496,7 +467,7 @@ func (x *ExternalInbox[M, R]) Sweep(ctx context.Context) (SweepReport, error) {
 		return rep, x.fail(nil, fmt.Errorf("idem: sweep %s: list the stuck claims: %w", x.table.Name, err))
 	}
 	for rows.Next() {
-		var s StuckClaim
+		var s idem.StuckClaim
 		if err := rows.Scan(&s.Key, &s.Status, &s.Attempts, &s.Since); err != nil {
 			rows.Close()
 			return rep, x.fail(nil, fmt.Errorf("idem: sweep %s: read the stuck claims: %w", x.table.Name, err))
