@@ -16,15 +16,16 @@ import (
 	"github.com/idemgen/idemgen/idem/idemtest"
 )
 
-// BenchmarkCommitProtocol measures, side by side, what it would cost to
-// write the claim running and mark it done in the commit round trip, so
-// that a handler that ends the transaction through SQL (tx.Exec(ctx,
-// "COMMIT")) leaves a running row that the next delivery takes over,
-// instead of a done row that makes the redelivery a Duplicate:
+// BenchmarkCommitProtocol measures, side by side, what it costs to write the
+// claim running and mark it done in the commit round trip (the protocol of
+// Inbox, so that a handler that ends the transaction through SQL,
+// tx.Exec(ctx, "COMMIT"), leaves a running row that the next delivery takes
+// over) against a claim born done, whose handler's own COMMIT would make the
+// redelivery a Duplicate of work that never finished:
 //
-//   - done_at_claim: today's protocol. BEGIN and the claim (the row inserted
-//     done) in one round trip, the handler's UPDATE, then [the result's
-//     UPDATE,] the claim check and COMMIT in one round trip.
+//   - done_at_claim: BEGIN and the claim (the row inserted done) in one
+//     round trip, the handler's UPDATE, then [the result's UPDATE,] the claim
+//     check and COMMIT in one round trip.
 //   - running_until_commit: BEGIN and the claim (the row inserted running),
 //     the handler's UPDATE, then one UPDATE that marks the row done [with
 //     its result] only inside the claim's transaction (it fails otherwise,

@@ -22,15 +22,18 @@
 //     stale message is rolled back with [ErrStale].
 //  3. Not claimed: roll back and read the committed row in a fresh snapshot (one
 //     more round trip). Same fingerprint: [Duplicate] with the stored result;
-//     different: [ErrKeyReused]; still running: [ErrInProgress].
+//     different: [ErrKeyReused]. A committed row still running (a handler
+//     that sent its own COMMIT) is taken over, and the handler runs in full.
 //  4. Claimed: call the handler with the same transaction, then the
 //     [WithBeforeCommit] hook if there is one. An error or a panic rolls
 //     everything back (the panic is re-raised). A handler that ends the
 //     transaction through SQL (ROLLBACK, COMMIT) has every later statement
 //     refused and its delivery fails saying so; before the commit the
 //     connection must still be inside the transaction.
-//  5. In one round trip: store the result in the inbox row, write the
-//     messages a publishing handler buffered in its [Outbox] (one INSERT into idem_outbox, one NOTIFY), and COMMIT. Then
+//  5. In one round trip: mark the inbox row done with the result (failing
+//     outside the claim's transaction), write the messages a publishing
+//     handler buffered in its [Outbox] (one INSERT into idem_outbox, one
+//     NOTIFY), and COMMIT. Then
 //     return [Processed]; the caller acks. A [Relay] publishes the committed
 //     outbox rows, at least once each, with their stable ids
 //     ([OutgoingMessageID]).

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -313,6 +314,14 @@ func TestHandlerEndingTheTransactionThroughSQL(t *testing.T) {
 			if outcomes[0] != "refused" {
 				t.Errorf("the first delivery was %s; want it refused", outcomes[0])
 			}
+			// The key is never answered as done for work that did not
+			// finish: a handler that commits every time is refused every
+			// time (its running row taken over and committed again).
+			for i, o := range outcomes {
+				if o == idem.Duplicate.String() {
+					t.Errorf("delivery %d was a Duplicate (%v): the key's row was done although the handler never finished", i+1, outcomes)
+				}
+			}
 			if s := db.Pool.Stat(); s.AcquiredConns() != 0 {
 				t.Errorf("%d connections still acquired", s.AcquiredConns())
 			}
@@ -369,5 +378,87 @@ func TestCancelledDeliveryHasAKnownOutcome(t *testing.T) {
 	t.Logf("a delivery takes %v (median of 20); cancelled after 0 to %v: %d committed, %d failed with nothing committed, %d failed but committed", took[len(took)/2], 39*step, committed, failed, failedButCommitted)
 	if failed == 0 || committed == 0 {
 		t.Errorf("the cancellations did not spread over the delivery (%d committed, %d failed); the test shows nothing", committed, failed)
+	}
+}
+
+// A handler that ended its transaction with a COMMIT of its own left the
+// key's row running (the row is marked done only in the wrapper's commit):
+// the redelivery takes the key over and runs the handler in full, once,
+// even with eight copies delivered at once and through HandleBatch, and the
+// row counts the attempts.
+func TestCommittedRunningRowIsTakenOver(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		batch bool
+	}{{"Handle", false}, {"HandleBatch", true}} {
+		t.Run(c.name, func(t *testing.T) {
+			db := idemtest.New(t, migrations)
+			ctx := context.Background()
+			var runs, commits atomic.Int32
+			handler := func(ctx context.Context, tx pgx.Tx, msg deposit) (receipt, error) {
+				if msg.Ref != 1 {
+					return credit(ctx, tx, msg)
+				}
+				runs.Add(1)
+				if commits.Add(1) == 1 {
+					_, _ = tx.Exec(ctx, "COMMIT") // the first run only
+				}
+				return credit(ctx, tx, msg)
+			}
+			in := idemimpl.NewInbox(db.Pool, depositTable, handler)
+			msg := deposit{Account: "acc-t", Ref: 1, Amount: 7}
+			if _, _, err := in.Handle(ctx, msg); err == nil || !strings.Contains(err.Error(), `statement "COMMIT" committed the inbox's transaction`) {
+				t.Fatalf("the run that commits: %v; want the COMMIT refused", err)
+			}
+			var status string
+			var attempts int
+			if err := db.Pool.QueryRow(ctx, `SELECT status, attempts FROM idem_test_deposit WHERE key_account = 'acc-t'`).Scan(&status, &attempts); err != nil || status != "running" {
+				t.Fatalf("after the COMMIT the row is %q (%v); want running", status, err)
+			}
+
+			const copies = 8
+			outcomes := make([]idem.Outcome, copies)
+			errs := make([]error, copies)
+			var wg sync.WaitGroup
+			for i := range copies {
+				wg.Go(func() {
+					if c.batch {
+						rs, err := in.HandleBatch(ctx, []deposit{msg, {Account: "acc-o", Ref: int64(100 + i), Amount: 1}})
+						if err == nil {
+							outcomes[i], err = rs[0].Outcome, rs[0].Err
+						}
+						errs[i] = err
+						return
+					}
+					_, outcomes[i], errs[i] = in.Handle(ctx, msg)
+				})
+			}
+			wg.Wait()
+			processed := 0
+			for i := range copies {
+				switch {
+				case errs[i] == nil && outcomes[i] == idem.Processed:
+					processed++
+				case errs[i] == nil && outcomes[i] == idem.Duplicate, errors.Is(errs[i], idem.ErrInProgress):
+				default:
+					t.Errorf("copy %d: %v, %v; want Processed once, else Duplicate or ErrInProgress", i, outcomes[i], errs[i])
+				}
+			}
+			if processed != 1 {
+				t.Errorf("%d copies processed the taken-over key; want 1 (outcomes %v, errors %v)", processed, outcomes, errs)
+			}
+			if r, o, err := in.Handle(ctx, msg); err != nil || o != idem.Duplicate || r.Balance != 7 {
+				t.Errorf("after the take-over: %+v, %v, %v; want Duplicate with balance 7", r, o, err)
+			}
+			if got := balance(t, db, "acc-t"); got != 7 {
+				t.Errorf("balance %d; want 7: the handler's write applied once, by the run that took the key over", got)
+			}
+			if err := db.Pool.QueryRow(ctx, `SELECT status, attempts FROM idem_test_deposit WHERE key_account = 'acc-t' AND key_ref = 1`).Scan(&status, &attempts); err != nil || status != "done" || attempts != 2 {
+				t.Errorf("the row is %q after %d attempts (%v); want done after 2", status, attempts, err)
+			}
+			if n := runs.Load(); n != 2 {
+				t.Errorf("the handler ran %d times for the key; want 2: the run that committed and the one that took the key over", n)
+			}
+		})
 	}
 }

@@ -84,6 +84,9 @@ type batch[M, R any] struct {
 	dupOf   []int // the index of the first message with the same key, or -1
 	primary []int // the messages to claim: valid, first of their key
 	done    []bool
+	// running are the messages whose keys' committed rows were found
+	// running: each is delivered alone after the batch, taking its key over.
+	running []int
 }
 
 // handleBatch fills results for msgs, at most batchCap of them. It returns
@@ -110,7 +113,7 @@ func (in *Inbox[M, R]) handleBatch(ctx context.Context, msgs []M, results []idem
 	conn := pooled.Conn()
 	retry := b.run(ctx, conn)
 	pooled.Release()
-	b.oneByOne(ctx, retry)
+	b.oneByOne(ctx, append(retry, b.running...))
 	return nil
 }
 
@@ -406,7 +409,11 @@ func (b *batch[M, R]) lookup(ctx context.Context, conn *pgx.Conn, lost []int, ke
 			b.decide(ctx, i, idem.Result[R]{Err: in.fail(key, err)})
 		case !same:
 			b.decide(ctx, i, idem.Result[R]{Err: in.fail(key, idem.ErrKeyReused)})
-		case r.status != "done":
+		case r.status == statusRunning:
+			// Committed, yet running: a handler ended its transaction
+			// through SQL. Handle takes it over, after the batch.
+			b.running = append(b.running, i)
+		case r.status != statusDone:
 			b.decide(ctx, i, idem.Result[R]{Err: in.fail(key, idem.ErrInProgress)})
 		default:
 			v, err := decodeResult[R](in.noResult, r.stored)
@@ -424,17 +431,15 @@ func (b *batch[M, R]) lookup(ctx context.Context, conn *pgx.Conn, lost []int, ke
 // COMMIT: nothing was committed, and the messages can be delivered again.
 var errBatchRolledBack = errors.New("idem: the batch was rolled back before its commit")
 
-// complete stores the results and the outbox rows, checks that the
-// connection is still in the claim's transaction and commits, in one round
-// trip (see Inbox.complete). errBatchRolledBack: nothing committed; any other
-// error: the COMMIT's outcome is unknown.
+// complete marks the keys' rows done with their results, writes the outbox
+// rows, checks that the connection is still in the claim's transaction and
+// commits, in one round trip (see Inbox.complete). errBatchRolledBack:
+// nothing committed; any other error: the COMMIT's outcome is unknown.
 func (b *batch[M, R]) complete(ctx context.Context, conn *pgx.Conn, keys [][]any, results []string, outs []*idem.Outbox) error {
 	in := b.in
 	pb := pgutil.NewBatch(5)
-	if !in.noResult {
-		q := in.sql.batchCompleteKeys(keys, results)
-		pb.Queue(q.sql, q.args...)
-	}
+	q := in.sql.batchCompleteKeys(keys, results)
+	pb.Queue(q.sql, q.args...)
 	msgs := make([][]link.Message, len(outs))
 	for k, out := range outs {
 		if out != nil {
@@ -457,9 +462,7 @@ func (b *batch[M, R]) complete(ctx context.Context, conn *pgx.Conn, keys [][]any
 	var updated, committed pgconn.CommandTag
 	var err error
 	before := true // err comes from a statement before the COMMIT
-	if !in.noResult {
-		updated, err = br.Exec()
-	}
+	updated, err = br.Exec()
 	if err == nil && published > 0 {
 		if _, err = br.Exec(); err == nil && notify {
 			_, err = br.Exec()
@@ -483,7 +486,7 @@ func (b *batch[M, R]) complete(ctx context.Context, conn *pgx.Conn, keys [][]any
 		return errBatchRolledBack // a handler's failed statement aborted it
 	case err != nil:
 		return fmt.Errorf("idem: store the batch's results and commit: %w", err)
-	case !in.noResult && updated.RowsAffected() != int64(len(keys)):
+	case updated.RowsAffected() != int64(len(keys)):
 		// Committed, but some rows did not get their result: a handler
 		// deleted an inbox row. The messages are done; say so.
 		return fmt.Errorf("idem: %d of %d inbox rows were gone when the batch's results were stored; did a handler delete them?", int64(len(keys))-updated.RowsAffected(), len(keys))

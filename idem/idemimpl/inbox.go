@@ -38,7 +38,7 @@ type Inbox[M, R any] struct {
 	handler  func(context.Context, pgx.Tx, M) (R, error)
 	// publishing is the handler of NewPublishingInbox (handler is nil then).
 	publishing func(context.Context, pgx.Tx, *idem.Outbox, M) (R, error)
-	notify     bool // send NOTIFY OutboxChannel with outbox rows (not WithoutNotify)
+	notify     bool // send NOTIFY idem.OutboxChannel with outbox rows (not WithoutNotify)
 	txOptions  pgx.TxOptions
 	claimWait  time.Duration
 	lockWait   any // the claim's lock_timeout value, boxed once
@@ -72,7 +72,7 @@ func newInbox[M, R any](constructor string, db idem.DB, table Table[M], opts []i
 		db:        db,
 		flightDB:  db,
 		table:     table,
-		sql:       newInboxSQL(constructor, table),
+		sql:       newInboxSQL(constructor, table, !noResult),
 		notify:    !o.NoNotify,
 		txOptions: pgx.TxOptions{IsoLevel: o.Isolation},
 		claimWait: o.ClaimWait,
@@ -152,7 +152,23 @@ func (in *Inbox[M, R]) handle(ctx context.Context, msg M) (R, idem.Outcome, erro
 		// SERIALIZABLE a conflict with a row committed after our snapshot
 		// is a serialization failure rather than a silent DO NOTHING; either
 		// way the committed row decides, read in a fresh snapshot.
-		return in.readBack(ctx, conn, key, fp, msg, err)
+		result, o, err := in.readBack(ctx, conn, key, fp, msg, err)
+		if !errors.Is(err, errRunningRow) {
+			return result, o, err
+		}
+		var took bool
+		if tx, took, err = in.takeOver(ctx, conn, key, fp, lockWait); err != nil {
+			return zero, 0, err
+		}
+		if !took {
+			// Another delivery took it over first and is done: its row
+			// decides.
+			result, o, err := in.readBack(ctx, conn, key, fp, msg, nil)
+			if errors.Is(err, errRunningRow) {
+				err = in.fail(key, idem.ErrInProgress)
+			}
+			return result, o, err
+		}
 	case pgutil.HasSQLState(err, pgerrcode.LockNotAvailable):
 		pgutil.Rollback(ctx, conn)
 		return zero, 0, in.fail(key, idem.ErrInProgress)
@@ -212,6 +228,38 @@ func (in *Inbox[M, R]) claim(ctx context.Context, conn *pgx.Conn, key []any, fp 
 	return br.Tx(), claimed, fresh, err
 }
 
+// takeOver claims a key whose committed row a handler left running (it ended
+// its transaction through SQL), so that this delivery runs the handler in
+// full: BEGIN and the take-over in one round trip, waiting for a concurrent
+// take-over within the claim wait. It returns the transaction when it took
+// the key over; took is false, and the transaction rolled back, when another
+// delivery took it over and finished first; err is ErrInProgress when that
+// one is still at it after the claim wait.
+func (in *Inbox[M, R]) takeOver(ctx context.Context, conn *pgx.Conn, key []any, fp []byte, lockWait any) (tx pgx.Tx, took bool, err error) {
+	b := pgutil.NewBatch(2)
+	b.BeginTx(in.txOptions)
+	q := in.sql.takeOverKey(key, fp, lockWait)
+	b.Queue(q.sql, q.args...)
+	br := conn.SendBatch(ctx, b)
+	claimed, _, err := readClaim(br)
+	if closeErr := br.Close(); err == nil {
+		err = closeErr
+	}
+	switch {
+	case err == nil && claimed:
+		return br.Tx(), true, nil
+	case err == nil:
+		pgutil.Rollback(ctx, conn)
+		return nil, false, nil
+	case pgutil.HasSQLState(err, pgerrcode.LockNotAvailable, pgerrcode.SerializationFailure, pgerrcode.DeadlockDetected):
+		pgutil.Rollback(ctx, conn)
+		return nil, false, in.fail(key, idem.ErrInProgress)
+	default:
+		pgutil.Rollback(ctx, conn)
+		return nil, false, in.fail(key, fmt.Errorf("idem: take over the key's running row: %w", err))
+	}
+}
+
 // readClaim reads the claim batch. The claim statement returns a row only
 // when it inserted the key; its one column says whether the message is fresh
 // (always true without a stale-message guard).
@@ -242,49 +290,49 @@ func (in *Inbox[M, R]) call(ctx context.Context, conn *pgx.Conn, tx *handlerTx, 
 // although the handler returned no error.
 var errAborted = errors.New("idem: a statement of the handler failed but the handler returned nil; the transaction was rolled back")
 
-// claimCheck runs right before the COMMIT, in the same round trip. It fails,
-// and so turns the COMMIT queued after it into a rollback, unless the
-// connection is still inside the transaction that the claim began: the claim
-// statement sets idem.lock_timeout for its transaction only (see claimSQL), so
-// the setting is empty in any other transaction. That catches what no check
-// on the client can see: a handler that sent "ROLLBACK; BEGIN; ..." around
-// its Tx, which leaves the connection inside a transaction again, but one
-// without the inbox row. The ELSE branch reads the setting so that the
-// planner cannot fold it into a constant error.
+// claimLostMessage is the text of the error that markDoneSQL and claimCheck
+// raise outside the claim's transaction.
+const claimLostMessage = "idem: not the transaction of the claim"
+
+// claimCheck runs right before the COMMIT of a batch, in the same round
+// trip. It fails, and so turns the COMMIT queued after it into a rollback,
+// unless the connection is still inside the transaction that the claim
+// began: the claim statement sets idem.lock_timeout for its transaction only
+// (see claimSQL), so the setting is empty in any other transaction. That
+// catches what no check on the client can see: a handler that sent
+// "ROLLBACK; BEGIN; ..." around its Tx, which leaves the connection inside a
+// transaction again, but one without the inbox rows. The ELSE branch reads
+// the setting so that the planner cannot fold it into a constant error. (A
+// single delivery's markDoneSQL makes the same check.)
 const claimCheck = "SELECT CASE WHEN coalesce(current_setting('idem.lock_timeout', true), '') <> '' THEN true " +
-	"ELSE ('idem: not the transaction of the claim' || coalesce(current_setting('idem.lock_timeout', true), ''))::boolean END"
+	"ELSE ('" + claimLostMessage + "' || coalesce(current_setting('idem.lock_timeout', true), ''))::boolean END"
 
-// errClaimLost is what a failed claimCheck means.
-var errClaimLost = errors.New("idem: at the commit the connection was in another transaction than the one that claimed the key: the handler ended the inbox's transaction through SQL sent around its Tx (through tx.Conn()) and began another; that transaction was rolled back")
+// errClaimLost is what a failed claimCheck or markDone means.
+var errClaimLost = errors.New("idem: at the commit the connection was in another transaction than the one that claimed the key, or the key's inbox row was gone: the handler ended the inbox's transaction through SQL sent around its Tx (through tx.Conn()) and began another, or deleted the row; that transaction was rolled back")
 
-// isClaimCheckFailure reports whether err is claimCheck's own error (an
-// invalid boolean whose text is claimCheck's).
+// isClaimCheckFailure reports whether err is the error of claimCheck or
+// markDoneSQL (an invalid boolean whose text is claimLostMessage).
 func isClaimCheckFailure(err error) bool {
 	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == pgerrcode.InvalidTextRepresentation && strings.Contains(pgErr.Message, "idem: not the transaction of the claim")
+	return errors.As(err, &pgErr) && pgErr.Code == pgerrcode.InvalidTextRepresentation && strings.Contains(pgErr.Message, claimLostMessage)
 }
 
-// complete stores the result in the inbox row, if the handler has one,
-// writes the outgoing messages of out (one INSERT, and the NOTIFY unless
-// WithoutNotify), checks that the connection is still in the claim's
-// transaction, and commits, all in one round trip.
+// complete marks the key's inbox row done with the handler's result, if it
+// has one, where the connection is still in the claim's transaction (else
+// it fails: markDoneSQL), writes the outgoing messages of out (one INSERT,
+// and the NOTIFY unless WithoutNotify), and commits, all in one round trip.
 func (in *Inbox[M, R]) complete(ctx context.Context, conn *pgx.Conn, key []any, result []byte, out *idem.Outbox) error {
 	var msgs []link.Message
 	if out != nil {
 		msgs = link.OutboxBuffer(out).Msgs
 	}
-	b := pgutil.NewBatch(5)
-	if !in.noResult {
-		// The claim inserted the row done; only a result is left to store
-		// (as text: see completeStatement).
-		q := in.sql.completeKey(key, result)
-		b.Queue(q.sql, q.args...)
-	}
+	b := pgutil.NewBatch(4)
+	q := in.sql.markKeyDone(key, result)
+	b.Queue(q.sql, q.args...)
 	notify := len(msgs) > 0 && in.notify
 	if queueOutbox(b, in.table.Consumer, in.fields, [][]any{key}, [][]link.Message{msgs}) > 0 && notify {
 		b.Queue(notifyOutbox)
 	}
-	b.Queue(claimCheck)
 	b.Queue("commit")
 	// A cancellation that comes before the commit round trip rolls back: the
 	// outcome is known, nothing committed. Once the COMMIT is on its way, the
@@ -299,10 +347,10 @@ func (in *Inbox[M, R]) complete(ctx context.Context, conn *pgx.Conn, key []any, 
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
 	defer cancel()
 	br := conn.SendBatch(cctx, b)
-	var updated, committed pgconn.CommandTag
+	var committed pgconn.CommandTag
 	var err, outboxErr error
-	if !in.noResult {
-		updated, err = br.Exec()
+	if _, err = br.Exec(); isClaimCheckFailure(err) {
+		err = errClaimLost
 	}
 	if err == nil && len(msgs) > 0 {
 		if _, err = br.Exec(); err != nil && !pgutil.HasSQLState(err, pgerrcode.InFailedSQLTransaction) {
@@ -312,11 +360,6 @@ func (in *Inbox[M, R]) complete(ctx context.Context, conn *pgx.Conn, key []any, 
 			if _, err = br.Exec(); err != nil && !pgutil.HasSQLState(err, pgerrcode.InFailedSQLTransaction) {
 				outboxErr = fmt.Errorf("idem: NOTIFY %s: %w", idem.OutboxChannel, err)
 			}
-		}
-	}
-	if err == nil {
-		if _, err = br.Exec(); isClaimCheckFailure(err) {
-			err = errClaimLost
 		}
 	}
 	if err == nil {
@@ -337,14 +380,17 @@ func (in *Inbox[M, R]) complete(ctx context.Context, conn *pgx.Conn, key []any, 
 		// A failed COMMIT may or may not have committed: the redelivery
 		// finds out, as a Duplicate or by processing the message.
 		return fmt.Errorf("idem: store the result and commit: %w", err)
-	case !in.noResult && updated.RowsAffected() != 1:
-		return fmt.Errorf("idem: the inbox row was gone when the result was stored (%d rows updated); did the handler delete it?", updated.RowsAffected())
 	}
 	return nil
 }
 
+// errRunningRow is what readBack returns for a committed row that is still
+// running: the caller takes the key over (takeOver).
+var errRunningRow = errors.New("idem: the key's committed inbox row is running")
+
 // readBack resolves a claim that this delivery did not win: it rolls back and
-// reads the key's committed row in a fresh snapshot, in one round trip.
+// reads the key's committed row in a fresh snapshot, in one round trip. A
+// committed running row is errRunningRow, for the caller to take over.
 func (in *Inbox[M, R]) readBack(ctx context.Context, conn *pgx.Conn, key []any, fp []byte, msg M, claimErr error) (R, idem.Outcome, error) {
 	var zero R
 	if conn.PgConn().TxStatus() == txFailed {
@@ -392,7 +438,12 @@ func (in *Inbox[M, R]) readBack(ctx context.Context, conn *pgx.Conn, key []any, 
 		return zero, 0, in.fail(key, err)
 	case !same:
 		return zero, 0, in.fail(key, idem.ErrKeyReused)
-	case status != "done":
+	case status == statusRunning:
+		// Committed, yet running: a handler ended its transaction through
+		// SQL before the row was marked done (a delivery in progress holds
+		// its row uncommitted, and the claim waited for it).
+		return zero, 0, errRunningRow
+	case status != statusDone:
 		return zero, 0, in.fail(key, idem.ErrInProgress)
 	}
 	result, err := decodeResult[R](in.noResult, stored)

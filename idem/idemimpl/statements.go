@@ -83,11 +83,20 @@ func list(cols []Column, sep string, f func(i int, c Column) string) string {
 
 // The statements of an inbox (Table).
 //
+// The claim inserts the key's row running, and the commit's round trip
+// marks it done right before the COMMIT, only inside the claim's
+// transaction: so a committed row is done unless a handler ended the
+// transaction itself (tx.Exec(ctx, "COMMIT")), and then it is running, and
+// the next delivery takes it over (takeOver) and runs the handler in full
+// rather than answering a Duplicate for work that never finished.
+//
 // The claim bounds its own wait for a concurrent claim of the key: the wait
 // CTE saves the session's lock_timeout and sets the bound before the INSERT
 // reads its row from it, and the RETURNING of the last write restores the
 // saved value, so the handler's statements never see the bound. (When
-// nothing is returned, the transaction is rolled back, setting and all.)
+// nothing is returned, the transaction is rolled back, setting and all.) The
+// saved value, idem.lock_timeout, is set only in the claim's transaction:
+// what marks the row done checks it.
 const (
 	claimWait = `WITH wait AS MATERIALIZED (
   SELECT set_config('lock_timeout', {wait}::text, true)
@@ -96,8 +105,8 @@ const (
 )`
 
 	claimSQL = claimWait + `
-INSERT INTO {table} ({columns}, fingerprint)
-SELECT {values}, {fingerprint}::bytea FROM wait
+INSERT INTO {table} ({columns}, fingerprint, status)
+SELECT {values}, {fingerprint}::bytea, 'running' FROM wait
 ON CONFLICT DO NOTHING
 RETURNING set_config('lock_timeout', current_setting('idem.lock_timeout'), true) IS NOT NULL`
 
@@ -106,8 +115,8 @@ RETURNING set_config('lock_timeout', current_setting('idem.lock_timeout'), true)
 	// returns whether it was (false: the message is stale).
 	guardedClaimSQL = claimWait + `,
 claim AS (
-  INSERT INTO {table} ({columns}, fingerprint)
-  SELECT {values}, {fingerprint}::bytea FROM wait
+  INSERT INTO {table} ({columns}, fingerprint, status)
+  SELECT {values}, {fingerprint}::bytea, 'running' FROM wait
   ON CONFLICT DO NOTHING
   RETURNING 1
 ),
@@ -120,8 +129,33 @@ fresh AS (
 )
 SELECT EXISTS (SELECT FROM fresh) FROM claim`
 
-	completeSQL = `UPDATE {table} SET result = {result}
-WHERE {match}`
+	// takeOverSQL claims a key whose committed row is running (a handler
+	// ended its transaction through SQL): the row is locked as the claim's
+	// INSERT would lock a new one, bounded by the claim wait, and it counts
+	// one more attempt.
+	takeOverSQL = claimWait + `
+UPDATE {table} AS t SET attempts = t.attempts + 1
+FROM wait
+WHERE {match} AND t.status = 'running' AND t.fingerprint = {fingerprint}::bytea
+RETURNING set_config('lock_timeout', current_setting('idem.lock_timeout'), true) IS NOT NULL`
+
+	// markDoneSQL marks the claimed row done (with its result, for a
+	// handler that has one) right before the COMMIT. It fails, raising an
+	// invalid-boolean error whose text is claimLostMessage, so that the
+	// COMMIT after it rolls back, unless the connection is still in the
+	// claim's transaction (the only one where idem.lock_timeout is set) and
+	// the row is there: that catches a handler that sent "ROLLBACK; BEGIN"
+	// or "COMMIT; BEGIN" around its Tx (through tx.Conn()), or deleted the
+	// row. The ELSE branch reads the setting so that the planner cannot
+	// fold it into a constant error.
+	markDoneSQL = `WITH done AS (
+  UPDATE {table} SET status = 'done'{result}
+  WHERE {match} AND current_setting('idem.lock_timeout', true) <> ''
+  RETURNING 1
+)
+SELECT CASE WHEN EXISTS (SELECT FROM done) THEN true
+  ELSE ('` + claimLostMessage + `' || coalesce(current_setting('idem.lock_timeout', true), ''))::boolean
+END`
 
 	lookupSQL = `SELECT fingerprint, status, result FROM {table}
 WHERE {match}`
@@ -149,8 +183,8 @@ m AS MATERIALIZED (
   SELECT * FROM unnest({arrays}, {fingerprint}::bytea[]) WITH ORDINALITY AS m ({aliases}, fp, n)
 ),
 claim AS (
-  INSERT INTO {table} ({columns}, fingerprint)
-  SELECT {alias_values}, m.fp FROM wait, m ORDER BY {alias_values}
+  INSERT INTO {table} ({columns}, fingerprint, status)
+  SELECT {alias_values}, m.fp, 'running' FROM wait, m ORDER BY {alias_values}
   ON CONFLICT DO NOTHING
   RETURNING {columns},
     set_config('lock_timeout', current_setting('idem.lock_timeout'), true) AS restored
@@ -162,8 +196,15 @@ WHERE claim.restored IS NOT NULL`
 FROM unnest({arrays}) WITH ORDINALITY AS m ({aliases}, n)
 JOIN {table} AS t ON {join_table}`
 
-	batchCompleteSQL = `UPDATE {table} AS t SET result = m.r::json
+	// The batch's rows are marked done (with their results) in the
+	// commit's round trip, whose claim check fails the COMMIT outside the
+	// claim's transaction.
+	batchCompleteSQL = `UPDATE {table} AS t SET status = 'done', result = m.r::json
 FROM unnest({arrays}, {results}::text[]) AS m ({aliases}, r)
+WHERE {join_table}`
+
+	batchDoneSQL = `UPDATE {table} AS t SET status = 'done'
+FROM unnest({arrays}) AS m ({aliases})
 WHERE {join_table}`
 )
 
@@ -172,28 +213,31 @@ type inboxSQL struct {
 	parts    int
 	guarded  bool
 	claimSQL string
-	// complete and lookup hold the variants by null pattern of the key
-	// (bit i set when part i is NULL), 0 for a key without NULL parts:
-	// a NULL part cannot be matched with =, so each variant matches it
-	// with IS NULL and numbers only the parts that are not NULL.
-	complete, lookup map[uint64]string
-	purge            string
+	// markDone, takeOver and lookup hold the variants by null pattern of
+	// the key (bit i set when part i is NULL), 0 for a key without NULL
+	// parts: a NULL part cannot be matched with =, so each variant matches
+	// it with IS NULL and numbers only the parts that are not NULL.
+	markDone, takeOver, lookup map[uint64]string
+	// result: the rows store the handler's result (markDone sets it).
+	result bool
+	purge  string
 	// batchClaim, batchLookup and batchComplete are the statements of
 	// HandleBatch; empty for a table with a stale-message guard or
 	// nullable key parts, whose batches run one transaction per message.
 	batchClaim, batchLookup, batchComplete string
 }
 
-// newInboxSQL builds the statements of t; it panics, naming constructor,
-// on a declaration they cannot be built from.
-func newInboxSQL[M any](constructor string, t Table[M]) *inboxSQL {
+// newInboxSQL builds the statements of t, for a handler with a result or
+// without one (result); it panics, naming constructor, on a declaration
+// they cannot be built from.
+func newInboxSQL[M any](constructor string, t Table[M], result bool) *inboxSQL {
 	checkColumns(constructor, t.Consumer, t.Columns)
 	if (t.Order != nil) != (t.Versions != "") || (t.Versions != "") != (t.EntityType != "") {
 		panic(fmt.Sprintf("%s (consumer %s): a stale-message guard needs Order, Versions and EntityType, all three", constructor, t.Consumer))
 	}
 	cols, n := t.Columns, len(t.Columns)
-	s := &inboxSQL{parts: n, guarded: t.Order != nil,
-		complete: map[uint64]string{}, lookup: map[uint64]string{}}
+	s := &inboxSQL{parts: n, guarded: t.Order != nil, result: result,
+		markDone: map[uint64]string{}, takeOver: map[uint64]string{}, lookup: map[uint64]string{}}
 	edit := func(name, sql string) string { return sqlhook.Apply(t.Consumer, name, sql) }
 	columns := list(cols, ", ", func(_ int, c Column) string { return c.Name })
 	values := list(cols, ", ", func(i int, c Column) string { return ph(i+1) + "::" + c.Type })
@@ -221,7 +265,13 @@ func newInboxSQL[M any](constructor string, t Table[M]) *inboxSQL {
 			}
 		}
 		match, next := matchKey(cols, nulls)
-		s.complete[nulls] = edit("complete", fill(completeSQL, "table", t.Name, "result", next, "match", match))
+		set := ""
+		if result {
+			set = ", result = " + next
+		}
+		s.markDone[nulls] = edit("mark_done", fill(markDoneSQL, "table", t.Name, "result", set, "match", match))
+		s.takeOver[nulls] = edit("take_over", fill(takeOverSQL, "wait", "$"+strconv.Itoa(nextN(next)+1),
+			"table", t.Name, "match", match, "fingerprint", next))
 		s.lookup[nulls] = edit("lookup", fill(lookupSQL, "table", t.Name, "match", match))
 	}
 	if s.guarded || len(nullable) > 0 {
@@ -245,9 +295,20 @@ func newInboxSQL[M any](constructor string, t Table[M]) *inboxSQL {
 		"alias_values", aliasValues, "join_claim", join("claim")))
 	s.batchLookup = edit("batch_lookup", fill(batchLookupSQL, "arrays", arrays, "aliases", aliases,
 		"table", t.Name, "join_table", join("t")))
-	s.batchComplete = edit("batch_complete", fill(batchCompleteSQL, "table", t.Name, "arrays", arrays,
-		"results", ph(n+1), "aliases", aliases, "join_table", join("t")))
+	if result {
+		s.batchComplete = edit("batch_complete", fill(batchCompleteSQL, "table", t.Name, "arrays", arrays,
+			"results", ph(n+1), "aliases", aliases, "join_table", join("t")))
+	} else {
+		s.batchComplete = edit("batch_complete", fill(batchDoneSQL, "table", t.Name, "arrays", arrays,
+			"aliases", aliases, "join_table", join("t")))
+	}
 	return s
+}
+
+// nextN is the number of placeholder p ("$3": 3).
+func nextN(p string) int {
+	n, _ := strconv.Atoi(strings.TrimPrefix(p, "$"))
+	return n
 }
 
 // matchKey returns the condition that finds a key with the given NULL
@@ -283,16 +344,28 @@ func (s *inboxSQL) claim(key []any, fp []byte, lockWait any, order []any) query 
 	return query{s.claimSQL, args}
 }
 
-// completeKey stores result in key's row: the parts of the key that are
-// not NULL, then the result. The result goes as text, never as []byte: pgx
-// sends a []byte of unknown parameter type as bytea ('\x7b...'), which json
-// refuses, whenever it does not describe the statement first
-// (QueryExecModeExec and QueryExecModeSimpleProtocol, what poolers such as
-// PgBouncer and RDS Proxy need). As text, the server reads it as the
-// column's type in every mode.
-func (s *inboxSQL) completeKey(key []any, result []byte) query {
-	sql, args := byNulls(s.complete, key)
-	return query{sql, append(args, string(result))}
+// markKeyDone marks key's row done, with result for a handler that has one,
+// and fails unless the connection is in the claim's transaction (see
+// markDoneSQL): the parts of the key that are not NULL, then the result.
+// The result goes as text, never as []byte: pgx sends a []byte of unknown
+// parameter type as bytea ('\x7b...'), which json refuses, whenever it does
+// not describe the statement first (QueryExecModeExec and
+// QueryExecModeSimpleProtocol, what poolers such as PgBouncer and RDS Proxy
+// need). As text, the server reads it as the column's type in every mode.
+func (s *inboxSQL) markKeyDone(key []any, result []byte) query {
+	sql, args := byNulls(s.markDone, key)
+	if s.result {
+		args = append(args, string(result))
+	}
+	return query{sql, args}
+}
+
+// takeOverKey claims key's committed running row (takeOverSQL): the parts of
+// the key that are not NULL, the fingerprint and the claim's lock_timeout.
+// It returns one row when it took the key over.
+func (s *inboxSQL) takeOverKey(key []any, fp []byte, lockWait any) query {
+	sql, args := byNulls(s.takeOver, key)
+	return query{sql, append(args, fp, lockWait)}
 }
 
 // lookupKey reads fingerprint, status and result of key's row.
@@ -350,9 +423,13 @@ func (s *inboxSQL) batchLookupKeys(keys [][]any) query {
 	return query{s.batchLookup, s.keyArrays(keys, 0)}
 }
 
-// batchCompleteKeys stores results (JSON texts, see completeKey) in keys'
-// rows: the key arrays, then the results as text[].
+// batchCompleteKeys marks keys' rows done and stores their results (JSON
+// texts, see markKeyDone), for a handler that has one: the key arrays, then
+// the results as text[].
 func (s *inboxSQL) batchCompleteKeys(keys [][]any, results []string) query {
+	if !s.result {
+		return query{s.batchComplete, s.keyArrays(keys, 0)}
+	}
 	return query{s.batchComplete, append(s.keyArrays(keys, 1), results)}
 }
 

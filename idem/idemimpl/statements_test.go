@@ -52,17 +52,22 @@ func TestStatementsBuiltOnce(t *testing.T) {
 	s := newInboxSQL("idemimpl.NewInbox", Table[int]{Consumer: "c", Name: `app."order"`, Columns: []Column{
 		{Field: "A", Name: "key_a", Type: "text"},
 		{Field: "B", Name: "key_b", Type: "bigint", Nullable: true},
-	}})
-	if !strings.Contains(s.claimSQL, `INSERT INTO app."order" (key_a, key_b, fingerprint)`) ||
-		!strings.Contains(s.claimSQL, "SELECT $1::text, $2::bigint, $3::bytea FROM wait") ||
+	}}, true)
+	if !strings.Contains(s.claimSQL, `INSERT INTO app."order" (key_a, key_b, fingerprint, status)`) ||
+		!strings.Contains(s.claimSQL, "SELECT $1::text, $2::bigint, $3::bytea, 'running' FROM wait") ||
 		!strings.Contains(s.claimSQL, "set_config('lock_timeout', $4::text, true)") {
 		t.Errorf("claim:\n%s", s.claimSQL)
 	}
 	if got := s.lookup[0b10]; !strings.HasSuffix(got, "WHERE key_a = $1 AND key_b IS NULL") {
 		t.Errorf("lookup of (a, NULL):\n%s", got)
 	}
-	if got := s.complete[0]; !strings.Contains(got, "SET result = $3") || !strings.HasSuffix(got, "WHERE key_a = $1 AND key_b = $2") {
-		t.Errorf("complete of (a, b):\n%s", got)
+	if got := s.markDone[0]; !strings.Contains(got, "SET status = 'done', result = $3") ||
+		!strings.Contains(got, "WHERE key_a = $1 AND key_b = $2 AND current_setting('idem.lock_timeout', true) <> ''") {
+		t.Errorf("markDone of (a, b):\n%s", got)
+	}
+	if got := s.takeOver[0b10]; !strings.Contains(got, "WHERE key_a = $1 AND key_b IS NULL AND t.status = 'running' AND t.fingerprint = $2::bytea") ||
+		!strings.Contains(got, "set_config('lock_timeout', $3::text, true)") {
+		t.Errorf("takeOver of (a, NULL):\n%s", got)
 	}
 	if s.batches() {
 		t.Error("a table with a nullable key part has batch statements")

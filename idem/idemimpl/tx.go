@@ -96,7 +96,7 @@ func (t *handlerTx) after(sql string, tag pgconn.CommandTag) {
 	case began:
 		what = "began a transaction of its own (a BEGIN inside the inbox's transaction is either a mistake or follows a statement that ended it): nothing of it is committed"
 	case tag.String() == "COMMIT":
-		what = "committed the inbox's transaction: what the handler wrote before it is committed, with the inbox row but without the result, and the redelivery will be a Duplicate"
+		what = "committed the inbox's transaction: what the handler wrote before it is committed, with the key's inbox row still running, so the redelivery takes the key over and runs the handler again in full"
 	case tag.String() == "ROLLBACK":
 		what = "rolled the inbox's transaction back: nothing of it is committed"
 	default:
