@@ -30,7 +30,7 @@ import (
 // When several deliveries of one key are in flight in this process at once
 // through one DB, all but the first wait for a connection only within the
 // claim wait ([WithClaimWait]). DBs are told apart with ==, so a DB whose
-// dynamic type is not comparable counts as a DB of its own for each Inbox
+// dynamic type is not comparable counts as a DB of its own for each wrapper
 // built on it.
 type DB interface {
 	Acquire(ctx context.Context) (*pgxpool.Conn, error)

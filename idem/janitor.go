@@ -144,7 +144,7 @@ func NewJanitor(db DB, consumers []Maintained, opts ...JanitorOption) (*Janitor,
 		m := c.Maintenance()
 		switch {
 		case m.t.Purge == "" || m.t.DB == nil:
-			return nil, fmt.Errorf("idem.NewJanitor: %T returned a Maintenance that no inbox made (consumer %q); pass the generated wrapper, or an Inbox or ExternalInbox", c, m.Consumer)
+			return nil, fmt.Errorf("idem.NewJanitor: %T returned a Maintenance that no inbox made (consumer %q); pass the generated wrapper", c, m.Consumer)
 		case m.Retain <= 0:
 			return nil, fmt.Errorf("idem.NewJanitor: consumer %s: its retention is %v; want a positive retain=", m.Consumer, m.Retain)
 		case m.External && m.Retain < m.Lease:

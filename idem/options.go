@@ -16,7 +16,8 @@ import (
 // ErrInProgress.
 const DefaultClaimWait = 2 * time.Second
 
-// An Option configures an Inbox.
+// An Option configures the inbox of a generated wrapper: pass it to the
+// wrapper's constructor (New<Func>Idem).
 type Option func(*options)
 
 // options is what the options set; the delivery engine reads it (see

@@ -81,14 +81,15 @@ func TestContractMismatchFailsToCompile(t *testing.T) {
 func runtimeCopy(t *testing.T) string {
 	t.Helper()
 	repo, dir := repoRoot(t), t.TempDir()
-	// Every package of this module that idem builds from (idem itself and,
-	// for instance, the sqlc output it queries the outbox with), without tests.
+	// Every package of this module that idem/idemimpl builds from (idemimpl,
+	// idem and, for instance, the sqlc output it queries the outbox with),
+	// without tests.
 	cmd := exec.Command("go", "list", "-deps", "-f",
-		`{{if and (not .Standard) .Module}}{{if .Module.Main}}{{.Dir}}{{range .GoFiles}} {{.}}{{end}}{{range .EmbedFiles}} {{.}}{{end}}{{"\n"}}{{end}}{{end}}`, "./idem")
+		`{{if and (not .Standard) .Module}}{{if .Module.Main}}{{.Dir}}{{range .GoFiles}} {{.}}{{end}}{{range .EmbedFiles}} {{.}}{{end}}{{"\n"}}{{end}}{{end}}`, "./idem/idemimpl")
 	cmd.Dir = repo
 	out, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("go list -deps ./idem: %v", err)
+		t.Fatalf("go list -deps ./idem/idemimpl: %v", err)
 	}
 	files := []string{"go.mod", "go.sum"}
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
