@@ -143,6 +143,9 @@ type ExternalInbox[M, R any] struct {
 	// claimSQL is the table's Claim wrapped so that it also returns the
 	// status the row had before (see takeoverClaim).
 	claimSQL string
+	// lookupSQL is the table's Lookup wrapped so that it also returns what
+	// is left of the row's lease (see leaseLookup).
+	lookupSQL string
 	ob       observer
 }
 
@@ -184,6 +187,7 @@ func NewExternalInbox[M, R any](db DB, t ExternalTable[M], fn func(ctx context.C
 		noResult:       noResult,
 		beforeComplete: o.beforeComplete,
 		claimSQL:       takeoverClaim(t.Name, t.Claim),
+		lookupSQL:      leaseLookup(t.Name, t.Lookup),
 		ob:             newObserver(o, t.Consumer),
 	}
 }
@@ -198,6 +202,15 @@ func takeoverClaim(table, claim string) string {
 	return `WITH idem_prev AS MATERIALIZED (SELECT status FROM ` + table + ` WHERE idem_key = $1::text), ` +
 		`idem_claim AS (` + claim + `) ` +
 		`SELECT idem_claim.*, coalesce((SELECT status FROM idem_prev), '') FROM idem_claim`
+}
+
+// leaseLookup wraps a table's Lookup statement in a statement that also
+// returns, last, the seconds left of the row's lease (NULL when it has
+// none), for RetryAfter of ErrInProgress. It keeps the Lookup's placeholder
+// ($1 is the idempotency key) and costs no round trip.
+func leaseLookup(table, lookup string) string {
+	return `SELECT idem_lookup.*, (SELECT greatest(extract(epoch FROM lease_until - now()), 0)::float8 FROM ` + table +
+		` WHERE idem_key = $1::text) FROM (` + lookup + `) AS idem_lookup`
 }
 
 // NoResultExternal adapts a mode=external handler that returns only an
@@ -317,7 +330,7 @@ func (x *ExternalInbox[M, R]) handle(ctx context.Context, msg M, claimAttempt *i
 			}
 			return result, Duplicate, nil
 		case row.status == statusRunning && row.live:
-			return zero, 0, x.fail(key, ErrInProgress)
+			return zero, 0, inProgress(x.fail(key, ErrInProgress), row.leaseLeft)
 		case try == 0:
 			// Released, or its lease ran out, since the claim: claim again.
 			continue
@@ -362,15 +375,17 @@ type externalRow struct {
 	status      string
 	result      []byte
 	live        bool
+	leaseLeft   time.Duration // what is left of the lease (leaseLookup)
 }
 
 func (x *ExternalInbox[M, R]) lookup(ctx context.Context, idemKey string) (externalRow, bool, error) {
 	var (
 		row  externalRow
 		live *bool
+		left *float64
 	)
-	sql, args := x.table.lookupStatement(idemKey)
-	err := queryRow(ctx, x.db, sql, args, &row.fingerprint, &row.status, &row.result, &live)
+	_, args := x.table.lookupStatement(idemKey)
+	err := queryRow(ctx, x.db, x.lookupSQL, args, &row.fingerprint, &row.status, &row.result, &live, &left)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return row, false, nil
@@ -378,6 +393,9 @@ func (x *ExternalInbox[M, R]) lookup(ctx context.Context, idemKey string) (exter
 		return row, false, err
 	}
 	row.live = live != nil && *live
+	if left != nil {
+		row.leaseLeft = time.Duration(*left * float64(time.Second))
+	}
 	return row, true, nil
 }
 
@@ -627,7 +645,9 @@ func (x *ExternalInbox[M, R]) Sweep(ctx context.Context) (SweepReport, error) {
 }
 
 func (x *ExternalInbox[M, R]) fail(key []any, err error) error {
-	return newError(x.table.Consumer, x.table.KeyFields, key, err)
+	// After ErrClaimLost the key may be claimed again at once (RetryAfter
+	// 0); ErrInProgress of a live claim sets what is left of its lease.
+	return inProgress(newError(x.table.Consumer, x.table.KeyFields, key, err), 0)
 }
 
 func (x *ExternalInbox[M, R]) retryable(key []any, err error) error {

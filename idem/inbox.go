@@ -488,7 +488,9 @@ func (in *Inbox[M, R]) Purge(ctx context.Context) (int64, error) {
 }
 
 func (in *Inbox[M, R]) fail(key []any, err error) error {
-	return newError(in.table.Consumer, in.table.KeyFields, key, err)
+	// A key in progress can be claimed again, at the earliest, once another
+	// claim wait has passed (RetryAfter).
+	return inProgress(newError(in.table.Consumer, in.table.KeyFields, key, err), in.claimWait)
 }
 
 func (in *Inbox[M, R]) retryable(key []any, err error) error {
