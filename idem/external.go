@@ -146,7 +146,7 @@ type ExternalInbox[M, R any] struct {
 	// lookupSQL is the table's Lookup wrapped so that it also returns what
 	// is left of the row's lease (see leaseLookup).
 	lookupSQL string
-	ob       observer
+	ob        observer
 }
 
 // NewExternalInbox returns the ExternalInbox of table that runs handler.
