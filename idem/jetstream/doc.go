@@ -63,7 +63,7 @@
 // batch until it is settled, so a batch longer than the ack wait keeps all its
 // messages. [WithBatch] sets the max (default [idem.DefaultBatchCap], 100,
 // never more than the prefetch) and the linger (default [DefaultBatchLinger],
-// 2ms); WithBatch(1, 0) turns batching off. A handler that is only an
+// 2ms); consumer.WithBatch(1, 0) turns batching off. A handler that is only an
 // [idem.Handler] gets one Deliver per message.
 //
 // # Topology

@@ -59,7 +59,7 @@
 // decode is dead-lettered on its own and takes no part in the batch. If record
 // k must be retried, the offsets up to k-1 are committed and the partition is
 // sought back to k: the records after k in its batch come again, and those
-// whose transactions committed are Duplicates then. WithBatch(1, 0) turns
+// whose transactions committed are Duplicates then. consumer.WithBatch(1, 0) turns
 // batching off; a handler that is only an [idem.Handler] gets one Deliver per
 // record.
 //

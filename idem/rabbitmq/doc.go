@@ -58,7 +58,7 @@
 // does not decode is dead-lettered on its own and takes no part in the batch.
 // [WithBatch] sets the max (default [idem.DefaultBatchCap], 100, never more
 // than the prefetch, which bounds the unacked deliveries) and the linger
-// (default [DefaultBatchLinger], 2ms); WithBatch(1, 0) turns batching off. A
+// (default [DefaultBatchLinger], 2ms); consumer.WithBatch(1, 0) turns batching off. A
 // handler that is only an [idem.Handler] gets one Deliver per delivery.
 //
 // # Topology
