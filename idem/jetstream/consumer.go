@@ -36,9 +36,6 @@ const (
 	HeaderMsgID = "Idem-Msg-Id"
 )
 
-// maxReason bounds the Idem-Reason header.
-const maxReason = 1024
-
 // ackTimeout bounds the DoubleAck and the dead-letter publish, which run
 // even after the context ended: a committed message is acked on the way out.
 const ackTimeout = 5 * time.Second
@@ -68,7 +65,7 @@ type Consumer[M any] struct {
 // WithPrefetch, WithRetryDelay, WithBackoff.
 func NewConsumer[M any](js jetstream.JetStream, top Topology, h idem.Handler[M], opts ...Option) *Consumer[M] {
 	c := &Consumer[M]{js: js, top: top, o: newOptions(opts), waits: consume.NewWaits[uint64]()}
-	c.core = consume.New("jetstream", obs.SystemNATS, h, c.o.Config, c.o.prefetch, c.o.retryDelay)
+	c.core = consume.New("jetstream", obs.SystemNATS, h, c.o.Config, c.o.Prefetch, c.o.retryDelay)
 	c.err = top.validate()
 	if c.err == nil {
 		c.err = c.o.validate("consumer " + top.Consumer)
@@ -103,29 +100,14 @@ func (c *Consumer[M]) Run(ctx context.Context) error {
 	if err := c.core.CheckTables(ctx, log); err != nil {
 		return fmt.Errorf("jetstream: consumer %s: %w", c.top.Consumer, err)
 	}
-	backoff := c.o.backoffMin
-	for {
-		started := time.Now()
-		consumed, err := c.session(ctx, log)
-		if ctx.Err() != nil {
+	return consume.Sessions(ctx, log, c.o.BackoffMin, c.o.BackoffMax, "jetstream consumer: pulling failed; pulling again",
+		func(ctx context.Context) (bool, error) { return c.session(ctx, log) },
+		func(err error) error {
+			if errors.Is(err, nats.ErrConnectionClosed) || c.js.Conn().IsClosed() {
+				return fmt.Errorf("jetstream: consumer %s: the NATS connection is closed: %w", c.top.Consumer, err)
+			}
 			return nil
-		}
-		if errors.Is(err, nats.ErrConnectionClosed) || c.js.Conn().IsClosed() {
-			return fmt.Errorf("jetstream: consumer %s: the NATS connection is closed: %w", c.top.Consumer, err)
-		}
-		if consumed && time.Since(started) >= c.o.backoffMax {
-			backoff = c.o.backoffMin
-		}
-		log.Warn("jetstream consumer: pulling failed; pulling again", "err", err, "in", backoff)
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil
-		case <-t.C:
-		}
-		backoff = min(2*backoff, c.o.backoffMax)
-	}
+		})
 }
 
 // session pulls until ctx ends or a pull fails. consumed reports whether it
@@ -148,13 +130,13 @@ func (c *Consumer[M]) session(ctx context.Context, log *slog.Logger) (consumed b
 	if ackWait <= 0 {
 		ackWait = defaultAckWaitGuess
 	}
-	batch := c.core.Batch(c.o.prefetch)
-	log.Info("jetstream consumer: consuming", "workers", c.o.Workers, "prefetch", c.o.prefetch, "batch", batch, "ack_wait", ackWait)
+	batch := c.core.Batch(c.o.Prefetch)
+	log.Info("jetstream consumer: consuming", "workers", c.o.Workers, "prefetch", c.o.Prefetch, "batch", batch, "ack_wait", ackWait)
 
-	held := newHolding(c.o.prefetch)
+	held := newHolding(c.o.Prefetch)
 	stopBeats := held.heartbeat(ackWait)
 	defer stopBeats()
-	work := make(chan *inHand, c.o.prefetch)
+	work := make(chan *inHand, c.o.Prefetch)
 	var wg sync.WaitGroup
 	for range c.o.Workers {
 		wg.Add(1)
@@ -175,7 +157,7 @@ func (c *Consumer[M]) session(ctx context.Context, log *slog.Logger) (consumed b
 		wg.Wait()
 	}()
 	for {
-		free, ok := held.room(ctx, max(1, c.o.prefetch/2))
+		free, ok := held.room(ctx, max(1, c.o.Prefetch/2))
 		if !ok {
 			log.Info("jetstream consumer: stopped; the messages not acked are delivered again")
 			return true, nil
@@ -413,11 +395,7 @@ func (c *Consumer[M]) deadLetterCopy(msg jetstream.Msg, seq uint64, id string, a
 			h[k] = append([]string(nil), v...)
 		}
 	}
-	text := fmt.Sprint(reason)
-	if len(text) > maxReason {
-		text = text[:maxReason]
-	}
-	h.Set(HeaderReason, text)
+	h.Set(HeaderReason, consume.Reason(reason))
 	h.Set(HeaderAttempt, strconv.Itoa(attempt))
 	h.Set(HeaderStream, c.top.Stream)
 	h.Set(HeaderSubject, msg.Subject())

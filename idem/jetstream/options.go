@@ -16,8 +16,8 @@ const (
 	DefaultMaxBodySize  = 1 << 20
 	DefaultRetryMin     = time.Second
 	DefaultRetryMax     = time.Minute
-	DefaultBackoffMin   = 200 * time.Millisecond
-	DefaultBackoffMax   = 30 * time.Second
+	DefaultBackoffMin   = consume.DefaultBackoffMin
+	DefaultBackoffMax   = consume.DefaultBackoffMax
 	DefaultMaxInFlight  = 1024
 	defaultPullExpiry   = 5 * time.Second
 	defaultAckWaitGuess = 30 * time.Second
@@ -31,33 +31,19 @@ type Option = consumer.Option
 
 type options struct {
 	consume.Config
-	prefetch    int
 	retryMin    time.Duration
 	retryMax    time.Duration
-	backoffMin  time.Duration
-	backoffMax  time.Duration
 	maxInFlight int
 	msg         func(m idem.OutgoingMessage, msg *nats.Msg)
 }
-
-// set is an Option of this package's own.
-func set(f func(o *options)) Option { return Option(consume.Transport(f)) }
 
 func newOptions(opts []Option) options {
 	o := options{
 		retryMin:    DefaultRetryMin,
 		retryMax:    DefaultRetryMax,
-		backoffMin:  DefaultBackoffMin,
-		backoffMax:  DefaultBackoffMax,
 		maxInFlight: DefaultMaxInFlight,
 	}
 	o.Config = consume.Resolve(opts, DefaultMaxBodySize, &o)
-	if o.prefetch <= 0 {
-		o.prefetch = 2 * o.Workers
-	}
-	if o.backoffMax < o.backoffMin {
-		o.backoffMax = o.backoffMin
-	}
 	if o.retryMax < o.retryMin {
 		o.retryMax = o.retryMin
 	}
@@ -71,8 +57,6 @@ func (o *options) validate(what string) error {
 	switch {
 	case o.retryMin <= 0:
 		return fmt.Errorf("jetstream: %s: WithRetryDelay(%v, %v): want a positive minimum", what, o.retryMin, o.retryMax)
-	case o.backoffMin <= 0:
-		return fmt.Errorf("jetstream: %s: WithBackoff(%v, %v): want a positive minimum", what, o.backoffMin, o.backoffMax)
 	case o.maxInFlight < 1:
 		return fmt.Errorf("jetstream: %s: WithMaxInFlight(%d): want at least 1", what, o.maxInFlight)
 	}
@@ -90,17 +74,19 @@ func (o *options) retryDelay(attempt int) time.Duration {
 	return min(d, o.retryMax)
 }
 
-// WithPrefetch sets how many messages the consumer pulls ahead and buffers
-// (default twice the workers). Consumer.
+// WithPrefetch sets how many messages the consumer holds at once, pulled
+// and not yet settled (default twice the workers): it pulls no more than
+// that, and keeps every message it holds in progress (InProgress at a third
+// of the ack wait), also while it waits for a worker. Consumer.
 func WithPrefetch(n int) Option {
-	return set(func(o *options) { o.prefetch = n })
+	return func(c *consume.Config) { c.Prefetch = n }
 }
 
 // WithRetryDelay sets the delay of the NakWithDelay for a Retry: min after
 // the first attempt, doubled after each further one, never more than max
 // (defaults 1s and 1m). Consumer.
 func WithRetryDelay(min, max time.Duration) Option {
-	return set(func(o *options) { o.retryMin, o.retryMax = min, max })
+	return consume.Transport(func(o *options) { o.retryMin, o.retryMax = min, max })
 }
 
 // WithBackoff sets the wait before pulling again after the pull failed (the
@@ -108,13 +94,13 @@ func WithRetryDelay(min, max time.Duration) Option {
 // first failure, doubled after each further one, never more than max
 // (defaults 200ms and 30s). Consumer.
 func WithBackoff(min, max time.Duration) Option {
-	return set(func(o *options) { o.backoffMin, o.backoffMax = min, max })
+	return func(c *consume.Config) { c.BackoffMin, c.BackoffMax = min, max }
 }
 
 // WithMaxInFlight sets how many messages a Publisher has without a PubAck at
 // once (default 1024); a larger batch goes out in chunks. Publisher.
 func WithMaxInFlight(n int) Option {
-	return set(func(o *options) { o.maxInFlight = n })
+	return consume.Transport(func(o *options) { o.maxInFlight = n })
 }
 
 // WithMsg lets f adjust each message before it is published (headers such
@@ -122,5 +108,5 @@ func WithMaxInFlight(n int) Option {
 // of the outbox row before f runs, and Nats-Msg-Id after it: the stable id
 // is not f's to change. Publisher.
 func WithMsg(f func(m idem.OutgoingMessage, msg *nats.Msg)) Option {
-	return set(func(o *options) { o.msg = f })
+	return consume.Transport(func(o *options) { o.msg = f })
 }

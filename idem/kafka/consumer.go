@@ -2,10 +2,8 @@ package kafka
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"strconv"
 	"sync"
 	"time"
@@ -34,9 +32,6 @@ const (
 	HeaderPartition = "idem-partition"
 	HeaderOffset    = "idem-offset"
 )
-
-// maxReason bounds the idem-reason header.
-const maxReason = 1024
 
 // Consumer feeds the records of a consumer group's topics to an idem.Handler
 // and acts on each as idem.ActionFor says; see the package documentation.
@@ -78,7 +73,7 @@ func NewConsumer[M any](brokers []string, group string, topics []string, h idem.
 	case len(brokers) == 0:
 		c.err = fmt.Errorf("kafka: %s: no seed brokers", what)
 	case group == "":
-		c.err = errors.New("kafka: consumer: no group")
+		c.err = fmt.Errorf("kafka: consumer: no group")
 	case len(topics) == 0:
 		c.err = fmt.Errorf("kafka: %s: no topics", what)
 	case h == nil:
@@ -304,12 +299,7 @@ func (c *Consumer[M]) attempt(r *kgo.Record, pos position) int {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	// base comes from a producer's header: saturate rather than wrap around
-	// to a negative attempt, which would never reach WithMaxAttempts.
-	if n := c.retries[pos]; n > 0 && base > math.MaxInt-n {
-		return math.MaxInt
-	}
-	return base + c.retries[pos]
+	return consume.AddAttempts(base, c.retries[pos])
 }
 
 func (c *Consumer[M]) failed(pos position) {
@@ -347,10 +337,6 @@ func headerStrings(hs []kgo.RecordHeader) map[string]string {
 }
 
 func deadLetterCopy(r *kgo.Record, topic string, attempt int, reason error) *kgo.Record {
-	text := fmt.Sprint(reason)
-	if len(text) > maxReason {
-		text = text[:maxReason]
-	}
 	headers := make([]kgo.RecordHeader, 0, len(r.Headers)+5)
 	for _, h := range r.Headers {
 		switch h.Key {
@@ -361,7 +347,7 @@ func deadLetterCopy(r *kgo.Record, topic string, attempt int, reason error) *kgo
 	}
 	headers = append(headers,
 		kgo.RecordHeader{Key: HeaderAttempt, Value: []byte(strconv.Itoa(attempt))},
-		kgo.RecordHeader{Key: HeaderReason, Value: []byte(text)},
+		kgo.RecordHeader{Key: HeaderReason, Value: []byte(consume.Reason(reason))},
 		kgo.RecordHeader{Key: HeaderTopic, Value: []byte(r.Topic)},
 		kgo.RecordHeader{Key: HeaderPartition, Value: []byte(strconv.Itoa(int(r.Partition)))},
 		kgo.RecordHeader{Key: HeaderOffset, Value: []byte(strconv.FormatInt(r.Offset, 10))},

@@ -35,9 +35,6 @@ type options struct {
 	record     func(m idem.OutgoingMessage, r *kgo.Record)
 }
 
-// set is an Option of this package's own.
-func set(f func(o *options)) Option { return Option(consume.Transport(f)) }
-
 func newOptions(opts []Option) options {
 	o := options{
 		maxPoll:    DefaultMaxPoll,
@@ -68,24 +65,26 @@ func (o *options) validate(what string) error {
 // (the group, the topics, auto-commit off, BlockRebalanceOnPoll) come last
 // and win.
 func WithClientOptions(opts ...kgo.Opt) Option {
-	return set(func(o *options) { o.client = append(o.client, opts...) })
+	return consume.Transport(func(o *options) { o.client = append(o.client, opts...) })
 }
 
 // WithMaxPollRecords bounds the records one poll takes (default 500).
-func WithMaxPollRecords(n int) Option { return set(func(o *options) { o.maxPoll = n }) }
+func WithMaxPollRecords(n int) Option { return consume.Transport(func(o *options) { o.maxPoll = n }) }
 
 // WithRetryDelay is how long a partition waits before the consumer fetches a
 // record to retry again (default 5s).
-func WithRetryDelay(d time.Duration) Option { return set(func(o *options) { o.retryDelay = d }) }
+func WithRetryDelay(d time.Duration) Option {
+	return consume.Transport(func(o *options) { o.retryDelay = d })
+}
 
 // WithDeadLetterTopic maps a consumed topic to its dead-letter topic
 // (default topic + ".dlq").
 func WithDeadLetterTopic(f func(topic string) string) Option {
-	return set(func(o *options) { o.deadLetter = f })
+	return consume.Transport(func(o *options) { o.deadLetter = f })
 }
 
 // WithRecord lets the publisher adjust each record before it is produced
 // (after the topic, key and headers are set).
 func WithRecord(f func(m idem.OutgoingMessage, r *kgo.Record)) Option {
-	return set(func(o *options) { o.record = f })
+	return consume.Transport(func(o *options) { o.record = f })
 }

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"strconv"
 	"sync"
 	"time"
@@ -38,11 +37,6 @@ const (
 	HeaderWaiting = "x-idem-waiting-since"
 )
 
-// maxReason bounds the x-idem-reason header: an AMQP short string is at most
-// 255 bytes, but headers are long strings; a bound keeps a huge error text
-// from growing every dead-lettered message.
-const maxReason = 1024
-
 // Consumer feeds the deliveries of one work queue to an idem.Handler and acts
 // on each as idem.ActionFor says; see the package documentation. Create it
 // with NewConsumer, run it with Run.
@@ -65,7 +59,7 @@ type Consumer[M any] struct {
 // WithConnectionName.
 func NewConsumer[M any](url string, top Topology, h idem.Handler[M], opts ...Option) *Consumer[M] {
 	c := &Consumer[M]{url: url, top: top, o: newOptions("consumer", opts)}
-	c.core = consume.New("rabbitmq", obs.SystemRabbitMQ, h, c.o.Config, c.o.prefetch, func(int) time.Duration { return top.retryDelay() })
+	c.core = consume.New("rabbitmq", obs.SystemRabbitMQ, h, c.o.Config, c.o.Prefetch, func(int) time.Duration { return top.retryDelay() })
 	c.err = top.validate()
 	if c.err == nil {
 		c.err = c.o.validate("consumer of " + top.Queue)
@@ -100,26 +94,9 @@ func (c *Consumer[M]) Run(ctx context.Context) error {
 	if err := c.core.CheckTables(ctx, log); err != nil {
 		return fmt.Errorf("rabbitmq: consumer of %s: %w", c.top.Queue, err)
 	}
-	backoff := c.o.backoffMin
-	for {
-		started := time.Now()
-		consumed, err := c.session(ctx, log)
-		if ctx.Err() != nil {
-			return nil
-		}
-		if consumed && time.Since(started) >= c.o.backoffMax {
-			backoff = c.o.backoffMin
-		}
-		log.Warn("rabbitmq consumer: connection lost or refused; connecting again", "err", err, "in", backoff)
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil
-		case <-t.C:
-		}
-		backoff = min(2*backoff, c.o.backoffMax)
-	}
+	return consume.Sessions(ctx, log, c.o.BackoffMin, c.o.BackoffMax, "rabbitmq consumer: connection lost or refused; connecting again",
+		func(ctx context.Context) (bool, error) { return c.session(ctx, log) },
+		func(error) error { return nil })
 }
 
 // session is one connection: it consumes until ctx ends or the connection,
@@ -141,8 +118,8 @@ func (c *Consumer[M]) session(ctx context.Context, log *slog.Logger) (consumed b
 	// Closing the channel returns every delivery that was not acked to the
 	// queue; it runs after the workers stopped.
 	defer ch.Close()
-	if err := ch.Qos(c.o.prefetch, 0, false); err != nil {
-		return false, fmt.Errorf("rabbitmq: set the prefetch to %d: %w", c.o.prefetch, err)
+	if err := ch.Qos(c.o.Prefetch, 0, false); err != nil {
+		return false, fmt.Errorf("rabbitmq: set the prefetch to %d: %w", c.o.Prefetch, err)
 	}
 	r, err := newRouter(conn)
 	if err != nil {
@@ -153,8 +130,8 @@ func (c *Consumer[M]) session(ctx context.Context, log *slog.Logger) (consumed b
 	if err != nil {
 		return false, fmt.Errorf("rabbitmq: consume %s: %w", c.top.Queue, err)
 	}
-	batch := c.core.Batch(c.o.prefetch)
-	log.Info("rabbitmq consumer: consuming", "workers", c.o.Workers, "prefetch", c.o.prefetch, "batch", batch)
+	batch := c.core.Batch(c.o.Prefetch)
+	log.Info("rabbitmq consumer: consuming", "workers", c.o.Workers, "prefetch", c.o.Prefetch, "batch", batch)
 
 	connClosed := conn.NotifyClose(make(chan *amqp.Error, 1))
 	chClosed := ch.NotifyClose(make(chan *amqp.Error, 1))
@@ -317,29 +294,15 @@ func (c *Consumer[M]) holdBack(ctx context.Context, r *router, d *amqp.Delivery,
 func attemptOf(d *amqp.Delivery) int {
 	base, ok := intHeader(d.Headers[HeaderAttempt])
 	if !ok || base < 1 {
-		base = addAttempts(1, expiries(d.Headers))
+		base = consume.AddAttempts(1, expiries(d.Headers))
 	}
 	if n, ok := intHeader(d.Headers["x-delivery-count"]); ok {
-		return addAttempts(base, n)
+		return consume.AddAttempts(base, n)
 	}
 	if d.Redelivered {
-		return addAttempts(base, 1)
+		return consume.AddAttempts(base, 1)
 	}
 	return base
-}
-
-// addAttempts adds n (taken as 0 when negative) to the attempt a without
-// overflowing: headers come from producers, and an attempt that wrapped
-// around to a negative number would never reach WithMaxAttempts, so the
-// delivery would be retried forever instead of dead-lettered.
-func addAttempts(a, n int) int {
-	if n <= 0 {
-		return a
-	}
-	if a > math.MaxInt-n {
-		return math.MaxInt
-	}
-	return a + n
 }
 
 // expiries sums the counts of the x-death entries that record an expiry: the
@@ -353,7 +316,7 @@ func expiries(h amqp.Table) int {
 			continue
 		}
 		if c, ok := intHeader(t["count"]); ok && c > 0 {
-			n = addAttempts(n, c)
+			n = consume.AddAttempts(n, c)
 		}
 	}
 	return n
@@ -470,12 +433,8 @@ func msHeader(v any) (time.Time, bool) {
 
 func deadLetterCopy(d *amqp.Delivery, attempt int, queue string, reason error) amqp.Publishing {
 	p := copyOf(d)
-	text := fmt.Sprint(reason)
-	if len(text) > maxReason {
-		text = text[:maxReason]
-	}
 	p.Headers[HeaderAttempt] = int32(attempt)
-	p.Headers[HeaderReason] = text
+	p.Headers[HeaderReason] = consume.Reason(reason)
 	p.Headers[HeaderQueue] = queue
 	p.DeliveryMode = amqp.Persistent // a dead letter waits for an operator
 	return p

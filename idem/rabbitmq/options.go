@@ -14,8 +14,8 @@ import (
 // Defaults of the options; idem/consumer has those of the shared ones.
 const (
 	DefaultMaxBodySize  = 4 << 20
-	DefaultBackoffMin   = 200 * time.Millisecond
-	DefaultBackoffMax   = 30 * time.Second
+	DefaultBackoffMin   = consume.DefaultBackoffMin
+	DefaultBackoffMax   = consume.DefaultBackoffMax
 	defaultReturnBuffer = 1024
 )
 
@@ -29,29 +29,15 @@ type options struct {
 	consume.Config
 	config     amqp.Config
 	connName   string
-	prefetch   int
-	backoffMin time.Duration
-	backoffMax time.Duration
 	route      func(destination string) (exchange, key string)
 	publishing func(m idem.OutgoingMessage, p *amqp.Publishing)
 }
 
-// set is an Option of this package's own.
-func set(f func(o *options)) Option { return Option(consume.Transport(f)) }
-
 func newOptions(kind string, opts []Option) options {
 	o := options{
-		backoffMin: DefaultBackoffMin,
-		backoffMax: DefaultBackoffMax,
-		route:      splitDestination,
+		route: splitDestination,
 	}
 	o.Config = consume.Resolve(opts, DefaultMaxBodySize, &o)
-	if o.prefetch <= 0 {
-		o.prefetch = 2 * o.Workers
-	}
-	if o.backoffMax < o.backoffMin {
-		o.backoffMax = o.backoffMin
-	}
 	// The consumer and the publisher reconnect themselves: the library's
 	// experimental recovery would hand out delivery tags of a channel that
 	// is gone.
@@ -78,10 +64,8 @@ func (o *options) validate(what string) error {
 		return err
 	}
 	switch {
-	case o.prefetch > 65535:
-		return fmt.Errorf("rabbitmq: %s: a prefetch of %d exceeds AMQP's 65535", what, o.prefetch)
-	case o.backoffMin <= 0:
-		return fmt.Errorf("rabbitmq: %s: WithBackoff(%v, %v): want a positive minimum", what, o.backoffMin, o.backoffMax)
+	case o.Prefetch > 65535:
+		return fmt.Errorf("rabbitmq: %s: a prefetch of %d exceeds AMQP's 65535", what, o.Prefetch)
 	}
 	return nil
 }
@@ -90,27 +74,27 @@ func (o *options) validate(what string) error {
 // Dial, client properties). Its Recovery is ignored: the consumer and the
 // publisher connect again themselves. Consumer and Publisher.
 func WithConfig(c amqp.Config) Option {
-	return set(func(o *options) { o.config = c })
+	return consume.Transport(func(o *options) { o.config = c })
 }
 
 // WithConnectionName sets the connection_name client property, which the
 // management UI and rabbitmqctl list_connections show (default "idem
 // rabbitmq consumer" or "idem rabbitmq publisher"). Consumer and Publisher.
 func WithConnectionName(name string) Option {
-	return set(func(o *options) { o.connName = name })
+	return consume.Transport(func(o *options) { o.connName = name })
 }
 
 // WithBackoff sets the wait before connecting again after a lost or failed
 // connection: min after the first failure, doubled after each further one,
 // never more than max (defaults 200ms and 30s). Consumer.
 func WithBackoff(min, max time.Duration) Option {
-	return set(func(o *options) { o.backoffMin, o.backoffMax = min, max })
+	return func(c *consume.Config) { c.BackoffMin, c.BackoffMax = min, max }
 }
 
 // WithPrefetch sets the channel's prefetch count: how many unacked deliveries
 // the broker hands the consumer ahead (default twice the workers). Consumer.
 func WithPrefetch(n int) Option {
-	return set(func(o *options) { o.prefetch = n })
+	return func(c *consume.Config) { c.Prefetch = n }
 }
 
 // WithRoute sets how an outbox destination maps onto an exchange and a
@@ -118,7 +102,7 @@ func WithPrefetch(n int) Option {
 // destination without "/" is a routing key on the default exchange).
 // Publisher.
 func WithRoute(route func(destination string) (exchange, key string)) Option {
-	return set(func(o *options) { o.route = route })
+	return consume.Transport(func(o *options) { o.route = route })
 }
 
 // WithPublishing lets f adjust each message before it is published (content
@@ -126,5 +110,5 @@ func WithRoute(route func(destination string) (exchange, key string)) Option {
 // DeliveryMode persistent and ContentType application/json before f runs.
 // Publisher.
 func WithPublishing(f func(m idem.OutgoingMessage, p *amqp.Publishing)) Option {
-	return set(func(o *options) { o.publishing = f })
+	return consume.Transport(func(o *options) { o.publishing = f })
 }

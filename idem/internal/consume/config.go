@@ -28,6 +28,10 @@ const (
 	// frees when its lease ends, so a wait much longer than a lease means a
 	// key that never frees.
 	DefaultMaxWait = 3 * idem.DefaultLease
+	// DefaultBackoffMin and DefaultBackoffMax bound the wait before a
+	// consumer connects (or pulls) again after a failure.
+	DefaultBackoffMin = 200 * time.Millisecond
+	DefaultBackoffMax = 30 * time.Second
 )
 
 // Config is what the shared options set, and, through Transport, the
@@ -44,6 +48,11 @@ type Config struct {
 	// MaxWait bounds, in time, the retries of a delivery whose key is in
 	// progress (they count no attempt).
 	MaxWait time.Duration
+	// Prefetch is how many deliveries the broker hands out ahead (twice
+	// the workers when 0); BackoffMin and BackoffMax bound the wait before
+	// connecting or pulling again. Kafka has neither.
+	Prefetch               int
+	BackoffMin, BackoffMax time.Duration
 
 	transport []func(any)
 }
@@ -67,10 +76,16 @@ func Resolve[T any, O ~func(*Config)](opts []O, maxBody int, t *T) Config {
 		Decode:      json.Unmarshal,
 		BatchLinger: DefaultBatchLinger,
 		MaxWait:     DefaultMaxWait,
+		BackoffMin:  DefaultBackoffMin,
+		BackoffMax:  DefaultBackoffMax,
 	}
 	for _, opt := range opts {
 		opt(&c)
 	}
+	if c.Prefetch <= 0 {
+		c.Prefetch = 2 * c.Workers
+	}
+	c.BackoffMax = max(c.BackoffMax, c.BackoffMin)
 	for _, set := range c.transport {
 		set(t)
 	}
@@ -92,6 +107,8 @@ func (c *Config) Validate(system, what string) error {
 		return fmt.Errorf("%s: %s: WithDecoder(nil)", system, what)
 	case c.Logger == nil:
 		return fmt.Errorf("%s: %s: WithLogger(nil)", system, what)
+	case c.BackoffMin <= 0:
+		return fmt.Errorf("%s: %s: WithBackoff(%v, %v): want a positive minimum", system, what, c.BackoffMin, c.BackoffMax)
 	case c.MaxWait <= 0:
 		return fmt.Errorf("%s: %s: WithMaxWait(%v): want a positive duration", system, what, c.MaxWait)
 	case c.BatchMax < 0 || c.BatchLinger < 0:
