@@ -35,6 +35,5 @@ func TestConsumerKilledExternalWaitsForTheLease(t *testing.T) {
 
 // TestConsumerSlowCopiesInProgress: see brokertest.SlowCopies.
 func TestConsumerSlowCopiesInProgress(t *testing.T) {
-	charges := brokertest.NewCharges("test.rabbit.slow", "idem_test_rabbit_slow")
-	brokertest.SlowCopies(t, claimAdapter(t), claimConsumer, charges, charges.Database(t))
+	brokertest.SlowCopies(t, claimAdapter(t), claimConsumer)
 }
