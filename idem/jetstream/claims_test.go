@@ -23,6 +23,10 @@ func claimAdapter(t *testing.T) brokertest.ClaimAdapter {
 		Env:         map[string]string{"url": url, "stream": top.Stream, "subject": top.Subjects[0]},
 		Publish:     func(t testing.TB, id string, _ int, body []byte) { publish(t, js, top.Subjects[0], id, body) },
 		DeadLetters: func(t testing.TB) int { return len(streamMsgs(t, js, top.DeadLetterStreamName())) },
+		Pending: func(t testing.TB) int {
+			info := consumerInfo(t, js, top)
+			return int(info.NumPending) + info.NumAckPending + info.NumRedelivered
+		},
 	}
 }
 
@@ -40,4 +44,9 @@ func TestConsumerKilledExternalWaitsForTheLease(t *testing.T) {
 // TestConsumerSlowCopiesInProgress: see brokertest.SlowCopies.
 func TestConsumerSlowCopiesInProgress(t *testing.T) {
 	brokertest.SlowCopies(t, claimAdapter(t), claimConsumer)
+}
+
+// TestConsumerMissingTableFailsFast: see brokertest.MissingTable.
+func TestConsumerMissingTableFailsFast(t *testing.T) {
+	brokertest.MissingTable(t, claimAdapter(t), claimConsumer)
 }

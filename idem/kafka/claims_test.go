@@ -32,13 +32,23 @@ func claimAdapter(t *testing.T) brokertest.ClaimAdapter {
 	t.Cleanup(c.Close)
 	brokers := c.ListenAddrs()
 	cl := client(t, brokers, kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	group := uniqueName(t)
+	published := map[int32]int64{}
 	return brokertest.ClaimAdapter{
-		Env: map[string]string{"brokers": brokers[0], "topic": topic, "group": uniqueName(t)},
+		Env: map[string]string{"brokers": brokers[0], "topic": topic, "group": group},
 		Publish: func(t testing.TB, id string, copy int, body []byte) {
+			published[int32(copy%brokertest.KillMessages)]++
 			produce(t, cl, &kgo.Record{Topic: topic, Partition: int32(copy % brokertest.KillMessages), Key: []byte(strconv.Itoa(copy)), Value: body,
 				Headers: []kgo.RecordHeader{{Key: kafka.HeaderMessageID, Value: []byte(id)}}})
 		},
 		DeadLetters: func(t testing.TB) int { return len(readAll(t, brokers, topic+".dlq", 1, time.Second)) },
+		Pending: func(t testing.TB) int {
+			n := int64(0)
+			for p, count := range published {
+				n += count - max(committed(t, brokers, group, topic, p), 0)
+			}
+			return int(n)
+		},
 	}
 }
 
@@ -55,4 +65,9 @@ func TestConsumerKilledExternalWaitsForTheLease(t *testing.T) {
 // TestConsumerSlowCopiesInProgress: see brokertest.SlowCopies.
 func TestConsumerSlowCopiesInProgress(t *testing.T) {
 	brokertest.SlowCopies(t, claimAdapter(t), claimConsumer)
+}
+
+// TestConsumerMissingTableFailsFast: see brokertest.MissingTable.
+func TestConsumerMissingTableFailsFast(t *testing.T) {
+	brokertest.MissingTable(t, claimAdapter(t), claimConsumer)
 }

@@ -21,6 +21,7 @@ func claimAdapter(t *testing.T) brokertest.ClaimAdapter {
 		Env:         map[string]string{"url": url, "queue": top.Queue},
 		Publish:     func(t testing.TB, id string, _ int, body []byte) { publish(t, ch, top.Queue, id, body) },
 		DeadLetters: func(t testing.TB) int { return depth(t, url, top.DeadLetterQueue()) },
+		Pending:     func(t testing.TB) int { return depth(t, url, top.Queue) + depth(t, url, top.RetryQueue()) },
 	}
 }
 
@@ -36,4 +37,9 @@ func TestConsumerKilledExternalWaitsForTheLease(t *testing.T) {
 // TestConsumerSlowCopiesInProgress: see brokertest.SlowCopies.
 func TestConsumerSlowCopiesInProgress(t *testing.T) {
 	brokertest.SlowCopies(t, claimAdapter(t), claimConsumer)
+}
+
+// TestConsumerMissingTableFailsFast: see brokertest.MissingTable.
+func TestConsumerMissingTableFailsFast(t *testing.T) {
+	brokertest.MissingTable(t, claimAdapter(t), claimConsumer)
 }

@@ -17,7 +17,9 @@ import (
 	"testing/fstest"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemgen/idemgen/idem"
@@ -41,6 +43,9 @@ type ClaimAdapter struct {
 	// DeadLetters returns how many messages reached the dead-letter
 	// destination.
 	DeadLetters func(t testing.TB) int
+	// Pending returns how many messages wait in the work destination, not
+	// acked (or, for Kafka, not committed).
+	Pending func(t testing.TB) int
 }
 
 // ClaimConsumer returns a consumer of the topology that env describes (a
@@ -277,5 +282,35 @@ func SlowCopies(t *testing.T, a ClaimAdapter, cons ClaimConsumer) {
 		n, slow, rec.Count(idem.Processed), rec.Count(idem.Duplicate), inProgress, slow/5, perCopy, strings.Count(logs.String(), "the key is in progress"), dead, charged)
 	if rec.Count(idem.Processed) != 1 || rec.Count(idem.Duplicate) != n-1 || inProgress < n-1 || counted != 0 || dead != 0 || charged != 1 {
 		t.Errorf("%d deliveries past attempt 1; want 1 Processed, %d Duplicates, at least %d ErrInProgress, every delivery at attempt 1 (a wait is no attempt), nothing dead-lettered, charged once", counted, n-1, n-1)
+	}
+}
+
+// MissingTable: a consumer whose handler's table is missing (a worker
+// started against a database without its migrations) returns the error
+// from Run within a second, SQLSTATE 42P01, having taken nothing: the
+// message waits where it was, nothing dead-lettered or acked, no attempt
+// counted.
+func MissingTable(t *testing.T, a ClaimAdapter, cons ClaimConsumer) {
+	charges := NewCharges("test.claims.missing", "idem_test_missing")
+	db := idemtest.New(t, fstest.MapFS{"00101_charge.sql": {Data: []byte(chargeMigration)}}) // no inbox migration
+	a.Publish(t, "missing-1", 0, mustJSON(t, Order{OrderID: "missing-1", Amount: 1}))
+	rec := &Recorder{}
+	_, log := NewLogs(t)
+	c := cons(t, a.Env, rec.Wrap(charges.Inbox(db.Pool, nil), nil), KillRetry, consumer.WithLogger(log))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	began := time.Now()
+	err := c.Run(ctx)
+	took := time.Since(began)
+	time.Sleep(200 * time.Millisecond) // let the broker settle what it would
+	pending, dead := a.Pending(t), a.DeadLetters(t)
+	t.Logf("a consumer without its table: Run returned in %v: %v; deliveries %d, dead-lettered %d, still waiting %d",
+		took.Round(time.Millisecond), err, len(rec.Snapshot()), dead, pending)
+	var pgErr *pgconn.PgError
+	if err == nil || !errors.As(err, &pgErr) || pgErr.Code != pgerrcode.UndefinedTable {
+		t.Errorf("Run = %v; want the missing table's error (42P01)", err)
+	}
+	if took > time.Second || len(rec.Snapshot()) != 0 || dead != 0 || pending != 1 {
+		t.Errorf("Run took %v, %d deliveries, %d dead-lettered, %d waiting; want under 1s, none, none, the message where it was", took, len(rec.Snapshot()), dead, pending)
 	}
 }
