@@ -57,17 +57,8 @@ func claimConsumer(t testing.TB, env map[string]string, h idem.Handler[idem.Mess
 		kafka.WithClientOptions(kgo.SessionTimeout(claimSession), kgo.HeartbeatInterval(claimSession/4), kgo.FetchMaxWait(100*time.Millisecond)))...)
 }
 
-// TestConsumerKilledExternalWaitsForTheLease: see brokertest.KilledExternal.
-func TestConsumerKilledExternalWaitsForTheLease(t *testing.T) {
-	brokertest.KilledExternal(t, claimAdapter, claimConsumer)
-}
-
-// TestConsumerSlowCopiesInProgress: see brokertest.SlowCopies.
-func TestConsumerSlowCopiesInProgress(t *testing.T) {
-	brokertest.SlowCopies(t, claimAdapter(t), claimConsumer)
-}
-
-// TestConsumerMissingTableFailsFast: see brokertest.MissingTable.
-func TestConsumerMissingTableFailsFast(t *testing.T) {
-	brokertest.MissingTable(t, claimAdapter(t), claimConsumer)
+// TestConsumerClaims: a key in progress is a wait, not a failure, and a
+// missing table stops the consumer at once (see brokertest.Claims).
+func TestConsumerClaims(t *testing.T) {
+	brokertest.Claims(t, claimAdapter, claimConsumer)
 }

@@ -87,6 +87,15 @@ func claimInbox(pool *pgxpool.Pool, url string) *idem.ExternalInbox[idem.Message
 	}, idem.WithLease(KillLease))
 }
 
+// Claims runs the claim scenarios of one adapter as subtests:
+// KilledExternal, SlowCopies and MissingTable. setup makes a fresh topology
+// for each.
+func Claims(t *testing.T, setup func(t *testing.T) ClaimAdapter, cons ClaimConsumer) {
+	t.Run("KilledExternalWaitsForTheLease", func(t *testing.T) { KilledExternal(t, setup, cons) })
+	t.Run("SlowCopiesInProgress", func(t *testing.T) { SlowCopies(t, setup(t), cons) })
+	t.Run("MissingTableFailsFast", func(t *testing.T) { MissingTable(t, setup(t), cons) })
+}
+
 // KilledExternal is the external-mode kill scenario: KillMessages charges
 // through the adapter to a provider that answers after KillProviderDelay; a
 // worker (this test binary run again as a child process) claims them and is
