@@ -2,6 +2,7 @@ package rabbitmq_test
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"strings"
 	"sync/atomic"
@@ -58,5 +59,46 @@ func TestRelayOutageLogIsBounded(t *testing.T) {
 		outage, len(rows), attempts, refused.Load(), during, total, strings.Count(text, "still failing"), strings.Count(text, "publishes again"))
 	if during > 10 || strings.Count(text, "publishes again") != 1 {
 		t.Errorf("%d log records during a %v outage, %d recovery records; want a handful (the first failure, a summary per 10s), and one recovery", during, outage, strings.Count(text, "publishes again"))
+	}
+}
+
+// TestConsumerOutageLogIsBounded: a consumer whose handler fails for 12s
+// (its database down, say), with 50 messages retried every 100ms, logs the
+// first retry and then a summary per interval, not a record per retry, and
+// one record when deliveries succeed again.
+func TestConsumerOutageLogIsBounded(t *testing.T) {
+	const outage = 12 * time.Second
+	url := amqpURL(t)
+	db := database(t)
+	top := rabbitmq.Topology{Queue: uniqueName(t), RetryDelay: 100 * time.Millisecond}
+	declare(t, url, top)
+	ch := channel(t, url)
+	for i := range 50 {
+		id := fmt.Sprintf("down-%d", i)
+		publish(t, ch, top.Queue, id, mustJSON(t, order{OrderID: id, Amount: 1}))
+	}
+	var down atomic.Bool
+	down.Store(true)
+	var failed atomic.Int64
+	fail := func(idem.Message[order]) error {
+		if down.Load() {
+			failed.Add(1)
+			return errors.New("the database is down (the test's outage)")
+		}
+		return nil
+	}
+	logs, log := brokertest.NewLogs(t)
+	rec := &recorder{}
+	stop := run(t, rabbitmq.NewConsumer(url, top, rec.Wrap(chargeInbox(db.Pool, fail), nil), consumer.WithLogger(log),
+		consumer.WithMaxAttempts(1000), consumer.WithBatch(1, 0)))
+	time.Sleep(outage)
+	down.Store(false)
+	waitFor(t, 30*time.Second, "every message processed once the outage ends", func() bool { return rec.Count(idem.Processed) == 50 })
+	stop()
+	text := logs.String()
+	retries, summaries, recovered := strings.Count(text, "retry after the delay"), strings.Count(text, "still failing"), strings.Count(text, "succeed again")
+	t.Logf("a consumer failing for %v: %d failed deliveries; %d retry records (%d of them summaries), %d recovery records", outage, failed.Load(), retries, summaries, recovered)
+	if retries > 4 || recovered != 1 || failed.Load() < 100 {
+		t.Errorf("%d retry records for %d failed deliveries, %d recovery records; want a handful, and one recovery", retries, failed.Load(), recovered)
 	}
 }
