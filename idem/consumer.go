@@ -3,6 +3,7 @@ package idem
 import (
 	"context"
 	"fmt"
+	"time"
 )
 
 // consumerOf is what an inbox of every mode knows of its consumer: the name
@@ -16,6 +17,12 @@ type consumerOf[M any] struct {
 	ob     observer
 	// external: the records carry the idempotency key (mode=external).
 	external bool
+	// wait is how long until a key in progress can be claimed again, at the
+	// earliest, which fail gives its ErrInProgress (RetryAfter): the claim
+	// wait in mode=tx. mode=external sets what is left of the lease where
+	// it returns ErrInProgress; after ErrClaimLost the key may be claimed at
+	// once.
+	wait time.Duration
 }
 
 func newConsumerOf[M any](o options, name string, fields []string, key func(M) ([]any, error)) consumerOf[M] {
@@ -25,7 +32,7 @@ func newConsumerOf[M any](o options, name string, fields []string, key func(M) (
 // fail is the *Error of a delivery of key (nil when the key could not be
 // taken apart); serialization failures and deadlocks are retryable.
 func (c *consumerOf[M]) fail(key []any, err error) error {
-	return newError(c.name, c.fields, key, err)
+	return inProgress(newError(c.name, c.fields, key, err), c.wait)
 }
 
 // retryable is fail, marked retryable (errors.Is(err, ErrRetryable)).

@@ -218,6 +218,10 @@ func TestExternalConcurrentDuringLiveClaim(t *testing.T) {
 		case errors.Is(r.err, idem.ErrInProgress) && idem.ActionFor(r.err) == idem.Retry:
 			inProgress++
 			slowest = max(slowest, r.d)
+			// RetryAfter is what is left of the winner's 30s lease.
+			if after, ok := idem.RetryAfter(r.err); !ok || after < 25*time.Second || after > 30*time.Second {
+				t.Errorf("RetryAfter(%v) = %v, %v; want what is left of the 30s lease", r.err, after, ok)
+			}
 		default:
 			t.Errorf("delivery: %v %v %v; want Processed or ErrInProgress", r.r, r.o, r.err)
 		}

@@ -102,6 +102,9 @@ func newInbox[M, R any](constructor string, db DB, table Table[M], opts []Option
 	if in.batchCap == 0 {
 		in.batchCap = DefaultBatchCap
 	}
+	// A key in progress can be claimed again, at the earliest, once another
+	// claim wait has passed (RetryAfter).
+	in.wait = o.claimWait
 	if !reflect.ValueOf(db).Comparable() {
 		in.flightDB = in
 	}
