@@ -512,11 +512,16 @@ WHERE status <> 'done' AND attempts > $1
 ORDER BY attempts DESC, idem_key LIMIT $2`
 
 	// Deletes one batch of the oldest expired rows that are not running,
-	// by the index on created_at, skipping rows another purge or a claim
-	// holds.
+	// skipping rows another purge or a claim holds. A row's retention counts
+	// from when it was done (or last released), not from its first claim: a
+	// key that took days of retries keeps its done row for the whole
+	// retention after it was done. created_at is never later than that, so
+	// its index bounds the scan to rows created before the horizon.
 	externalPurgeSQL = `DELETE FROM {table} WHERE ctid = ANY (ARRAY(
   SELECT ctid FROM {table}
-  WHERE status <> 'running' AND created_at < now() - make_interval(secs => $1)
+  WHERE status <> 'running'
+    AND created_at < now() - make_interval(secs => $1)
+    AND coalesce(done_at, updated_at) < now() - make_interval(secs => $1)
   ORDER BY created_at LIMIT $2
   FOR UPDATE SKIP LOCKED
 ))`
