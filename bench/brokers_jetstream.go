@@ -13,6 +13,7 @@ import (
 
 	"github.com/idemgen/idemgen/bench/ledger"
 	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/idem/consumer"
 	idemjs "github.com/idemgen/idemgen/idem/jetstream"
 )
 
@@ -96,7 +97,7 @@ func (k *jsKind) publishAsync(ctx context.Context, subject string, msgs []idem.O
 }
 
 func (s *jsSource) consumeIdem(ctx context.Context, h idem.Handler[ledger.Deposit], workers int) error {
-	return idemjs.NewConsumer(s.k.js, s.top, h, idemjs.WithWorkers(workers), idemjs.WithLogger(quietLog)).Run(ctx)
+	return idemjs.NewConsumer(s.k.js, s.top, h, consumer.WithWorkers(workers), consumer.WithLogger(quietLog)).Run(ctx)
 }
 
 // consumeRaw is nats.go's jetstream alone, as the adapter pulls: one
@@ -198,7 +199,7 @@ func (k *jsKind) sink(ctx context.Context, tag string, _ int) (sink, error) {
 }
 
 func (s *jsSink) publisher() (idem.Publisher, func()) {
-	p := idemjs.NewPublisher(s.k.nc, idemjs.WithLogger(quietLog), idemjs.WithMsg(func(_ idem.OutgoingMessage, msg *nats.Msg) { msg.Subject = s.subject }))
+	p := idemjs.NewPublisher(s.k.nc, consumer.WithLogger(quietLog), idemjs.WithMsg(func(_ idem.OutgoingMessage, msg *nats.Msg) { msg.Subject = s.subject }))
 	return p, func() {}
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/idemgen/idemgen/bench/ledger"
 	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/idem/consumer"
 	"github.com/idemgen/idemgen/idem/kafka"
 )
 
@@ -77,7 +78,7 @@ func (kafkaKind) source(ctx context.Context, tag string, msgs []wireMsg, partiti
 }
 
 func (s *kafkaSource) consumeIdem(ctx context.Context, h idem.Handler[ledger.Deposit], workers int) error {
-	return kafka.NewConsumer(s.brokers, s.group, []string{s.topic}, h, kafka.WithWorkers(workers), kafka.WithLogger(quietLog)).Run(ctx)
+	return kafka.NewConsumer(s.brokers, s.group, []string{s.topic}, h, consumer.WithWorkers(workers), consumer.WithLogger(quietLog)).Run(ctx)
 }
 
 // consumeRaw is franz-go alone, as the adapter consumes: a group member with
@@ -196,7 +197,7 @@ func (kafkaKind) sink(ctx context.Context, tag string, partitions int) (sink, er
 }
 
 func (s *kafkaSink) publisher() (idem.Publisher, func()) {
-	p := kafka.NewPublisher(s.brokers, kafka.WithLogger(quietLog))
+	p := kafka.NewPublisher(s.brokers, consumer.WithLogger(quietLog))
 	return p, p.Close
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/idemgen/idemgen/bench/ledger"
 	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/idem/consumer"
 	"github.com/idemgen/idemgen/idem/rabbitmq"
 )
 
@@ -74,7 +75,7 @@ func (k *rabbitKind) source(ctx context.Context, tag string, msgs []wireMsg, _ i
 }
 
 func (s *rabbitSource) consumeIdem(ctx context.Context, h idem.Handler[ledger.Deposit], workers int) error {
-	return rabbitmq.NewConsumer(s.k.url, s.top, h, rabbitmq.WithWorkers(workers), rabbitmq.WithLogger(quietLog),
+	return rabbitmq.NewConsumer(s.k.url, s.top, h, consumer.WithWorkers(workers), consumer.WithLogger(quietLog),
 		rabbitmq.WithConnectionName("idem bench consumer")).Run(ctx)
 }
 
@@ -207,7 +208,7 @@ func (k *rabbitKind) deleteQueue(name string) {
 
 func (s *rabbitSink) publisher() (idem.Publisher, func()) {
 	p := rabbitmq.NewPublisher(s.k.url, rabbitmq.WithRoute(func(string) (string, string) { return "", s.queue }),
-		rabbitmq.WithLogger(quietLog), rabbitmq.WithConnectionName("idem bench relay"))
+		consumer.WithLogger(quietLog), rabbitmq.WithConnectionName("idem bench relay"))
 	return p, func() { _ = p.Close() }
 }
 

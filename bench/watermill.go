@@ -23,6 +23,7 @@ import (
 
 	"github.com/idemgen/idemgen/bench/ledger"
 	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/idem/consumer"
 	"github.com/idemgen/idemgen/idem/rabbitmq"
 )
 
@@ -193,7 +194,7 @@ func runPeer(ctx context.Context, cfg *config, side peerSide, mode peerMode) (pe
 		produce = func(ctx context.Context, d ledger.Deposit) error { return watermillDeposit(ctx, producers, tag, d) }
 	} else {
 		pub := rabbitmq.NewPublisher(cfg.amqpURL, rabbitmq.WithRoute(func(string) (string, string) { return "", tag }),
-			rabbitmq.WithLogger(quietLog), rabbitmq.WithConnectionName("idem bench peer relay"))
+			consumer.WithLogger(quietLog), rabbitmq.WithConnectionName("idem bench peer relay"))
 		defer pub.Close()
 		startRelay = func() (func() error, error) {
 			relay := idem.NewRelay(relayPool, pub, idem.WithRelayID(tag), idem.WithRelayLogger(quietLog))

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -307,5 +308,55 @@ func TestHandleBatchPublishing(t *testing.T) {
 	}
 	if rows[2].Key != `Shop="s",Number=3` {
 		t.Errorf("outbox row 2 key %q", rows[2].Key)
+	}
+}
+
+// TestHandleBatchInProgressRetryAfter: a batch one of whose keys another
+// delivery holds returns, for it, ErrInProgress after the claim wait, with
+// RetryAfter the claim wait; the batch's other message is processed. The
+// held key sorts first in the batch's claim, and last: the claim's bound
+// on its wait holds for every key it inserts, not only up to the first.
+func TestHandleBatchInProgressRetryAfter(t *testing.T) {
+	for _, heldAccount := range []string{"acc-batch-a-held", "acc-batch-z-held"} {
+		t.Run(heldAccount, func(t *testing.T) {
+			db := idemtest.New(t, migrations)
+			ctx := context.Background()
+			entered, release := make(chan struct{}), make(chan struct{})
+			slow := idemimpl.NewInbox(db.Pool, depositTable, func(ctx context.Context, tx pgx.Tx, msg deposit) (receipt, error) {
+				close(entered)
+				<-release
+				return credit(ctx, tx, msg)
+			})
+			held := deposit{Account: heldAccount, Ref: 1, Amount: 4}
+			done := make(chan error, 1)
+			go func() { _, _, err := slow.Handle(ctx, held); done <- err }()
+			<-entered
+			const wait = 200 * time.Millisecond
+			in := idemimpl.NewInbox(db.Pool, depositTable, credit, idem.WithClaimWait(wait))
+			start := time.Now()
+			results, err := in.HandleBatch(ctx, []deposit{held, {Account: "acc-batch-m-free", Ref: 1, Amount: 5}})
+			took := time.Since(start)
+			close(release)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			after, ok := idem.RetryAfter(results[0].Err)
+			t.Logf("batch with a held key: %v (RetryAfter %v, %v) after %v; the other: %v %v", results[0].Err, after, ok, took.Round(time.Millisecond), results[1].Outcome, results[1].Err)
+			if !errors.Is(results[0].Err, idem.ErrInProgress) || !ok || after != wait {
+				t.Errorf("the held key: %v, RetryAfter %v %v; want ErrInProgress with RetryAfter the claim wait %v", results[0].Err, after, ok, wait)
+			}
+			if results[1].Err != nil || results[1].Outcome != idem.Processed {
+				t.Errorf("the free key: %v %v; want Processed", results[1].Outcome, results[1].Err)
+			}
+			if took > 10*wait {
+				t.Errorf("the batch took %v with a claim wait of %v", took, wait)
+			}
+		})
+	}
+	if _, ok := idem.RetryAfter(errors.New("other")); ok {
+		t.Error("RetryAfter of another error reports ok")
 	}
 }

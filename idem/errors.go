@@ -3,6 +3,7 @@ package idem
 import (
 	"errors"
 	"strings"
+	"time"
 )
 
 // The errors a caller branches on. Handle wraps them in an *Error that names the
@@ -86,6 +87,10 @@ type Error struct {
 	Err error
 
 	retryable bool
+	// retryAfter is how long until the key can be claimed again, set with
+	// hasRetryAfter where ErrInProgress or ErrClaimLost is returned.
+	retryAfter    time.Duration
+	hasRetryAfter bool
 }
 
 func (e *Error) Error() string {
@@ -111,3 +116,28 @@ func (e *Error) Is(target error) bool { return target == ErrRetryable && e.retry
 // index a B-tree entry much larger than 2.7 kB; a longer key is rejected with
 // ErrInvalidKey before anything is written, instead of failing in the index.
 const MaxKeyBytes = 2048
+
+// RetryAfter reports, for an error wrapping ErrInProgress or ErrClaimLost,
+// how long until the key can be claimed again: what is left of the running
+// claim's lease in mode=external (0 after ErrClaimLost, or what is left of
+// the new holder's lease when it is known), the claim wait in mode=tx, in
+// batches and in the entity and natural modes. ok is false for any other
+// error. A broker adapter retries such a delivery no earlier than that and
+// does not count it as an attempt (docs/errors.md).
+func RetryAfter(err error) (d time.Duration, ok bool) {
+	var e *Error
+	if !errors.As(err, &e) || !e.hasRetryAfter {
+		return 0, false
+	}
+	return e.retryAfter, true
+}
+
+// inProgress marks err, an *Error, with how long until its key can be
+// claimed again when it wraps ErrInProgress or ErrClaimLost; see RetryAfter.
+func inProgress(err error, after time.Duration) error {
+	var e *Error
+	if errors.As(err, &e) && (errors.Is(e.Err, ErrInProgress) || errors.Is(e.Err, ErrClaimLost)) {
+		e.retryAfter, e.hasRetryAfter = max(after, 0), true
+	}
+	return err
+}

@@ -219,6 +219,10 @@ func TestExternalConcurrentDuringLiveClaim(t *testing.T) {
 		case errors.Is(r.err, idem.ErrInProgress) && idem.ActionFor(r.err) == idem.Retry:
 			inProgress++
 			slowest = max(slowest, r.d)
+			// RetryAfter is what is left of the winner's 30s lease.
+			if after, ok := idem.RetryAfter(r.err); !ok || after < 25*time.Second || after > 30*time.Second {
+				t.Errorf("RetryAfter(%v) = %v, %v; want what is left of the 30s lease", r.err, after, ok)
+			}
 		default:
 			t.Errorf("delivery: %v %v %v; want Processed or ErrInProgress", r.r, r.o, r.err)
 		}
@@ -620,11 +624,11 @@ const pinnedExternalKey = "d19da53672507b18b173f5fcae08d55656399e81b6cb86c47a192
 func TestExternalPurgeSparesRunningClaims(t *testing.T) {
 	db := payDB(t)
 	ctx := context.Background()
-	if _, err := db.Pool.Exec(ctx, `INSERT INTO idem_test_pay (idem_key, key_id, fingerprint, status, fence, attempts, lease_until, created_at) VALUES
-		('k-done-old', 'done-old', '\x01', 'done', 1, 1, NULL, now() - interval '2 hours'),
-		('k-released-old', 'released-old', '\x01', 'released', 1, 2, NULL, now() - interval '2 hours'),
-		('k-running-old', 'running-old', '\x01', 'running', 1, 1, now() - interval '1 minute', now() - interval '2 hours'),
-		('k-done-new', 'done-new', '\x01', 'done', 1, 1, NULL, now())`); err != nil {
+	if _, err := db.Pool.Exec(ctx, `INSERT INTO idem_test_pay (idem_key, key_id, fingerprint, status, fence, attempts, lease_until, created_at, updated_at, done_at) VALUES
+		('k-done-old', 'done-old', '\x01', 'done', 1, 1, NULL, now() - interval '2 hours', now() - interval '2 hours', now() - interval '2 hours'),
+		('k-released-old', 'released-old', '\x01', 'released', 1, 2, NULL, now() - interval '2 hours', now() - interval '2 hours', NULL),
+		('k-running-old', 'running-old', '\x01', 'running', 1, 1, now() - interval '1 minute', now() - interval '2 hours', now() - interval '2 hours', NULL),
+		('k-done-new', 'done-new', '\x01', 'done', 1, 1, NULL, now(), now(), now())`); err != nil {
 		t.Fatal(err)
 	}
 	table := payTable

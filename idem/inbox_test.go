@@ -379,6 +379,9 @@ func TestInProgressAfterClaimWait(t *testing.T) {
 	if !errors.Is(err, idem.ErrInProgress) {
 		t.Fatalf("got %v, want ErrInProgress", err)
 	}
+	if after, ok := idem.RetryAfter(err); !ok || after != 150*time.Millisecond {
+		t.Errorf("RetryAfter = %v, %v; want the claim wait, 150ms", after, ok)
+	}
 	if waited < 150*time.Millisecond || waited > 2*time.Second {
 		t.Errorf("waited %v for the claim, want about the 150ms bound", waited)
 	}

@@ -7,12 +7,14 @@ import (
 	"errors"
 	"io/fs"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"testing/fstest"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
@@ -227,8 +229,9 @@ func TestTwoJanitorsPurgeAndSweepEachRowOnce(t *testing.T) {
 		SELECT 'old-' || g, '\x00', now() - interval '31 days' - g * interval '1 ms' FROM generate_series(1, $1) g`, expired)
 	mustExec(t, db, `INSERT INTO idem_bench_ledger (key_message_id, fingerprint, created_at)
 		SELECT 'new-' || g, '\x00', now() - interval '29 days' FROM generate_series(1, $1) g`, fresh)
-	mustExec(t, db, `INSERT INTO idem_test_pay (idem_key, key_id, fingerprint, status, fence, attempts, lease_until, created_at)
-		SELECT 'old-' || g, 'old-' || g, '\x00', 'done', 1, 1, NULL, now() - interval '31 days' FROM generate_series(1, $1) g`, extOld)
+	mustExec(t, db, `INSERT INTO idem_test_pay (idem_key, key_id, fingerprint, status, fence, attempts, lease_until, created_at, updated_at, done_at)
+		SELECT 'old-' || g, 'old-' || g, '\x00', 'done', 1, 1, NULL, now() - interval '31 days', now() - interval '31 days', now() - interval '31 days'
+		FROM generate_series(1, $1) g`, extOld)
 	mustExec(t, db, `INSERT INTO idem_test_pay (idem_key, key_id, fingerprint, status, fence, attempts, lease_until)
 		SELECT 'run-' || g, 'run-' || g, '\x00', 'running', 5, 2, now() - interval '1 minute' FROM generate_series(1, $1) g`, claims)
 	mustExec(t, db, `INSERT INTO idem_outbox (message_id, consumer, key, destination, payload, published_at)
@@ -362,5 +365,41 @@ func TestJanitorRunStopsOnCancel(t *testing.T) {
 	}
 	if _, err := j.RunOnce(ctx); err != nil && !errors.Is(err, context.Canceled) {
 		t.Errorf("RunOnce on a cancelled context: %v", err)
+	}
+}
+
+// TestExternalRetentionCountsFromDone: a mode=external row's retention
+// counts from when it was done, not from its first claim: a key claimed 31
+// days ago and done a minute ago, after 31 days of retries, survives a
+// janitor round with a 30-day retention; a key done 31 days ago and a
+// released one last tried 31 days ago are purged; a running one is kept.
+func TestExternalRetentionCountsFromDone(t *testing.T) {
+	db := payDB(t)
+	ctx := context.Background()
+	mustExec(t, db, `INSERT INTO idem_test_pay (idem_key, key_id, fingerprint, status, fence, attempts, created_at, updated_at, done_at, lease_until) VALUES
+		('k-retried', 'retried', '\x01', 'done', 40, 40, now() - interval '31 days', now() - interval '1 minute', now() - interval '1 minute', NULL),
+		('k-old', 'old', '\x01', 'done', 1, 1, now() - interval '31 days', now() - interval '31 days', now() - interval '31 days', NULL),
+		('k-released', 'released', '\x01', 'released', 3, 3, now() - interval '31 days', now() - interval '31 days', NULL, NULL),
+		('k-running', 'running', '\x01', 'running', 2, 2, now() - interval '31 days', now() - interval '31 days', NULL, now() + interval '1 hour')`)
+	x := idemimpl.NewExternalInbox(db.Pool, payTable, charge(idemtest.NewProvider()), idem.WithLease(time.Minute))
+	j, err := idem.NewJanitor(db.Pool, []idem.Maintained{x})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := j.RunOnce(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var left []string
+	rows, err := db.Pool.Query(ctx, `SELECT idem_key FROM idem_test_pay ORDER BY idem_key`)
+	if err == nil {
+		left, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("retain %v: %+v; left %v", payTable.Retain, rep, left)
+	if !slices.Equal(left, []string{"k-retried", "k-running"}) {
+		t.Errorf("after the round the table holds %v; want k-retried (done a minute ago) and k-running", left)
 	}
 }

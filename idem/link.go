@@ -14,6 +14,7 @@ func init() {
 		}
 		return a.deliveryAttempt(), true
 	}
+	link.InProgress = inProgress
 	link.NewError = func(consumer, key string, err error, retryable bool) error {
 		return &Error{Consumer: consumer, Key: key, Err: err, retryable: retryable}
 	}

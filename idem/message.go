@@ -29,22 +29,13 @@ type Message[T any] struct {
 	Headers map[string]string `json:"-"`
 }
 
-// Envelope is implemented by *Message[T] for broker adapters, so that one
-// consumer fills a Message of any body type: it sets the broker's metadata and
-// hands out the body to decode into. Not for implementation outside idem.
-type Envelope interface {
-	// SetDelivery sets ID, Attempt and Headers.
-	SetDelivery(id string, attempt int, headers map[string]string)
-	// BodyTarget returns a pointer to Body, for the adapter's decoder.
-	BodyTarget() any
-}
-
-// SetDelivery sets ID, Attempt and Headers; see [Envelope].
+// SetDelivery sets ID, Attempt and Headers: a broker adapter calls it after
+// decoding the body into BodyTarget.
 func (m *Message[T]) SetDelivery(id string, attempt int, headers map[string]string) {
 	m.ID, m.Attempt, m.Headers = id, attempt, headers
 }
 
-// BodyTarget returns &m.Body; see [Envelope].
+// BodyTarget returns &m.Body, for a broker adapter's decoder.
 func (m *Message[T]) BodyTarget() any { return &m.Body }
 
 // attempter is implemented by Message[T]: the broker's delivery attempt, for

@@ -90,6 +90,12 @@ func (o *Outbox) Publish(destination string, payload any, opts ...PublishOption)
 	if err := checkText(fmt.Sprintf("the ordering key of the message to %q", destination), po.orderingKey); err != nil {
 		return err
 	}
+	if len(po.orderingKey) > MaxOrderingKeyBytes {
+		// The ordered index (ordering_key, id) holds at most 2704 bytes a
+		// row; a longer key fails the commit (SQLSTATE 54000), every time.
+		return fmt.Errorf("%w: outgoing message: the ordering key of the message to %q is %d bytes, more than the %d the outbox's index holds (MaxOrderingKeyBytes)",
+			ErrUnencodable, destination, len(po.orderingKey), MaxOrderingKeyBytes)
+	}
 	headers := "{}"
 	if len(po.headers) > 0 {
 		for name, value := range po.headers {
@@ -122,6 +128,12 @@ func (o *Outbox) Publish(destination string, payload any, opts ...PublishOption)
 	o.buf.Msgs = append(o.buf.Msgs, link.Message{Destination: destination, OrderingKey: po.orderingKey, Headers: headers, Payload: body})
 	return nil
 }
+
+// MaxOrderingKeyBytes is the longest ordering key (WithOrderingKey) the
+// outbox takes, in bytes: its ordered index holds at most 2704 bytes a row,
+// so Outbox.Publish refuses a longer key with ErrUnencodable before the
+// commit rather than have the commit fail on every delivery.
+const MaxOrderingKeyBytes = 2048
 
 // checkText rejects what a PostgreSQL text or jsonb value cannot hold.
 func checkText(what, s string) error {

@@ -492,3 +492,34 @@ func (c *tripConn) Read(p []byte) (int, error) {
 	}
 	return n, err
 }
+
+// TestPublishRefusesAnOrderingKeyTheIndexCannotHold: a 3,000-character
+// ordering key is Publish's error, wrapping ErrUnencodable, before the
+// commit: the handler returns it, nothing is committed (no outbox row, no
+// inbox row), and the delivery is dead-lettered rather than retried.
+func TestPublishRefusesAnOrderingKeyTheIndexCannotHold(t *testing.T) {
+	db := orderDB(t)
+	ctx := context.Background()
+	var publishErr error
+	in := idemimpl.NewPublishingInbox(db.Pool, orderTable, idemimpl.NoResultPublishing(func(ctx context.Context, tx pgx.Tx, out *idem.Outbox, msg order) error {
+		publishErr = out.Publish("d", "x", idem.WithOrderingKey(strings.Repeat("k", 3000)))
+		return publishErr
+	}))
+	_, _, err := in.Handle(ctx, order{Shop: "long-key", Number: 1})
+	rows := outboxRows(t, db.Pool)
+	inbox := queryInt(t, db.Pool, `SELECT count(*)::int FROM `+orderTable.Name)
+	t.Logf("Publish with a 3000-byte ordering key: %v; Handle: %v (%v); outbox rows %d, inbox rows %d", publishErr, err, idem.ActionFor(err), len(rows), inbox)
+	if !errors.Is(publishErr, idem.ErrUnencodable) || !errors.Is(err, idem.ErrUnencodable) || idem.ActionFor(err) != idem.DeadLetter {
+		t.Errorf("Publish: %v, Handle: %v; want errors wrapping ErrUnencodable, dead-lettered", publishErr, err)
+	}
+	if len(rows) != 0 || inbox != 0 {
+		t.Errorf("%d outbox rows, %d inbox rows committed; want none", len(rows), inbox)
+	}
+	// At the bound, the key is taken and committed.
+	in = idemimpl.NewPublishingInbox(db.Pool, orderTable, idemimpl.NoResultPublishing(func(ctx context.Context, tx pgx.Tx, out *idem.Outbox, msg order) error {
+		return out.Publish("d", "x", idem.WithOrderingKey(strings.Repeat("k", idem.MaxOrderingKeyBytes)))
+	}))
+	if _, o, err := in.Handle(ctx, order{Shop: "long-key", Number: 2}); err != nil || o != idem.Processed {
+		t.Errorf("an ordering key of MaxOrderingKeyBytes: %v, %v; want Processed", o, err)
+	}
+}

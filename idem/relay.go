@@ -17,6 +17,7 @@ import (
 
 	"github.com/idemgen/idemgen/generated/outboxdb"
 	"github.com/idemgen/idemgen/idem/internal/obs"
+	"github.com/idemgen/idemgen/idem/internal/outage"
 	"github.com/idemgen/idemgen/idem/internal/pgutil"
 )
 
@@ -48,6 +49,9 @@ type Relay struct {
 	o   relayOptions
 
 	ins *obs.Instruments
+	// outages keeps a failure that lasts to one record per interval, per
+	// destination (and "idem_outbox" for the database).
+	outages *outage.Log
 
 	running atomic.Bool
 	// beforeListen, when set (by tests), runs before each attempt to open the
@@ -74,7 +78,7 @@ func NewRelay(db DB, pub Publisher, opts ...RelayOption) *Relay {
 	if db == nil || pub == nil {
 		panic(fmt.Sprintf("idem.NewRelay (relay %s): the db and the publisher must not be nil", o.id))
 	}
-	return &Relay{db: db, q: outboxdb.New(acquiringDB{db}), pub: pub, o: o, ins: obs.New(o.meter)}
+	return &Relay{db: db, q: outboxdb.New(acquiringDB{db}), pub: pub, o: o, ins: obs.New(o.meter), outages: outage.New(0)}
 }
 
 // ID is the relay's name, as given to [WithRelayID] or chosen by NewRelay.
@@ -104,14 +108,20 @@ func (r *Relay) Run(ctx context.Context) error {
 
 	wake := make(chan struct{}, 1)
 	var listener sync.WaitGroup
+	// Whatever Run returns, the listener stops at once: it never delays an
+	// error (a missing table) or the stop.
+	lctx, stopListener := context.WithCancel(ctx)
+	defer func() {
+		stopListener()
+		listener.Wait()
+	}()
 	if !r.o.pollOnly {
 		listener.Add(1)
 		go func() {
 			defer listener.Done()
-			r.listen(ctx, wake)
+			r.listen(lctx, wake)
 		}()
 	}
-	defer listener.Wait()
 
 	r.o.logger.LogAttrs(ctx, slog.LevelInfo, "idem relay started", slog.String("relay", r.o.id),
 		slog.Bool("ordered", r.o.ordered), slog.Bool("poll_only", r.o.pollOnly))
@@ -124,20 +134,27 @@ func (r *Relay) Run(ctx context.Context) error {
 		switch {
 		case err != nil && pgutil.HasSQLState(err, pgerrcode.UndefinedTable, pgerrcode.UndefinedColumn):
 			return fmt.Errorf("idem: relay %s: the outbox table idem_outbox is missing or out of date (apply the migrations of github.com/idemgen/idemgen/migrations): %w", r.o.id, err)
+		case errors.Is(err, errPublishTimedOut):
+			// Step back so that another relay takes the rows.
+			if !sleep(ctx, r.o.publishBound()) {
+				return nil
+			}
+			continue
 		case err != nil:
 			if ctx.Err() != nil {
 				return nil
 			}
 			failures++
 			delay := retryDelay(failures, r.o.poll)
-			r.o.logger.LogAttrs(ctx, slog.LevelWarn, "idem relay round failed", slog.String("relay", r.o.id),
-				slog.Int("failures", failures), slog.Duration("retry_in", delay), slog.String("error", err.Error()))
+			r.outages.Fail(ctx, r.o.logger, slog.LevelWarn, outboxTable, 1, err, "idem relay round failed",
+				"relay", r.o.id, "failures", failures, "retry_in", delay)
 			if !sleep(ctx, delay) {
 				return nil
 			}
 			continue
 		}
 		failures = 0
+		r.outages.OK(ctx, r.o.logger, outboxTable, "idem relay rounds succeed again")
 		if n > 0 {
 			// A full or partial batch: there may be more (and in ordered mode
 			// the next row of each key is due now).
@@ -196,8 +213,9 @@ func (r *Relay) round(ctx context.Context) (int, error) {
 	}
 
 	var errs []error
+	timedOut := false
 	if len(msgs) > 0 {
-		errs = r.publish(ctx, token, sent, msgs, claimedAt)
+		errs, timedOut = r.publish(ctx, token, sent, msgs, claimedAt)
 	}
 	book, cancelBook := bookkeeping()
 	defer cancelBook()
@@ -216,7 +234,10 @@ func (r *Relay) round(ctx context.Context) (int, error) {
 		if err := r.markPublished(book, token, ok); err != nil {
 			return len(rows), err
 		}
-		countByDestination(okRows, func(dest string, n int64) { r.ins.Published(book, dest, n) })
+		countByDestination(okRows, func(dest string, n int64) {
+			r.ins.Published(book, dest, n)
+			r.outages.OK(book, r.o.logger, dest, "idem relay publishes again")
+		})
 	}
 	if len(failed) == 0 {
 		return len(rows), nil
@@ -226,7 +247,13 @@ func (r *Relay) round(ctx context.Context) (int, error) {
 		r.release(book, token, rowIDs(failed))
 		return len(rows), nil
 	}
-	return len(rows), r.recordFailure(book, token, failed, failedErrs)
+	if err := r.recordFailure(book, token, failed, failedErrs); err != nil {
+		return len(rows), err
+	}
+	if timedOut {
+		return len(rows), errPublishTimedOut
+	}
+	return len(rows), nil
 }
 
 // bookkeepingTimeout bounds each statement that records the outcome of a
@@ -296,17 +323,26 @@ func (r *Relay) claim(ctx context.Context, token pgtype.UUID) ([]claimedRow, err
 // errLeaseLost and errLeaseLapsing are the causes of a publish cancelled
 // because the relay no longer holds, or may soon no longer hold, its rows.
 var (
-	errLeaseLost    = errors.New("idem: relay: the claim of the batch was lost (its lease lapsed and another relay took a row)")
-	errLeaseLapsing = errors.New("idem: relay: the lease of the batch could not be renewed and is about to lapse")
+	errLeaseLost      = errors.New("idem: relay: the claim of the batch was lost (its lease lapsed and another relay took a row)")
+	errLeaseLapsing   = errors.New("idem: relay: the lease of the batch could not be renewed and is about to lapse")
+	errPublishTimeout = errors.New("idem: relay: the publish was not confirmed within WithRelayPublishTimeout")
+	// errPublishTimedOut is what round returns after a publish timed out.
+	errPublishTimedOut = errors.New("idem: relay: a publish timed out; stepping back so that another relay takes the rows")
 )
+
+// abandonGrace is how long the relay waits, after a publish's context was
+// cancelled, for a publisher that does not watch its context: then it takes
+// none of the batch as confirmed and goes on.
+const abandonGrace = time.Second
 
 // publish hands msgs to the publisher while it keeps the batch's lease: it
 // renews the lease every third of it, and cancels the publish a tenth of the
 // lease before it would lapse if it cannot, or at once if a row was taken by
 // another relay. The lease is counted from before the claim was sent, on this
 // machine's clock, so the deadline here is never later than the database's.
-// It returns one error per message.
-func (r *Relay) publish(ctx context.Context, token pgtype.UUID, rows []claimedRow, msgs []OutgoingMessage, claimedAt time.Time) []error {
+// The publish is bounded by WithRelayPublishTimeout. It returns one error
+// per message, and whether the publish timed out.
+func (r *Relay) publish(ctx context.Context, token pgtype.UUID, rows []claimedRow, msgs []OutgoingMessage, claimedAt time.Time) ([]error, bool) {
 	pctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	margin := r.o.lease / 10
@@ -351,7 +387,24 @@ func (r *Relay) publish(ctx context.Context, token pgtype.UUID, rows []claimedRo
 			}
 		}
 	}()
-	errs := r.pub.Publish(pctx, msgs)
+	timeout := time.AfterFunc(r.o.publishBound(), func() { cancel(errPublishTimeout) })
+	defer timeout.Stop()
+	var errs []error
+	returned := make(chan []error, 1)
+	go func() { returned <- r.pub.Publish(pctx, msgs) }()
+	select {
+	case errs = <-returned:
+		timeout.Stop()
+	case <-pctx.Done():
+		select {
+		case errs = <-returned:
+		case <-time.After(abandonGrace):
+			errs = make([]error, len(msgs))
+			for i := range errs {
+				errs[i] = fmt.Errorf("idem: relay %s: the publisher did not return within %v of its context ending", r.o.id, abandonGrace)
+			}
+		}
+	}
 	close(done)
 	keeper.Wait()
 	if len(errs) != len(msgs) {
@@ -361,14 +414,19 @@ func (r *Relay) publish(ctx context.Context, token pgtype.UUID, rows []claimedRo
 			errs[i] = err
 		}
 	}
-	if cause := context.Cause(pctx); cause != nil && ctx.Err() == nil {
+	cause := context.Cause(pctx)
+	if cause != nil && ctx.Err() == nil {
 		for i, err := range errs {
 			if err != nil {
 				errs[i] = fmt.Errorf("%w: %w", err, cause)
 			}
 		}
 	}
-	return errs
+	failed := false
+	for _, err := range errs {
+		failed = failed || err != nil
+	}
+	return errs, failed && errors.Is(cause, errPublishTimeout) && ctx.Err() == nil
 }
 
 func (r *Relay) markPublished(ctx context.Context, token pgtype.UUID, ids []int64) error {
@@ -399,14 +457,25 @@ func (r *Relay) recordFailure(ctx context.Context, token pgtype.UUID, rows []cla
 		return fmt.Errorf("idem: relay %s: record %d failed rows: %w", r.o.id, len(rows), err)
 	}
 	countByDestination(rows, func(dest string, n int64) { r.ins.PublishFailures(ctx, dest, n) })
+	// One record for a failing batch per destination, then a summary per
+	// interval while the failure lasts (outage.Log); a dead-lettered row
+	// has a record of its own.
+	first := map[string]int{}
 	for i, row := range rows {
-		level, msg := slog.LevelWarn, "idem relay publish failed; will retry"
 		if int(row.Attempts) >= r.o.maxAttempts {
-			level, msg = slog.LevelError, "idem relay dead-lettered an outbox message"
+			r.o.logger.LogAttrs(ctx, slog.LevelError, "idem relay dead-lettered an outbox message", slog.String("relay", r.o.id),
+				slog.String("message_id", row.MessageID.String()), slog.String("destination", row.Destination),
+				slog.Int("attempt", int(row.Attempts)), slog.String("error", errs[i]))
 		}
-		r.o.logger.LogAttrs(ctx, level, msg, slog.String("relay", r.o.id), slog.String("message_id", row.MessageID.String()),
-			slog.String("destination", row.Destination), slog.Int("attempt", int(row.Attempts)), slog.String("error", errs[i]))
+		if _, seen := first[row.Destination]; !seen {
+			first[row.Destination] = i
+		}
 	}
+	countByDestination(rows, func(dest string, n int64) {
+		i := first[dest]
+		r.outages.Fail(ctx, r.o.logger, slog.LevelWarn, dest, int(n), errors.New(errs[i]), "idem relay publish failed; will retry",
+			"relay", r.o.id, "rows", n, "message_id", rows[i].MessageID.String(), "attempt", int(rows[i].Attempts))
+	})
 	return nil
 }
 

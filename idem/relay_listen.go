@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -68,10 +69,16 @@ func (r *Relay) openListener(ctx context.Context) (*pgx.Conn, error) {
 // listenerName is the application_name of the relay's listening connection.
 func (r *Relay) listenerName() string {
 	name := "idem relay " + r.o.id
-	if len(name) > 63 { // NAMEDATALEN - 1: the server would cut it
-		name = name[:63]
+	if len(name) <= 63 { // NAMEDATALEN - 1: the server would cut it
+		return name
 	}
-	return name
+	// Cut on a character boundary: half a UTF-8 character is an invalid
+	// byte sequence, which the server refuses.
+	cut := 63
+	for cut > 0 && !utf8.RuneStart(name[cut]) {
+		cut--
+	}
+	return name[:cut]
 }
 
 func (r *Relay) waitForNotifications(ctx context.Context, conn *pgx.Conn, wake chan<- struct{}) error {

@@ -20,6 +20,9 @@ const (
 	DefaultRelayBackoffMax  = 5 * time.Minute
 	DefaultRelayLease       = 30 * time.Second
 	DefaultRelayPurgeBatch  = 1000
+	// DefaultRelayPublishTimeout bounds a batch's publish when no
+	// WithRelayPublishTimeout says otherwise: a third of the default lease.
+	DefaultRelayPublishTimeout = 10 * time.Second
 )
 
 // A RelayOption configures a [Relay].
@@ -38,6 +41,28 @@ type relayOptions struct {
 	logger      *slog.Logger
 	meter       metric.MeterProvider
 	purgeBatch  int
+	// publishTimeout bounds a batch's publish; 0 is the default.
+	publishTimeout time.Duration
+}
+
+// publishBound is how long a batch's publish may take before it is failed.
+func (o relayOptions) publishBound() time.Duration {
+	if o.publishTimeout > 0 {
+		return o.publishTimeout
+	}
+	return DefaultRelayPublishTimeout
+}
+
+// WithRelayPublishTimeout bounds how long the relay waits for a batch's
+// publish to be confirmed (default DefaultRelayPublishTimeout, 10s; the
+// lease is renewed meanwhile, so the bound may be longer than the lease).
+// When it passes, the publish's context is
+// cancelled, the rows not confirmed are recorded as failed (retried after
+// their backoff) and the relay steps back for as long before it claims
+// again, so that another relay takes the rows: a broker that never confirms
+// does not keep them claimed while the lease is renewed.
+func WithRelayPublishTimeout(d time.Duration) RelayOption {
+	return func(o *relayOptions) { o.publishTimeout = d }
 }
 
 // WithRelayBatchSize sets how many rows the relay claims and hands to the
@@ -165,6 +190,8 @@ func (o relayOptions) validate() {
 		bad("idem.WithRelayID(\"\"): the relay needs a name")
 	case o.logger == nil:
 		bad("idem.WithRelayLogger(nil): pass slog.New(slog.DiscardHandler) to log nothing")
+	case o.publishTimeout < 0:
+		bad("idem.WithRelayPublishTimeout(%v) is negative", o.publishTimeout)
 	case o.purgeBatch < 1:
 		bad("idem.WithRelayPurgeBatch(%d): want at least 1", o.purgeBatch)
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/idemgen/idemgen/examples/billing"
 	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/idem/consumer"
 	"github.com/idemgen/idemgen/idem/jetstream"
 	"github.com/idemgen/idemgen/idem/rabbitmq"
 	"github.com/idemgen/idemgen/internal/demo/topology"
@@ -45,8 +46,8 @@ type payload struct {
 	body []byte
 }
 
-// consumer is an adapter's consumer.
-type consumer interface {
+// runner is an adapter's consumer.
+type runner interface {
 	Run(ctx context.Context) error
 }
 
@@ -57,8 +58,8 @@ type broker interface {
 	// publish publishes ps to the orders queue or stream and returns once the
 	// broker confirmed every one.
 	publish(ctx context.Context, ps []payload) error
-	billing(h idem.Handler[billing.OrderPlaced], name string, log *slog.Logger) consumer
-	notifications(h idem.Handler[idem.Message[billing.ChargeCompleted]], name string, log *slog.Logger) consumer
+	billing(h idem.Handler[billing.OrderPlaced], name string, log *slog.Logger) runner
+	notifications(h idem.Handler[idem.Message[billing.ChargeCompleted]], name string, log *slog.Logger) runner
 	publisher(name string, log *slog.Logger) (idem.Publisher, func())
 	// leftover counts what is not done in the work (and retry) queues.
 	leftover(ctx context.Context) (map[string]int, error)
@@ -136,20 +137,20 @@ func (r *rabbit) publish(ctx context.Context, ps []payload) error {
 	return nil
 }
 
-func (r *rabbit) billing(h idem.Handler[billing.OrderPlaced], name string, log *slog.Logger) consumer {
-	return rabbitmq.NewConsumer(r.e.url, r.orders, h, rabbitmq.WithWorkers(8), rabbitmq.WithPrefetch(32),
-		rabbitmq.WithMaxAttempts(maxAttempts), rabbitmq.WithMaxBodySize(maxBody), rabbitmq.WithLogger(log),
+func (r *rabbit) billing(h idem.Handler[billing.OrderPlaced], name string, log *slog.Logger) runner {
+	return rabbitmq.NewConsumer(r.e.url, r.orders, h, consumer.WithWorkers(8), rabbitmq.WithPrefetch(32),
+		consumer.WithMaxAttempts(maxAttempts), consumer.WithMaxBodySize(maxBody), consumer.WithLogger(log),
 		rabbitmq.WithConnectionName(name), rabbitmq.WithBackoff(50*time.Millisecond, 2*time.Second))
 }
 
-func (r *rabbit) notifications(h idem.Handler[idem.Message[billing.ChargeCompleted]], name string, log *slog.Logger) consumer {
-	return rabbitmq.NewConsumer(r.e.url, r.notes, h, rabbitmq.WithWorkers(8), rabbitmq.WithPrefetch(32),
-		rabbitmq.WithMaxAttempts(maxAttempts), rabbitmq.WithMaxBodySize(maxBody), rabbitmq.WithLogger(log),
+func (r *rabbit) notifications(h idem.Handler[idem.Message[billing.ChargeCompleted]], name string, log *slog.Logger) runner {
+	return rabbitmq.NewConsumer(r.e.url, r.notes, h, consumer.WithWorkers(8), rabbitmq.WithPrefetch(32),
+		consumer.WithMaxAttempts(maxAttempts), consumer.WithMaxBodySize(maxBody), consumer.WithLogger(log),
 		rabbitmq.WithConnectionName(name), rabbitmq.WithBackoff(50*time.Millisecond, 2*time.Second))
 }
 
 func (r *rabbit) publisher(name string, log *slog.Logger) (idem.Publisher, func()) {
-	p := rabbitmq.NewPublisher(r.e.url, rabbitmq.WithConnectionName(name), rabbitmq.WithLogger(log),
+	p := rabbitmq.NewPublisher(r.e.url, rabbitmq.WithConnectionName(name), consumer.WithLogger(log),
 		rabbitmq.WithRoute(func(dest string) (string, string) { return "", r.e.prefix + "." + dest }))
 	return p, func() { p.Close() }
 }
@@ -253,20 +254,20 @@ func (j *jetStream) publish(ctx context.Context, ps []payload) error {
 	return nil
 }
 
-func (j *jetStream) billing(h idem.Handler[billing.OrderPlaced], _ string, log *slog.Logger) consumer {
-	return jetstream.NewConsumer(j.js, j.orders, h, jetstream.WithWorkers(8), jetstream.WithPrefetch(32),
-		jetstream.WithMaxAttempts(maxAttempts), jetstream.WithMaxBodySize(maxBody), jetstream.WithLogger(log),
+func (j *jetStream) billing(h idem.Handler[billing.OrderPlaced], _ string, log *slog.Logger) runner {
+	return jetstream.NewConsumer(j.js, j.orders, h, consumer.WithWorkers(8), jetstream.WithPrefetch(32),
+		consumer.WithMaxAttempts(maxAttempts), consumer.WithMaxBodySize(maxBody), consumer.WithLogger(log),
 		jetstream.WithRetryDelay(200*time.Millisecond, 2*time.Second), jetstream.WithBackoff(50*time.Millisecond, 2*time.Second))
 }
 
-func (j *jetStream) notifications(h idem.Handler[idem.Message[billing.ChargeCompleted]], _ string, log *slog.Logger) consumer {
-	return jetstream.NewConsumer(j.js, j.notes, h, jetstream.WithWorkers(8), jetstream.WithPrefetch(32),
-		jetstream.WithMaxAttempts(maxAttempts), jetstream.WithMaxBodySize(maxBody), jetstream.WithLogger(log),
+func (j *jetStream) notifications(h idem.Handler[idem.Message[billing.ChargeCompleted]], _ string, log *slog.Logger) runner {
+	return jetstream.NewConsumer(j.js, j.notes, h, consumer.WithWorkers(8), jetstream.WithPrefetch(32),
+		consumer.WithMaxAttempts(maxAttempts), consumer.WithMaxBodySize(maxBody), consumer.WithLogger(log),
 		jetstream.WithRetryDelay(200*time.Millisecond, 2*time.Second), jetstream.WithBackoff(50*time.Millisecond, 2*time.Second))
 }
 
 func (j *jetStream) publisher(_ string, log *slog.Logger) (idem.Publisher, func()) {
-	p := jetstream.NewPublisher(j.nc, jetstream.WithLogger(log), jetstream.WithMsg(func(m idem.OutgoingMessage, msg *nats.Msg) {
+	p := jetstream.NewPublisher(j.nc, consumer.WithLogger(log), jetstream.WithMsg(func(m idem.OutgoingMessage, msg *nats.Msg) {
 		msg.Subject = j.e.prefix + "." + m.Destination
 	}))
 	return p, func() {}

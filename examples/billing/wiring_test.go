@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/idem/consumer"
 	"github.com/idemgen/idemgen/idem/rabbitmq"
 )
 
@@ -15,7 +16,7 @@ import (
 // whatever its result type.
 func consumeCharges(ctx context.Context, pool *pgxpool.Pool, svc *Service, url string) error {
 	top := rabbitmq.Topology{Queue: "billing.charge"}
-	return rabbitmq.Consume(ctx, url, top, NewChargeIdem(pool, svc), rabbitmq.WithWorkers(8))
+	return rabbitmq.Consume(ctx, url, top, NewChargeIdem(pool, svc), consumer.WithWorkers(8))
 }
 
 // TestWrappersAreHandlers pins the docs' wiring at compile time, and checks

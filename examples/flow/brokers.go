@@ -17,6 +17,7 @@ import (
 
 	"github.com/idemgen/idemgen/examples/billing"
 	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/idem/consumer"
 	"github.com/idemgen/idemgen/idem/jetstream"
 	"github.com/idemgen/idemgen/idem/kafka"
 	"github.com/idemgen/idemgen/idem/rabbitmq"
@@ -120,7 +121,7 @@ func newRabbit(e Endpoint, log *slog.Logger) (*rabbit, error) {
 		orders: rabbitmq.Topology{Queue: e.Prefix + ".billing.charge", RetryDelay: time.Second},
 		notes:  rabbitmq.Topology{Queue: destination(e.Prefix, billing.ChargeCompletedDestination), RetryDelay: time.Second},
 	}
-	r.pub = rabbitmq.NewPublisher(e.URL, rabbitmq.WithConnectionName(e.Prefix+" relay"), rabbitmq.WithLogger(log),
+	r.pub = rabbitmq.NewPublisher(e.URL, rabbitmq.WithConnectionName(e.Prefix+" relay"), consumer.WithLogger(log),
 		rabbitmq.WithRoute(func(dest string) (string, string) { return "", destination(e.Prefix, dest) }))
 	return r, nil
 }
@@ -150,12 +151,12 @@ func (r *rabbit) PublishOrder(ctx context.Context, o billing.OrderPlaced) error 
 }
 
 func (r *rabbit) Billing(h idem.Handler[billing.OrderPlaced], workers int, log *slog.Logger) Consumer {
-	return rabbitmq.NewConsumer(r.e.URL, r.orders, h, rabbitmq.WithWorkers(workers), rabbitmq.WithPrefetch(workers),
-		rabbitmq.WithLogger(log), rabbitmq.WithConnectionName(r.e.Prefix+" billing"), rabbitmq.WithBackoff(50*time.Millisecond, time.Second))
+	return rabbitmq.NewConsumer(r.e.URL, r.orders, h, consumer.WithWorkers(workers), rabbitmq.WithPrefetch(workers),
+		consumer.WithLogger(log), rabbitmq.WithConnectionName(r.e.Prefix+" billing"), rabbitmq.WithBackoff(50*time.Millisecond, time.Second))
 }
 
 func (r *rabbit) Notifications(h idem.Handler[ChargeCompletedMsg], log *slog.Logger) Consumer {
-	return rabbitmq.NewConsumer(r.e.URL, r.notes, h, rabbitmq.WithLogger(log),
+	return rabbitmq.NewConsumer(r.e.URL, r.notes, h, consumer.WithLogger(log),
 		rabbitmq.WithConnectionName(r.e.Prefix+" notifications"), rabbitmq.WithBackoff(50*time.Millisecond, time.Second))
 }
 
@@ -208,7 +209,7 @@ func newJetStream(e Endpoint, log *slog.Logger) (*jetStream, error) {
 		notes: jetstream.Topology{Stream: name + "-charge-completed", Subjects: []string{destination(e.Prefix, billing.ChargeCompletedDestination)},
 			Consumer: "notifications", AckWait: 5 * time.Second},
 	}
-	j.pub = jetstream.NewPublisher(nc, jetstream.WithLogger(log), jetstream.WithMsg(func(m idem.OutgoingMessage, msg *nats.Msg) {
+	j.pub = jetstream.NewPublisher(nc, consumer.WithLogger(log), jetstream.WithMsg(func(m idem.OutgoingMessage, msg *nats.Msg) {
 		msg.Subject = destination(e.Prefix, m.Destination)
 	}))
 	return j, nil
@@ -236,11 +237,11 @@ func (j *jetStream) PublishOrder(ctx context.Context, o billing.OrderPlaced) err
 }
 
 func (j *jetStream) Billing(h idem.Handler[billing.OrderPlaced], workers int, log *slog.Logger) Consumer {
-	return jetstream.NewConsumer(j.js, j.orders, h, jetstream.WithWorkers(workers), jetstream.WithPrefetch(workers), jetstream.WithLogger(log))
+	return jetstream.NewConsumer(j.js, j.orders, h, consumer.WithWorkers(workers), jetstream.WithPrefetch(workers), consumer.WithLogger(log))
 }
 
 func (j *jetStream) Notifications(h idem.Handler[ChargeCompletedMsg], log *slog.Logger) Consumer {
-	return jetstream.NewConsumer(j.js, j.notes, h, jetstream.WithLogger(log))
+	return jetstream.NewConsumer(j.js, j.notes, h, consumer.WithLogger(log))
 }
 
 func (j *jetStream) Publisher() idem.Publisher { return j.pub }
@@ -306,7 +307,7 @@ func newKafka(e Endpoint, log *slog.Logger) (Broker, Endpoint, error) {
 		return nil, e, err
 	}
 	k.cl = cl
-	k.pub = kafka.NewPublisher(e.Brokers, kafka.WithLogger(log), kafka.WithRecord(func(m idem.OutgoingMessage, r *kgo.Record) {
+	k.pub = kafka.NewPublisher(e.Brokers, consumer.WithLogger(log), kafka.WithRecord(func(m idem.OutgoingMessage, r *kgo.Record) {
 		r.Topic = destination(e.Prefix, m.Destination)
 	}))
 	return k, e, nil
@@ -332,12 +333,12 @@ func (k *kafkaBroker) PublishOrder(ctx context.Context, o billing.OrderPlaced) e
 var kafkaSession = kafka.WithClientOptions(kgo.SessionTimeout(time.Second), kgo.HeartbeatInterval(200*time.Millisecond))
 
 func (k *kafkaBroker) Billing(h idem.Handler[billing.OrderPlaced], workers int, log *slog.Logger) Consumer {
-	return kafka.NewConsumer(k.e.Brokers, k.ordersGrp, []string{k.orders}, h, kafka.WithWorkers(workers),
-		kafka.WithMaxPollRecords(workers), kafka.WithRetryDelay(time.Second), kafka.WithLogger(log), kafkaSession)
+	return kafka.NewConsumer(k.e.Brokers, k.ordersGrp, []string{k.orders}, h, consumer.WithWorkers(workers),
+		kafka.WithMaxPollRecords(workers), kafka.WithRetryDelay(time.Second), consumer.WithLogger(log), kafkaSession)
 }
 
 func (k *kafkaBroker) Notifications(h idem.Handler[ChargeCompletedMsg], log *slog.Logger) Consumer {
-	return kafka.NewConsumer(k.e.Brokers, k.notesGr, []string{k.notes}, h, kafka.WithRetryDelay(time.Second), kafka.WithLogger(log), kafkaSession)
+	return kafka.NewConsumer(k.e.Brokers, k.notesGr, []string{k.notes}, h, kafka.WithRetryDelay(time.Second), consumer.WithLogger(log), kafkaSession)
 }
 
 func (k *kafkaBroker) Publisher() idem.Publisher { return k.pub }

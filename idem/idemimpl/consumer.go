@@ -4,8 +4,11 @@ import (
 	"context"
 	"fmt"
 
+	"time"
+
 	"github.com/idemgen/idemgen/idem"
 	"github.com/idemgen/idemgen/idem/internal/config"
+	"github.com/idemgen/idemgen/idem/internal/link"
 	"github.com/idemgen/idemgen/idem/internal/pgutil"
 )
 
@@ -20,6 +23,12 @@ type consumerOf[M any] struct {
 	ob     observer
 	// external: the records carry the idempotency key (mode=external).
 	external bool
+	// wait is how long until a key in progress can be claimed again, at the
+	// earliest, which fail gives its ErrInProgress (RetryAfter): the claim
+	// wait in mode=tx. mode=external sets what is left of the lease where
+	// it returns ErrInProgress; after ErrClaimLost the key may be claimed at
+	// once.
+	wait time.Duration
 }
 
 func newConsumerOf[M any](o config.Options, name string, fields []string, key func(M) ([]any, error)) consumerOf[M] {
@@ -29,12 +38,12 @@ func newConsumerOf[M any](o config.Options, name string, fields []string, key fu
 // fail is the *Error of a delivery of key (nil when the key could not be
 // taken apart); serialization failures and deadlocks are retryable.
 func (c *consumerOf[M]) fail(key []any, err error) error {
-	return newError(c.name, c.fields, key, err)
+	return link.InProgress(newError(c.name, c.fields, key, err), c.wait)
 }
 
 // retryable is fail, marked retryable (errors.Is(err, ErrRetryable)).
 func (c *consumerOf[M]) retryable(key []any, err error) error {
-	return newErrorOf(c.name, c.fields, key, err, true)
+	return link.InProgress(newErrorOf(c.name, c.fields, key, err, true), c.wait)
 }
 
 // keyText is the key of msg as the log record shows it (keyTextOf), and for

@@ -211,7 +211,7 @@ func (x *ExternalInbox[M, R]) handle(ctx context.Context, msg M, claimAttempt *i
 			}
 			return result, idem.Duplicate, nil
 		case row.status == statusRunning && row.live:
-			return zero, 0, x.fail(key, idem.ErrInProgress)
+			return zero, 0, link.InProgress(x.fail(key, idem.ErrInProgress), row.leaseLeft)
 		case try == 0:
 			// Released, or its lease ran out, since the claim: claim again.
 			continue
@@ -256,15 +256,17 @@ type externalRow struct {
 	status      string
 	result      []byte
 	live        bool
+	leaseLeft   time.Duration // what is left of the lease (externalLookupSQL)
 }
 
 func (x *ExternalInbox[M, R]) lookup(ctx context.Context, idemKey string) (externalRow, bool, error) {
 	var (
 		row  externalRow
 		live *bool
+		left *float64
 	)
 	q := x.sql.lookupKey(idemKey)
-	err := queryRow(ctx, x.db, q.sql, q.args, &row.fingerprint, &row.status, &row.result, &live)
+	err := queryRow(ctx, x.db, q.sql, q.args, &row.fingerprint, &row.status, &row.result, &live, &left)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return row, false, nil
@@ -272,6 +274,9 @@ func (x *ExternalInbox[M, R]) lookup(ctx context.Context, idemKey string) (exter
 		return row, false, err
 	}
 	row.live = live != nil && *live
+	if left != nil {
+		row.leaseLeft = time.Duration(*left * float64(time.Second))
+	}
 	return row, true, nil
 }
 

@@ -86,6 +86,9 @@ func newInbox[M, R any](constructor string, db idem.DB, table Table[M], opts []i
 	if in.batchCap == 0 {
 		in.batchCap = idem.DefaultBatchCap
 	}
+	// A key in progress can be claimed again, at the earliest, once another
+	// claim wait has passed (RetryAfter).
+	in.wait = o.ClaimWait
 	if !reflect.ValueOf(db).Comparable() {
 		in.flightDB = in
 	}

@@ -176,8 +176,11 @@ WHERE {match}`
 	// part, cast to the column's type. The claim inserts the keys in key
 	// order, so that batches with overlapping keys lock them in one order
 	// (no deadlock between them), bounds its wait as the claim above does,
-	// and returns the position of each key it inserted; the restore of
-	// lock_timeout is referenced so that it runs for every inserted row.
+	// and returns the position of each key it inserted. lock_timeout is
+	// restored once every key is inserted, not in the INSERT's RETURNING:
+	// that runs as each row is inserted, and would lift the bound from the
+	// keys after the first. The restore's scalar subquery counts the whole
+	// claim first, and it runs once, before the first row is returned.
 	batchClaimSQL = claimWait + `,
 m AS MATERIALIZED (
   SELECT * FROM unnest({arrays}, {fingerprint}::bytea[]) WITH ORDINALITY AS m ({aliases}, fp, n)
@@ -186,11 +189,14 @@ claim AS (
   INSERT INTO {table} ({columns}, fingerprint, status)
   SELECT {alias_values}, m.fp, 'running' FROM wait, m ORDER BY {alias_values}
   ON CONFLICT DO NOTHING
-  RETURNING {columns},
-    set_config('lock_timeout', current_setting('idem.lock_timeout'), true) AS restored
+  RETURNING {columns}
+),
+restored AS (
+  SELECT set_config('lock_timeout', current_setting('idem.lock_timeout'), true) AS r
+  FROM (SELECT count(*) FROM claim) AS everything
 )
 SELECT m.n FROM m JOIN claim ON {join_claim}
-WHERE claim.restored IS NOT NULL`
+WHERE (SELECT r FROM restored) IS NOT NULL`
 
 	batchLookupSQL = `SELECT m.n, t.fingerprint, t.status, t.result
 FROM unnest({arrays}) WITH ORDINALITY AS m ({aliases}, n)
@@ -470,7 +476,10 @@ idem_claim AS (
 )
 SELECT idem_claim.*, coalesce((SELECT status FROM idem_prev), '') FROM idem_claim`
 
-	externalLookupSQL = `SELECT fingerprint, status, result, coalesce(lease_until > now(), false) AS live
+	// The lookup also says what is left of the row's lease (NULL without
+	// one), for RetryAfter of an ErrInProgress.
+	externalLookupSQL = `SELECT fingerprint, status, result, coalesce(lease_until > now(), false) AS live,
+  greatest(extract(epoch FROM lease_until - now()), 0)::float8 AS lease_left
 FROM {table} WHERE idem_key = $1`
 
 	externalHeartbeatSQL = `UPDATE {table}
@@ -504,11 +513,16 @@ WHERE status <> 'done' AND attempts > $1
 ORDER BY attempts DESC, idem_key LIMIT $2`
 
 	// Deletes one batch of the oldest expired rows that are not running,
-	// by the index on created_at, skipping rows another purge or a claim
-	// holds.
+	// skipping rows another purge or a claim holds. A row's retention counts
+	// from when it was done (or last released), not from its first claim: a
+	// key that took days of retries keeps its done row for the whole
+	// retention after it was done. created_at is never later than that, so
+	// its index bounds the scan to rows created before the horizon.
 	externalPurgeSQL = `DELETE FROM {table} WHERE ctid = ANY (ARRAY(
   SELECT ctid FROM {table}
-  WHERE status <> 'running' AND created_at < now() - make_interval(secs => $1)
+  WHERE status <> 'running'
+    AND created_at < now() - make_interval(secs => $1)
+    AND coalesce(done_at, updated_at) < now() - make_interval(secs => $1)
   ORDER BY created_at LIMIT $2
   FOR UPDATE SKIP LOCKED
 ))`
@@ -554,8 +568,8 @@ func (s *externalSQL) claim(idemKey string, key []any, fp []byte, lease time.Dur
 	return query{s.claimSQL, append(args, fp, lease.Seconds())}
 }
 
-// lookupKey returns fingerprint, status, result and whether the lease is
-// live: the idempotency key.
+// lookupKey returns fingerprint, status, result, whether the lease is live
+// and the seconds left of it: the idempotency key.
 func (s *externalSQL) lookupKey(idemKey string) query {
 	return query{s.lookup, []any{idemKey}}
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/idem/consumer"
 	"github.com/idemgen/idemgen/idem/idemtest/brokertest"
 	"github.com/idemgen/idemgen/idem/internal/obs"
 	"github.com/idemgen/idemgen/idem/internal/obs/obstest"
@@ -49,8 +50,8 @@ func TestConsumerBatches(t *testing.T) {
 	publish(t, js, subject, reused, mustJSON(t, order{OrderID: "b-20", Amount: 999}))
 
 	rec := &brokertest.BatchRecorder{H: charges.Batched().Inbox(db.Pool, brokertest.FailFirstAttempt(flaky))}
-	stop := run(t, idemjs.NewConsumer(js, top, rec, idemjs.WithLogger(logger), idemjs.WithPrefetch(prefetch),
-		idemjs.WithRetryDelay(delay, delay), idemjs.WithMeterProvider(meter)))
+	stop := run(t, idemjs.NewConsumer(js, top, rec, consumer.WithLogger(logger), idemjs.WithPrefetch(prefetch),
+		idemjs.WithRetryDelay(delay, delay), consumer.WithMeterProvider(meter)))
 	// Every message once, and the flaky order's second attempt.
 	const want = orders + copies + 1 + 1
 	waitFor(t, 30*time.Second, "every message's result", func() bool { _, _, rs := rec.Snapshot(); return len(rs) >= want })
@@ -102,7 +103,7 @@ func TestConsumerInProgressForLongBatches(t *testing.T) {
 		}
 		return nil
 	})}
-	stop := run(t, idemjs.NewConsumer(js, top, rec, idemjs.WithLogger(logger), idemjs.WithWorkers(1), idemjs.WithPrefetch(total)))
+	stop := run(t, idemjs.NewConsumer(js, top, rec, consumer.WithLogger(logger), consumer.WithWorkers(1), idemjs.WithPrefetch(total)))
 	waitFor(t, 15*time.Second, "every order acked", func() bool { _, _, rs := rec.Snapshot(); return len(rs) == total && settled(t, js, top) })
 	time.Sleep(2 * top.AckWait) // a redelivery would have come by now
 	stop()
@@ -141,7 +142,7 @@ func TestConsumerBatchOff(t *testing.T) {
 		publish(t, js, top.Subjects[0], fmt.Sprintf("order-n-%d", i), mustJSON(t, order{OrderID: fmt.Sprintf("n-%d", i), Amount: i}))
 	}
 	rec := &brokertest.BatchRecorder{H: charges.Batched().Inbox(db.Pool, nil)}
-	stop := run(t, idemjs.NewConsumer(js, top, rec, idemjs.WithLogger(logger), idemjs.WithPrefetch(total), idemjs.WithBatch(1, 0)))
+	stop := run(t, idemjs.NewConsumer(js, top, rec, consumer.WithLogger(logger), idemjs.WithPrefetch(total), consumer.WithBatch(1, 0)))
 	waitFor(t, 10*time.Second, "every message acked", func() bool { _, n, _ := rec.Snapshot(); return n == total && settled(t, js, top) })
 	stop()
 
@@ -154,6 +155,6 @@ func TestWithBatchInvalid(t *testing.T) {
 	t.Parallel()
 	_, js := connect(t, natsURL(t))
 	brokertest.CheckWithBatchInvalid(t, func(max int, linger time.Duration) error {
-		return idemjs.NewConsumer(js, idemjs.Topology{Stream: "s", Consumer: "c"}, &brokertest.BatchRecorder{}, idemjs.WithBatch(max, linger)).Run(context.Background())
+		return idemjs.NewConsumer(js, idemjs.Topology{Stream: "s", Consumer: "c"}, &brokertest.BatchRecorder{}, consumer.WithBatch(max, linger)).Run(context.Background())
 	})
 }

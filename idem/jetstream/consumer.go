@@ -14,7 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/idemgen/idemgen/idem"
-	"github.com/idemgen/idemgen/idem/internal/batches"
+	"github.com/idemgen/idemgen/idem/internal/consume"
 	"github.com/idemgen/idemgen/idem/internal/obs"
 )
 
@@ -36,9 +36,6 @@ const (
 	HeaderMsgID = "Idem-Msg-Id"
 )
 
-// maxReason bounds the Idem-Reason header.
-const maxReason = 1024
-
 // ackTimeout bounds the DoubleAck and the dead-letter publish, which run
 // even after the context ended: a committed message is acked on the way out.
 const ackTimeout = 5 * time.Second
@@ -47,13 +44,12 @@ const ackTimeout = 5 * time.Second
 // idem.Handler and acts on each as idem.ActionFor says; see the package
 // documentation. Create it with NewConsumer, run it with Run.
 type Consumer[M any] struct {
-	js      jetstream.JetStream
-	top     Topology
-	handler idem.Handler[M]
-	batch   idem.BatchHandler[M] // the handler, when it takes batches and batching is on
-	o       options
-	ins     *obs.Instruments
-	err     error
+	js    jetstream.JetStream
+	top   Topology
+	core  *consume.Core[M]
+	waits *consume.Waits[uint64] // by stream sequence
+	o     options
+	err   error
 }
 
 // NewConsumer returns a Consumer of the durable consumer top.Consumer on the
@@ -62,18 +58,14 @@ type Consumer[M any] struct {
 // idem.Message[T] the data is decoded into T, ID is the Nats-Msg-Id header,
 // Attempt is NumDelivered and Headers are the message's headers. js's
 // connection should reconnect forever (nats.MaxReconnects(-1)): the consumer
-// resumes on every reconnect, and Run returns when the connection is closed.
-// When h is also an idem.BatchHandler (a generated tx-mode wrapper, an
-// idemimpl.Inbox), each worker delivers up to WithBatch messages with one
-// DeliverBatch call. Options: WithWorkers, WithPrefetch, WithBatch,
-// WithMaxAttempts, WithMaxBodySize, WithDecoder, WithRetryDelay,
-// WithBackoff, WithLogger.
+// pulls again after every reconnect, and Run returns when the connection is
+// closed. When h is also an idem.BatchHandler (a generated tx-mode wrapper,
+// an idemimpl.Inbox), each worker delivers up to consumer.WithBatch messages
+// with one DeliverBatch call. Options: those of idem/consumer,
+// WithPrefetch, WithRetryDelay, WithBackoff.
 func NewConsumer[M any](js jetstream.JetStream, top Topology, h idem.Handler[M], opts ...Option) *Consumer[M] {
-	c := &Consumer[M]{js: js, top: top, handler: h, o: newOptions(opts)}
-	if bh, ok := h.(idem.BatchHandler[M]); ok && c.o.batchSize() > 1 {
-		c.batch = bh
-	}
-	c.ins = obs.New(c.o.meter)
+	c := &Consumer[M]{js: js, top: top, o: newOptions(opts), waits: consume.NewWaits[uint64]()}
+	c.core = consume.New("jetstream", obs.SystemNATS, h, c.o.Config, c.o.Prefetch, c.o.retryDelay)
 	c.err = top.validate()
 	if c.err == nil {
 		c.err = c.o.validate("consumer " + top.Consumer)
@@ -96,41 +88,35 @@ func Consume[M any](ctx context.Context, js jetstream.JetStream, top Topology, h
 // Run consumes until ctx ends and returns nil once every message in hand was
 // acked (when it committed) or left for the server to deliver again. When a
 // pull fails (the stream or the consumer missing, the server unreachable for
-// long) it pulls again with backoff; across a reconnect of the connection the
-// pull resumes by itself. It returns an error for a configuration that can
-// never work and when the NATS connection is closed for good.
+// long) it pulls again with backoff. It returns an error for a configuration
+// that can never work, for a handler whose table or one of its columns is
+// missing (checked before it pulls: nothing is consumed), and when the NATS
+// connection is closed for good.
 func (c *Consumer[M]) Run(ctx context.Context) error {
 	if c.err != nil {
 		return c.err
 	}
-	log := c.o.logger.With("stream", c.top.Stream, "consumer", c.top.Consumer)
-	backoff := c.o.backoffMin
-	for {
-		started := time.Now()
-		consumed, err := c.session(ctx, log)
-		if ctx.Err() != nil {
-			return nil
-		}
-		if errors.Is(err, nats.ErrConnectionClosed) || c.js.Conn().IsClosed() {
-			return fmt.Errorf("jetstream: consumer %s: the NATS connection is closed: %w", c.top.Consumer, err)
-		}
-		if consumed && time.Since(started) >= c.o.backoffMax {
-			backoff = c.o.backoffMin
-		}
-		log.Warn("jetstream consumer: pulling failed; pulling again", "err", err, "in", backoff)
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil
-		case <-t.C:
-		}
-		backoff = min(2*backoff, c.o.backoffMax)
+	log := c.o.Logger.With("stream", c.top.Stream, "consumer", c.top.Consumer)
+	if err := c.core.CheckTables(ctx, log); err != nil {
+		return fmt.Errorf("jetstream: consumer %s: %w", c.top.Consumer, err)
 	}
+	return consume.Sessions(ctx, log, c.o.BackoffMin, c.o.BackoffMax, "jetstream consumer: pulling failed; pulling again",
+		func(ctx context.Context) (bool, error) { return c.session(ctx, log) },
+		func(err error) error {
+			if errors.Is(err, nats.ErrConnectionClosed) || c.js.Conn().IsClosed() {
+				return fmt.Errorf("jetstream: consumer %s: the NATS connection is closed: %w", c.top.Consumer, err)
+			}
+			return nil
+		})
 }
 
-// session pulls through one Messages iterator until ctx ends or the iterator
-// fails. consumed reports whether it got as far as pulling.
+// session pulls until ctx ends or a pull fails. consumed reports whether it
+// got as far as pulling.
+//
+// It pulls no more than it holds room for (WithPrefetch), and every message
+// it pulled is in hand from then on: waiting for a worker, collected for a
+// batch or being handled, the heartbeat sends InProgress for it, so that
+// none is delivered again while it waits.
 func (c *Consumer[M]) session(ctx context.Context, log *slog.Logger) (consumed bool, err error) {
 	cons, err := c.js.Consumer(ctx, c.top.Stream, c.top.Consumer)
 	if err != nil {
@@ -144,207 +130,137 @@ func (c *Consumer[M]) session(ctx context.Context, log *slog.Logger) (consumed b
 	if ackWait <= 0 {
 		ackWait = defaultAckWaitGuess
 	}
-	it, err := cons.Messages(jetstream.PullMaxMessages(c.o.prefetch), jetstream.PullExpiry(defaultPullExpiry))
-	if err != nil {
-		return false, fmt.Errorf("jetstream: pull from %s: %w", c.top.Consumer, err)
-	}
-	defer it.Stop()
-	batch := 1
-	if c.batch != nil {
-		batch = c.o.batchSize()
-	}
-	log.Info("jetstream consumer: consuming", "workers", c.o.workers, "prefetch", c.o.prefetch, "batch", batch, "ack_wait", ackWait)
+	batch := c.core.Batch(c.o.Prefetch)
+	log.Info("jetstream consumer: consuming", "workers", c.o.Workers, "prefetch", c.o.Prefetch, "batch", batch, "ack_wait", ackWait)
 
-	work := make(chan jetstream.Msg)
+	held := newHolding(c.o.Prefetch)
+	stopBeats := held.heartbeat(ackWait)
+	defer stopBeats()
+	work := make(chan *inHand, c.o.Prefetch)
 	var wg sync.WaitGroup
-	for range c.o.workers {
+	for range c.o.Workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for msg := range work {
-				if c.batch == nil {
-					c.deliver(ctx, log, msg, ackWait)
-					continue
+			for h := range work {
+				hs := []*inHand{h}
+				if batch > 1 {
+					hs, _ = consume.Collect(ctx, nil, work, h, batch, c.o.BatchLinger)
 				}
-				ms, _ := batches.Collect(ctx, nil, work, msg, c.o.batchSize(), c.o.batchLinger)
-				c.deliverBatch(ctx, log, ms, ackWait)
+				c.handle(ctx, hs)
+				held.done(hs)
 			}
 		}()
 	}
-	defer wg.Wait()
-	defer close(work)
+	defer func() {
+		close(work)
+		wg.Wait()
+	}()
 	for {
-		msg, err := it.Next(jetstream.NextContext(ctx))
-		if ctx.Err() != nil {
-			if msg != nil {
-				_ = msg.Nak()
-			}
-			returnBuffered(it, log)
+		free, ok := held.room(ctx, max(1, c.o.Prefetch/2))
+		if !ok {
+			log.Info("jetstream consumer: stopped; the messages not acked are delivered again")
 			return true, nil
 		}
+		fctx, cancel := context.WithTimeout(ctx, defaultPullExpiry)
+		fetched, err := cons.Fetch(free, jetstream.FetchContext(fctx))
 		if err != nil {
+			cancel()
+			if ctx.Err() != nil {
+				return true, nil
+			}
 			return true, fmt.Errorf("jetstream: pull from %s: %w", c.top.Consumer, err)
 		}
-		select {
-		case work <- msg:
-		case <-ctx.Done():
-			_ = msg.Nak() // never started: another consumer may take it at once
-			returnBuffered(it, log)
+		n := 0
+		for msg := range fetched.Messages() {
+			h := c.newInHand(log, msg)
+			held.add(h)
+			n++
+			work <- h // room for it: the holding counts what is in hand
+		}
+		held.unreserve(free - n)
+		err = fetched.Error()
+		cancel()
+		switch {
+		case ctx.Err() != nil:
 			return true, nil
+		case err != nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, nats.ErrTimeout):
+			return true, fmt.Errorf("jetstream: pull from %s: %w", c.top.Consumer, err)
 		}
 	}
 }
 
-// returnBuffered stops the pull and naks the messages pulled ahead and not
-// handed to a handler, so that the server delivers them again at once rather
-// than after the ack wait.
-func returnBuffered(it jetstream.MessagesContext, log *slog.Logger) {
-	it.Drain()
-	n := 0
+// holding is what a session holds: the messages pulled and not settled,
+// which the heartbeat keeps in progress, and the room left for more.
+type holding struct {
+	mu       sync.Mutex
+	size     int
+	reserved int // room taken by pulls and messages in hand
+	msgs     map[*inHand]struct{}
+	freed    chan struct{}
+}
+
+func newHolding(size int) *holding {
+	return &holding{size: size, msgs: map[*inHand]struct{}{}, freed: make(chan struct{}, 1)}
+}
+
+// room waits until at least least (or all the room, when nothing is held)
+// is free, reserves it and returns it; ok is false once ctx ended.
+func (h *holding) room(ctx context.Context, least int) (n int, ok bool) {
 	for {
-		msg, err := it.Next(jetstream.NextMaxWait(time.Second))
-		if err != nil {
-			break
+		h.mu.Lock()
+		free := h.size - h.reserved
+		if free >= least || (free > 0 && h.reserved == 0) {
+			h.reserved = h.size
+			h.mu.Unlock()
+			return free, true
 		}
-		_ = msg.Nak()
-		n++
-	}
-	log.Info("jetstream consumer: stopped; the messages not acked are delivered again", "returned", n)
-}
-
-// inHand is a message a worker holds: where it is in the stream, its
-// attempt, its logger, and whether it is being settled (then the heartbeat
-// leaves it alone).
-type inHand struct {
-	msg      jetstream.Msg
-	seq      uint64
-	id       string
-	attempt  int
-	log      *slog.Logger
-	settling atomic.Bool
-}
-
-func newInHand(log *slog.Logger, msg jetstream.Msg) *inHand {
-	h := &inHand{msg: msg, attempt: 1, id: msg.Headers().Get(jetstream.MsgIDHeader)}
-	if md, err := msg.Metadata(); err == nil {
-		h.attempt, h.seq = int(md.NumDelivered), md.Sequence.Stream
-	}
-	h.log = log.With("subject", msg.Subject(), "stream_seq", h.seq, "message_id", h.id, "attempt", h.attempt)
-	return h
-}
-
-// deliver handles one message and settles it.
-func (c *Consumer[M]) deliver(ctx context.Context, log *slog.Logger, msg jetstream.Msg, ackWait time.Duration) {
-	h := newInHand(log, msg)
-	if ctx.Err() != nil {
-		_ = msg.Nak()
-		return
-	}
-	stopBeats := heartbeat([]*inHand{h}, ackWait)
-	defer stopBeats()
-
-	var outcome idem.Outcome
-	m, err := c.decode(msg, h.id, h.attempt)
-	if err == nil {
-		outcome, err = c.handler.Deliver(ctx, m)
-	}
-	c.settle(ctx, h, outcome, err)
-}
-
-// deliverBatch handles the messages one worker collected: those that do not
-// decode are dead-lettered on their own, the others go to one DeliverBatch
-// call, and each is then settled by its own result. The heartbeat covers
-// every message until it is settled.
-func (c *Consumer[M]) deliverBatch(ctx context.Context, log *slog.Logger, msgs []jetstream.Msg, ackWait time.Duration) {
-	if ctx.Err() != nil {
-		for _, msg := range msgs {
-			_ = msg.Nak() // never started: delivered again at once
+		h.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return 0, false
+		case <-h.freed:
 		}
-		return
-	}
-	all := make([]*inHand, len(msgs))
-	for i, msg := range msgs {
-		all[i] = newInHand(log, msg)
-	}
-	stopBeats := heartbeat(all, ackWait)
-	defer stopBeats()
-
-	var (
-		ms    []M
-		batch []*inHand
-	)
-	for _, h := range all {
-		m, err := c.decode(h.msg, h.id, h.attempt)
-		if err != nil {
-			c.settle(ctx, h, 0, err)
-			continue
-		}
-		ms = append(ms, m)
-		batch = append(batch, h)
-	}
-	if len(ms) == 0 {
-		return
-	}
-	results := batches.Deliver(ctx, "jetstream", c.batch, ms)
-	log.Debug("jetstream consumer: batch delivered", "messages", len(ms))
-	for i, h := range batch {
-		c.settle(ctx, h, results[i].Outcome, results[i].Err)
 	}
 }
 
-// settle acts on a message's result as idem.ActionFor says.
-func (c *Consumer[M]) settle(ctx context.Context, h *inHand, outcome idem.Outcome, err error) {
-	h.settling.Store(true)
-	msg, log, attempt, seq, id := h.msg, h.log, h.attempt, h.seq, h.id
-	action := idem.ActionFor(err)
-	if action == idem.Retry && ctx.Err() != nil {
-		_ = msg.Nak()
-		log.Info("jetstream consumer: stopping; not acked, the message is delivered again", "err", err)
-		return
+func (h *holding) add(m *inHand) {
+	h.mu.Lock()
+	h.msgs[m] = struct{}{}
+	h.mu.Unlock()
+}
+
+// unreserve gives back room a pull reserved and did not fill.
+func (h *holding) unreserve(n int) {
+	h.mu.Lock()
+	h.reserved -= n
+	h.mu.Unlock()
+	h.signal()
+}
+
+// done drops settled messages and gives back their room.
+func (h *holding) done(ms []*inHand) {
+	h.mu.Lock()
+	for _, m := range ms {
+		delete(h.msgs, m)
 	}
-	if action == idem.Retry && attempt >= c.o.maxAttempts {
-		err = fmt.Errorf("jetstream: gave up after %d attempts (WithMaxAttempts): %w", attempt, err)
-		action = idem.DeadLetter
-	}
-	// Settling runs on after ctx ended: what committed is acked.
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ackTimeout)
-	defer cancel()
-	switch action {
-	case idem.Ack:
-		if ackErr := msg.DoubleAck(sctx); ackErr != nil {
-			log.Warn("jetstream consumer: committed but the ack failed; the server delivers it again and the redelivery is a duplicate", "outcome", outcome, "err", err, "ack_err", ackErr)
-			return
-		}
-		log.Debug("jetstream consumer: acked", "outcome", outcome, "err", err)
-	case idem.Retry:
-		delay := c.o.retryDelay(attempt)
-		if nakErr := msg.NakWithDelay(delay); nakErr != nil {
-			log.Warn("jetstream consumer: the nak failed; the server delivers it again after the ack wait", "err", err, "nak_err", nakErr)
-			return
-		}
-		c.ins.Retry(sctx, obs.SystemNATS, c.top.Stream)
-		log.Warn("jetstream consumer: retry after the delay", "delay", delay, "err", err)
+	h.reserved -= len(ms)
+	h.mu.Unlock()
+	h.signal()
+}
+
+func (h *holding) signal() {
+	select {
+	case h.freed <- struct{}{}:
 	default:
-		dlq := c.top.DeadLetterSubjectName()
-		if _, perr := c.js.PublishMsg(sctx, c.deadLetterCopy(msg, seq, id, attempt, err), jetstream.WithMsgID(c.top.Stream+":"+strconv.FormatUint(seq, 10))); perr != nil {
-			delay := c.o.retryDelay(attempt)
-			_ = msg.NakWithDelay(delay)
-			log.Error("jetstream consumer: cannot publish to the dead-letter subject; not terminated, delivered again after the delay", "dead_letter_subject", dlq, "delay", delay, "err", err, "publish_err", perr)
-			return
-		}
-		if termErr := msg.Term(); termErr != nil {
-			log.Warn("jetstream consumer: dead-lettered but the term failed; the server delivers it again and the dead-letter stream drops the second copy", "err", err, "term_err", termErr)
-			return
-		}
-		c.ins.DeadLetter(sctx, obs.SystemNATS, c.top.Stream)
-		log.Error("jetstream consumer: dead-lettered", "dead_letter_subject", dlq, "err", err)
 	}
 }
 
-// heartbeat sends InProgress for each message of hs not being settled, at a
-// third of the ack wait, until stop is called, so that a handler (or a
-// batch) longer than the ack wait keeps its messages.
-func heartbeat(hs []*inHand, ackWait time.Duration) (stop func()) {
+// heartbeat sends InProgress for each message held and not being settled,
+// at a third of the ack wait, until stop is called, so that a message
+// waiting for a worker, or a handler (or a batch) longer than the ack wait,
+// keeps its messages.
+func (h *holding) heartbeat(ackWait time.Duration) (stop func()) {
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -357,12 +273,18 @@ func heartbeat(hs []*inHand, ackWait time.Duration) (stop func()) {
 			case <-done:
 				return
 			case <-t.C:
-				for _, h := range hs {
-					if h.settling.Load() {
+				h.mu.Lock()
+				ms := make([]*inHand, 0, len(h.msgs))
+				for m := range h.msgs {
+					ms = append(ms, m)
+				}
+				h.mu.Unlock()
+				for _, m := range ms {
+					if m.settling.Load() {
 						continue
 					}
-					if err := h.msg.InProgress(); err != nil {
-						h.log.Warn("jetstream consumer: InProgress failed; the server may deliver the message again", "err", err)
+					if err := m.msg.InProgress(); err != nil {
+						m.log.Warn("jetstream consumer: InProgress failed; the server may deliver the message again", "err", err)
 					}
 				}
 			}
@@ -371,9 +293,85 @@ func heartbeat(hs []*inHand, ackWait time.Duration) (stop func()) {
 	return func() { close(done); wg.Wait() }
 }
 
-// decode turns a message into the handler's message (idem.DecodeDelivery).
-func (c *Consumer[M]) decode(msg jetstream.Msg, id string, attempt int) (M, error) {
-	return idem.DecodeDelivery[M](msg.Data(), c.o.maxBody, c.o.decode, id, attempt, func() map[string]string { return headerStrings(msg.Headers()) })
+// inHand is a message the session holds: where it is in the stream, its
+// attempt, its logger, and whether it is being settled (then the heartbeat
+// leaves it alone).
+type inHand struct {
+	msg       jetstream.Msg
+	seq       uint64
+	id        string
+	delivered int // NumDelivered
+	attempt   int // the attempts counted: NumDelivered less the waits for a key in progress
+	waiting   time.Time
+	log       *slog.Logger
+	settling  atomic.Bool
+}
+
+func (c *Consumer[M]) newInHand(log *slog.Logger, msg jetstream.Msg) *inHand {
+	h := &inHand{msg: msg, delivered: 1, id: msg.Headers().Get(jetstream.MsgIDHeader)}
+	if md, err := msg.Metadata(); err == nil {
+		h.delivered, h.seq = int(md.NumDelivered), md.Sequence.Stream
+	}
+	waits, since := c.waits.Of(h.seq)
+	h.attempt, h.waiting = max(h.delivered-waits, 1), since
+	h.log = log.With("subject", msg.Subject(), "stream_seq", h.seq, "message_id", h.id, "attempt", h.attempt)
+	return h
+}
+
+// handle hands the messages a worker took to the consumer's core, which
+// settles each through settle.
+func (c *Consumer[M]) handle(ctx context.Context, hs []*inHand) {
+	if ctx.Err() != nil {
+		for _, h := range hs {
+			_ = h.msg.Nak() // never started: delivered again at once
+		}
+		return
+	}
+	ds := make([]consume.Delivery, len(hs))
+	for i, h := range hs {
+		ds[i] = consume.Delivery{
+			Body: h.msg.Data(), ID: h.id, Attempt: h.attempt, Waiting: h.waiting, Destination: c.top.Stream,
+			Headers: func() map[string]string { return headerStrings(h.msg.Headers()) }, Log: h.log,
+		}
+	}
+	_ = c.core.Handle(ctx, ds, func(ctx context.Context, i int, dec consume.Decision) error {
+		return c.settle(ctx, hs[i], dec)
+	})
+}
+
+// settle is the transport of a decision: a DoubleAck; a NakWithDelay (for a
+// key in progress, remembered as a wait, which counts no attempt); a copy on
+// the dead-letter subject and a Term; or, when stopping, a Nak.
+func (c *Consumer[M]) settle(ctx context.Context, h *inHand, dec consume.Decision) error {
+	h.settling.Store(true)
+	msg := h.msg
+	if dec.Stopping {
+		return msg.Nak()
+	}
+	// Settling runs on after ctx ended: what committed is acked.
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ackTimeout)
+	defer cancel()
+	switch dec.Action {
+	case idem.Ack:
+		c.waits.Forget(h.seq)
+		return msg.DoubleAck(sctx)
+	case idem.Retry:
+		if dec.Wait {
+			now := time.Now()
+			c.waits.Wait(h.seq, now)
+			c.waits.Prune(now.Add(-2 * c.o.MaxWait))
+		}
+		return msg.NakWithDelay(dec.Delay)
+	default:
+		if _, err := c.js.PublishMsg(sctx, c.deadLetterCopy(msg, h.seq, h.id, h.attempt, dec.Err), jetstream.WithMsgID(c.top.Stream+":"+strconv.FormatUint(h.seq, 10))); err != nil {
+			// Not terminated: delivered again after the delay, and
+			// dead-lettered then.
+			_ = msg.NakWithDelay(c.o.retryDelay(h.attempt))
+			return fmt.Errorf("publish to the dead-letter subject %s: %w", c.top.DeadLetterSubjectName(), err)
+		}
+		c.waits.Forget(h.seq)
+		return msg.Term()
+	}
 }
 
 // headerStrings returns the headers, the first value of each.
@@ -397,11 +395,7 @@ func (c *Consumer[M]) deadLetterCopy(msg jetstream.Msg, seq uint64, id string, a
 			h[k] = append([]string(nil), v...)
 		}
 	}
-	text := fmt.Sprint(reason)
-	if len(text) > maxReason {
-		text = text[:maxReason]
-	}
-	h.Set(HeaderReason, text)
+	h.Set(HeaderReason, consume.Reason(reason))
 	h.Set(HeaderAttempt, strconv.Itoa(attempt))
 	h.Set(HeaderStream, c.top.Stream)
 	h.Set(HeaderSubject, msg.Subject())

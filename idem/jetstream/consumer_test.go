@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/idem/consumer"
 	"github.com/idemgen/idemgen/idem/internal/obs"
 	"github.com/idemgen/idemgen/idem/internal/obs/obstest"
 	idemjs "github.com/idemgen/idemgen/idem/jetstream"
@@ -35,7 +36,7 @@ func TestConsumerPublishedThreeTimesWithinDedupWindow(t *testing.T) {
 		}
 	}
 	var rec recorder
-	stop := run(t, idemjs.NewConsumer(js, top, rec.Wrap(chargeInbox(db.Pool, nil), nil), idemjs.WithLogger(logger)))
+	stop := run(t, idemjs.NewConsumer(js, top, rec.Wrap(chargeInbox(db.Pool, nil), nil), consumer.WithLogger(logger)))
 	waitFor(t, 10*time.Second, "the order processed and acked", func() bool { return rec.Count(idem.Processed) == 1 && settled(t, js, top) })
 	stop()
 
@@ -71,7 +72,7 @@ func TestConsumerPublishedThreeTimesPastDedupWindow(t *testing.T) {
 		}
 	}
 	var rec recorder
-	stop := run(t, idemjs.NewConsumer(js, top, rec.Wrap(chargeInbox(db.Pool, nil), nil), idemjs.WithLogger(logger)))
+	stop := run(t, idemjs.NewConsumer(js, top, rec.Wrap(chargeInbox(db.Pool, nil), nil), consumer.WithLogger(logger)))
 	waitFor(t, 10*time.Second, "three deliveries acked", func() bool { return len(rec.Snapshot()) == 3 && settled(t, js, top) })
 	stop()
 
@@ -110,7 +111,7 @@ func TestConsumerRedeliveryAfterCommitBeforeAck(t *testing.T) {
 		}
 	})
 	ctx1Done := make(chan error, 1)
-	c1 := idemjs.NewConsumer(js1, top, h1, idemjs.WithLogger(logger.With("instance", 1)))
+	c1 := idemjs.NewConsumer(js1, top, h1, consumer.WithLogger(logger.With("instance", 1)))
 	go func() { ctx1Done <- c1.Run(t.Context()) }()
 
 	_, js := connect(t, url)
@@ -122,7 +123,7 @@ func TestConsumerRedeliveryAfterCommitBeforeAck(t *testing.T) {
 	}
 	nc1.Close() // killed after the commit: no ack, no InProgress any more
 	_, js2 := connect(t, url)
-	stop := run(t, idemjs.NewConsumer(js2, top, rec.Wrap(chargeInbox(db.Pool, nil), nil), idemjs.WithLogger(logger.With("instance", 2))))
+	stop := run(t, idemjs.NewConsumer(js2, top, rec.Wrap(chargeInbox(db.Pool, nil), nil), consumer.WithLogger(logger.With("instance", 2))))
 	waitFor(t, 15*time.Second, "the redelivery acked", func() bool { return len(rec.Snapshot()) >= 2 && settled(t, js, top) })
 	close(release)
 	select {
@@ -171,7 +172,7 @@ func TestConsumerInProgressForLongHandlers(t *testing.T) {
 		return nil
 	})
 	var rec recorder
-	stop := run(t, idemjs.NewConsumer(js, top, rec.Wrap(slow, nil), idemjs.WithLogger(logger), idemjs.WithWorkers(2)))
+	stop := run(t, idemjs.NewConsumer(js, top, rec.Wrap(slow, nil), consumer.WithLogger(logger), consumer.WithWorkers(2)))
 	publish(t, js, top.Subjects[0], "order-o-6", mustJSON(t, order{OrderID: "o-6", Amount: 1}))
 	waitFor(t, 15*time.Second, "the slow order acked", func() bool { return rec.Count(idem.Processed) == 1 && settled(t, js, top) })
 	time.Sleep(2 * top.AckWait) // a redelivery would have come by now
@@ -203,7 +204,7 @@ func TestConsumerDeadLetters(t *testing.T) {
 
 	var rec recorder
 	stop := run(t, idemjs.NewConsumer(js, top, rec.Wrap(chargeInbox(db.Pool, nil), nil),
-		idemjs.WithLogger(logger), idemjs.WithMaxBodySize(256), idemjs.WithRetryDelay(100*time.Millisecond, time.Second), idemjs.WithMeterProvider(meter)))
+		consumer.WithLogger(logger), consumer.WithMaxBodySize(256), idemjs.WithRetryDelay(100*time.Millisecond, time.Second), consumer.WithMeterProvider(meter)))
 	subject := top.Subjects[0]
 	publish(t, js, subject, "order-o-3", mustJSON(t, order{OrderID: "o-3", Amount: 1}))
 	waitFor(t, 10*time.Second, "the first order", func() bool { return rec.Count(idem.Processed) == 1 })
@@ -287,7 +288,7 @@ func TestConsumerRetryWithDelay(t *testing.T) {
 		return nil
 	})
 	var rec recorder
-	stop := run(t, idemjs.NewConsumer(js, top, rec.Wrap(flaky, nil), idemjs.WithLogger(logger), idemjs.WithRetryDelay(delay, 10*time.Second)))
+	stop := run(t, idemjs.NewConsumer(js, top, rec.Wrap(flaky, nil), consumer.WithLogger(logger), idemjs.WithRetryDelay(delay, 10*time.Second)))
 	publish(t, js, top.Subjects[0], "order-o-7", mustJSON(t, order{OrderID: "o-7", Amount: 3}))
 	waitFor(t, 10*time.Second, "the order processed and acked", func() bool { return rec.Count(idem.Processed) == 1 && settled(t, js, top) })
 	stop()
@@ -341,14 +342,14 @@ func TestConsumerStopAcksOnlyCommitted(t *testing.T) {
 		publish(t, js, top.Subjects[0], fmt.Sprintf("order-s-%d", i), mustJSON(t, order{OrderID: fmt.Sprintf("s-%d", i), Amount: i}))
 	}
 	var first recorder
-	stop := run(t, idemjs.NewConsumer(js, top, first.Wrap(slow, nil), idemjs.WithLogger(logger), idemjs.WithWorkers(2), idemjs.WithPrefetch(8)))
+	stop := run(t, idemjs.NewConsumer(js, top, first.Wrap(slow, nil), consumer.WithLogger(logger), consumer.WithWorkers(2), idemjs.WithPrefetch(8)))
 	waitFor(t, 10*time.Second, "a few orders", func() bool { return first.Count(idem.Processed) >= 3 })
 	stop()
 	afterStop := queryInt(t, db.Pool, `SELECT count(*)::int FROM charged`)
 
 	var second recorder
 	_, js2 := connect(t, url)
-	stop2 := run(t, idemjs.NewConsumer(js2, top, second.Wrap(chargeInbox(db.Pool, nil), nil), idemjs.WithLogger(logger), idemjs.WithWorkers(4)))
+	stop2 := run(t, idemjs.NewConsumer(js2, top, second.Wrap(chargeInbox(db.Pool, nil), nil), consumer.WithLogger(logger), consumer.WithWorkers(4)))
 	waitFor(t, 15*time.Second, "every order charged and acked", func() bool {
 		return queryInt(t, db.Pool, `SELECT count(*)::int FROM charged`) == n && settled(t, js, top)
 	})

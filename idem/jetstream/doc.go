@@ -7,12 +7,14 @@
 //
 // # What the consumer does with each message
 //
-// The data is decoded (JSON by default, [WithDecoder] for another format)
+// The data is decoded (JSON by default, consumer.WithDecoder for another format)
 // into the handler's message type; an [idem.Message] gets the Nats-Msg-Id
-// header as its ID, NumDelivered as its Attempt and the headers too. While
-// the handler runs the consumer sends InProgress at a third of the durable
-// consumer's ack wait, so that a handler longer than the ack wait keeps its
-// message. Then [idem.ActionFor] of the handler's error decides, and nothing
+// header as its ID, NumDelivered (less the waits for a key in progress) as
+// its Attempt and the headers too. For every message it holds (being
+// handled, collected for a batch, or pulled and waiting for a worker) the
+// consumer sends InProgress at a third of the durable consumer's ack wait,
+// so that neither a handler longer than the ack wait nor a message waiting
+// its turn is delivered twice. Then [idem.ActionFor] of the handler's error decides, and nothing
 // else:
 //
 //   - Ack: DoubleAck (the server confirms the ack), after the commit. A
@@ -20,7 +22,9 @@
 //     the ack) is delivered again after the ack wait and is a Duplicate.
 //   - Retry: NakWithDelay, the delay [WithRetryDelay] (1s after the first
 //     attempt, doubled after each further one, at most 1m): never a hot
-//     redelivery loop. After [WithMaxAttempts] attempts (default 10) the
+//     redelivery loop (a key in progress waits [idem.RetryAfter] instead, not
+//     counted, for consumer.WithMaxWait at most). After
+//     consumer.WithMaxAttempts attempts (default 10) the
 //     message is dead-lettered instead.
 //   - DeadLetter: a copy is published to the dead-letter subject (with its
 //     PubAck), with the reason in the header Idem-Reason and the original
@@ -28,7 +32,7 @@
 //     Idem-Msg-Id, Idem-Stream, Idem-Subject, Idem-Stream-Seq and
 //     Idem-Attempt; then the message is terminated (Term), so the server
 //     never delivers it again. An undecodable body
-//     ([idem.ErrUndecodablePayload]), data larger than [WithMaxBodySize]
+//     ([idem.ErrUndecodablePayload]), data larger than consumer.WithMaxBodySize
 //     (default 1 MiB), a message without the Nats-Msg-Id its key needs
 //     ([idem.ErrInvalidKey]) and a reused key ([idem.ErrKeyReused]) end
 //     here, once. The copy's own Nats-Msg-Id is "<stream>:<sequence>", so a
@@ -40,14 +44,15 @@
 // and the error is logged. Every log line about a message carries stream,
 // consumer, subject, stream_seq, message_id and attempt (NumDelivered).
 //
-// [Consumer.Run] runs [WithWorkers] handlers at once (default 4) over a pull
-// of [WithPrefetch] messages ahead (default twice the workers). The
-// connection's own reconnect (give it nats.MaxReconnects(-1)) is enough: the
-// pull resumes after every reconnect. A pull that fails otherwise (the stream
+// [Consumer.Run] runs consumer.WithWorkers handlers at once (default 4) and
+// holds at most [WithPrefetch] messages (default twice the workers): it
+// pulls no more than it has room for. The connection's own reconnect (give
+// it nats.MaxReconnects(-1)) is enough: the consumer pulls again after every
+// reconnect. A pull that fails otherwise (the stream
 // or the consumer deleted) is started again with backoff ([WithBackoff]).
 // When its context ends the consumer takes no new message, settles what the
-// handlers finish (a commit is acked), and naks the messages it pulled ahead,
-// so they are delivered again at once; it acks nothing it did not commit.
+// handlers finish (a commit is acked), and naks the messages it held and had
+// not started, so they are delivered again at once; it acks nothing it did not commit.
 //
 // # Batches
 //
@@ -61,9 +66,9 @@
 // Result.Err); a message that does not decode is dead-lettered on its own and
 // takes no part in the batch. InProgress goes out for every message of the
 // batch until it is settled, so a batch longer than the ack wait keeps all its
-// messages. [WithBatch] sets the max (default [idem.DefaultBatchCap], 100,
-// never more than the prefetch) and the linger (default [DefaultBatchLinger],
-// 2ms); WithBatch(1, 0) turns batching off. A handler that is only an
+// messages. consumer.WithBatch sets the max (default [idem.DefaultBatchCap], 100,
+// never more than the prefetch) and the linger (default consumer.DefaultBatchLinger,
+// 2ms); consumer.WithBatch(1, 0) turns batching off. A handler that is only an
 // [idem.Handler] gets one Deliver per message.
 //
 // # Topology

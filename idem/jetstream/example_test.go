@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/idem/consumer"
 	idemjs "github.com/idemgen/idemgen/idem/jetstream"
 )
 
@@ -54,7 +55,7 @@ func Example() {
 	}()
 
 	charge := chargeInbox(pool, nil) // billing.NewChargeIdem(pool, svc)
-	if err := idemjs.Consume(ctx, js, top, charge, idemjs.WithWorkers(8)); err != nil {
+	if err := idemjs.Consume(ctx, js, top, charge, consumer.WithWorkers(8)); err != nil {
 		log.Fatal(err)
 	}
 }

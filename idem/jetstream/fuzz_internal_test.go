@@ -9,6 +9,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/idem/consumer"
+	"github.com/idemgen/idemgen/idem/internal/consume"
 )
 
 type fuzzOrder struct {
@@ -39,7 +41,7 @@ func FuzzMsgToMessage(f *testing.F) {
 	f.Add(make([]byte, 2000), "m", "h", "v", "w", -1)
 	c := NewConsumer[idem.Message[fuzzOrder]](nil, Topology{Stream: "fuzz", Consumer: "fuzz"},
 		idem.HandlerFunc[idem.Message[fuzzOrder]](func(context.Context, idem.Message[fuzzOrder]) (idem.Outcome, error) { return idem.Processed, nil }),
-		WithMaxBodySize(1024))
+		consumer.WithMaxBodySize(1024))
 	f.Fuzz(func(t *testing.T, data []byte, id, hk, hv, hv2 string, attempt int) {
 		h := nats.Header{}
 		if id != "" {
@@ -50,7 +52,7 @@ func FuzzMsgToMessage(f *testing.F) {
 		}
 		msg := fuzzMsg{data: data, h: h}
 		mid := msg.Headers().Get(jetstream.MsgIDHeader)
-		m, err := c.decode(msg, mid, attempt)
+		m, err := consume.Decode[idem.Message[fuzzOrder]](msg.Data(), c.o.MaxBody, c.o.Decode, mid, attempt, func() map[string]string { return headerStrings(msg.Headers()) })
 		if err != nil {
 			if !errors.Is(err, idem.ErrUndecodablePayload) || idem.ActionFor(err) != idem.DeadLetter {
 				t.Fatalf("decode: %v: not ErrUndecodablePayload, or not dead-lettered", err)

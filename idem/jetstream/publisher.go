@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/idem/internal/consume"
 )
 
 // Publisher publishes outbox messages to JetStream for an idem.Relay, each
@@ -53,13 +54,10 @@ func NewPublisher(nc *nats.Conn, opts ...Option) *Publisher {
 // A subject no stream captures, or a stream that refuses the message, fails
 // that message alone.
 func (p *Publisher) Publish(ctx context.Context, msgs []idem.OutgoingMessage) []error {
-	errs := make([]error, len(msgs))
 	if p.err != nil {
-		for i := range errs {
-			errs[i] = p.err
-		}
-		return errs
+		return consume.Failed(len(msgs), p.err)
 	}
+	errs := make([]error, len(msgs))
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for start := 0; start < len(msgs); start += p.o.maxInFlight {

@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/idem/consumer"
 	"github.com/idemgen/idemgen/idem/idemtest/brokertest"
 	idemjs "github.com/idemgen/idemgen/idem/jetstream"
 )
@@ -144,10 +145,10 @@ func TestReconnectMidStream(t *testing.T) {
 	_, logger := newLogs(t)
 
 	pubConn, _ := connect(t, url)
-	runRelay(t, db.Pool, idemjs.NewPublisher(pubConn, idemjs.WithLogger(logger)))
+	runRelay(t, db.Pool, idemjs.NewPublisher(pubConn, consumer.WithLogger(logger)))
 	consConn, consJS := connect(t, url)
 	var rec recorder
-	stop := run(t, idemjs.NewConsumer(consJS, top, rec.Wrap(chargeInbox(db.Pool, nil), nil), idemjs.WithLogger(logger),
+	stop := run(t, idemjs.NewConsumer(consJS, top, rec.Wrap(chargeInbox(db.Pool, nil), nil), consumer.WithLogger(logger),
 		idemjs.WithRetryDelay(50*time.Millisecond, 500*time.Millisecond)))
 
 	const chunk = 10
@@ -223,7 +224,7 @@ func TestPublisherReconnectWhilePublishing(t *testing.T) {
 	var handed atomic.Int32
 	reconnectNow, reconnectDone := make(chan struct{}), make(chan struct{})
 	pubConn, _ := connect(t, url)
-	runRelay(t, db.Pool, idemjs.NewPublisher(pubConn, idemjs.WithLogger(logger), idemjs.WithMsg(func(idem.OutgoingMessage, *nats.Msg) {
+	runRelay(t, db.Pool, idemjs.NewPublisher(pubConn, consumer.WithLogger(logger), idemjs.WithMsg(func(idem.OutgoingMessage, *nats.Msg) {
 		if handed.Add(1) == reconnectAt {
 			close(reconnectNow)
 			<-reconnectDone
@@ -257,7 +258,7 @@ func TestPublisherReconnectWhilePublishing(t *testing.T) {
 	}
 
 	var rec recorder
-	stop := run(t, idemjs.NewConsumer(js, top, rec.Wrap(chargeInbox(db.Pool, nil), nil), idemjs.WithLogger(slog.New(slog.DiscardHandler))))
+	stop := run(t, idemjs.NewConsumer(js, top, rec.Wrap(chargeInbox(db.Pool, nil), nil), consumer.WithLogger(slog.New(slog.DiscardHandler))))
 	waitFor(t, 60*time.Second, "the stream consumed", func() bool { return len(rec.Snapshot()) >= total && settled(t, js, top) })
 	stop()
 	if p := rec.Count(idem.Processed); p != total {

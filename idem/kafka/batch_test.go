@@ -10,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/idem/consumer"
 	"github.com/idemgen/idemgen/idem/idemtest/brokertest"
 	"github.com/idemgen/idemgen/idem/internal/obs"
 	"github.com/idemgen/idemgen/idem/internal/obs/obstest"
@@ -49,7 +50,7 @@ func TestConsumerBatches(t *testing.T) {
 	produce(t, client(t, brokers), rs...)
 
 	rec := &brokertest.BatchRecorder{H: charges.Batched().Inbox(db.Pool, brokertest.FailFirstAttempt(flaky))}
-	stop := run(t, kafka.NewConsumer(brokers, group, []string{topic}, rec, kafka.WithLogger(logger), kafka.WithRetryDelay(delay), kafka.WithMeterProvider(meter), fast()))
+	stop := run(t, kafka.NewConsumer(brokers, group, []string{topic}, rec, consumer.WithLogger(logger), kafka.WithRetryDelay(delay), consumer.WithMeterProvider(meter), fast()))
 	waitFor(t, 30*time.Second, "every record done and committed", func() bool { return committed(t, brokers, group, topic, 0) == int64(len(rs)) })
 	time.Sleep(2 * delay) // nothing more comes
 	stop()
@@ -101,7 +102,7 @@ func TestConsumerBatchOff(t *testing.T) {
 		produce(t, cl, orderRecord(t, topic, fmt.Sprintf("order-n-%d", i), order{OrderID: fmt.Sprintf("n-%d", i), Amount: i}))
 	}
 	rec := &brokertest.BatchRecorder{H: charges.Batched().Inbox(db.Pool, nil)}
-	stop := run(t, kafka.NewConsumer(brokers, group, []string{topic}, rec, kafka.WithLogger(logger), kafka.WithBatch(1, 0), fast()))
+	stop := run(t, kafka.NewConsumer(brokers, group, []string{topic}, rec, consumer.WithLogger(logger), consumer.WithBatch(1, 0), fast()))
 	waitFor(t, 10*time.Second, "every record committed", func() bool { return committed(t, brokers, group, topic, 0) == total })
 	stop()
 
@@ -113,6 +114,6 @@ func TestConsumerBatchOff(t *testing.T) {
 func TestWithBatchInvalid(t *testing.T) {
 	t.Parallel()
 	brokertest.CheckWithBatchInvalid(t, func(max int, linger time.Duration) error {
-		return kafka.NewConsumer([]string{"127.0.0.1:1"}, "g", []string{"t"}, &brokertest.BatchRecorder{}, kafka.WithBatch(max, linger)).Run(context.Background())
+		return kafka.NewConsumer([]string{"127.0.0.1:1"}, "g", []string{"t"}, &brokertest.BatchRecorder{}, consumer.WithBatch(max, linger)).Run(context.Background())
 	})
 }

@@ -2,10 +2,8 @@ package kafka
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"strconv"
 	"sync"
 	"time"
@@ -13,7 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/idemgen/idemgen/idem"
-	"github.com/idemgen/idemgen/idem/internal/batches"
+	"github.com/idemgen/idemgen/idem/internal/consume"
 	"github.com/idemgen/idemgen/idem/internal/obs"
 )
 
@@ -35,9 +33,6 @@ const (
 	HeaderOffset    = "idem-offset"
 )
 
-// maxReason bounds the idem-reason header.
-const maxReason = 1024
-
 // Consumer feeds the records of a consumer group's topics to an idem.Handler
 // and acts on each as idem.ActionFor says; see the package documentation.
 // Create it with NewConsumer, run it with Run.
@@ -45,14 +40,13 @@ type Consumer[M any] struct {
 	brokers []string
 	group   string
 	topics  []string
-	handler idem.Handler[M]
-	batch   idem.BatchHandler[M] // the handler, when it takes batches and batching is on
+	core    *consume.Core[M]
 	o       options
-	ins     *obs.Instruments
 	err     error
 
 	mu      sync.Mutex
 	retries map[position]int // failed attempts at a record, in this process
+	waits   *consume.Waits[position]
 }
 
 type position struct {
@@ -67,22 +61,19 @@ type position struct {
 // idem.Message[T] the value is decoded into T and ID, Attempt and Headers come
 // from the record. When h is also an idem.BatchHandler (a generated tx-mode
 // wrapper, an idemimpl.Inbox), a partition's records of a poll are delivered
-// with DeliverBatch calls of up to WithBatch records. Options: WithWorkers,
-// WithMaxPollRecords, WithBatch, WithMaxAttempts, WithMaxBodySize,
-// WithRetryDelay, WithDecoder, WithDeadLetterTopic, WithLogger,
+// with DeliverBatch calls of up to consumer.WithBatch records. Options: those
+// of idem/consumer, WithMaxPollRecords, WithRetryDelay, WithDeadLetterTopic,
 // WithClientOptions.
 func NewConsumer[M any](brokers []string, group string, topics []string, h idem.Handler[M], opts ...Option) *Consumer[M] {
-	c := &Consumer[M]{brokers: brokers, group: group, topics: topics, handler: h, o: newOptions(opts), retries: map[position]int{}}
-	if bh, ok := h.(idem.BatchHandler[M]); ok && c.o.batchSize() > 1 {
-		c.batch = bh
-	}
-	c.ins = obs.New(c.o.meter)
+	c := &Consumer[M]{brokers: brokers, group: group, topics: topics, o: newOptions(opts),
+		retries: map[position]int{}, waits: consume.NewWaits[position]()}
+	c.core = consume.New("kafka", obs.SystemKafka, h, c.o.Config, c.o.maxPoll, func(int) time.Duration { return c.o.retryDelay })
 	what := fmt.Sprintf("consumer group %q", group)
 	switch {
 	case len(brokers) == 0:
 		c.err = fmt.Errorf("kafka: %s: no seed brokers", what)
 	case group == "":
-		c.err = errors.New("kafka: consumer: no group")
+		c.err = fmt.Errorf("kafka: consumer: no group")
 	case len(topics) == 0:
 		c.err = fmt.Errorf("kafka: %s: no topics", what)
 	case h == nil:
@@ -102,10 +93,15 @@ func Consume[M any](ctx context.Context, brokers []string, group string, topics 
 // Run consumes until ctx ends and returns nil once it did: the offsets of the
 // records whose transactions committed are committed, nothing else, and the
 // client leaves the group. franz-go reconnects to the brokers itself; Run
-// returns an error at once only for a configuration that can never work.
+// returns an error at once only for a configuration that can never work and
+// for a handler whose table or one of its columns is missing (checked
+// before it joins the group: nothing is consumed).
 func (c *Consumer[M]) Run(ctx context.Context) error {
 	if c.err != nil {
 		return c.err
+	}
+	if err := c.core.CheckTables(ctx, c.o.Logger.With("group", c.group)); err != nil {
+		return fmt.Errorf("kafka: consumer group %q: %w", c.group, err)
 	}
 	opts := append(append([]kgo.Opt(nil), c.o.client...),
 		kgo.SeedBrokers(c.brokers...),
@@ -119,12 +115,8 @@ func (c *Consumer[M]) Run(ctx context.Context) error {
 		return fmt.Errorf("kafka: consumer group %q: %w", c.group, err)
 	}
 	defer cl.Close()
-	log := c.o.logger.With("group", c.group)
-	batch := 1
-	if c.batch != nil {
-		batch = c.o.batchSize()
-	}
-	log.Info("kafka consumer: consuming", "topics", c.topics, "workers", c.o.workers, "batch", batch)
+	log := c.o.Logger.With("group", c.group)
+	log.Info("kafka consumer: consuming", "topics", c.topics, "workers", c.o.Workers, "batch", c.core.Batch(c.o.maxPoll))
 	for {
 		fetches := cl.PollRecords(ctx, c.o.maxPoll)
 		if fetches.IsClientClosed() || ctx.Err() != nil {
@@ -146,7 +138,8 @@ func (c *Consumer[M]) Run(ctx context.Context) error {
 // poll processes one poll's records, its partitions at once (at most
 // WithWorkers of them), each in order, and commits per partition the offset
 // after the last record done; a partition to retry is sought back to the
-// record and paused for the retry delay. Rebalances wait for it.
+// record and paused for its delay (the retry delay, or for a key in
+// progress no less than idem.RetryAfter). Rebalances wait for it.
 func (c *Consumer[M]) poll(ctx context.Context, log *slog.Logger, cl *kgo.Client, fetches kgo.Fetches) error {
 	var parts []kgo.FetchTopicPartition
 	fetches.EachPartition(func(p kgo.FetchTopicPartition) {
@@ -156,14 +149,15 @@ func (c *Consumer[M]) poll(ctx context.Context, log *slog.Logger, cl *kgo.Client
 	})
 	done := make([]*kgo.Record, len(parts))
 	retry := make([]*kgo.Record, len(parts))
-	sem := make(chan struct{}, c.o.workers)
+	delay := make([]time.Duration, len(parts))
+	sem := make(chan struct{}, c.o.Workers)
 	var wg sync.WaitGroup
 	for i, p := range parts {
 		wg.Add(1)
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			done[i], retry[i] = c.partition(ctx, log, cl, p.Records)
+			done[i], retry[i], delay[i] = c.partition(ctx, log, cl, p.Records)
 		}()
 	}
 	wg.Wait()
@@ -202,153 +196,96 @@ func (c *Consumer[M]) poll(ctx context.Context, log *slog.Logger, cl *kgo.Client
 	if len(seek) > 0 {
 		cl.PauseFetchPartitions(pause)
 		cl.SetOffsets(seek)
-		time.AfterFunc(c.o.retryDelay, func() { cl.ResumeFetchPartitions(pause) })
+		for i, r := range retry {
+			if r != nil {
+				one := map[string][]int32{r.Topic: {r.Partition}}
+				time.AfterFunc(delay[i], func() { cl.ResumeFetchPartitions(one) })
+			}
+		}
 	}
 	return nil
 }
 
 // partition processes one partition's records in order until one is to be
-// retried: one at a time, or in batches of WithBatch records for a
-// BatchHandler. It returns the last record done (nil for none) and the
-// record to retry (nil for none).
-func (c *Consumer[M]) partition(ctx context.Context, log *slog.Logger, cl *kgo.Client, recs []*kgo.Record) (last, retry *kgo.Record) {
-	if c.batch != nil {
-		size := c.o.batchSize()
-		for start := 0; start < len(recs); start += size {
-			if ctx.Err() != nil {
-				return last, nil
-			}
-			done, r := c.records(ctx, log, cl, recs[start:min(start+size, len(recs))])
-			if done != nil {
-				last = done
-			}
-			if r != nil {
-				return last, r
-			}
-		}
-		return last, nil
-	}
-	for _, r := range recs {
+// retried: one at a time, or in batches of consumer.WithBatch records for a
+// BatchHandler. It returns the last record done (nil for none), the record
+// to retry (nil for none) and how long to wait before it.
+func (c *Consumer[M]) partition(ctx context.Context, log *slog.Logger, cl *kgo.Client, recs []*kgo.Record) (last, retry *kgo.Record, delay time.Duration) {
+	size := c.core.Batch(c.o.maxPoll)
+	for start := 0; start < len(recs); start += size {
 		if ctx.Err() != nil {
-			return last, nil
+			return last, nil, 0
 		}
-		if !c.record(ctx, log, cl, r) {
-			return last, r
+		done, r, d := c.records(ctx, log, cl, recs[start:min(start+size, len(recs))])
+		if done != nil {
+			last = done
 		}
-		last = r
+		if r != nil {
+			return last, r, d
+		}
 	}
-	return last, nil
+	return last, nil, 0
 }
 
-// record handles one record and reports whether it is done (its offset may
-// be committed).
-func (c *Consumer[M]) record(ctx context.Context, log *slog.Logger, cl *kgo.Client, r *kgo.Record) bool {
-	pos := position{r.Topic, r.Partition, r.Offset}
-	id := messageID(r)
-	attempt := c.attempt(r, pos)
-	log = log.With("topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "message_id", id, "attempt", attempt)
-	var (
-		outcome idem.Outcome
-		err     error
-	)
-	msg, err := c.decode(r, id, attempt)
-	if err == nil {
-		outcome, err = c.handler.Deliver(ctx, msg)
-	}
-	return c.settle(ctx, log, cl, r, pos, attempt, outcome, err)
-}
-
-// records handles a batch of one partition's records, in offset order: those
-// that do not decode are dead-lettered on their own, the others go to one
-// DeliverBatch call, and then each, in order, is done or retried by its own
-// result. It returns the last record done (nil for none) and the record to
-// retry (nil for none), like partition.
-func (c *Consumer[M]) records(ctx context.Context, log *slog.Logger, cl *kgo.Client, recs []*kgo.Record) (last, retry *kgo.Record) {
-	type pending struct {
-		r       *kgo.Record
-		pos     position
-		attempt int
-		log     *slog.Logger
-		msg     int   // the index of its message in the batch, or -1
-		err     error // why it did not decode
-	}
-	ps := make([]pending, len(recs))
-	var msgs []M
+// records hands a partition's records, in offset order, to the consumer's
+// core and settles them in that order until one is to be retried. The
+// records after it are not settled: the partition is sought back to it, so
+// they come again, as Duplicates where they committed (no second effect),
+// their failure here not counted as an attempt. It returns what partition
+// does.
+func (c *Consumer[M]) records(ctx context.Context, log *slog.Logger, cl *kgo.Client, recs []*kgo.Record) (last, retry *kgo.Record, delay time.Duration) {
+	ds := make([]consume.Delivery, len(recs))
 	for k, r := range recs {
-		p := &ps[k]
-		p.r, p.pos = r, position{r.Topic, r.Partition, r.Offset}
+		pos := position{r.Topic, r.Partition, r.Offset}
 		id := messageID(r)
-		p.attempt = c.attempt(r, p.pos)
-		p.log = log.With("topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "message_id", id, "attempt", p.attempt)
-		msg, err := c.decode(r, id, p.attempt)
-		if err != nil {
-			p.msg, p.err = -1, err
-			continue
+		attempt := c.attempt(r, pos)
+		_, waiting := c.waits.Of(pos)
+		ds[k] = consume.Delivery{
+			Body: r.Value, ID: id, Attempt: attempt, Waiting: waiting, Destination: r.Topic,
+			Headers: func() map[string]string { return headerStrings(r.Headers) },
+			Log:     log.With("topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "message_id", id, "attempt", attempt),
 		}
-		p.msg = len(msgs)
-		msgs = append(msgs, msg)
 	}
-	var results []idem.Result[idem.None]
-	if len(msgs) > 0 {
-		results = batches.Deliver(ctx, "kafka", c.batch, msgs)
-		log.Debug("kafka consumer: batch delivered", "topic", recs[0].Topic, "partition", recs[0].Partition, "from_offset", recs[0].Offset, "messages", len(msgs))
-	}
-	for _, p := range ps {
-		outcome, err := idem.Outcome(0), p.err
-		if p.msg >= 0 {
-			outcome, err = results[p.msg].Outcome, results[p.msg].Err
+	_ = c.core.Handle(ctx, ds, func(ctx context.Context, i int, dec consume.Decision) error {
+		if retry != nil {
+			return consume.Skip
 		}
-		if !c.settle(ctx, p.log, cl, p.r, p.pos, p.attempt, outcome, err) {
-			// The offsets before p.r are committed and the partition is
-			// sought back to it: the records after it in this batch come
-			// again. Those whose transactions committed are Duplicates
-			// then (acked, no second effect); the others are tried again,
-			// their failure here not counted as an attempt, as if the
-			// one-at-a-time path had stopped at p.r before them.
-			return last, p.r
+		r := recs[i]
+		pos := position{r.Topic, r.Partition, r.Offset}
+		switch {
+		case dec.Stopping:
+			retry = r // not committed: it comes again
+			return nil
+		case dec.Action == idem.Ack:
+			c.forget(pos)
+			last = r
+			return nil
+		case dec.Action == idem.Retry:
+			if dec.Wait {
+				now := time.Now()
+				c.waits.Wait(pos, now)
+				c.waits.Prune(now.Add(-2 * c.o.MaxWait))
+			} else {
+				c.failed(pos)
+			}
+			retry, delay = r, dec.Delay
+			return nil
 		}
-		last = p.r
-	}
-	return last, nil
-}
-
-// settle acts on a record's result as idem.ActionFor says and reports
-// whether the record is done (its offset may be committed).
-func (c *Consumer[M]) settle(ctx context.Context, log *slog.Logger, cl *kgo.Client, r *kgo.Record, pos position, attempt int, outcome idem.Outcome, err error) bool {
-	action := idem.ActionFor(err)
-	if action == idem.Retry && ctx.Err() != nil {
-		log.Info("kafka consumer: stopping; not committed, the record comes again", "err", err)
-		return false
-	}
-	if action == idem.Retry && attempt >= c.o.maxAttempts {
-		err = fmt.Errorf("kafka: gave up after %d attempts (WithMaxAttempts): %w", attempt, err)
-		action = idem.DeadLetter
-	}
-	switch action {
-	case idem.Ack:
-		c.forget(pos)
-		log.Debug("kafka consumer: done", "outcome", outcome, "err", err)
-		return true
-	case idem.Retry:
-		c.failed(pos)
-		c.ins.Retry(ctx, obs.SystemKafka, r.Topic)
-		log.Warn("kafka consumer: retry after the delay; offset not committed, partition sought back", "delay", c.o.retryDelay, "err", err)
-		return false
-	default:
 		dlq := c.o.deadLetter(r.Topic)
 		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		perr := cl.ProduceSync(pctx, deadLetterCopy(r, dlq, attempt, err)).FirstErr()
+		perr := cl.ProduceSync(pctx, deadLetterCopy(r, dlq, ds[i].Attempt, dec.Err)).FirstErr()
 		cancel()
 		if perr != nil {
+			// Not committed: retried after the delay, and dead-lettered then.
 			c.failed(pos)
-			log.Error("kafka consumer: cannot produce to the dead-letter topic; not committed, retried after the delay", "dead_letter_topic", dlq, "err", err, "produce_err", perr)
-			return false
+			retry, delay = r, c.o.retryDelay
+			return fmt.Errorf("produce to the dead-letter topic %s: %w", dlq, perr)
 		}
 		c.forget(pos)
-		c.ins.DeadLetter(ctx, obs.SystemKafka, r.Topic)
-		log.Error("kafka consumer: dead-lettered", "dead_letter_topic", dlq, "err", err)
-		return true
-	}
+		last = r
+		return nil
+	})
+	return last, retry, delay
 }
 
 func (c *Consumer[M]) attempt(r *kgo.Record, pos position) int {
@@ -362,12 +299,7 @@ func (c *Consumer[M]) attempt(r *kgo.Record, pos position) int {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	// base comes from a producer's header: saturate rather than wrap around
-	// to a negative attempt, which would never reach WithMaxAttempts.
-	if n := c.retries[pos]; n > 0 && base > math.MaxInt-n {
-		return math.MaxInt
-	}
-	return base + c.retries[pos]
+	return consume.AddAttempts(base, c.retries[pos])
 }
 
 func (c *Consumer[M]) failed(pos position) {
@@ -380,11 +312,7 @@ func (c *Consumer[M]) forget(pos position) {
 	c.mu.Lock()
 	delete(c.retries, pos)
 	c.mu.Unlock()
-}
-
-// decode turns a record into the handler's message (idem.DecodeDelivery).
-func (c *Consumer[M]) decode(r *kgo.Record, id string, attempt int) (M, error) {
-	return idem.DecodeDelivery[M](r.Value, c.o.maxBody, c.o.decode, id, attempt, func() map[string]string { return headerStrings(r.Headers) })
+	c.waits.Forget(pos)
 }
 
 // messageID is the idem-message-id header, or else the record key.
@@ -409,10 +337,6 @@ func headerStrings(hs []kgo.RecordHeader) map[string]string {
 }
 
 func deadLetterCopy(r *kgo.Record, topic string, attempt int, reason error) *kgo.Record {
-	text := fmt.Sprint(reason)
-	if len(text) > maxReason {
-		text = text[:maxReason]
-	}
 	headers := make([]kgo.RecordHeader, 0, len(r.Headers)+5)
 	for _, h := range r.Headers {
 		switch h.Key {
@@ -423,7 +347,7 @@ func deadLetterCopy(r *kgo.Record, topic string, attempt int, reason error) *kgo
 	}
 	headers = append(headers,
 		kgo.RecordHeader{Key: HeaderAttempt, Value: []byte(strconv.Itoa(attempt))},
-		kgo.RecordHeader{Key: HeaderReason, Value: []byte(text)},
+		kgo.RecordHeader{Key: HeaderReason, Value: []byte(consume.Reason(reason))},
 		kgo.RecordHeader{Key: HeaderTopic, Value: []byte(r.Topic)},
 		kgo.RecordHeader{Key: HeaderPartition, Value: []byte(strconv.Itoa(int(r.Partition)))},
 		kgo.RecordHeader{Key: HeaderOffset, Value: []byte(strconv.FormatInt(r.Offset, 10))},

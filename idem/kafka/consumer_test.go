@@ -21,6 +21,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/idem/consumer"
 	"github.com/idemgen/idemgen/idem/internal/obs"
 	"github.com/idemgen/idemgen/idem/internal/obs/obstest"
 	"github.com/idemgen/idemgen/idem/kafka"
@@ -48,7 +49,7 @@ func TestConsumerPublishedThreeTimes(t *testing.T) {
 		produce(t, cl, orderRecord(t, topic, "order-o-1", order{OrderID: "o-1", Amount: 42}))
 	}
 	var rec recorder
-	stop := run(t, kafka.NewConsumer(brokers, group, []string{topic}, rec.Wrap(chargeInbox(db.Pool, nil), nil), kafka.WithLogger(logger), fast()))
+	stop := run(t, kafka.NewConsumer(brokers, group, []string{topic}, rec.Wrap(chargeInbox(db.Pool, nil), nil), consumer.WithLogger(logger), fast()))
 	waitFor(t, 10*time.Second, "three deliveries and their commit", func() bool {
 		return len(rec.Snapshot()) == 3 && committed(t, brokers, group, topic, 0) == 3
 	})
@@ -151,7 +152,7 @@ func TestConsumerKilledAfterCommitBeforeOffsetCommit(t *testing.T) {
 	}
 
 	var rec recorder
-	stop := run(t, kafka.NewConsumer(brokers, group, []string{topic}, rec.Wrap(chargeInbox(db.Pool, nil), nil), kafka.WithLogger(logger), fast()))
+	stop := run(t, kafka.NewConsumer(brokers, group, []string{topic}, rec.Wrap(chargeInbox(db.Pool, nil), nil), consumer.WithLogger(logger), fast()))
 	waitFor(t, 20*time.Second, "every record done and committed", func() bool {
 		n := int64(0)
 		for p := range int32(partitions) {
@@ -194,7 +195,7 @@ func runKilledConsumer(env string) {
 		fail(err)
 	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	c := kafka.NewConsumer([]string{brokers}, group, []string{topic}, chargeInbox(pool, nil), kafka.WithLogger(logger),
+	c := kafka.NewConsumer([]string{brokers}, group, []string{topic}, chargeInbox(pool, nil), consumer.WithLogger(logger),
 		kafka.WithClientOptions(kgo.FetchMaxWait(100*time.Millisecond), kgo.HeartbeatInterval(100*time.Millisecond), kgo.SessionTimeout(time.Second)))
 	fail(fmt.Errorf("Run returned: %v", c.Run(ctx)))
 }
@@ -223,7 +224,7 @@ func TestConsumerDeadLetters(t *testing.T) {
 	)
 	var rec recorder
 	stop := run(t, kafka.NewConsumer(brokers, group, []string{topic}, rec.Wrap(chargeInbox(db.Pool, nil), nil),
-		kafka.WithLogger(logger), kafka.WithRetryDelay(100*time.Millisecond), kafka.WithMaxBodySize(256), kafka.WithMeterProvider(meter), fast()))
+		consumer.WithLogger(logger), kafka.WithRetryDelay(100*time.Millisecond), consumer.WithMaxBodySize(256), consumer.WithMeterProvider(meter), fast()))
 	waitFor(t, 10*time.Second, "all six committed", func() bool { return committed(t, brokers, group, topic, 0) == 6 })
 	time.Sleep(300 * time.Millisecond) // would a dead letter come back?
 	stop()
@@ -295,7 +296,7 @@ func TestConsumerRetryWithDelay(t *testing.T) {
 		if err != nil && committed(t, brokers, group, topic, 0) < 0 {
 			sawUncommitted.Store(true)
 		}
-	}), kafka.WithLogger(logger), kafka.WithRetryDelay(delay), kafka.WithMeterProvider(meter), fast()))
+	}), consumer.WithLogger(logger), kafka.WithRetryDelay(delay), consumer.WithMeterProvider(meter), fast()))
 	waitFor(t, 15*time.Second, "both committed", func() bool { return committed(t, brokers, group, topic, 0) == 2 })
 	stop()
 
@@ -355,7 +356,7 @@ func TestConsumerStopCommitsOnlyCommitted(t *testing.T) {
 	for i := range 6 {
 		produce(t, cl, orderRecord(t, topic, fmt.Sprintf("order-s-%d", i), order{OrderID: fmt.Sprintf("s-%d", i), Amount: i}))
 	}
-	stop := run(t, kafka.NewConsumer(brokers, group, []string{topic}, blocking, kafka.WithLogger(logger), fast()))
+	stop := run(t, kafka.NewConsumer(brokers, group, []string{topic}, blocking, consumer.WithLogger(logger), fast()))
 	waitFor(t, 10*time.Second, "the handler of s-3 blocked", blocked.Load)
 	go func() { time.Sleep(200 * time.Millisecond); release.Done() }()
 	stop()
@@ -366,7 +367,7 @@ func TestConsumerStopCommitsOnlyCommitted(t *testing.T) {
 	if off != 3 || charged != 3 {
 		t.Fatalf("committed offset %d with %d charges; want 3 and 3 (s-0..s-2 committed, s-3 interrupted)", off, charged)
 	}
-	stop = run(t, kafka.NewConsumer(brokers, group, []string{topic}, blocking, kafka.WithLogger(logger), fast()))
+	stop = run(t, kafka.NewConsumer(brokers, group, []string{topic}, blocking, consumer.WithLogger(logger), fast()))
 	waitFor(t, 10*time.Second, "the rest done", func() bool { return committed(t, brokers, group, topic, 0) == 6 })
 	stop()
 	if n := queryInt(t, db.Pool, `SELECT coalesce(sum(n), 0)::int FROM charged`); n != 6 {
@@ -407,7 +408,7 @@ func TestConsumerRebalanceTenThousand(t *testing.T) {
 	}()
 
 	var a, b recorder
-	opts := []kafka.Option{kafka.WithLogger(logger), kafka.WithWorkers(partitions), kafka.WithMaxPollRecords(100), fast()}
+	opts := []kafka.Option{consumer.WithLogger(logger), consumer.WithWorkers(partitions), kafka.WithMaxPollRecords(100), fast()}
 	// While B joins, A's records take a few milliseconds each after their
 	// commit, so that the rebalance comes while A has a poll in flight.
 	var joining atomic.Bool

@@ -7,7 +7,7 @@
 //
 // # What the consumer does with each record
 //
-// The value is decoded (JSON by default, [WithDecoder] for another format)
+// The value is decoded (JSON by default, consumer.WithDecoder for another format)
 // into the handler's message type. An [idem.Message] gets as its ID the
 // header idem-message-id ([HeaderMessageID], which the [Publisher] sets to
 // the outbox's stable id) or, without that header, the record key; the
@@ -18,14 +18,16 @@
 //   - Retry: its offset is not committed; the partition is sought back to the
 //     record (SetOffsets) and paused for [WithRetryDelay] (default 5s), then
 //     fetched again: a delay, never a hot loop, and the records after it in
-//     the partition wait their turn. After [WithMaxAttempts] attempts
+//     the partition wait their turn (a key in progress waits [idem.RetryAfter]
+//     instead, not counted, for consumer.WithMaxWait at most). After
+//     consumer.WithMaxAttempts attempts
 //     (default 10) the record is dead-lettered instead.
 //   - DeadLetter: a copy is produced (and acknowledged) to the dead-letter
 //     topic, by default the topic + ".dlq" ([WithDeadLetterTopic]), with the
 //     headers idem-reason (the error), idem-attempt, idem-topic,
 //     idem-partition and idem-offset; then the record is done. An undecodable
 //     value ([idem.ErrUndecodablePayload]), a value larger than
-//     [WithMaxBodySize] (default 4 MiB), a record without the id its key
+//     consumer.WithMaxBodySize (default 4 MiB), a record without the id its key
 //     needs ([idem.ErrInvalidKey]) and a reused key ([idem.ErrKeyReused]) end
 //     here, once. If the copy cannot be produced the record is retried.
 //
@@ -39,7 +41,7 @@
 //
 // Auto-commit is off. [Consumer.Run] polls up to [WithMaxPollRecords] records
 // (default 500), processes the partitions of a poll at once (at most
-// [WithWorkers], default 4) and the records of each partition in order (one at
+// consumer.WithWorkers, default 4) and the records of each partition in order (one at
 // a time, or in batches: below), stopping at a record to retry. When all are
 // done it commits, per partition, the offset after the last record done
 // (CommitRecords, synchronous): only records whose transactions committed,
@@ -51,7 +53,7 @@
 //
 // When the handler is also an [idem.BatchHandler] (every generated tx-mode
 // wrapper, every [idemimpl.Inbox]), the records of one poll for a partition go, in
-// offset order, to DeliverBatch calls of at most the batch's max ([WithBatch];
+// offset order, to DeliverBatch calls of at most the batch's max (consumer.WithBatch;
 // default [idem.DefaultBatchCap], 100, never more than [WithMaxPollRecords];
 // there is no linger: a poll is the batch), one transaction per batch (see
 // [idemimpl.Inbox.HandleBatch]). Then each record, in order, is done or retried by
@@ -59,7 +61,7 @@
 // decode is dead-lettered on its own and takes no part in the batch. If record
 // k must be retried, the offsets up to k-1 are committed and the partition is
 // sought back to k: the records after k in its batch come again, and those
-// whose transactions committed are Duplicates then. WithBatch(1, 0) turns
+// whose transactions committed are Duplicates then. consumer.WithBatch(1, 0) turns
 // batching off; a handler that is only an [idem.Handler] gets one Deliver per
 // record.
 //

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/idem/consumer"
 	"github.com/idemgen/idemgen/idem/kafka"
 )
 
@@ -39,7 +40,7 @@ func Example() {
 
 	charge := chargeInbox(pool, nil) // billing.NewChargeIdem(pool, svc)
 	err = kafka.Consume(ctx, brokers, "billing", []string{"billing.charge"}, charge,
-		kafka.WithWorkers(8), kafka.WithRetryDelay(5*time.Second))
+		consumer.WithWorkers(8), kafka.WithRetryDelay(5*time.Second))
 	if err != nil {
 		log.Fatal(err)
 	}

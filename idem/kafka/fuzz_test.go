@@ -8,6 +8,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/idem/consumer"
+	"github.com/idemgen/idemgen/idem/internal/consume"
 )
 
 type fuzzOrder struct {
@@ -28,7 +30,7 @@ func FuzzRecordToMessage(f *testing.F) {
 	f.Add(make([]byte, 2000), []byte("k"), "m", true, "99999999999999999999", "h", []byte{0xff}, -1)
 	c := NewConsumer[idem.Message[fuzzOrder]]([]string{"127.0.0.1:1"}, "fuzz", []string{"fuzz"},
 		idem.HandlerFunc[idem.Message[fuzzOrder]](func(context.Context, idem.Message[fuzzOrder]) (idem.Outcome, error) { return idem.Processed, nil }),
-		WithMaxBodySize(1024))
+		consumer.WithMaxBodySize(1024))
 	if c.err != nil {
 		f.Fatal(c.err)
 	}
@@ -46,7 +48,7 @@ func FuzzRecordToMessage(f *testing.F) {
 			t.Fatalf("attempt = %d for headers %v", attempt, r.Headers)
 		}
 		mid := messageID(r)
-		msg, err := c.decode(r, mid, attempt)
+		msg, err := consume.Decode[idem.Message[fuzzOrder]](r.Value, c.o.MaxBody, c.o.Decode, mid, attempt, func() map[string]string { return headerStrings(r.Headers) })
 		if err != nil {
 			if !errors.Is(err, idem.ErrUndecodablePayload) || idem.ActionFor(err) != idem.DeadLetter {
 				t.Fatalf("decode: %v: not ErrUndecodablePayload, or not dead-lettered", err)

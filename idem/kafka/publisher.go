@@ -9,6 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/idem/internal/consume"
 )
 
 // Publisher produces outbox messages to Kafka for an idem.Relay, through an
@@ -30,10 +31,12 @@ func NewPublisher(brokers []string, opts ...Option) *Publisher {
 		p.err = errors.New("kafka: publisher: no seed brokers")
 		return p
 	}
-	p.cl, p.err = kgo.NewClient(append(append([]kgo.Opt(nil), p.o.client...), kgo.SeedBrokers(brokers...))...)
-	if p.err != nil {
-		p.err = fmt.Errorf("kafka: publisher: %w", p.err)
+	cl, err := kgo.NewClient(append(append([]kgo.Opt(nil), p.o.client...), kgo.SeedBrokers(brokers...))...)
+	if err != nil {
+		p.err = fmt.Errorf("kafka: publisher: %w", err)
+		return p
 	}
+	p.cl = cl
 	return p
 }
 
@@ -42,13 +45,10 @@ func NewPublisher(brokers []string, opts ...Option) *Publisher {
 // to the topic msg.Destination, keyed by msg.OrderingKey, or by msg.ID when
 // there is none, with the headers of msg plus idem-message-id = msg.ID.
 func (p *Publisher) Publish(ctx context.Context, msgs []idem.OutgoingMessage) []error {
-	errs := make([]error, len(msgs))
 	if p.err != nil {
-		for i := range errs {
-			errs[i] = p.err
-		}
-		return errs
+		return consume.Failed(len(msgs), p.err)
 	}
+	errs := make([]error, len(msgs))
 	var wg sync.WaitGroup
 	for i, m := range msgs {
 		if m.Destination == "" {

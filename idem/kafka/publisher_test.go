@@ -18,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/idem/consumer"
 	"github.com/idemgen/idemgen/idem/idemtest/brokertest"
 	"github.com/idemgen/idemgen/idem/kafka"
 )
@@ -171,7 +172,7 @@ func TestPublisherConnectionDroppedWhilePublishing(t *testing.T) {
 		}
 		return nil, errors.New("connection dropped by the test"), true
 	})
-	pub := kafka.NewPublisher(brokers, kafka.WithLogger(slog.New(slog.DiscardHandler)))
+	pub := kafka.NewPublisher(brokers, consumer.WithLogger(slog.New(slog.DiscardHandler)))
 	t.Cleanup(pub.Close)
 	start := time.Now()
 	runRelay(t, db.Pool, pub)

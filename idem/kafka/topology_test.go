@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/idem/consumer"
 	"github.com/idemgen/idemgen/idem/kafka"
 )
 
@@ -104,7 +105,7 @@ func TestDeclare(t *testing.T) {
 		Headers: []kgo.RecordHeader{{Key: kafka.HeaderMessageID, Value: []byte("order-bad")}}})
 	var rec recorder
 	group := uniqueName(t)
-	stop := run(t, kafka.NewConsumer(brokers, group, top.Topics, rec.Wrap(chargeInbox(db.Pool, nil), nil), kafka.WithLogger(logger), fast(),
+	stop := run(t, kafka.NewConsumer(brokers, group, top.Topics, rec.Wrap(chargeInbox(db.Pool, nil), nil), consumer.WithLogger(logger), fast(),
 		kafka.WithDeadLetterTopic(top.DeadLetterTopicName)))
 	dead := readAll(t, brokers, top.DeadLetterTopicName(topic), 1, 15*time.Second)
 	waitFor(t, 10*time.Second, "the good record handled", func() bool { return rec.Count(idem.Processed) == 1 })

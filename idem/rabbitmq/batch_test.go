@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemgen/idemgen/idem/consumer"
 	"github.com/idemgen/idemgen/idem/idemtest/brokertest"
 	"github.com/idemgen/idemgen/idem/internal/obs"
 	"github.com/idemgen/idemgen/idem/internal/obs/obstest"
@@ -43,7 +44,7 @@ func TestConsumerBatches(t *testing.T) {
 	publish(t, ch, top.Queue, reused, mustJSON(t, order{OrderID: "b-20", Amount: 999}))
 
 	rec := &brokertest.BatchRecorder{H: charges.Batched().Inbox(db.Pool, brokertest.FailFirstAttempt(flaky))}
-	stop := run(t, rabbitmq.NewConsumer(url, top, rec, rabbitmq.WithLogger(logger), rabbitmq.WithPrefetch(prefetch), rabbitmq.WithMeterProvider(meter)))
+	stop := run(t, rabbitmq.NewConsumer(url, top, rec, consumer.WithLogger(logger), rabbitmq.WithPrefetch(prefetch), consumer.WithMeterProvider(meter)))
 	// Every message once, and the flaky order's second attempt.
 	const want = orders + copies + 1 + 1
 	waitFor(t, 30*time.Second, "every message's result", func() bool { _, _, rs := rec.Snapshot(); return len(rs) >= want })
@@ -87,7 +88,7 @@ func TestConsumerBatchOff(t *testing.T) {
 		publish(t, ch, top.Queue, fmt.Sprintf("order-n-%d", i), mustJSON(t, order{OrderID: fmt.Sprintf("n-%d", i), Amount: i}))
 	}
 	rec := &brokertest.BatchRecorder{H: charges.Batched().Inbox(db.Pool, nil)}
-	stop := run(t, rabbitmq.NewConsumer(url, top, rec, rabbitmq.WithLogger(logger), rabbitmq.WithPrefetch(total), rabbitmq.WithBatch(1, 0)))
+	stop := run(t, rabbitmq.NewConsumer(url, top, rec, consumer.WithLogger(logger), rabbitmq.WithPrefetch(total), consumer.WithBatch(1, 0)))
 	waitFor(t, 10*time.Second, "every message", func() bool { _, n, _ := rec.Snapshot(); return n == total })
 	stop()
 
@@ -99,6 +100,6 @@ func TestConsumerBatchOff(t *testing.T) {
 func TestWithBatchInvalid(t *testing.T) {
 	t.Parallel()
 	brokertest.CheckWithBatchInvalid(t, func(max int, linger time.Duration) error {
-		return rabbitmq.NewConsumer("amqp://guest:guest@127.0.0.1:5672/", rabbitmq.Topology{Queue: "q"}, &brokertest.BatchRecorder{}, rabbitmq.WithBatch(max, linger)).Run(context.Background())
+		return rabbitmq.NewConsumer("amqp://guest:guest@127.0.0.1:5672/", rabbitmq.Topology{Queue: "q"}, &brokertest.BatchRecorder{}, consumer.WithBatch(max, linger)).Run(context.Background())
 	})
 }

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"strconv"
 	"sync"
 	"time"
@@ -15,7 +14,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/idemgen/idemgen/idem"
-	"github.com/idemgen/idemgen/idem/internal/batches"
+	"github.com/idemgen/idemgen/idem/internal/consume"
 	"github.com/idemgen/idemgen/idem/internal/obs"
 )
 
@@ -28,24 +27,25 @@ const (
 	HeaderReason = "x-idem-reason"
 	// HeaderQueue is the work queue a dead-letter copy comes from.
 	HeaderQueue = "x-idem-queue"
+	// HeaderNotBefore is when (Unix milliseconds) a retry copy of a
+	// delivery whose key was in progress may be handled again
+	// (idem.RetryAfter): until then the consumer routes it back to the
+	// retry queue, without calling the handler or counting an attempt.
+	HeaderNotBefore = "x-idem-not-before"
+	// HeaderWaiting is when (Unix milliseconds) the delivery's key was
+	// first found in progress; consumer.WithMaxWait counts from it.
+	HeaderWaiting = "x-idem-waiting-since"
 )
-
-// maxReason bounds the x-idem-reason header: an AMQP short string is at most
-// 255 bytes, but headers are long strings; a bound keeps a huge error text
-// from growing every dead-lettered message.
-const maxReason = 1024
 
 // Consumer feeds the deliveries of one work queue to an idem.Handler and acts
 // on each as idem.ActionFor says; see the package documentation. Create it
 // with NewConsumer, run it with Run.
 type Consumer[M any] struct {
-	url     string
-	top     Topology
-	handler idem.Handler[M]
-	batch   idem.BatchHandler[M] // the handler, when it takes batches and batching is on
-	o       options
-	ins     *obs.Instruments
-	err     error // of the configuration; Run returns it
+	url  string
+	top  Topology
+	core *consume.Core[M]
+	o    options
+	err  error // of the configuration; Run returns it
 }
 
 // NewConsumer returns a Consumer of top.Queue on the broker at url (an
@@ -54,15 +54,12 @@ type Consumer[M any] struct {
 // type; for an idem.Message[T] the body is decoded into T and ID, Attempt and
 // Headers come from the delivery. When h is also an idem.BatchHandler (a
 // generated tx-mode wrapper, an idemimpl.Inbox), each worker delivers up to
-// WithBatch deliveries with one DeliverBatch call. Options: WithWorkers,
-// WithPrefetch, WithBatch, WithMaxAttempts, WithMaxBodySize, WithDecoder,
-// WithBackoff, WithLogger, WithConfig, WithConnectionName.
+// consumer.WithBatch deliveries with one DeliverBatch call. Options: those
+// of idem/consumer, WithPrefetch, WithBackoff, WithConfig,
+// WithConnectionName.
 func NewConsumer[M any](url string, top Topology, h idem.Handler[M], opts ...Option) *Consumer[M] {
-	c := &Consumer[M]{url: url, top: top, handler: h, o: newOptions("consumer", opts)}
-	if bh, ok := h.(idem.BatchHandler[M]); ok && c.o.batchSize() > 1 {
-		c.batch = bh
-	}
-	c.ins = obs.New(c.o.meter)
+	c := &Consumer[M]{url: url, top: top, o: newOptions("consumer", opts)}
+	c.core = consume.New("rabbitmq", obs.SystemRabbitMQ, h, c.o.Config, c.o.Prefetch, func(int) time.Duration { return top.retryDelay() })
 	c.err = top.validate()
 	if c.err == nil {
 		c.err = c.o.validate("consumer of " + top.Queue)
@@ -86,32 +83,20 @@ func Consume[M any](ctx context.Context, url string, top Topology, h idem.Handle
 // connection is lost or cannot be made, and returns nil once ctx ended and
 // every delivery in hand was acked (when it committed) or left to return to
 // the queue. It returns an error at once only for a configuration that can
-// never work (no queue, a URL that does not parse, an invalid option).
+// never work (no queue, a URL that does not parse, an invalid option) and
+// for a handler whose table or one of its columns is missing (checked before
+// it connects: nothing is consumed).
 func (c *Consumer[M]) Run(ctx context.Context) error {
 	if c.err != nil {
 		return c.err
 	}
-	log := c.o.logger.With("queue", c.top.Queue)
-	backoff := c.o.backoffMin
-	for {
-		started := time.Now()
-		consumed, err := c.session(ctx, log)
-		if ctx.Err() != nil {
-			return nil
-		}
-		if consumed && time.Since(started) >= c.o.backoffMax {
-			backoff = c.o.backoffMin
-		}
-		log.Warn("rabbitmq consumer: connection lost or refused; connecting again", "err", err, "in", backoff)
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil
-		case <-t.C:
-		}
-		backoff = min(2*backoff, c.o.backoffMax)
+	log := c.o.Logger.With("queue", c.top.Queue)
+	if err := c.core.CheckTables(ctx, log); err != nil {
+		return fmt.Errorf("rabbitmq: consumer of %s: %w", c.top.Queue, err)
 	}
+	return consume.Sessions(ctx, log, c.o.BackoffMin, c.o.BackoffMax, "rabbitmq consumer: connection lost or refused; connecting again",
+		func(ctx context.Context) (bool, error) { return c.session(ctx, log) },
+		func(error) error { return nil })
 }
 
 // session is one connection: it consumes until ctx ends or the connection,
@@ -133,8 +118,8 @@ func (c *Consumer[M]) session(ctx context.Context, log *slog.Logger) (consumed b
 	// Closing the channel returns every delivery that was not acked to the
 	// queue; it runs after the workers stopped.
 	defer ch.Close()
-	if err := ch.Qos(c.o.prefetch, 0, false); err != nil {
-		return false, fmt.Errorf("rabbitmq: set the prefetch to %d: %w", c.o.prefetch, err)
+	if err := ch.Qos(c.o.Prefetch, 0, false); err != nil {
+		return false, fmt.Errorf("rabbitmq: set the prefetch to %d: %w", c.o.Prefetch, err)
 	}
 	r, err := newRouter(conn)
 	if err != nil {
@@ -145,11 +130,8 @@ func (c *Consumer[M]) session(ctx context.Context, log *slog.Logger) (consumed b
 	if err != nil {
 		return false, fmt.Errorf("rabbitmq: consume %s: %w", c.top.Queue, err)
 	}
-	batch := 1
-	if c.batch != nil {
-		batch = c.o.batchSize()
-	}
-	log.Info("rabbitmq consumer: consuming", "workers", c.o.workers, "prefetch", c.o.prefetch, "batch", batch)
+	batch := c.core.Batch(c.o.Prefetch)
+	log.Info("rabbitmq consumer: consuming", "workers", c.o.Workers, "prefetch", c.o.Prefetch, "batch", batch)
 
 	connClosed := conn.NotifyClose(make(chan *amqp.Error, 1))
 	chClosed := ch.NotifyClose(make(chan *amqp.Error, 1))
@@ -162,7 +144,7 @@ func (c *Consumer[M]) session(ctx context.Context, log *slog.Logger) (consumed b
 		stopOnce.Do(func() { stopErr = err; close(stop) })
 	}
 	var wg sync.WaitGroup
-	for range c.o.workers {
+	for range c.o.Workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -176,15 +158,11 @@ func (c *Consumer[M]) session(ctx context.Context, log *slog.Logger) (consumed b
 					if !ok {
 						return // the channel or connection closed, or the broker cancelled the consumer
 					}
-					if c.batch == nil {
-						if err := c.deliver(ctx, log, r, &d); err != nil {
-							fail(err)
-							return
-						}
-						continue
+					ds, open := []amqp.Delivery{d}, true
+					if batch > 1 {
+						ds, open = consume.Collect(ctx, stop, deliveries, d, batch, c.o.BatchLinger)
 					}
-					ds, open := batches.Collect(ctx, stop, deliveries, d, c.o.batchSize(), c.o.batchLinger)
-					if err := c.deliverBatch(ctx, log, r, ds); err != nil {
+					if err := c.handle(ctx, log, r, ds); err != nil {
 						fail(err)
 						return
 					}
@@ -223,122 +201,92 @@ func (c *Consumer[M]) session(ctx context.Context, log *slog.Logger) (consumed b
 	return true, stopErr
 }
 
-// deliver handles one delivery. It returns an error only when the delivery
-// could not be routed where its action sends it: the session then ends, and
-// the delivery, not acked, returns to the queue.
-func (c *Consumer[M]) deliver(ctx context.Context, log *slog.Logger, r *router, d *amqp.Delivery) error {
-	attempt := attemptOf(d)
-	log = log.With("message_id", d.MessageId, "attempt", attempt)
-	if ctx.Err() != nil {
-		return nil // stopping: not acked, it returns to the queue with the channel
-	}
-	var (
-		outcome idem.Outcome
-		err     error
-	)
-	msg, err := c.decode(d, attempt)
-	if err == nil {
-		outcome, err = c.handler.Deliver(ctx, msg)
-	}
-	return c.settle(ctx, log, r, d, attempt, outcome, err)
-}
-
-// deliverBatch handles the deliveries one worker collected: those that do
-// not decode are dead-lettered on their own, the others go to one
-// DeliverBatch call, and each is then settled by its own result. Like
-// deliver, it returns the first routing error, after settling the others.
-func (c *Consumer[M]) deliverBatch(ctx context.Context, log *slog.Logger, r *router, ds []amqp.Delivery) error {
+// handle hands the deliveries a worker took to the consumer's core, which
+// settles each through settle; a delivery whose key was in progress and
+// whose time has not come (HeaderNotBefore) goes back to the retry queue
+// first. It returns an error only when a delivery could not be routed where
+// its action sends it, or acked: the session then ends, and what was not
+// acked returns to the queue.
+func (c *Consumer[M]) handle(ctx context.Context, log *slog.Logger, r *router, ds []amqp.Delivery) error {
 	if ctx.Err() != nil {
 		return nil // stopping: not acked, they return to the queue with the channel
 	}
-	type pending struct {
-		d       *amqp.Delivery
-		attempt int
-		log     *slog.Logger
-	}
 	var (
 		first error
-		msgs  []M
-		batch []pending
+		ready []*amqp.Delivery
+		cds   []consume.Delivery
 	)
-	keep := func(err error) {
-		if err != nil && first == nil {
-			first = err
-		}
-	}
+	now := time.Now()
 	for i := range ds {
 		d := &ds[i]
-		attempt := attemptOf(d)
-		dlog := log.With("message_id", d.MessageId, "attempt", attempt)
-		msg, err := c.decode(d, attempt)
-		if err != nil {
-			keep(c.settle(ctx, dlog, r, d, attempt, 0, err))
+		if notBefore, ok := msHeader(d.Headers[HeaderNotBefore]); ok && now.Before(notBefore) {
+			if err := c.holdBack(ctx, r, d, notBefore.Sub(now)); err != nil && first == nil {
+				first = err
+			}
 			continue
 		}
-		msgs = append(msgs, msg)
-		batch = append(batch, pending{d, attempt, dlog})
+		attempt := attemptOf(d)
+		waiting, _ := msHeader(d.Headers[HeaderWaiting])
+		ready = append(ready, d)
+		cds = append(cds, consume.Delivery{
+			Body: d.Body, ID: d.MessageId, Attempt: attempt, Waiting: waiting, Destination: c.top.Queue,
+			Headers: func() map[string]string { return headerStrings(d.Headers) },
+			Log:     log.With("message_id", d.MessageId, "attempt", attempt),
+		})
 	}
-	if len(msgs) == 0 {
+	if len(cds) == 0 {
 		return first
 	}
-	results := batches.Deliver(ctx, "rabbitmq", c.batch, msgs)
-	log.Debug("rabbitmq consumer: batch delivered", "messages", len(msgs))
-	for i, p := range batch {
-		keep(c.settle(ctx, p.log, r, p.d, p.attempt, results[i].Outcome, results[i].Err))
+	err := c.core.Handle(ctx, cds, func(ctx context.Context, i int, dec consume.Decision) error {
+		return c.settle(ctx, r, ready[i], cds[i], dec)
+	})
+	if first == nil {
+		first = err
 	}
 	return first
 }
 
-// settle acts on a delivery's result as idem.ActionFor says. It returns an
-// error only when the delivery could not be routed where its action sends
-// it: the session then ends, and the delivery, not acked, returns to the
-// queue.
-func (c *Consumer[M]) settle(ctx context.Context, log *slog.Logger, r *router, d *amqp.Delivery, attempt int, outcome idem.Outcome, err error) error {
-	action := idem.ActionFor(err)
-	if action == idem.Retry && ctx.Err() != nil {
-		log.Info("rabbitmq consumer: stopping; not acked, the delivery returns to the queue", "err", err)
+// settle is the transport of a decision: an ack; a retry copy to the retry
+// queue (for a key in progress, one that keeps its attempt and comes back
+// no earlier than the decision's delay) and an ack; a dead-letter copy to
+// the dead-letter exchange and an ack; or, when stopping, nothing: the
+// delivery returns to the queue with the channel.
+func (c *Consumer[M]) settle(ctx context.Context, r *router, d *amqp.Delivery, cd consume.Delivery, dec consume.Decision) error {
+	switch {
+	case dec.Stopping:
 		return nil
-	}
-	if action == idem.Retry && attempt >= c.o.maxAttempts {
-		err = fmt.Errorf("rabbitmq: gave up after %d attempts (WithMaxAttempts): %w", attempt, err)
-		action = idem.DeadLetter
-	}
-	switch action {
-	case idem.Ack:
-		if ackErr := d.Ack(false); ackErr != nil {
-			log.Warn("rabbitmq consumer: committed but the ack failed; the broker redelivers it and the redelivery is a duplicate", "outcome", outcome, "err", err, "ack_err", ackErr)
-			return nil
+	case dec.Action == idem.Ack:
+		return d.Ack(false)
+	case dec.Action == idem.Retry:
+		p := retryCopy(d, cd.Attempt+1, c.top.retryDelay())
+		if dec.Wait {
+			since := cd.Waiting
+			if since.IsZero() {
+				since = time.Now()
+			}
+			p = waitCopy(d, cd.Attempt, since, time.Now().Add(dec.Delay), min(dec.Delay, c.top.retryDelay()))
 		}
-		log.Debug("rabbitmq consumer: acked", "outcome", outcome, "err", err)
-	case idem.Retry:
-		if rerr := r.publish(ctx, "", c.top.RetryQueue(), retryCopy(d, attempt+1, c.top.retryDelay())); rerr != nil {
-			log.Error("rabbitmq consumer: cannot route to the retry queue; not acked", "retry_queue", c.top.RetryQueue(), "err", err, "route_err", rerr)
-			return fmt.Errorf("rabbitmq: route %s to the retry queue %s: %w", d.MessageId, c.top.RetryQueue(), rerr)
+		if err := r.publish(ctx, "", c.top.RetryQueue(), p); err != nil {
+			return fmt.Errorf("rabbitmq: route %s to the retry queue %s: %w", d.MessageId, c.top.RetryQueue(), err)
 		}
-		if ackErr := d.Ack(false); ackErr != nil {
-			log.Warn("rabbitmq consumer: a retry copy was queued but the ack failed; the message comes back twice and the inbox makes the second a duplicate", "err", err, "ack_err", ackErr)
-			return nil
-		}
-		c.ins.Retry(ctx, obs.SystemRabbitMQ, c.top.Queue)
-		log.Warn("rabbitmq consumer: retry after the delay", "delay", c.top.retryDelay(), "err", err)
+		return d.Ack(false)
 	default:
-		if rerr := r.publish(ctx, c.top.DeadLetterExchange(), c.top.Queue, deadLetterCopy(d, attempt, c.top.Queue, err)); rerr != nil {
-			log.Error("rabbitmq consumer: cannot route to the dead-letter exchange; not acked", "dead_letter_exchange", c.top.DeadLetterExchange(), "err", err, "route_err", rerr)
-			return fmt.Errorf("rabbitmq: route %s to the dead-letter exchange %s: %w", d.MessageId, c.top.DeadLetterExchange(), rerr)
+		if err := r.publish(ctx, c.top.DeadLetterExchange(), c.top.Queue, deadLetterCopy(d, cd.Attempt, c.top.Queue, dec.Err)); err != nil {
+			return fmt.Errorf("rabbitmq: route %s to the dead-letter exchange %s: %w", d.MessageId, c.top.DeadLetterExchange(), err)
 		}
-		if ackErr := d.Ack(false); ackErr != nil {
-			log.Warn("rabbitmq consumer: dead-lettered but the ack failed; the broker redelivers it", "err", err, "ack_err", ackErr)
-			return nil
-		}
-		c.ins.DeadLetter(ctx, obs.SystemRabbitMQ, c.top.Queue)
-		log.Error("rabbitmq consumer: dead-lettered", "dead_letter_queue", c.top.DeadLetterQueue(), "err", err)
+		return d.Ack(false)
 	}
-	return nil
 }
 
-// decode turns a delivery into the handler's message (idem.DecodeDelivery).
-func (c *Consumer[M]) decode(d *amqp.Delivery, attempt int) (M, error) {
-	return idem.DecodeDelivery[M](d.Body, c.o.maxBody, c.o.decode, d.MessageId, attempt, func() map[string]string { return headerStrings(d.Headers) })
+// holdBack routes a delivery whose time has not come back to the retry
+// queue, as it is, for left or the retry delay, whichever is shorter.
+func (c *Consumer[M]) holdBack(ctx context.Context, r *router, d *amqp.Delivery, left time.Duration) error {
+	p := copyOf(d)
+	p.Expiration = strconv.FormatInt(max(min(left, c.top.retryDelay()), time.Millisecond).Milliseconds(), 10)
+	if err := r.publish(ctx, "", c.top.RetryQueue(), p); err != nil {
+		return fmt.Errorf("rabbitmq: route %s back to the retry queue %s: %w", d.MessageId, c.top.RetryQueue(), err)
+	}
+	return d.Ack(false)
 }
 
 // attemptOf returns which attempt at the message d is; see the package
@@ -346,29 +294,15 @@ func (c *Consumer[M]) decode(d *amqp.Delivery, attempt int) (M, error) {
 func attemptOf(d *amqp.Delivery) int {
 	base, ok := intHeader(d.Headers[HeaderAttempt])
 	if !ok || base < 1 {
-		base = addAttempts(1, expiries(d.Headers))
+		base = consume.AddAttempts(1, expiries(d.Headers))
 	}
 	if n, ok := intHeader(d.Headers["x-delivery-count"]); ok {
-		return addAttempts(base, n)
+		return consume.AddAttempts(base, n)
 	}
 	if d.Redelivered {
-		return addAttempts(base, 1)
+		return consume.AddAttempts(base, 1)
 	}
 	return base
-}
-
-// addAttempts adds n (taken as 0 when negative) to the attempt a without
-// overflowing: headers come from producers, and an attempt that wrapped
-// around to a negative number would never reach WithMaxAttempts, so the
-// delivery would be retried forever instead of dead-lettered.
-func addAttempts(a, n int) int {
-	if n <= 0 {
-		return a
-	}
-	if a > math.MaxInt-n {
-		return math.MaxInt
-	}
-	return a + n
 }
 
 // expiries sums the counts of the x-death entries that record an expiry: the
@@ -382,7 +316,7 @@ func expiries(h amqp.Table) int {
 			continue
 		}
 		if c, ok := intHeader(t["count"]); ok && c > 0 {
-			n = addAttempts(n, c)
+			n = consume.AddAttempts(n, c)
 		}
 	}
 	return n
@@ -469,14 +403,38 @@ func retryCopy(d *amqp.Delivery, next int, delay time.Duration) amqp.Publishing 
 	return p
 }
 
+// waitCopy is the retry copy of a delivery whose key is in progress: it
+// keeps its attempt, and says since when it waits and when it may be
+// handled again.
+func waitCopy(d *amqp.Delivery, attempt int, since, notBefore time.Time, expiration time.Duration) amqp.Publishing {
+	p := copyOf(d)
+	p.Headers[HeaderAttempt] = int32(attempt)
+	p.Headers[HeaderWaiting] = since.UnixMilli()
+	p.Headers[HeaderNotBefore] = notBefore.UnixMilli()
+	p.Expiration = strconv.FormatInt(max(expiration, time.Millisecond).Milliseconds(), 10)
+	return p
+}
+
+// msHeader reads a time in Unix milliseconds.
+func msHeader(v any) (time.Time, bool) {
+	var ms int64
+	switch n := v.(type) {
+	case int64:
+		ms = n
+	case int32:
+		ms = int64(n)
+	case int:
+		ms = int64(n)
+	default:
+		return time.Time{}, false
+	}
+	return time.UnixMilli(ms), true
+}
+
 func deadLetterCopy(d *amqp.Delivery, attempt int, queue string, reason error) amqp.Publishing {
 	p := copyOf(d)
-	text := fmt.Sprint(reason)
-	if len(text) > maxReason {
-		text = text[:maxReason]
-	}
 	p.Headers[HeaderAttempt] = int32(attempt)
-	p.Headers[HeaderReason] = text
+	p.Headers[HeaderReason] = consume.Reason(reason)
 	p.Headers[HeaderQueue] = queue
 	p.DeliveryMode = amqp.Persistent // a dead letter waits for an operator
 	return p

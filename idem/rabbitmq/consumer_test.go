@@ -12,6 +12,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/idem/consumer"
 	"github.com/idemgen/idemgen/idem/internal/obs"
 	"github.com/idemgen/idemgen/idem/internal/obs/obstest"
 	"github.com/idemgen/idemgen/idem/rabbitmq"
@@ -34,7 +35,7 @@ func TestConsumerPublishedThreeTimes(t *testing.T) {
 		publish(t, ch, top.Queue, "order-o-1", body)
 	}
 	var rec recorder
-	stop := run(t, rabbitmq.NewConsumer(url, top, rec.Wrap(chargeInbox(db.Pool, nil), nil), rabbitmq.WithLogger(logger)))
+	stop := run(t, rabbitmq.NewConsumer(url, top, rec.Wrap(chargeInbox(db.Pool, nil), nil), consumer.WithLogger(logger)))
 	waitFor(t, 10*time.Second, "three deliveries", func() bool { return len(rec.Snapshot()) == 3 })
 	stop()
 
@@ -76,7 +77,7 @@ func TestConsumerRedeliveryAfterCommitBeforeAck(t *testing.T) {
 			cutOnce.Do(dialed.cut)
 		}
 	})
-	stop := run(t, rabbitmq.NewConsumer(url, top, h, rabbitmq.WithLogger(logger),
+	stop := run(t, rabbitmq.NewConsumer(url, top, h, consumer.WithLogger(logger),
 		rabbitmq.WithConfig(amqp.Config{Dial: dialed.dial}), rabbitmq.WithBackoff(50*time.Millisecond, time.Second)))
 	publish(t, channel(t, url), top.Queue, "order-o-2", mustJSON(t, order{OrderID: "o-2", Amount: 7}))
 	waitFor(t, 15*time.Second, "the redelivery", func() bool { return len(rec.Snapshot()) >= 2 })
@@ -115,7 +116,7 @@ func TestConsumerDeadLetters(t *testing.T) {
 
 	var rec recorder
 	stop := run(t, rabbitmq.NewConsumer(url, top, rec.Wrap(chargeInbox(db.Pool, nil), nil),
-		rabbitmq.WithLogger(logger), rabbitmq.WithMaxBodySize(256), rabbitmq.WithMeterProvider(meter)))
+		consumer.WithLogger(logger), consumer.WithMaxBodySize(256), consumer.WithMeterProvider(meter)))
 	ch := channel(t, url)
 	publish(t, ch, top.Queue, "order-o-3", mustJSON(t, order{OrderID: "o-3", Amount: 1}))
 	waitFor(t, 10*time.Second, "the first order", func() bool { return rec.Count(idem.Processed) == 1 })
@@ -198,7 +199,7 @@ func TestConsumerRetryWithDelay(t *testing.T) {
 		return nil
 	})
 	var rec recorder
-	stop := run(t, rabbitmq.NewConsumer(url, top, rec.Wrap(flaky, nil), rabbitmq.WithLogger(logger)))
+	stop := run(t, rabbitmq.NewConsumer(url, top, rec.Wrap(flaky, nil), consumer.WithLogger(logger)))
 	publish(t, channel(t, url), top.Queue, "order-o-6", mustJSON(t, order{OrderID: "o-6", Amount: 3}))
 	waitFor(t, 15*time.Second, "the order processed", func() bool { return rec.Count(idem.Processed) == 1 })
 	time.Sleep(2 * delay) // no further delivery comes
@@ -247,7 +248,7 @@ func TestConsumerRetriesExhausted(t *testing.T) {
 
 	var rec recorder
 	failing := chargeInbox(db.Pool, func(idem.Message[order]) error { return errors.New("still down") })
-	stop := run(t, rabbitmq.NewConsumer(url, top, rec.Wrap(failing, nil), rabbitmq.WithLogger(logger), rabbitmq.WithMaxAttempts(3)))
+	stop := run(t, rabbitmq.NewConsumer(url, top, rec.Wrap(failing, nil), consumer.WithLogger(logger), consumer.WithMaxAttempts(3)))
 	publish(t, channel(t, url), top.Queue, "order-o-7", mustJSON(t, order{OrderID: "o-7", Amount: 3}))
 	waitFor(t, 10*time.Second, "the dead letter", func() bool { return depth(t, url, top.DeadLetterQueue()) == 1 })
 	stop()
@@ -297,7 +298,7 @@ func TestConsumerStopAcksOnlyCommitted(t *testing.T) {
 	for i := range total {
 		publish(t, ch, top.Queue, "order-s-"+string(rune('a'+i)), mustJSON(t, order{OrderID: "s-" + string(rune('a'+i)), Amount: i}))
 	}
-	stop := run(t, rabbitmq.NewConsumer(url, top, h, rabbitmq.WithLogger(logger), rabbitmq.WithWorkers(2), rabbitmq.WithPrefetch(total)))
+	stop := run(t, rabbitmq.NewConsumer(url, top, h, consumer.WithLogger(logger), consumer.WithWorkers(2), rabbitmq.WithPrefetch(total)))
 	release := sync.OnceFunc(stopping.Done)
 	t.Cleanup(release) // before the consumer's stop, if the test fails early
 	// Both workers end up blocked on odd orders.

@@ -6,7 +6,7 @@
 //
 // # What the consumer does with each delivery
 //
-// The body is decoded (JSON by default, [WithDecoder] for another format)
+// The body is decoded (JSON by default, consumer.WithDecoder for another format)
 // into the handler's message type; an [idem.Message] gets the AMQP message_id
 // as its ID, the attempt and the headers too. Then [idem.ActionFor] of the
 // handler's error decides, and nothing else:
@@ -17,12 +17,16 @@
 //   - Retry: a copy goes to the queue's retry queue (published with
 //     confirms, then the original is acked). The retry queue holds it for
 //     the retry delay (its x-message-ttl) and dead-letters it back to the
-//     work queue: a delay, never a hot requeue loop. After [WithMaxAttempts]
-//     attempts (default 10) the message is dead-lettered instead.
+//     work queue: a delay, never a hot requeue loop. After consumer.WithMaxAttempts
+//     attempts (default 10) the message is dead-lettered instead. A key in
+//     progress ([idem.ErrInProgress], [idem.ErrClaimLost]) is a wait, not an
+//     attempt: its copy carries [HeaderNotBefore] ([idem.RetryAfter] from
+//     now) and goes round the retry queue until then, for consumer.WithMaxWait
+//     at most.
 //   - DeadLetter: a copy goes to the queue's dead-letter exchange, which
 //     routes it to the dead-letter queue, with the reason in the header
 //     x-idem-reason; then the original is acked. An undecodable body
-//     ([idem.ErrUndecodablePayload]), a body larger than [WithMaxBodySize]
+//     ([idem.ErrUndecodablePayload]), a body larger than consumer.WithMaxBodySize
 //     (default 4 MiB), a message without the id its key needs
 //     ([idem.ErrInvalidKey]) and a reused key ([idem.ErrKeyReused]) end here,
 //     once, without reaching the handler more than once.
@@ -39,7 +43,7 @@
 // redelivered). Every log line about a delivery carries queue, message_id and
 // attempt.
 //
-// [Consumer.Run] runs [WithWorkers] handlers at once (default 4) over a
+// [Consumer.Run] runs consumer.WithWorkers handlers at once (default 4) over a
 // prefetch of [WithPrefetch] deliveries (default twice the workers). It
 // connects again with exponential backoff whenever the connection or channel
 // is lost; deliveries that were not acked come back from the broker. When its
@@ -56,9 +60,9 @@
 // is then acked, retried or dead-lettered by its own result (idem.ActionFor of
 // its Result.Err), one basic.ack per delivery tag, as above; a delivery that
 // does not decode is dead-lettered on its own and takes no part in the batch.
-// [WithBatch] sets the max (default [idem.DefaultBatchCap], 100, never more
+// consumer.WithBatch sets the max (default [idem.DefaultBatchCap], 100, never more
 // than the prefetch, which bounds the unacked deliveries) and the linger
-// (default [DefaultBatchLinger], 2ms); WithBatch(1, 0) turns batching off. A
+// (default consumer.DefaultBatchLinger, 2ms); consumer.WithBatch(1, 0) turns batching off. A
 // handler that is only an [idem.Handler] gets one Deliver per delivery.
 //
 // # Topology

@@ -11,6 +11,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/idem/consumer"
 	"github.com/idemgen/idemgen/idem/rabbitmq"
 )
 
@@ -54,7 +55,7 @@ func Example() {
 	}()
 
 	charge := chargeInbox(pool, nil) // billing.NewChargeIdem(pool, svc)
-	if err := rabbitmq.Consume(ctx, url, top, charge, rabbitmq.WithWorkers(8)); err != nil {
+	if err := rabbitmq.Consume(ctx, url, top, charge, consumer.WithWorkers(8)); err != nil {
 		log.Fatal(err)
 	}
 }

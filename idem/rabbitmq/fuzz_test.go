@@ -9,6 +9,8 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/idem/consumer"
+	"github.com/idemgen/idemgen/idem/internal/consume"
 )
 
 type fuzzOrder struct {
@@ -57,7 +59,7 @@ func FuzzDeliveryToMessage(f *testing.F) {
 	f.Add(make([]byte, 2000), "m", "x-delivery-count", "", uint8(2), int64(-5), int64(0), false)
 	c := NewConsumer[idem.Message[fuzzOrder]]("amqp://guest:guest@127.0.0.1:5672/", Topology{Queue: "fuzz"},
 		idem.HandlerFunc[idem.Message[fuzzOrder]](func(context.Context, idem.Message[fuzzOrder]) (idem.Outcome, error) { return idem.Processed, nil }),
-		WithMaxBodySize(1024))
+		consumer.WithMaxBodySize(1024))
 	if c.err != nil {
 		f.Fatal(c.err)
 	}
@@ -69,7 +71,7 @@ func FuzzDeliveryToMessage(f *testing.F) {
 		if attempt < 1 {
 			t.Fatalf("attemptOf = %d for headers %v", attempt, d.Headers)
 		}
-		msg, err := c.decode(&d, attempt)
+		msg, err := consume.Decode[idem.Message[fuzzOrder]](d.Body, c.o.MaxBody, c.o.Decode, d.MessageId, attempt, func() map[string]string { return headerStrings(d.Headers) })
 		if err != nil {
 			if !errors.Is(err, idem.ErrUndecodablePayload) || idem.ActionFor(err) != idem.DeadLetter {
 				t.Fatalf("decode: %v: not ErrUndecodablePayload, or not dead-lettered", err)

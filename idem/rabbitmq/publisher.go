@@ -114,7 +114,7 @@ func (p *Publisher) connect(ctx context.Context) error {
 	p.returns = ch.NotifyReturn(make(chan amqp.Return, defaultReturnBuffer))
 	p.closed = ch.NotifyClose(make(chan *amqp.Error, 1))
 	p.exchanges = map[string]bool{"": true}
-	p.o.logger.Info("rabbitmq publisher: connected")
+	p.o.Logger.Info("rabbitmq publisher: connected")
 	return nil
 }
 
@@ -270,7 +270,7 @@ func (p *Publisher) publishChunk(ctx context.Context, msgs []idem.OutgoingMessag
 		lost = fmt.Errorf("rabbitmq: publisher: the channel closed: %w", p.closeReason())
 	}
 	if lost != nil {
-		p.o.logger.Warn("rabbitmq publisher: batch interrupted; what was not confirmed fails and is published again", "err", lost)
+		p.o.Logger.Warn("rabbitmq publisher: batch interrupted; what was not confirmed fails and is published again", "err", lost)
 		p.drop()
 	}
 }

@@ -16,6 +16,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/idem/consumer"
 	"github.com/idemgen/idemgen/idem/idemtest/brokertest"
 	"github.com/idemgen/idemgen/idem/rabbitmq"
 )
@@ -142,11 +143,11 @@ func TestConnectionsClosedByServer(t *testing.T) {
 	declare(t, url, top)
 	logs, logger := newLogs(t)
 
-	pub := rabbitmq.NewPublisher(url, rabbitmq.WithConnectionName(name+"-publisher"), rabbitmq.WithLogger(logger))
+	pub := rabbitmq.NewPublisher(url, rabbitmq.WithConnectionName(name+"-publisher"), consumer.WithLogger(logger))
 	t.Cleanup(func() { pub.Close() })
 	runRelay(t, db.Pool, pub)
 	var rec recorder
-	stop := run(t, rabbitmq.NewConsumer(url, top, rec.Wrap(chargeInbox(db.Pool, nil), nil), rabbitmq.WithLogger(logger),
+	stop := run(t, rabbitmq.NewConsumer(url, top, rec.Wrap(chargeInbox(db.Pool, nil), nil), consumer.WithLogger(logger),
 		rabbitmq.WithConnectionName(name+"-consumer"), rabbitmq.WithBackoff(50*time.Millisecond, 500*time.Millisecond)))
 
 	// The orders keep coming before, during and after the close: the writer
@@ -230,7 +231,7 @@ func TestPublisherConnectionClosedWhilePublishing(t *testing.T) {
 	const closeAt = 512
 	var handed atomic.Int32
 	closeNow, closeDone := make(chan struct{}), make(chan struct{})
-	pub := rabbitmq.NewPublisher(url, rabbitmq.WithConnectionName(name+"-publisher"), rabbitmq.WithLogger(logger),
+	pub := rabbitmq.NewPublisher(url, rabbitmq.WithConnectionName(name+"-publisher"), consumer.WithLogger(logger),
 		rabbitmq.WithPublishing(func(idem.OutgoingMessage, *amqp.Publishing) {
 			if handed.Add(1) == closeAt {
 				close(closeNow)
@@ -255,8 +256,8 @@ func TestPublisherConnectionClosedWhilePublishing(t *testing.T) {
 	inQueue := depth(t, url, top.Queue)
 
 	var rec recorder
-	stop := run(t, rabbitmq.NewConsumer(url, top, rec.Wrap(chargeInbox(db.Pool, nil), nil), rabbitmq.WithLogger(slog.New(slog.DiscardHandler)),
-		rabbitmq.WithWorkers(8)))
+	stop := run(t, rabbitmq.NewConsumer(url, top, rec.Wrap(chargeInbox(db.Pool, nil), nil), consumer.WithLogger(slog.New(slog.DiscardHandler)),
+		consumer.WithWorkers(8)))
 	waitFor(t, 60*time.Second, "the queue consumed", func() bool { return len(rec.Snapshot()) >= inQueue && depth(t, url, top.Queue) == 0 })
 	stop()
 

@@ -128,9 +128,24 @@ type Recorder struct {
 	list []Delivery
 }
 
+// maintained is a recording handler whose handler has a table: the
+// consumer checks it when it starts, as it checks a generated wrapper's.
+type maintained struct {
+	idem.HandlerFunc[idem.Message[Order]]
+	idem.Maintained
+}
+
 // Wrap returns h recording its deliveries; after, when not nil, runs after
-// each one.
+// each one. When h is an idem.Maintained, so is what Wrap returns.
 func (r *Recorder) Wrap(h idem.Handler[idem.Message[Order]], after func(msg idem.Message[Order], o idem.Outcome, err error)) idem.Handler[idem.Message[Order]] {
+	f := r.wrap(h, after)
+	if m, ok := h.(idem.Maintained); ok {
+		return maintained{f, m}
+	}
+	return f
+}
+
+func (r *Recorder) wrap(h idem.Handler[idem.Message[Order]], after func(msg idem.Message[Order], o idem.Outcome, err error)) idem.HandlerFunc[idem.Message[Order]] {
 	return idem.HandlerFunc[idem.Message[Order]](func(ctx context.Context, msg idem.Message[Order]) (idem.Outcome, error) {
 		at := time.Now()
 		o, err := h.Deliver(ctx, msg)
