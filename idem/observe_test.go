@@ -278,6 +278,10 @@ func TestObservabilityScenario(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// An external row's retention counts from when it was done.
+	if _, err := db.Pool.Exec(ctx, `UPDATE idem_test_obsx SET done_at = now() - interval '31 days', updated_at = now() - interval '31 days' WHERE key_id = 'x1'`); err != nil {
+		t.Fatal(err)
+	}
 	if n, err := in.Purge(ctx); n != 1 || err != nil {
 		t.Fatalf("Inbox.Purge: %d, %v; want 1", n, err)
 	}
