@@ -460,3 +460,30 @@ func parsePos(s string) diag.Pos {
 	}
 	return p
 }
+
+// CheckPackage reports the problems of one type-checked package's
+// directives and handlers, as generate and vet do for it, for a driver that
+// has already loaded and type-checked it (a go/analysis pass): the
+// directives, the signatures, the keys and their hygiene, the fixtures and
+// the generated names. What needs the migrations folders (schema evolution,
+// the consumers of other packages) is left to idemgen itself. Syntax may
+// hold the package's test files, which are skipped as idemgen skips them.
+func CheckPackage(pkg *packages.Package) *diag.List {
+	diags := &diag.List{}
+	own := *pkg
+	own.Syntax, own.GoFiles, own.CompiledGoFiles = nil, nil, nil
+	for _, f := range pkg.Syntax {
+		name := pkg.Fset.Position(f.Package).Filename
+		if strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		own.Syntax = append(own.Syntax, f)
+		own.GoFiles = append(own.GoFiles, name)
+	}
+	own.CompiledGoFiles = own.GoFiles
+	mp, ok := loadPackage(Config{}, &own, diags)
+	if ok {
+		checkAcrossPackages(model.Program{Packages: []model.Package{mp}}, diags)
+	}
+	return diags
+}
