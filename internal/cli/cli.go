@@ -55,6 +55,10 @@ Usage:
 
 Packages are go/packages patterns: directories (., ./..., ./billing) or import
 paths; the default is ".". A pattern that matches no package is an error.
+Each package gets the flags its own //go:generate idemgen line gives it
+(-migrations, -postgres) unless the command line gives them, so that
+idemgen check ./... from the module root checks every package as go generate
+writes it.
 
 Flags:
 `
@@ -104,7 +108,7 @@ func (r runner) run(dir string, args []string, stdout, stderr io.Writer) int {
 	}
 	flags := flag.NewFlagSet("idemgen "+cmd, flag.ContinueOnError)
 	flags.SetOutput(stderr)
-	migrations := flags.String("migrations", "", "write inbox (and outbox) migrations to `DIR` (default: a migrations folder in each handler's package)")
+	migrations := flags.String("migrations", "", "write inbox (and outbox) migrations to `DIR`, for every package (default: each package's own layout: the -migrations of its //go:generate idemgen line, else a migrations folder in the package)")
 	verbose := flags.Bool("v", false, "list the files written or deleted")
 	postgres := flags.Int("postgres", 0, "the oldest PostgreSQL major `version` the migrations run on; from 15 on, nullable key parts get UNIQUE NULLS NOT DISTINCT instead of partial indexes")
 	rehash := flags.Bool("rehash", false, "record the migrations folders in their "+migrate.SumFile+" as they are (after checking them yourself)")

@@ -113,7 +113,7 @@ func (c *checker) retainCoversLease(d directive.Directive, h model.Handler) {
 	} else if o, ok := d.Lookup("lease"); ok {
 		pos = o.ValuePos
 	}
-	lease := "lease=" + h.Lease.String()
+	var lease string
 	if o, ok := d.Lookup("lease"); ok {
 		lease = "lease=" + o.Value
 	} else {
