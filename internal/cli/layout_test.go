@@ -10,6 +10,10 @@ import (
 	"github.com/idemgen/idemgen/internal/testmodule"
 )
 
+// sharedFolderLine is the packages' go:generate line (written apart, so that
+// go generate does not take it for this file's own).
+const sharedFolderLine = "//go:" + "generate go tool idemgen -migrations ../migrations ."
+
 // layoutPackage is a package of the layout test's module: its handler, and
 // the go:generate line that gives it the shared ../migrations folder.
 func layoutPackage(name, consumer, key string) string {
@@ -21,7 +25,7 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-//go:generate go tool idemgen -migrations ../migrations .
+` + sharedFolderLine + `
 
 type Msg struct {
 	ID  string
@@ -112,7 +116,7 @@ func TestLayoutFromModuleRoot(t *testing.T) {
 		}
 		// A package whose go:generate line was lost gets the default
 		// folder, which is refused the same way.
-		write("shipping/shipping.go", strings.Replace(layoutPackage("shipping", "shop.ship", "ID"), "//go:generate go tool idemgen -migrations ../migrations .\n", "", 1))
+		write("shipping/shipping.go", strings.Replace(layoutPackage("shipping", "shop.ship", "ID"), sharedFolderLine+"\n", "", 1))
 		code, _, stderr = runIn(".", "./...")
 		want = "shipping/shipping.go:16:6: consumer shop.ship is recorded in migrations/idemgen.sum, but its migrations would go to shipping/migrations (from the default:"
 		if code != ExitFail || !strings.Contains(stderr, want) {

@@ -34,7 +34,7 @@ import (
 	"github.com/idemgen/idemgen/idem"
 )
 
-//go:generate go tool idemgen -migrations ../migrations .
+` + sharedFolderLine + `
 
 type OrderPlaced struct {
 	OrderID string
