@@ -2,7 +2,9 @@ package idemtest
 
 import (
 	"bytes"
+	"fmt"
 	"log/slog"
+	"os"
 	"sync"
 	"testing"
 
@@ -43,4 +45,40 @@ func (w *testWriter) close() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.done = true
+}
+
+// RunQuietly runs m's tests with slog.Default writing to a buffer, which it
+// prints to stderr when a test failed or with go test -v, and returns m.Run's
+// code: the records of runtime parts built without WithLogger (as in
+// production) stay out of a passing run's output. For a TestMain:
+//
+//	func TestMain(m *testing.M) { os.Exit(idemtest.RunQuietly(m)) }
+func RunQuietly(m *testing.M) int {
+	var buf syncBuffer
+	saved := slog.Default()
+	slog.SetDefault(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	defer slog.SetDefault(saved)
+	code := m.Run()
+	if out := buf.Bytes(); len(out) > 0 && (code != 0 || testing.Verbose()) {
+		fmt.Fprintf(os.Stderr, "the runtime's log records (slog.Default) during the tests:\n%s", out)
+	}
+	return code
+}
+
+// syncBuffer is a bytes.Buffer for concurrent writers.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) Bytes() []byte {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return bytes.Clone(b.buf.Bytes())
 }
