@@ -2,6 +2,7 @@ package idemcheck_test
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
 
@@ -40,10 +41,15 @@ func TestAnalyzer(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// The module's requirements are resolved from the module cache
-	// (analysistest runs with GOPROXY=off), which this package's own build
-	// filled.
+	// analysistest loads with GOPROXY=off, from the module cache: fetch
+	// what the package and its tests import first (this package's own build
+	// fetched none of it), through the configured proxy.
 	t.Setenv("GOFLAGS", "-mod=mod")
+	list := exec.Command("go", "list", "-deps", "-test", "./app")
+	list.Dir = dir
+	if out, err := list.CombinedOutput(); err != nil {
+		t.Fatalf("go list -deps -test ./app: %v\n%s", err, out)
+	}
 
 	results := analysistest.Run(t, dir, idemcheck.Analyzer, "./app")
 	if len(results) == 0 {
