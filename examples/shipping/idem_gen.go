@@ -15,7 +15,7 @@ import (
 // versions: regenerate it with the idemgen of idem's version (go generate ./...
 // with go run github.com/idemgen/idemgen/cmd/idemgen or go tool idemgen, which
 // build the version go.mod requires).
-const _ = idem.SupportPackageIsVersion1
+const _ = idem.SupportPackageIsVersion2
 
 // ShipIdem delivers OrderPaid messages to (*Service).Ship at most once per key
 // (OrderID) for the consumer "shipping.ship": the handler's writes commit
@@ -25,8 +25,14 @@ const _ = idem.SupportPackageIsVersion1
 // *idem.Outbox are written to idem_outbox in the same commit, with ids derived
 // from the consumer and the key, or not at all; an idem.Relay delivers them.
 // Build it with NewShipIdem.
+//
+// Its methods are those of the idem.Inbox it embeds: Handle and Deliver
+// (idem.Handler), HandleBatch and DeliverBatch (idem.BatchHandler; the keys of
+// a batch claimed in one statement, in one transaction per batch), Purge (rows
+// older than the retention of 720h (30 days)) and Maintenance (idem.Maintained,
+// for an idem.Janitor). Ack a message exactly when its error is nil.
 type ShipIdem struct {
-	inbox *idem.Inbox[OrderPaid, Shipment]
+	*idem.Inbox[OrderPaid, Shipment]
 }
 
 // NewShipIdem returns the idempotent wrapper of (*Service).Ship. db must reach
@@ -35,73 +41,22 @@ type ShipIdem struct {
 // concurrent delivery of the same key waits (idem.WithClaimWait), and whether
 // its commits NOTIFY the relays (idem.WithoutNotify).
 func NewShipIdem(db idem.DB, s *Service, opts ...idem.Option) *ShipIdem {
-	return &ShipIdem{inbox: idem.NewPublishingInbox(db, idemShipTable, s.Ship, opts...)}
+	return &ShipIdem{idem.NewPublishingInbox(db, idemShipTable, s.Ship, opts...)}
 }
 
-// Handle runs Ship for msg in one transaction with the claim of its key, or,
-// when the key was processed before, returns the stored result as
-// idem.Duplicate without running it. Ack the message exactly when err is nil.
-func (w *ShipIdem) Handle(ctx context.Context, msg OrderPaid) (Shipment, idem.Outcome, error) {
-	return w.inbox.Handle(ctx, msg)
-}
-
-// Deliver is Handle without the result: it makes ShipIdem an idem.Handler, the
-// form broker adapters take (idem/rabbitmq). Ack the message exactly when err
-// is nil.
-func (w *ShipIdem) Deliver(ctx context.Context, msg OrderPaid) (idem.Outcome, error) {
-	return w.inbox.Deliver(ctx, msg)
-}
-
-var _ idem.Handler[OrderPaid] = (*ShipIdem)(nil)
-
-// HandleBatch runs Ship for msgs in one transaction per batch
-// (idem.WithBatchCap messages at most, 100 by default): the keys claimed in one
-// statement, the handlers run in order on that transaction, the results stored
-// with its COMMIT, and returns one idem.Result per message in input order, each
-// what Handle would return for it. A key twice in msgs is processed once; when
-// a handler fails, the batch is rolled back and each message is delivered in a
-// transaction of its own. Ack each message exactly when its Err is nil.
-func (w *ShipIdem) HandleBatch(ctx context.Context, msgs []OrderPaid) ([]idem.Result[Shipment], error) {
-	return w.inbox.HandleBatch(ctx, msgs)
-}
-
-// DeliverBatch is HandleBatch without the results' values: it makes ShipIdem an
-// idem.BatchHandler, the form in which broker adapters deliver what their
-// broker hands them at once. Ack each message exactly when its Err is nil.
-func (w *ShipIdem) DeliverBatch(ctx context.Context, msgs []OrderPaid) []idem.Result[idem.None] {
-	return w.inbox.DeliverBatch(ctx, msgs)
-}
-
-var _ idem.BatchHandler[OrderPaid] = (*ShipIdem)(nil)
-
-// Purge deletes the rows of idem_shipping_ship older than the retention of 720h
-// (30 days), in batches, and returns how many it deleted. Run it periodically.
-func (w *ShipIdem) Purge(ctx context.Context) (int64, error) {
-	return w.inbox.Purge(ctx)
-}
-
-// Maintenance returns what an idem.Janitor needs to purge idem_shipping_ship
-// past its retention: pass the wrapper to idem.NewJanitor.
-func (w *ShipIdem) Maintenance() idem.Maintenance {
-	return w.inbox.Maintenance()
-}
-
-var _ idem.Maintained = (*ShipIdem)(nil)
+var (
+	_ idem.Handler[OrderPaid]      = (*ShipIdem)(nil)
+	_ idem.BatchHandler[OrderPaid] = (*ShipIdem)(nil)
+	_ idem.Maintained              = (*ShipIdem)(nil)
+)
 
 // idemShipTable is the inbox of the consumer "shipping.ship".
 var idemShipTable = idem.Table[OrderPaid]{
-	Consumer:      "shipping.ship",
-	Name:          "idem_shipping_ship",
-	KeyFields:     []string{"OrderID"},
-	Key:           idemShipKey,
-	Retain:        720 * time.Hour,
-	Claim:         "WITH wait AS MATERIALIZED (SELECT set_config('lock_timeout', $3::text, true) FROM (SELECT set_config('idem.lock_timeout', current_setting('lock_timeout'), true) OFFSET 0) AS saved) INSERT INTO idem_shipping_ship (key_order_id, fingerprint) SELECT $1::text, $2::bytea FROM wait ON CONFLICT DO NOTHING RETURNING set_config('lock_timeout', current_setting('idem.lock_timeout'), true) IS NOT NULL",
-	Complete:      "UPDATE idem_shipping_ship SET result = $2 WHERE key_order_id = $1",
-	Lookup:        "SELECT fingerprint, status, result FROM idem_shipping_ship WHERE key_order_id = $1",
-	Purge:         "DELETE FROM idem_shipping_ship WHERE ctid = ANY (ARRAY(SELECT ctid FROM idem_shipping_ship WHERE created_at < now() - make_interval(secs => $1) ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED))",
-	BatchClaim:    "WITH wait AS MATERIALIZED (SELECT set_config('lock_timeout', $3::text, true) FROM (SELECT set_config('idem.lock_timeout', current_setting('lock_timeout'), true) OFFSET 0) AS saved), m AS MATERIALIZED (SELECT * FROM unnest($1::text[], $2::bytea[]) WITH ORDINALITY AS m (k1, fp, n)), claim AS (INSERT INTO idem_shipping_ship (key_order_id, fingerprint) SELECT m.k1, m.fp FROM wait, m ORDER BY m.k1 ON CONFLICT DO NOTHING RETURNING key_order_id, set_config('lock_timeout', current_setting('idem.lock_timeout'), true) AS restored) SELECT m.n FROM m JOIN claim ON claim.key_order_id = m.k1 WHERE claim.restored IS NOT NULL",
-	BatchLookup:   "SELECT m.n, t.fingerprint, t.status, t.result FROM unnest($1::text[]) WITH ORDINALITY AS m (k1, n) JOIN idem_shipping_ship AS t ON t.key_order_id = m.k1",
-	BatchComplete: "UPDATE idem_shipping_ship AS t SET result = m.r::json FROM unnest($1::text[], $2::text[]) AS m (k1, r) WHERE t.key_order_id = m.k1",
+	Consumer: "shipping.ship",
+	Name:     "idem_shipping_ship",
+	Columns:  []idem.Column{{Field: "OrderID", Name: "key_order_id", Type: "text"}},
+	Key:      idemShipKey,
+	Retain:   720 * time.Hour,
 }
 
 // idemShipKey returns the key parts of msg in column order: OrderID.
@@ -118,8 +73,16 @@ func idemShipKey(msg OrderPaid) ([]any, error) {
 // in the inbox table idem_shipping_delivered, and a redelivered message gets
 // the stored result back without running the handler again. Build it with
 // NewRecordDeliveryIdem.
+//
+// Its methods are those of the idem.Inbox it embeds (Handle, written out below,
+// returns only the outcome and the error, the handler having no result): Handle
+// and Deliver (idem.Handler), HandleBatch and DeliverBatch (idem.BatchHandler;
+// the keys of a batch claimed in one statement, in one transaction per batch),
+// Purge (rows older than the retention of 720h (30 days)) and Maintenance
+// (idem.Maintained, for an idem.Janitor). Ack a message exactly when its error
+// is nil.
 type RecordDeliveryIdem struct {
-	inbox *idem.Inbox[CarrierDelivered, idem.None]
+	*idem.Inbox[CarrierDelivered, idem.None]
 }
 
 // NewRecordDeliveryIdem returns the idempotent wrapper of
@@ -128,77 +91,38 @@ type RecordDeliveryIdem struct {
 // isolation level (idem.WithIsolation) and how long a concurrent delivery of
 // the same key waits (idem.WithClaimWait).
 func NewRecordDeliveryIdem(db idem.DB, s *Service, opts ...idem.Option) *RecordDeliveryIdem {
-	return &RecordDeliveryIdem{inbox: idem.NewInbox(db, idemRecordDeliveryTable, idem.NoResult(s.RecordDelivery), opts...)}
+	return &RecordDeliveryIdem{idem.NewInbox(
+		db,
+		idemRecordDeliveryTable,
+		idem.NoResult(s.RecordDelivery),
+		opts...,
+	)}
 }
 
 // Handle runs RecordDelivery for msg in one transaction with the claim of its
 // key, or, when the key was processed before, returns idem.Duplicate without
 // running it. Ack the message exactly when err is nil.
-func (w *RecordDeliveryIdem) Handle(ctx context.Context, msg CarrierDelivered) (idem.Outcome, error) {
-	_, outcome, err := w.inbox.Handle(ctx, msg)
+func (w *RecordDeliveryIdem) Handle(
+	ctx context.Context,
+	msg CarrierDelivered,
+) (idem.Outcome, error) {
+	_, outcome, err := w.Inbox.Handle(ctx, msg)
 	return outcome, err
 }
 
-// Deliver is Handle without the result: it makes RecordDeliveryIdem an
-// idem.Handler, the form broker adapters take (idem/rabbitmq). Ack the message
-// exactly when err is nil.
-func (w *RecordDeliveryIdem) Deliver(ctx context.Context, msg CarrierDelivered) (idem.Outcome, error) {
-	return w.inbox.Deliver(ctx, msg)
-}
-
-var _ idem.Handler[CarrierDelivered] = (*RecordDeliveryIdem)(nil)
-
-// HandleBatch runs RecordDelivery for msgs in one transaction per batch
-// (idem.WithBatchCap messages at most, 100 by default): the keys claimed in one
-// statement, the handlers run in order on that transaction, the results stored
-// with its COMMIT, and returns one idem.Result per message in input order, each
-// what Handle would return for it. A key twice in msgs is processed once; when
-// a handler fails, the batch is rolled back and each message is delivered in a
-// transaction of its own. Ack each message exactly when its Err is nil.
-func (w *RecordDeliveryIdem) HandleBatch(ctx context.Context, msgs []CarrierDelivered) ([]idem.Result[idem.None], error) {
-	return w.inbox.HandleBatch(ctx, msgs)
-}
-
-// DeliverBatch is HandleBatch without the results' values: it makes
-// RecordDeliveryIdem an idem.BatchHandler, the form in which broker adapters
-// deliver what their broker hands them at once. Ack each message exactly when
-// its Err is nil.
-func (w *RecordDeliveryIdem) DeliverBatch(ctx context.Context, msgs []CarrierDelivered) []idem.Result[idem.None] {
-	return w.inbox.DeliverBatch(ctx, msgs)
-}
-
-var _ idem.BatchHandler[CarrierDelivered] = (*RecordDeliveryIdem)(nil)
-
-// Purge deletes the rows of idem_shipping_delivered older than the retention of
-// 720h (30 days), in batches, and returns how many it deleted. Run it
-// periodically.
-func (w *RecordDeliveryIdem) Purge(ctx context.Context) (int64, error) {
-	return w.inbox.Purge(ctx)
-}
-
-// Maintenance returns what an idem.Janitor needs to purge
-// idem_shipping_delivered past its retention: pass the wrapper to
-// idem.NewJanitor.
-func (w *RecordDeliveryIdem) Maintenance() idem.Maintenance {
-	return w.inbox.Maintenance()
-}
-
-var _ idem.Maintained = (*RecordDeliveryIdem)(nil)
+var (
+	_ idem.Handler[CarrierDelivered]      = (*RecordDeliveryIdem)(nil)
+	_ idem.BatchHandler[CarrierDelivered] = (*RecordDeliveryIdem)(nil)
+	_ idem.Maintained                     = (*RecordDeliveryIdem)(nil)
+)
 
 // idemRecordDeliveryTable is the inbox of the consumer "shipping.delivered".
 var idemRecordDeliveryTable = idem.Table[CarrierDelivered]{
-	Consumer:      "shipping.delivered",
-	Name:          "idem_shipping_delivered",
-	KeyFields:     []string{"CarrierRef"},
-	Key:           idemRecordDeliveryKey,
-	Retain:        720 * time.Hour,
-	Claim:         "WITH wait AS MATERIALIZED (SELECT set_config('lock_timeout', $3::text, true) FROM (SELECT set_config('idem.lock_timeout', current_setting('lock_timeout'), true) OFFSET 0) AS saved) INSERT INTO idem_shipping_delivered (key_carrier_ref, fingerprint) SELECT $1::text, $2::bytea FROM wait ON CONFLICT DO NOTHING RETURNING set_config('lock_timeout', current_setting('idem.lock_timeout'), true) IS NOT NULL",
-	Complete:      "UPDATE idem_shipping_delivered SET result = $2 WHERE key_carrier_ref = $1",
-	Lookup:        "SELECT fingerprint, status, result FROM idem_shipping_delivered WHERE key_carrier_ref = $1",
-	Purge:         "DELETE FROM idem_shipping_delivered WHERE ctid = ANY (ARRAY(SELECT ctid FROM idem_shipping_delivered WHERE created_at < now() - make_interval(secs => $1) ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED))",
-	BatchClaim:    "WITH wait AS MATERIALIZED (SELECT set_config('lock_timeout', $3::text, true) FROM (SELECT set_config('idem.lock_timeout', current_setting('lock_timeout'), true) OFFSET 0) AS saved), m AS MATERIALIZED (SELECT * FROM unnest($1::text[], $2::bytea[]) WITH ORDINALITY AS m (k1, fp, n)), claim AS (INSERT INTO idem_shipping_delivered (key_carrier_ref, fingerprint) SELECT m.k1, m.fp FROM wait, m ORDER BY m.k1 ON CONFLICT DO NOTHING RETURNING key_carrier_ref, set_config('lock_timeout', current_setting('idem.lock_timeout'), true) AS restored) SELECT m.n FROM m JOIN claim ON claim.key_carrier_ref = m.k1 WHERE claim.restored IS NOT NULL",
-	BatchLookup:   "SELECT m.n, t.fingerprint, t.status, t.result FROM unnest($1::text[]) WITH ORDINALITY AS m (k1, n) JOIN idem_shipping_delivered AS t ON t.key_carrier_ref = m.k1",
-	BatchComplete: "UPDATE idem_shipping_delivered AS t SET result = m.r::json FROM unnest($1::text[], $2::text[]) AS m (k1, r) WHERE t.key_carrier_ref = m.k1",
+	Consumer: "shipping.delivered",
+	Name:     "idem_shipping_delivered",
+	Columns:  []idem.Column{{Field: "CarrierRef", Name: "key_carrier_ref", Type: "text"}},
+	Key:      idemRecordDeliveryKey,
+	Retain:   720 * time.Hour,
 }
 
 // idemRecordDeliveryKey returns the key parts of msg in column order:

@@ -70,11 +70,19 @@ func TestShipIdem(t *testing.T) {
 	idemtest.Suite[*Service, OrderPaid, Shipment]{
 		Migrations: os.DirFS("migrations"),
 		Inbox:      "idem_shipping_ship",
-		New: func(s *Service, pool *pgxpool.Pool, opts ...idem.Option) idemtest.HandleFunc[OrderPaid, Shipment] {
+		New: func(
+			s *Service,
+			pool *pgxpool.Pool,
+			opts ...idem.Option,
+		) idemtest.HandleFunc[OrderPaid, Shipment] {
 			return NewShipIdem(pool, s, opts...).Handle
 		},
 		Fixture: shipFixture,
-		Batch: func(s *Service, pool *pgxpool.Pool, opts ...idem.Option) idemtest.BatchFunc[OrderPaid, Shipment] {
+		Batch: func(
+			s *Service,
+			pool *pgxpool.Pool,
+			opts ...idem.Option,
+		) idemtest.BatchFunc[OrderPaid, Shipment] {
 			return NewShipIdem(pool, s, opts...).HandleBatch
 		},
 		Variant: func(msg OrderPaid) OrderPaid {
@@ -141,11 +149,19 @@ func TestRecordDeliveryIdem(t *testing.T) {
 	idemtest.Suite[*Service, CarrierDelivered, idem.None]{
 		Migrations: os.DirFS("migrations"),
 		Inbox:      "idem_shipping_delivered",
-		New: func(s *Service, pool *pgxpool.Pool, opts ...idem.Option) idemtest.HandleFunc[CarrierDelivered, idem.None] {
+		New: func(
+			s *Service,
+			pool *pgxpool.Pool,
+			opts ...idem.Option,
+		) idemtest.HandleFunc[CarrierDelivered, idem.None] {
 			return idemtest.NoResult(NewRecordDeliveryIdem(pool, s, opts...).Handle)
 		},
 		Fixture: deliveredFixture,
-		Batch: func(s *Service, pool *pgxpool.Pool, opts ...idem.Option) idemtest.BatchFunc[CarrierDelivered, idem.None] {
+		Batch: func(
+			s *Service,
+			pool *pgxpool.Pool,
+			opts ...idem.Option,
+		) idemtest.BatchFunc[CarrierDelivered, idem.None] {
 			return NewRecordDeliveryIdem(pool, s, opts...).HandleBatch
 		},
 		Variant: func(msg CarrierDelivered) CarrierDelivered {
