@@ -63,11 +63,6 @@ type tableSize struct {
 	total int64 // pg_total_relation_size: every fork, the indexes, TOAST
 }
 
-// purgeCost is one table's purge by the janitor.
-type purgeCost struct {
-	rows int64
-}
-
 // sizingResults is what the sizing part measured.
 type sizingResults struct {
 	msgs    int                  // deliveries per WAL measurement

@@ -99,7 +99,6 @@ type peerResults struct {
 	producers int
 	warmup    time.Duration
 	duration  time.Duration
-	order     [][]string
 }
 
 func newPeerResults(cfg *config) *peerResults {

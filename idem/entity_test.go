@@ -97,10 +97,10 @@ func TestEntityInEveryExecMode(t *testing.T) {
 			}{{"exec", buy}, {"query", buyQuery}} {
 				in := idemimpl.NewEntityInbox(pool, purchaseTable, h.handler, nil)
 				n := 0
-				deliver := func(msg purchase) (idem.Outcome, error, int64) {
+				deliver := func(msg purchase) (idem.Outcome, int64, error) {
 					before := trips.Load()
 					_, o, err := in.Handle(ctx, msg)
-					return o, err, trips.Load() - before
+					return o, trips.Load() - before, err
 				}
 				fresh := func() purchase {
 					n++
@@ -108,20 +108,20 @@ func TestEntityInEveryExecMode(t *testing.T) {
 				}
 				deliver(fresh()) // warm the statement cache
 				msg := fresh()
-				o, err, first := deliver(msg)
+				o, first, err := deliver(msg)
 				if err != nil || o != idem.Processed {
 					t.Fatalf("%s: first delivery: %v %v", h.name, o, err)
 				}
 				var dup int64
 				for range 3 { // the last one on a warm statement cache
 					var o idem.Outcome
-					if o, err, dup = deliver(msg); err != nil || o != idem.Duplicate {
+					if o, dup, err = deliver(msg); err != nil || o != idem.Duplicate {
 						t.Fatalf("%s: duplicate: %v %v", h.name, o, err)
 					}
 				}
 				other := msg
 				other.Amount++
-				if _, err, _ := deliver(other); !errors.Is(err, idem.ErrKeyReused) {
+				if _, _, err := deliver(other); !errors.Is(err, idem.ErrKeyReused) {
 					t.Fatalf("%s: reused key: %v", h.name, err)
 				}
 				var bare int64

@@ -209,7 +209,7 @@ func findPgBouncer(t *testing.T) string {
 	}
 	t.Fatalf("pgbouncer is not installed (looked in PATH, /usr/sbin and /usr/local; or set %s to its path). "+
 		"This test runs the inbox behind a real PgBouncer in transaction pooling mode. Install it: "+
-		"apt-get install -y pgbouncer (Debian, Ubuntu; .ci/run does it), dnf install pgbouncer (Fedora, RHEL), brew install pgbouncer (macOS). "+
+		"apt-get install -y pgbouncer (Debian, Ubuntu; ./scripts/test.sh does it where it may), dnf install pgbouncer (Fedora, RHEL), brew install pgbouncer (macOS). "+
 		"The test starts its own pgbouncer; no service needs to run", envPgBouncer)
 	return ""
 }

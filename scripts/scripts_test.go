@@ -1,5 +1,6 @@
 // Package scripts_test tests the repository's shell scripts: test.sh (the
-// test command) and pgenv.sh (which finds the test database).
+// test command), pgenv.sh (which finds the test database) and provision.sh
+// (which finds, builds or installs PgBouncer, NATS and RabbitMQ).
 package scripts_test
 
 import (
@@ -12,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/idemgen/idemgen/idem/idemtest"
 )
@@ -106,4 +108,49 @@ func TestPgenvNeverUsesDATABASE_URL(t *testing.T) {
 		t.Fatalf("pgenv.sh succeeded but printed no %s:\nstdout:\n%s\nstderr:\n%s", idemtest.EnvURL, stdout, stderr)
 	}
 	t.Logf("pgenv.sh (err %v) chose:\n%s%s", err, stdout, stderr)
+}
+
+// TestProvisionReportsWhatIsMissing: on a machine without pgbouncer and
+// rabbitmq-server (a PATH of only the tools the scripts use, nothing else
+// searched, IDEMGEN_PGBOUNCER unset) that may not install packages,
+// ./scripts/test.sh stops within seconds, before any test, with one message
+// that names each missing program and how to install it.
+func TestProvisionReportsWhatIsMissing(t *testing.T) {
+	bin := t.TempDir()
+	for _, tool := range []string{"bash", "cat", "tr", "mktemp", "dirname", "rm", "awk", "go", "env"} {
+		p, err := exec.LookPath(tool)
+		if err != nil {
+			t.Fatalf("%s: %v", tool, err)
+		}
+		if err := os.Symlink(p, filepath.Join(bin, tool)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start := time.Now()
+	_, stderr, err := run(t, map[string]string{
+		"PATH":                    bin,
+		"IDEMGEN_PGBOUNCER":       "",
+		"IDEMGEN_PROVISION_DIRS":  t.TempDir(),
+		"IDEMGEN_TEST_NO_INSTALL": "1",
+	}, "test.sh", "./idem/")
+	took := time.Since(start)
+	if err == nil || took > 10*time.Second {
+		t.Fatalf("test.sh: %v after %v, want a failure within 10s\n%s", err, took, stderr)
+	}
+	for _, want := range []string{
+		"provision: the tests need programs this machine lacks, and it cannot install them (IDEMGEN_TEST_NO_INSTALL=1):",
+		"  pgbouncer (the PgBouncer tests start their own):",
+		"sudo apt-get install pgbouncer",
+		"or point IDEMGEN_PGBOUNCER at a pgbouncer binary",
+		"  rabbitmq-server (the broker tests use the node on 127.0.0.1:5672 and start throwaway nodes):",
+		"sudo apt-get install rabbitmq-server",
+	} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, stderr)
+		}
+	}
+	if strings.Contains(stderr, "=== RUN") || strings.Contains(stderr, "pgenv:") {
+		t.Errorf("tests or pgenv.sh ran:\n%s", stderr)
+	}
+	t.Logf("in %v:\n%s", took.Round(time.Millisecond), stderr)
 }

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Runs the test suite against a PostgreSQL server: the configured one, the
-# local one, or a throwaway one (see scripts/pgenv.sh).
+# local one, or a throwaway one (see scripts/pgenv.sh), with the PgBouncer,
+# NATS and RabbitMQ programs the tests need found, built or installed first
+# (see scripts/provision.sh).
 #
 #   ./scripts/test.sh [go test flags] [packages]   e.g. -count=1 -run TestFoo ./examples/billing
 #
@@ -49,6 +51,10 @@ for arg in "$@"; do
 	esac
 done
 
+# PgBouncer, NATS and RabbitMQ: found, built or installed, or one message
+# that says what is missing (scripts/provision.sh); then PostgreSQL.
+# shellcheck source=scripts/provision.sh
+source scripts/provision.sh
 # shellcheck source=scripts/pgenv.sh
 source scripts/pgenv.sh
 

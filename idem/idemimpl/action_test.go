@@ -134,7 +134,7 @@ func TestActionFor(t *testing.T) {
 	}
 	rows := []row{{"nil", nil, idem.Ack}}
 	for _, s := range sentinels {
-		rows = append(rows, row{s.name, s.err, s.want})
+		rows = append(rows, row(s))
 	}
 	rows = append(rows,
 		// Key and fingerprint, before anything is sent.

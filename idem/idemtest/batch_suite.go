@@ -66,7 +66,7 @@ func (s Suite[V, M, R]) batchScenarios(seen *fixtureSeen) []Scenario {
 // newBatch builds the batch consumer under test on pool, with the
 // scenario's options.
 func (sc *scenario[V, M, R]) newBatch(pool *pgxpool.Pool) BatchFunc[M, R] {
-	opts := append(append([]idem.Option(nil), sc.s.Options...),
+	opts := append(append([]idem.Option{WithTestLogger(sc.t)}, sc.s.Options...),
 		idem.WithBeforeCommit(sc.beforeCommit), idem.WithClaimWait(claimWait))
 	b := sc.s.Batch(sc.fx.Receiver, pool, opts...)
 	if b == nil {

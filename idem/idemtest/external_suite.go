@@ -213,7 +213,7 @@ func (s ExternalSuite[V, M, R]) start(t testing.TB, seen *fixtureSeen, conns int
 }
 
 func (sc *externalScenario[V, M, R]) newConsumer(pool *pgxpool.Pool) HandleFunc[M, R] {
-	opts := append(append([]idem.Option(nil), sc.s.Options...),
+	opts := append(append([]idem.Option{WithTestLogger(sc.t)}, sc.s.Options...),
 		idem.WithLease(ExternalLease), idem.WithBeforeComplete(sc.beforeComplete))
 	handle := sc.s.New(sc.fx.Receiver, pool, opts...)
 	if handle == nil {

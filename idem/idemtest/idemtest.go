@@ -53,7 +53,8 @@ func DatabaseURL(t testing.TB) string {
 	if u := os.Getenv(EnvURL); u != "" {
 		return u
 	}
-	const msg = "no test database: set " + EnvURL + " to a PostgreSQL URL, or run ./scripts/test.sh (DATABASE_URL is never used: the tests create and drop schemas)"
+	const msg = "no test database: set " + EnvURL + " to the URL of a PostgreSQL database in which the tests may create and drop schemas, " +
+		"e.g. " + EnvURL + "='postgres://postgres@localhost:5432/postgres?sslmode=disable' go test ./... (DATABASE_URL is never used, so that the tests never touch a real database)"
 	if os.Getenv(EnvRequire) != "" {
 		t.Fatal(msg + " (" + EnvRequire + " is set, so this is a failure, not a skip)")
 	}

@@ -121,7 +121,7 @@ func (s NaturalSuite[V, M, R]) start(t testing.TB, called, second *atomic.Bool, 
 		t.Fatal("the fixture's NaturalFixture has no Snapshot: give it a query whose rows are the state the handler owns, such as SELECT * FROM prices ORDER BY sku; without it nothing proves the handler idempotent")
 	}
 	pool := openPool(t, sc.db, sc.db.Schema+"_1", conns)
-	sc.handle = s.New(sc.fx.Receiver, pool, s.Options...)
+	sc.handle = s.New(sc.fx.Receiver, pool, append([]idem.Option{WithTestLogger(t)}, s.Options...)...)
 	return sc
 }
 

@@ -319,7 +319,7 @@ func (s Suite[V, M, R]) start(t testing.TB, seen *fixtureSeen, conns int) *scena
 
 // newConsumer builds the consumer under test on pool.
 func (sc *scenario[V, M, R]) newConsumer(pool *pgxpool.Pool) HandleFunc[M, R] {
-	opts := append(append([]idem.Option(nil), sc.s.Options...), idem.WithBeforeCommit(sc.beforeCommit))
+	opts := append(append([]idem.Option{WithTestLogger(sc.t)}, sc.s.Options...), idem.WithBeforeCommit(sc.beforeCommit))
 	if !sc.s.markers { // mode=entity claims nothing, so it has no claim wait
 		opts = append(opts, idem.WithClaimWait(claimWait))
 	}

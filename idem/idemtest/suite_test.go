@@ -152,7 +152,8 @@ func batchWithoutInbox(_ idemtest.NoReceiver, pool *pgxpool.Pool, _ ...idem.Opti
 			}
 			results[i] = idem.Result[receipt]{Value: r, Outcome: idem.Processed}
 		}
-		if err := idemtest.BeforeCommit(ctx, tx); err == nil {
+		err = idemtest.BeforeCommit(ctx, tx)
+		if err == nil {
 			err = tx.Commit(ctx)
 		}
 		if err != nil {

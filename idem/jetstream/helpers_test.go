@@ -158,16 +158,12 @@ func mustJSON(t testing.TB, v any) []byte {
 // charge per order, counted in charged.
 
 type (
-	order        = brokertest.Order
-	chargeResult = brokertest.ChargeResult
-	delivery     = brokertest.Delivery
-	recorder     = brokertest.Recorder
-	logs         = brokertest.Logs
+	order    = brokertest.Order
+	recorder = brokertest.Recorder
 )
 
 var (
 	charges            = brokertest.NewCharges("test.jetstream.charge", "idem_js_charge")
-	chargeTable        = charges.Table
 	chargeInbox        = charges.Inbox
 	database           = charges.Database
 	queryInt           = brokertest.QueryInt

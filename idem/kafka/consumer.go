@@ -248,7 +248,7 @@ func (c *Consumer[M]) records(ctx context.Context, log *slog.Logger, cl *kgo.Cli
 	}
 	_ = c.core.Handle(ctx, ds, func(ctx context.Context, i int, dec consume.Decision) error {
 		if retry != nil {
-			return consume.Skip
+			return consume.ErrSkip
 		}
 		r := recs[i]
 		pos := position{r.Topic, r.Partition, r.Offset}

@@ -180,16 +180,12 @@ func (c *conns) cut() {
 // charge per order, counted in charged.
 
 type (
-	order        = brokertest.Order
-	chargeResult = brokertest.ChargeResult
-	delivery     = brokertest.Delivery
-	recorder     = brokertest.Recorder
-	logs         = brokertest.Logs
+	order    = brokertest.Order
+	recorder = brokertest.Recorder
 )
 
 var (
 	charges            = brokertest.NewCharges("test.rabbit.charge", "idem_rabbit_charge")
-	chargeTable        = charges.Table
 	chargeInbox        = charges.Inbox
 	database           = charges.Database
 	queryInt           = brokertest.QueryInt

@@ -29,6 +29,7 @@ import (
 	"github.com/idemgen/idemgen/internal/generate"
 	"github.com/idemgen/idemgen/internal/load"
 	"github.com/idemgen/idemgen/internal/migrate"
+	"github.com/idemgen/idemgen/internal/model"
 	"github.com/idemgen/idemgen/internal/output"
 )
 
@@ -54,6 +55,10 @@ Usage:
 
 Packages are go/packages patterns: directories (., ./..., ./billing) or import
 paths; the default is ".". A pattern that matches no package is an error.
+Each package gets the flags its own //go:generate idemgen line gives it
+(-migrations, -postgres) unless the command line gives them, so that
+idemgen check ./... from the module root checks every package as go generate
+writes it.
 
 Flags:
 `
@@ -103,7 +108,7 @@ func (r runner) run(dir string, args []string, stdout, stderr io.Writer) int {
 	}
 	flags := flag.NewFlagSet("idemgen "+cmd, flag.ContinueOnError)
 	flags.SetOutput(stderr)
-	migrations := flags.String("migrations", "", "write inbox (and outbox) migrations to `DIR` (default: a migrations folder in each handler's package)")
+	migrations := flags.String("migrations", "", "write inbox (and outbox) migrations to `DIR`, for every package (default: each package's own layout: the -migrations of its //go:generate idemgen line, else a migrations folder in the package)")
 	verbose := flags.Bool("v", false, "list the files written or deleted")
 	postgres := flags.Int("postgres", 0, "the oldest PostgreSQL major `version` the migrations run on; from 15 on, nullable key parts get UNIQUE NULLS NOT DISTINCT instead of partial indexes")
 	rehash := flags.Bool("rehash", false, "record the migrations folders in their "+migrate.SumFile+" as they are (after checking them yourself)")
@@ -130,6 +135,7 @@ func (r runner) run(dir string, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "idemgen:", err)
 		return ExitFail
 	}
+	prog = checkSecondFolder(dir, prog, *migrations != "", diags)
 	var dirs []migrate.Dir
 	for _, path := range prog.MigrationsDirs() {
 		d, err := migrate.ReadDir(path)
@@ -152,10 +158,53 @@ func (r runner) run(dir string, args []string, stdout, stderr io.Writer) int {
 		}
 		return ExitOK
 	case "check":
+		for _, pkg := range prog.Packages {
+			if pkg.Unread {
+				diags.Errorf(diag.Pos{}, "package %s has the errors above: its generated files were not compared", pkg.Path)
+			}
+		}
 		return check(dir, set, diags, stdout, stderr)
 	default:
 		return write(dir, set, diags, *verbose, stderr)
 	}
+}
+
+// checkSecondFolder refuses to give a consumer a second migrations folder:
+// a handler whose consumer (of the same package) is recorded in the
+// idemgen.sum of another folder of the module than the one its package's
+// layout gives it would get a second inbox there. The refused packages are
+// marked Unread.
+func checkSecondFolder(dir string, prog model.Program, flagGiven bool, diags *diag.List) model.Program {
+	gomod := findUp(dir, "go.mod")
+	if gomod == "" {
+		return prog
+	}
+	recorded, err := migrate.FindRecorded(filepath.Dir(gomod))
+	if err != nil {
+		diags.Errorf(diag.Pos{}, "find the module's %s files: %v", migrate.SumFile, err)
+		return prog
+	}
+	for i, pkg := range prog.Packages {
+		for _, h := range pkg.Handlers {
+			for _, r := range recorded {
+				if r.Consumer != h.Consumer || r.Package != h.Package || r.Retired || r.Dir == h.MigrationsDir || h.Natural() {
+					continue
+				}
+				from := "the -migrations flag"
+				switch {
+				case pkg.LayoutSource != "":
+					from = "the //go:generate line at " + diag.Rel(dir, filepath.Join(pkg.Dir, pkg.LayoutSource))
+				case !flagGiven:
+					from = "the default: no -migrations flag, and no //go:generate idemgen line of the package gives one"
+				}
+				diags.Errorf(h.Pos, "consumer %s is recorded in %s, but its migrations would go to %s (from %s): a second folder would give it a second inbox; "+
+					"run idemgen with the layout it was generated with (the package's //go:generate idemgen line gives it), or retire the consumer there first",
+					h.Consumer, diag.Rel(dir, filepath.Join(r.Dir, migrate.SumFile)), diag.Rel(dir, h.MigrationsDir), from)
+				prog.Packages[i].Unread = true
+			}
+		}
+	}
+	return prog
 }
 
 // isPattern reports whether arg, the first argument, is a flag or a package

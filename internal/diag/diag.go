@@ -59,6 +59,17 @@ func (l *List) HasErrors() bool {
 	return slices.ContainsFunc(l.items, func(d Diagnostic) bool { return d.Severity == Error })
 }
 
+// Errors is the number of errors recorded.
+func (l *List) Errors() int {
+	n := 0
+	for _, d := range l.items {
+		if d.Severity == Error {
+			n++
+		}
+	}
+	return n
+}
+
 // Len is the number of diagnostics.
 func (l *List) Len() int { return len(l.items) }
 

@@ -170,8 +170,17 @@ func Parse(text string, pos diag.Pos, diags *diag.List) Directive {
 		return d
 	}
 
+	// A trailing comment after the options, as after //nolint:name, is
+	// the reader's: "//idem:handler consumer=x key=ID // the order's id".
+	opts := rest[nameEnd:]
+	for i := 0; i+2 < len(opts); i++ {
+		if (opts[i] == ' ' || opts[i] == '\t') && strings.HasPrefix(opts[i+1:], "//") {
+			opts = opts[:i]
+			break
+		}
+	}
 	seen := map[string]bool{}
-	for _, f := range fields(rest[nameEnd:], len(Prefix)+nameEnd) {
+	for _, f := range fields(opts, len(Prefix)+nameEnd) {
 		name, value, ok := strings.Cut(f.text, "=")
 		switch {
 		case !ok:

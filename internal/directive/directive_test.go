@@ -160,3 +160,16 @@ func TestParsePositions(t *testing.T) {
 		})
 	}
 }
+
+// TestParseTrailingComment: a // comment after the options is not an option.
+func TestParseTrailingComment(t *testing.T) {
+	pos := diag.Pos{File: "/x/a.go", Line: 3, Col: 1}
+	var diags diag.List
+	d := Parse("//idem:handler consumer=billing.charge key=OrderID // the order's id, key=x", pos, &diags)
+	if diags.Len() != 0 || len(d.Options) != 2 {
+		t.Fatalf("got %+v, diagnostics %v", d, diags.Sorted())
+	}
+	if key, _ := d.Lookup("key"); key.Value != "OrderID" {
+		t.Errorf("key option %+v", key)
+	}
+}

@@ -53,6 +53,9 @@ var (
 func Generate(prog model.Program, dirs []migrate.Dir, opts Options) (*output.Set, *diag.List) {
 	set, diags := output.NewSet(), &diag.List{}
 	for _, pkg := range prog.Packages {
+		if pkg.Unread {
+			continue
+		}
 		emitters := []struct {
 			name string
 			emit func(model.Package) ([]byte, error)
@@ -104,7 +107,11 @@ func request(prog model.Program, path string, outbox migrate.OutboxKind, opts Op
 	req := migrate.Request{Kinds: []migrate.Kind{inboxes, externals, entities, outbox}, Rehash: opts.Rehash, AcceptResultChange: opts.AcceptResultChange}
 	publishes := false
 	for _, pkg := range prog.Packages {
-		req.Packages = append(req.Packages, pkg.Path)
+		if !pkg.Unread {
+			// The consumers of a package idemgen could not read are not
+			// known to be gone.
+			req.Packages = append(req.Packages, pkg.Path)
+		}
 		for _, r := range pkg.Retired {
 			req.Retired = append(req.Retired, migrate.Retired{Consumer: r.Consumer, Package: pkg.Path})
 		}

@@ -54,6 +54,7 @@ func (c *checker) handler(fd *ast.FuncDecl, d directive.Directive) (model.Handle
 
 	c.options(d, &h)
 	modeOK := c.mode(d, &h)
+	c.retainCoversLease(d, h)
 
 	fn, _ := c.pkg.TypesInfo.Defs[fd.Name].(*types.Func)
 	if fn == nil {
@@ -96,6 +97,30 @@ func (c *checker) handler(fd *ast.FuncDecl, d directive.Directive) (model.Handle
 		c.fixture(o, &h)
 	}
 	return h, c.ok
+}
+
+// retainCoversLease refuses what idem.NewJanitor would refuse at startup: a
+// mode=external consumer whose retention is shorter than its lease, so that
+// the janitor could purge a claim that is still running and a redelivery
+// would run the handler again. Both sides may be defaults (720h, 5m).
+func (c *checker) retainCoversLease(d directive.Directive, h model.Handler) {
+	if !h.External() || h.Retain <= 0 || h.Lease <= 0 || h.Retain >= h.Lease {
+		return
+	}
+	pos, what := d.Pos, "the default retention ("+h.Retain.String()+")"
+	if o, ok := d.Lookup("retain"); ok {
+		pos, what = o.ValuePos, "retain="+o.Value
+	} else if o, ok := d.Lookup("lease"); ok {
+		pos = o.ValuePos
+	}
+	var lease string
+	if o, ok := d.Lookup("lease"); ok {
+		lease = "lease=" + o.Value
+	} else {
+		lease = "the default lease (" + h.Lease.String() + ")"
+	}
+	c.errorf(pos, "%s is shorter than %s: a claim may run for its whole lease, and the janitor (idem.NewJanitor refuses this consumer) would purge it meanwhile, so that a redelivery ran the handler again; make retain= at least as long as the lease",
+		what, lease)
 }
 
 // externalGuard refuses the stale-message guard (order=, version=) on a

@@ -30,14 +30,16 @@ type Config struct {
 	Dir string
 	// Patterns are go/packages patterns; none means ".".
 	Patterns []string
-	// MigrationsDir is where migrations go; empty means a migrations folder
-	// in each handler's package.
+	// MigrationsDir is where migrations go, for every package; empty means
+	// each package's own layout: the -migrations flag of its
+	// //go:generate idemgen line, else a migrations folder in the package.
 	MigrationsDir string
 	// Env is the environment of the go command; nil means os.Environ().
 	Env []string
 	// Postgres is the major version of the oldest server the migrations run
 	// on, when known (0 otherwise). From 15 on, nullable key parts get one
-	// UNIQUE NULLS NOT DISTINCT constraint instead of partial indexes.
+	// UNIQUE NULLS NOT DISTINCT constraint instead of partial indexes. 0
+	// means each package's own (its //go:generate line's -postgres).
 	Postgres int
 }
 
@@ -58,7 +60,14 @@ func Load(cfg Config) (model.Program, *diag.List, error) {
 
 	var prog model.Program
 	for _, pkg := range pkgs {
+		errs := diags.Errors()
 		mp, ok := loadPackage(cfg, pkg, diags)
+		if diags.Errors() > errs {
+			// What idemgen could not read is left as it is: no output of
+			// the package is compared, written or deleted, and none of its
+			// consumers is taken for removed.
+			mp.Unread, ok = true, true
+		}
 		if !ok {
 			continue
 		}
@@ -90,32 +99,59 @@ func loadPackage(cfg Config, pkg *packages.Package, diags *diag.List) (model.Pac
 	if len(decls) == 0 && len(mp.Generated) == 0 && len(retired) == 0 {
 		return mp, false
 	}
+	layout := packageLayout(cfg, pkg, mp.Dir)
+	mp.MigrationsDir, mp.LayoutSource = layout.MigrationsDir, layout.Source
 	if !compiles(pkg, decls, diags) {
 		diags.Errorf(diag.Pos{}, "package %s does not compile; fix the errors above and run idemgen again (nothing was written)", pkg.PkgPath)
-		return mp, false
+		if pkg.Types == nil || pkg.TypesInfo == nil {
+			return mp, false
+		}
+		// The directives are still checked, so that every problem of the
+		// package is reported at once.
 	}
 
-	migrations := filepath.Join(mp.Dir, "migrations")
-	if cfg.MigrationsDir != "" {
-		migrations = cfg.MigrationsDir
-		if !filepath.IsAbs(migrations) {
-			migrations = filepath.Join(cfg.Dir, migrations)
-		}
-	}
-	mp.MigrationsDir = filepath.Clean(migrations)
 	tests := readTestFiles(mp.Dir, pkg.Name)
 	for _, d := range decls {
 		c := &checker{pkg: pkg, diags: diags, tests: tests}
 		if h, ok := c.handler(d.decl, d.directive); ok {
 			h.Package = pkg.PkgPath
 			h.MigrationsDir = mp.MigrationsDir
-			h.NullsNotDistinct = cfg.Postgres >= 15
+			h.NullsNotDistinct = layout.Postgres >= 15
 			mp.Handlers = append(mp.Handlers, h)
 		}
 	}
 	checkNames(pkg, mp, diags)
 	checkTestNames(mp, tests, diags)
 	return mp, true
+}
+
+// packageLayout is the layout of the package in dir: the command line's
+// flags when they give it, else the package's own //go:generate line (or a
+// parent directory's that names it), else a migrations folder in dir.
+func packageLayout(cfg Config, pkg *packages.Package, dir string) Layout {
+	var layout Layout
+	root := ""
+	if pkg.Module != nil {
+		root = pkg.Module.Dir
+	}
+	if cfg.MigrationsDir == "" || cfg.Postgres == 0 {
+		layout, _ = layoutFor(dir, root)
+	}
+	if cfg.MigrationsDir != "" {
+		m := cfg.MigrationsDir
+		if !filepath.IsAbs(m) {
+			m = filepath.Join(cfg.Dir, m)
+		}
+		layout.MigrationsDir, layout.Source = m, ""
+	}
+	if cfg.Postgres != 0 {
+		layout.Postgres = cfg.Postgres
+	}
+	if layout.MigrationsDir == "" {
+		layout.MigrationsDir = filepath.Join(dir, "migrations")
+	}
+	layout.MigrationsDir = filepath.Clean(layout.MigrationsDir)
+	return layout
 }
 
 func packageDir(pkg *packages.Package) string {
@@ -423,4 +459,31 @@ func parsePos(s string) diag.Pos {
 		p.Col = nums[1]
 	}
 	return p
+}
+
+// CheckPackage reports the problems of one type-checked package's
+// directives and handlers, as generate and vet do for it, for a driver that
+// has already loaded and type-checked it (a go/analysis pass): the
+// directives, the signatures, the keys and their hygiene, the fixtures and
+// the generated names. What needs the migrations folders (schema evolution,
+// the consumers of other packages) is left to idemgen itself. Syntax may
+// hold the package's test files, which are skipped as idemgen skips them.
+func CheckPackage(pkg *packages.Package) *diag.List {
+	diags := &diag.List{}
+	own := *pkg
+	own.Syntax, own.GoFiles, own.CompiledGoFiles = nil, nil, nil
+	for _, f := range pkg.Syntax {
+		name := pkg.Fset.Position(f.Package).Filename
+		if strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		own.Syntax = append(own.Syntax, f)
+		own.GoFiles = append(own.GoFiles, name)
+	}
+	own.CompiledGoFiles = own.GoFiles
+	mp, ok := loadPackage(Config{}, &own, diags)
+	if ok {
+		checkAcrossPackages(model.Program{Packages: []model.Package{mp}}, diags)
+	}
+	return diags
 }

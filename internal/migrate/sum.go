@@ -4,6 +4,9 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"strings"
 )
 
@@ -109,4 +112,67 @@ func parseSum(data []byte) ([]sumEntry, error) {
 		entries = append(entries, e)
 	}
 	return entries, nil
+}
+
+// Recorded is a consumer recorded in the checksum file of a migrations
+// folder: the owner of an inbox (or claims table, or fingerprint column).
+type Recorded struct {
+	Consumer, Package string
+	// Dir is the folder, absolute.
+	Dir string
+	// Retired: the owner retired the consumer.
+	Retired bool
+}
+
+// FindRecorded returns the consumers recorded in every checksum file below
+// root (a module's directory), in folder order: the folders where each
+// consumer's migrations already are. It skips what the go command skips
+// (testdata, vendor, directories starting with . or _) and nested modules.
+func FindRecorded(root string) ([]Recorded, error) {
+	var out []Recorded
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if path == root {
+				return err
+			}
+			return nil
+		}
+		if d.IsDir() {
+			name := d.Name()
+			if path != root && (name == "testdata" || name == "vendor" || strings.HasPrefix(name, ".") || strings.HasPrefix(name, "_")) {
+				return filepath.SkipDir
+			}
+			if path != root {
+				if _, err := os.Stat(filepath.Join(path, "go.mod")); err == nil {
+					return filepath.SkipDir
+				}
+			}
+			return nil
+		}
+		if d.Name() != SumFile {
+			return nil
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return nil
+		}
+		entries, err := parseSum(data)
+		if err != nil {
+			return nil // the folder's own run reports it
+		}
+		seen := map[string]int{}
+		for _, e := range entries {
+			if e.Consumer == "" {
+				continue
+			}
+			if i, ok := seen[e.Consumer]; ok {
+				out[i].Retired = out[i].Retired || e.Retired
+				continue
+			}
+			seen[e.Consumer] = len(out)
+			out = append(out, Recorded{Consumer: e.Consumer, Package: e.Package, Dir: filepath.Dir(path), Retired: e.Retired})
+		}
+		return nil
+	})
+	return out, err
 }

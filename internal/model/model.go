@@ -38,6 +38,13 @@ type Package struct {
 	// MigrationsDir is the absolute folder the package's inbox migrations
 	// go to.
 	MigrationsDir string
+	// Unread: idemgen could not read the package (it does not compile, or
+	// its directives have errors), so its output is neither compared nor
+	// written, and its consumers are not taken for removed.
+	Unread bool
+	// LayoutSource is the "file.go:line" of the //go:generate line that gave
+	// MigrationsDir, or "" when the command line or the default did.
+	LayoutSource string
 	// Generated lists the idemgen files present in Dir before this run (base
 	// names), so that those no longer needed are found.
 	Generated []string

@@ -18,6 +18,8 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/idemgen/idemgen/idem/idemtest"
 )
 
 // The RabbitMQ node the tests use, in this order:
@@ -68,9 +70,10 @@ var (
 //	func TestMain(m *testing.M) { os.Exit(brokertest.Main(m)) }
 //
 // Without it (or when the binary dies: a panic, a timeout, SIGKILL) the node's
-// watchdog stops it once the binary has exited.
+// watchdog stops it once the binary has exited. The tests run through
+// idemtest.RunQuietly: the runtime's records are shown on failure or with -v.
 func Main(m *testing.M) int {
-	code := m.Run()
+	code := idemtest.RunQuietly(m)
 	stopsMu.Lock()
 	defer stopsMu.Unlock()
 	for i := len(stops) - 1; i >= 0; i-- {

@@ -85,10 +85,10 @@ type Decision struct {
 	Stopping bool
 }
 
-// Skip is what a transport's settle returns for a delivery it did not
+// ErrSkip is what a transport's settle returns for a delivery it did not
 // settle and leaves to come again (Kafka's records after one to retry):
 // nothing is logged or counted for it.
-var Skip = errors.New("consume: not settled")
+var ErrSkip = errors.New("consume: not settled")
 
 // Settle is the transport's half: it acts on ds[i] as d says (ack; retry
 // after d.Delay; dead-letter with d.Err as the reason) and returns an error
@@ -97,7 +97,7 @@ type Settle func(ctx context.Context, i int, d Decision) error
 
 // Handle decodes ds, delivers them (one DeliverBatch call when the handler
 // takes batches and batching is on, else one Deliver each), decides and settles each in order, and returns the first error of
-// settle (Skip aside).
+// settle (ErrSkip aside).
 func (c *Core[M]) Handle(ctx context.Context, ds []Delivery, settle Settle) error {
 	var (
 		first error
@@ -182,7 +182,7 @@ func (c *Core[M]) Decide(ctx context.Context, d Delivery, outcome idem.Outcome, 
 func (c *Core[M]) settle(ctx context.Context, i int, d Delivery, outcome idem.Outcome, err error, settle Settle) error {
 	dec := c.Decide(ctx, d, outcome, err)
 	serr := settle(ctx, i, dec)
-	if errors.Is(serr, Skip) {
+	if errors.Is(serr, ErrSkip) {
 		return nil
 	}
 	log := d.Log
