@@ -51,7 +51,7 @@ func (o *outboxResults) firstDeliveryCells(n int) []*cell {
 func (r *report) writeOutbox(w writer) {
 	o, cfg := r.outbox, r.cfg
 	w("## Outbox\n\n")
-	w("A handler that publishes: `ledger.NewPublishingPost` ([`bench/ledger/publishing.go`](bench/ledger/publishing.go)) wraps the same consumer with `idem.NewPublishingInbox`; its handler makes Post's UPDATE, then calls `out.Publish` n times with a small JSON message. ")
+	w("A handler that publishes: `ledger.NewPublishingPost` ([`bench/ledger/publishing.go`](bench/ledger/publishing.go)) wraps the same consumer with `idemimpl.NewPublishingInbox`; its handler makes Post's UPDATE, then calls `out.Publish` n times with a small JSON message. ")
 	w("The inbox writes the n rows into `idem_outbox` in its commit round trip, with the result and `COMMIT`: one multi-row INSERT, and one `NOTIFY` unless `idem.WithoutNotify()` is given. ")
 	w("The relay (`idem.NewRelay`, default options unless said) publishes to a recording publisher, which confirms every message at once and records when it first saw each id. ")
 	w("Every run below is in a fresh schema with the ledger's migrations and the outbox chain (`migrations/`), applied with goose; %d %s (`-rounds`) ran them, interleaved, the order rotating from round to round.\n\n", cfg.rounds, plural(cfg.rounds, "round"))

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/idem/idemimpl"
 	"github.com/idemgen/idemgen/idem/idemtest"
 )
 
@@ -38,7 +39,7 @@ func TestActionForHandleErrors(t *testing.T) {
 	}
 
 	t.Run("processed and duplicate", func(t *testing.T) {
-		inbox := idem.NewInbox(db.Pool, depositTable, credit)
+		inbox := idemimpl.NewInbox(db.Pool, depositTable, credit)
 		msg := deposit{Account: "act-1", Ref: 1, Amount: 5}
 		for _, want := range []idem.Outcome{idem.Processed, idem.Duplicate} {
 			_, o, err := inbox.Handle(ctx, msg)
@@ -56,7 +57,7 @@ func TestActionForHandleErrors(t *testing.T) {
 	})
 
 	t.Run("invalid key", func(t *testing.T) {
-		_, _, err := idem.NewInbox(db.Pool, depositTable, credit).Handle(ctx, deposit{Ref: 1})
+		_, _, err := idemimpl.NewInbox(db.Pool, depositTable, credit).Handle(ctx, deposit{Ref: 1})
 		if !errors.Is(err, idem.ErrInvalidKey) {
 			t.Fatalf("got %v; want ErrInvalidKey", err)
 		}
@@ -64,7 +65,7 @@ func TestActionForHandleErrors(t *testing.T) {
 	})
 
 	t.Run("unencodable message", func(t *testing.T) {
-		inbox := idem.NewInbox(db.Pool, tableFor(func(m measurement) (string, int64) { return m.Account, m.Ref }),
+		inbox := idemimpl.NewInbox(db.Pool, tableFor(func(m measurement) (string, int64) { return m.Account, m.Ref }),
 			func(context.Context, pgx.Tx, measurement) (receipt, error) { return receipt{}, nil })
 		_, _, err := inbox.Handle(ctx, measurement{Account: "act-2", Ref: 1, Ratio: math.NaN()})
 		if !errors.Is(err, idem.ErrUnencodable) {
@@ -74,7 +75,7 @@ func TestActionForHandleErrors(t *testing.T) {
 	})
 
 	t.Run("stale", func(t *testing.T) {
-		inbox := idem.NewInbox(db.Pool, ticketTable, book)
+		inbox := idemimpl.NewInbox(db.Pool, ticketTable, book)
 		show := [16]byte{1}
 		if _, _, err := inbox.Handle(ctx, ticket{ID: [16]byte{2}, Show: show, Version: 2, Holder: "Ada"}); err != nil {
 			t.Fatal(err)
@@ -88,7 +89,7 @@ func TestActionForHandleErrors(t *testing.T) {
 
 	t.Run("handler error", func(t *testing.T) {
 		insufficient := errors.New("insufficient funds")
-		inbox := idem.NewInbox(db.Pool, depositTable, func(context.Context, pgx.Tx, deposit) (receipt, error) { return receipt{}, insufficient })
+		inbox := idemimpl.NewInbox(db.Pool, depositTable, func(context.Context, pgx.Tx, deposit) (receipt, error) { return receipt{}, insufficient })
 		_, _, err := inbox.Handle(ctx, deposit{Account: "act-3", Ref: 1})
 		if !errors.Is(err, insufficient) {
 			t.Fatalf("got %v; want the handler's error", err)
@@ -97,7 +98,7 @@ func TestActionForHandleErrors(t *testing.T) {
 	})
 
 	t.Run("handler says its payload is undecodable", func(t *testing.T) {
-		inbox := idem.NewInbox(db.Pool, depositTable, func(context.Context, pgx.Tx, deposit) (receipt, error) {
+		inbox := idemimpl.NewInbox(db.Pool, depositTable, func(context.Context, pgx.Tx, deposit) (receipt, error) {
 			return receipt{}, errors.Join(idem.ErrUndecodablePayload, errors.New("the attachment is not a PDF"))
 		})
 		_, _, err := inbox.Handle(ctx, deposit{Account: "act-4", Ref: 1})
@@ -107,7 +108,7 @@ func TestActionForHandleErrors(t *testing.T) {
 	t.Run("connection terminated by the server", func(t *testing.T) {
 		// pg_terminate_backend on the handler's own connection: the
 		// server sends 57P01 (admin shutdown) and closes it.
-		inbox := idem.NewInbox(db.Pool, depositTable, func(ctx context.Context, tx pgx.Tx, msg deposit) (receipt, error) {
+		inbox := idemimpl.NewInbox(db.Pool, depositTable, func(ctx context.Context, tx pgx.Tx, msg deposit) (receipt, error) {
 			_, err := tx.Exec(ctx, `SELECT pg_terminate_backend(pg_backend_pid())`)
 			return receipt{}, err
 		})
@@ -120,7 +121,7 @@ func TestActionForHandleErrors(t *testing.T) {
 	})
 
 	t.Run("context cancelled and deadline passed", func(t *testing.T) {
-		inbox := idem.NewInbox(db.Pool, depositTable, credit)
+		inbox := idemimpl.NewInbox(db.Pool, depositTable, credit)
 		cancelled, cancel := context.WithCancel(ctx)
 		cancel()
 		_, _, err := inbox.Handle(cancelled, deposit{Account: "act-6", Ref: 1})
@@ -129,7 +130,7 @@ func TestActionForHandleErrors(t *testing.T) {
 		}
 		check(t, "cancelled context", err, idem.Retry)
 
-		slow := idem.NewInbox(db.Pool, depositTable, func(ctx context.Context, tx pgx.Tx, msg deposit) (receipt, error) {
+		slow := idemimpl.NewInbox(db.Pool, depositTable, func(ctx context.Context, tx pgx.Tx, msg deposit) (receipt, error) {
 			_, err := tx.Exec(ctx, `SELECT pg_sleep(10)`)
 			return receipt{}, err
 		})
@@ -143,7 +144,7 @@ func TestActionForHandleErrors(t *testing.T) {
 	})
 
 	t.Run("inbox row deleted by the handler", func(t *testing.T) {
-		inbox := idem.NewInbox(db.Pool, depositTable, func(ctx context.Context, tx pgx.Tx, msg deposit) (receipt, error) {
+		inbox := idemimpl.NewInbox(db.Pool, depositTable, func(ctx context.Context, tx pgx.Tx, msg deposit) (receipt, error) {
 			_, err := tx.Exec(ctx, `DELETE FROM idem_test_deposit WHERE key_account = $1`, msg.Account)
 			return receipt{}, err
 		})
@@ -156,7 +157,7 @@ func TestActionForHandleErrors(t *testing.T) {
 
 	t.Run("in progress", func(t *testing.T) {
 		entered, release := make(chan struct{}), make(chan struct{})
-		slow := idem.NewInbox(db.Pool, depositTable, func(ctx context.Context, tx pgx.Tx, msg deposit) (receipt, error) {
+		slow := idemimpl.NewInbox(db.Pool, depositTable, func(ctx context.Context, tx pgx.Tx, msg deposit) (receipt, error) {
 			close(entered)
 			<-release
 			return credit(ctx, tx, msg)
@@ -172,7 +173,7 @@ func TestActionForHandleErrors(t *testing.T) {
 		case err := <-done:
 			t.Fatalf("the first delivery returned %v before its handler ran", err)
 		}
-		_, _, err := idem.NewInbox(db.Pool, depositTable, credit, idem.WithClaimWait(50*time.Millisecond)).Handle(ctx, msg)
+		_, _, err := idemimpl.NewInbox(db.Pool, depositTable, credit, idem.WithClaimWait(50*time.Millisecond)).Handle(ctx, msg)
 		close(release)
 		if err := <-done; err != nil {
 			t.Fatal(err)

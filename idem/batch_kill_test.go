@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/idem/idemimpl"
 	"github.com/idemgen/idemgen/idem/idemtest"
 )
 
@@ -51,7 +52,7 @@ func TestHandleBatchKilledMidBatch(t *testing.T) {
 		t.Fatalf("%d inbox rows and %d postings after the killed batch; want none (nothing committed)", rows, postings)
 	}
 	var calls int
-	inbox := idem.NewInbox(db.Pool, depositTable, func(ctx context.Context, tx pgx.Tx, msg deposit) (receipt, error) {
+	inbox := idemimpl.NewInbox(db.Pool, depositTable, func(ctx context.Context, tx pgx.Tx, msg deposit) (receipt, error) {
 		calls++
 		return credit(ctx, tx, msg)
 	})
@@ -79,7 +80,7 @@ func runKilledBatch(url string) {
 		os.Exit(3)
 	}
 	n := 0
-	inbox := idem.NewInbox(pool, depositTable, func(ctx context.Context, tx pgx.Tx, msg deposit) (receipt, error) {
+	inbox := idemimpl.NewInbox(pool, depositTable, func(ctx context.Context, tx pgx.Tx, msg deposit) (receipt, error) {
 		n++
 		if n == 6 {
 			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/idem/idemimpl"
 	"github.com/idemgen/idemgen/idem/idemtest"
 )
 
@@ -52,7 +53,7 @@ func TestHandleBatchOneTransaction(t *testing.T) {
 	db := idemtest.New(t, migrations)
 	ctx := context.Background()
 	rec := &txRecorder{}
-	inbox := idem.NewInbox(db.Pool, depositTable, rec.handle)
+	inbox := idemimpl.NewInbox(db.Pool, depositTable, rec.handle)
 
 	// b/1 is processed before the batch.
 	if _, o, err := inbox.Handle(ctx, deposit{Account: "b", Ref: 1, Amount: 7}); err != nil || o != idem.Processed {
@@ -126,7 +127,7 @@ func TestHandleBatchFailingHandlerFallsBack(t *testing.T) {
 	db := idemtest.New(t, migrations)
 	ctx := context.Background()
 	rec := &txRecorder{fail: map[int64]bool{2: true}}
-	inbox := idem.NewInbox(db.Pool, depositTable, rec.handle)
+	inbox := idemimpl.NewInbox(db.Pool, depositTable, rec.handle)
 	msgs := []deposit{{Account: "a", Ref: 1, Amount: 1}, {Account: "a", Ref: 2, Amount: 2}, {Account: "a", Ref: 3, Amount: 4}, {Account: "a", Ref: 2, Amount: 2}}
 	results, err := inbox.HandleBatch(ctx, msgs)
 	if err != nil {
@@ -160,7 +161,7 @@ func TestHandleBatchFailingHandlerFallsBack(t *testing.T) {
 func TestHandleBatchCap(t *testing.T) {
 	db := idemtest.New(t, migrations)
 	rec := &txRecorder{}
-	inbox := idem.NewInbox(db.Pool, depositTable, rec.handle, idem.WithBatchCap(3))
+	inbox := idemimpl.NewInbox(db.Pool, depositTable, rec.handle, idem.WithBatchCap(3))
 	var msgs []deposit
 	for i := range 7 {
 		msgs = append(msgs, deposit{Account: "cap", Ref: int64(i + 1), Amount: 1})
@@ -188,7 +189,7 @@ func TestHandleBatchWithoutBatchStatements(t *testing.T) {
 	table := depositTable
 	table.Columns = slices.Clone(table.Columns)
 	table.Columns[1].Nullable = true
-	inbox := idem.NewInbox(db.Pool, table, rec.handle)
+	inbox := idemimpl.NewInbox(db.Pool, table, rec.handle)
 	msgs := []deposit{{Account: "s", Ref: 1, Amount: 1}, {Account: "s", Ref: 2, Amount: 1}, {Account: "s", Ref: 1, Amount: 1}}
 	results, err := inbox.HandleBatch(context.Background(), msgs)
 	if err != nil {
@@ -216,7 +217,7 @@ func TestHandleBatchConcurrentOverlap(t *testing.T) {
 			if iso != "" {
 				opts = append(opts, idem.WithIsolation(iso))
 			}
-			inbox := idem.NewInbox(db.Pool, depositTable, func(ctx context.Context, tx pgx.Tx, msg deposit) (receipt, error) {
+			inbox := idemimpl.NewInbox(db.Pool, depositTable, func(ctx context.Context, tx pgx.Tx, msg deposit) (receipt, error) {
 				calls.Add(1)
 				return credit(ctx, tx, msg)
 			}, opts...)
@@ -280,7 +281,7 @@ func TestHandleBatchPublishing(t *testing.T) {
 	db := orderDB(t)
 	ctx := context.Background()
 	table := orderTable
-	in := idem.NewPublishingInbox(db.Pool, table, placeOrder)
+	in := idemimpl.NewPublishingInbox(db.Pool, table, placeOrder)
 	msgs := []order{{Shop: "s", Number: 1, Publish: 2}, {Shop: "s", Number: 2, Publish: 0}, {Shop: "s", Number: 3, Publish: 1}}
 	results, err := in.HandleBatch(ctx, msgs)
 	if err != nil {
@@ -321,7 +322,7 @@ func TestHandleBatchInProgressRetryAfter(t *testing.T) {
 			db := idemtest.New(t, migrations)
 			ctx := context.Background()
 			entered, release := make(chan struct{}), make(chan struct{})
-			slow := idem.NewInbox(db.Pool, depositTable, func(ctx context.Context, tx pgx.Tx, msg deposit) (receipt, error) {
+			slow := idemimpl.NewInbox(db.Pool, depositTable, func(ctx context.Context, tx pgx.Tx, msg deposit) (receipt, error) {
 				close(entered)
 				<-release
 				return credit(ctx, tx, msg)
@@ -331,7 +332,7 @@ func TestHandleBatchInProgressRetryAfter(t *testing.T) {
 			go func() { _, _, err := slow.Handle(ctx, held); done <- err }()
 			<-entered
 			const wait = 200 * time.Millisecond
-			in := idem.NewInbox(db.Pool, depositTable, credit, idem.WithClaimWait(wait))
+			in := idemimpl.NewInbox(db.Pool, depositTable, credit, idem.WithClaimWait(wait))
 			start := time.Now()
 			results, err := in.HandleBatch(ctx, []deposit{held, {Account: "acc-batch-m-free", Ref: 1, Amount: 5}})
 			took := time.Since(start)

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/idem/idemimpl"
 	"github.com/idemgen/idemgen/idem/idemtest"
 )
 
@@ -19,7 +20,7 @@ func TestBeforeCommitSeesTheHandlersWrites(t *testing.T) {
 	db := idemtest.New(t, migrations)
 	ctx := context.Background()
 	var calls, postings int
-	inbox := idem.NewInbox(db.Pool, depositTable, credit, idem.WithBeforeCommit(func(ctx context.Context, tx pgx.Tx) error {
+	inbox := idemimpl.NewInbox(db.Pool, depositTable, credit, idem.WithBeforeCommit(func(ctx context.Context, tx pgx.Tx) error {
 		calls++
 		return tx.QueryRow(ctx, `SELECT count(*) FROM postings WHERE account = 'acc-b1'`).Scan(&postings)
 	}))
@@ -41,7 +42,7 @@ func TestBeforeCommitErrorRollsBack(t *testing.T) {
 	ctx := context.Background()
 	veto := errors.New("veto")
 	fail := true
-	inbox := idem.NewInbox(db.Pool, depositTable, credit, idem.WithBeforeCommit(func(ctx context.Context, tx pgx.Tx) error {
+	inbox := idemimpl.NewInbox(db.Pool, depositTable, credit, idem.WithBeforeCommit(func(ctx context.Context, tx pgx.Tx) error {
 		if fail {
 			return veto
 		}
@@ -74,7 +75,7 @@ func TestBeforeCommitRules(t *testing.T) {
 
 	called := false
 	boom := errors.New("boom")
-	failing := idem.NewInbox(db.Pool, depositTable, func(context.Context, pgx.Tx, deposit) (receipt, error) {
+	failing := idemimpl.NewInbox(db.Pool, depositTable, func(context.Context, pgx.Tx, deposit) (receipt, error) {
 		return receipt{}, boom
 	}, idem.WithBeforeCommit(func(context.Context, pgx.Tx) error {
 		called = true
@@ -84,7 +85,7 @@ func TestBeforeCommitRules(t *testing.T) {
 		t.Errorf("failing handler: %v, hook called %v; want the handler's error and no hook", err, called)
 	}
 
-	swallowing := idem.NewInbox(db.Pool, depositTable, func(ctx context.Context, tx pgx.Tx, msg deposit) (receipt, error) {
+	swallowing := idemimpl.NewInbox(db.Pool, depositTable, func(ctx context.Context, tx pgx.Tx, msg deposit) (receipt, error) {
 		_, _ = tx.Exec(ctx, `SELECT 1/0`) // error ignored: the transaction is aborted
 		return receipt{}, nil
 	}, idem.WithBeforeCommit(func(context.Context, pgx.Tx) error {
@@ -96,7 +97,7 @@ func TestBeforeCommitRules(t *testing.T) {
 	}
 
 	var commitErr error
-	committing := idem.NewInbox(db.Pool, depositTable, credit, idem.WithBeforeCommit(func(ctx context.Context, tx pgx.Tx) error {
+	committing := idemimpl.NewInbox(db.Pool, depositTable, credit, idem.WithBeforeCommit(func(ctx context.Context, tx pgx.Tx) error {
 		commitErr = tx.Commit(ctx)
 		return nil
 	}))
@@ -104,7 +105,7 @@ func TestBeforeCommitRules(t *testing.T) {
 		t.Errorf("hook that commits: %v, %v, Commit returned %v; want Processed and a refused Commit", o, err, commitErr)
 	}
 
-	panicking := idem.NewInbox(db.Pool, depositTable, credit, idem.WithBeforeCommit(func(context.Context, pgx.Tx) error {
+	panicking := idemimpl.NewInbox(db.Pool, depositTable, credit, idem.WithBeforeCommit(func(context.Context, pgx.Tx) error {
 		panic("hook panic")
 	}))
 	func() {

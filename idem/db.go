@@ -3,12 +3,10 @@ package idem
 import (
 	"context"
 
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// DB is what an [Inbox], and so a generated wrapper's constructor, needs of
-// the database. *pgxpool.Pool satisfies it, and so does a wrapper of one
+// DB is what a generated wrapper's constructor needs of the database. *pgxpool.Pool satisfies it, and so does a wrapper of one
 // that a user writes: to instrument or limit the connections the runtime
 // takes, to choose a pool per tenant or region, or, in a test, to count or
 // fail acquires.
@@ -32,21 +30,10 @@ import (
 // When several deliveries of one key are in flight in this process at once
 // through one DB, all but the first wait for a connection only within the
 // claim wait ([WithClaimWait]). DBs are told apart with ==, so a DB whose
-// dynamic type is not comparable counts as a DB of its own for each Inbox
+// dynamic type is not comparable counts as a DB of its own for each wrapper
 // built on it.
 type DB interface {
 	Acquire(ctx context.Context) (*pgxpool.Conn, error)
 }
 
 var _ DB = (*pgxpool.Pool)(nil)
-
-// exec runs one statement on a connection of db: what pgxpool.Pool's Exec
-// does, for any DB.
-func exec(ctx context.Context, db DB, sql string, args ...any) (pgconn.CommandTag, error) {
-	c, err := db.Acquire(ctx)
-	if err != nil {
-		return pgconn.CommandTag{}, err
-	}
-	defer c.Release()
-	return c.Exec(ctx, sql, args...)
-}

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/idem/idemimpl"
 	"github.com/idemgen/idemgen/idem/idemtest"
 )
 
@@ -31,7 +32,7 @@ func TestNewInboxTakesAUserDB(t *testing.T) {
 	db := idemtest.New(t, migrations)
 	ctx := context.Background()
 	counting := &countingDB{Pool: db.Pool}
-	inbox := idem.NewInbox(counting, depositTable, credit)
+	inbox := idemimpl.NewInbox(counting, depositTable, credit)
 	msg := deposit{Account: "acct-db", Ref: 1, Amount: 5}
 	for _, want := range []idem.Outcome{idem.Processed, idem.Duplicate} {
 		if _, o, err := inbox.Handle(ctx, msg); err != nil || o != want {
@@ -59,7 +60,7 @@ func (f failingDB) Acquire(context.Context) (*pgxpool.Conn, error) { return nil,
 // reaches the caller of Handle and Purge, wrapped, with nothing written.
 func TestUserDBAcquireErrorIsTheDeliverysError(t *testing.T) {
 	refused := errors.New("tenant pool closed")
-	inbox := idem.NewInbox(failingDB{refused}, depositTable, credit)
+	inbox := idemimpl.NewInbox(failingDB{refused}, depositTable, credit)
 	ctx := context.Background()
 	if _, _, err := inbox.Handle(ctx, deposit{Account: "acct-db", Ref: 1}); !errors.Is(err, refused) {
 		t.Errorf("Handle: %v, want an error wrapping %v", err, refused)
@@ -89,7 +90,7 @@ func TestUserDBNotComparable(t *testing.T) {
 	db := idemtest.New(t, migrations)
 	ctx := context.Background()
 	var traced atomic.Int64
-	inbox := idem.NewInbox(tracedDB{pool: db.Pool, trace: func(string) { traced.Add(1) }}, depositTable, credit)
+	inbox := idemimpl.NewInbox(tracedDB{pool: db.Pool, trace: func(string) { traced.Add(1) }}, depositTable, credit)
 	const n = 4
 	idemtest.Warm(t, db.Pool, n)
 	var processed atomic.Int64

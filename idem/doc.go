@@ -2,9 +2,14 @@
 // message handler at most once per (consumer, key), in one PostgreSQL
 // transaction with the inbox row that records the key.
 //
-// A generated wrapper declares the handler's inbox [Table] (its key and the SQL
-// of its table) and hands it to [NewInbox]; the protocol itself lives here,
-// once, for every handler:
+// This package is what users call: the outcomes and errors of a delivery and
+// [ActionFor], the options of the generated wrappers ([Option]), the
+// [Outbox] a publishing handler writes to, the [Relay] that publishes it, the
+// [Janitor] that keeps the tables, and the interfaces the broker adapters take
+// ([Handler], [BatchHandler]). A generated wrapper declares the handler's
+// inbox table (its name and key columns) and hands it to the delivery engine
+// in package idemimpl, which only generated code calls; the protocol lives
+// there, once, for every handler:
 //
 //  1. Validate the key and fingerprint the message: a scheme byte and the
 //     SHA-256 of its canonical encoding (fields sorted, zero fields left out,
@@ -26,36 +31,34 @@
 //     refused and its delivery fails saying so; before the commit the
 //     connection must still be inside the transaction.
 //  5. In one round trip: mark the inbox row done with the result (failing
-//     outside the claim's transaction), write the
-//     messages a publishing handler ([NewPublishingInbox]) buffered in its
-//     [Outbox] (one INSERT into idem_outbox, one NOTIFY), and COMMIT. Then
+//     outside the claim's transaction), write the messages a publishing
+//     handler buffered in its [Outbox] (one INSERT into idem_outbox, one
+//     NOTIFY), and COMMIT. Then
 //     return [Processed]; the caller acks. A [Relay] publishes the committed
 //     outbox rows, at least once each, with their stable ids
 //     ([OutgoingMessageID]).
 //
 // A stored result that no longer decodes is [ErrUndecodableResult]; a message
 // or result that cannot be encoded (NaN, ±Inf) is [ErrUnencodable]: both fail
-// the same way on every delivery, so dead-letter them. [NewInbox] panics on an
-// option that would make every delivery fail. Duplicates of a key in flight in
-// this process wait for a connection only within the claim wait.
+// the same way on every delivery, so dead-letter them. A wrapper's constructor
+// panics on an option that would make every delivery fail. Duplicates of a key
+// in flight in this process wait for a connection only within the claim wait.
 //
-// Handlers whose effect is outside the database (a payment, an e-mail) run
-// in mode=external on an [ExternalInbox] instead: a short statement claims
-// the key with a lease and a fence, the handler runs with no transaction
-// open and the idempotency key to give the provider in its context
-// ([KeyFrom]), heartbeats renew the claim while it runs and cancel its
-// context when the claim is lost, and the key is marked done only while the
-// fence is still the worker's ([ErrClaimLost] otherwise). A redelivery takes
-// over a claim whose lease ran out, and [ExternalInbox.Sweep] resets such
-// claims and reports the ones that keep failing. docs/external.md has the
-// protocol and its failure cases.
+// Handlers whose effect is outside the database (a payment, an e-mail) run in
+// mode=external instead: a short statement claims the key with a lease and a
+// fence, the handler runs with no transaction open and the idempotency key to
+// give the provider in its context ([KeyFrom]), heartbeats renew the claim
+// while it runs and cancel its context when the claim is lost, and the key is
+// marked done only while the fence is still the worker's ([ErrClaimLost]
+// otherwise). A redelivery takes over a claim whose lease ran out, and the
+// wrapper's Sweep (or a [Janitor]) resets such claims and reports the ones that
+// keep failing. docs/external.md has the protocol and its failure cases.
 //
-// Handlers that need no inbox row run on an [EntityInbox] (mode=entity: the
-// business row the handler inserts is the marker; BEGIN and the
-// [FingerprintSetting] travel with its first statement, a unique violation of
-// the table's key constraint is the duplicate signal, and the row's
-// [FingerprintColumn] tells [Duplicate] from [ErrKeyReused]) or a
-// [NaturalInbox] (mode=natural: a transaction, retried on serialization
+// Handlers that need no inbox row run in mode=entity (the business row the
+// handler inserts is the marker; BEGIN and the message's fingerprint travel
+// with its first statement, a unique violation of the table's key constraint is
+// the duplicate signal, and the row's fingerprint column tells [Duplicate] from
+// [ErrKeyReused]) or in mode=natural (a transaction, retried on serialization
 // failures, nothing recorded). docs/natural.md has both.
 //
 // [ActionFor] turns what Handle returned into what the consumer does with the

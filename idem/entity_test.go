@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/idem/idemimpl"
 	"github.com/idemgen/idemgen/idem/idemtest"
 )
 
@@ -33,12 +34,12 @@ DROP TABLE purchases;
 `)},
 }
 
-var purchaseTable = idem.EntityTable[purchase]{
+var purchaseTable = idemimpl.EntityTable[purchase]{
 	Consumer: "test.purchase",
 	Name:     "purchases",
-	Columns:  []idem.Column{{Field: "ID", Name: "id", Type: "text"}},
+	Columns:  []idemimpl.Column{{Field: "ID", Name: "id", Type: "text"}},
 	Key: func(msg purchase) ([]any, error) {
-		if err := idem.CheckString("ID", msg.ID); err != nil {
+		if err := idemimpl.CheckString("ID", msg.ID); err != nil {
 			return nil, err
 		}
 		return []any{msg.ID}, nil
@@ -94,7 +95,7 @@ func TestEntityInEveryExecMode(t *testing.T) {
 				name    string
 				handler func(context.Context, pgx.Tx, purchase) (idem.None, error)
 			}{{"exec", buy}, {"query", buyQuery}} {
-				in := idem.NewEntityInbox(pool, purchaseTable, h.handler, nil)
+				in := idemimpl.NewEntityInbox(pool, purchaseTable, h.handler, nil)
 				n := 0
 				deliver := func(msg purchase) (idem.Outcome, int64, error) {
 					before := trips.Load()
@@ -170,7 +171,7 @@ func TestEntityPublishes(t *testing.T) {
 	}
 	db := idemtest.New(t, outboxFS(t, map[string]string{"00100_purchases.sql": sql}))
 	ctx := context.Background()
-	in := idem.NewPublishingEntityInbox(db.Pool, purchaseTable, func(ctx context.Context, tx pgx.Tx, out *idem.Outbox, msg purchase) (idem.None, error) {
+	in := idemimpl.NewPublishingEntityInbox(db.Pool, purchaseTable, func(ctx context.Context, tx pgx.Tx, out *idem.Outbox, msg purchase) (idem.None, error) {
 		if _, err := buy(ctx, tx, msg); err != nil {
 			return idem.None{}, err
 		}

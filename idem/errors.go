@@ -2,7 +2,6 @@ package idem
 
 import (
 	"errors"
-	"fmt"
 	"strings"
 	"time"
 )
@@ -113,6 +112,11 @@ func (e *Error) Unwrap() error { return e.Err }
 // Is reports whether e is retryable when target is ErrRetryable.
 func (e *Error) Is(target error) bool { return target == ErrRetryable && e.retryable }
 
+// MaxKeyBytes bounds the total size of a key's string parts. PostgreSQL cannot
+// index a B-tree entry much larger than 2.7 kB; a longer key is rejected with
+// ErrInvalidKey before anything is written, instead of failing in the index.
+const MaxKeyBytes = 2048
+
 // RetryAfter reports, for an error wrapping ErrInProgress or ErrClaimLost,
 // how long until the key can be claimed again: what is left of the running
 // claim's lease in mode=external (0 after ErrClaimLost, or what is left of
@@ -136,14 +140,4 @@ func inProgress(err error, after time.Duration) error {
 		e.retryAfter, e.hasRetryAfter = max(after, 0), true
 	}
 	return err
-}
-
-// InvalidKey returns an error wrapping ErrInvalidKey for the key part at path
-// (a Go field path such as "Meta.ID").
-//
-// For generated code: the key functions of generated Tables return it. To
-// have a message dead-lettered from a handler, return an error wrapping
-// ErrUndecodablePayload (or ErrInvalidKey) with fmt.Errorf.
-func InvalidKey(path, reason string) error {
-	return fmt.Errorf("%w: %s %s", ErrInvalidKey, path, reason)
 }

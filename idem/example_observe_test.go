@@ -10,6 +10,7 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
 	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/idem/idemimpl"
 	"github.com/idemgen/idemgen/idem/idemtest"
 )
 
@@ -36,7 +37,7 @@ func ExampleWithMeterProvider() {
 		OrderID string `json:"order_id"`
 	}
 	table, _ := idemtest.TextKeyInbox("shop.orders", "idem_shop_orders", "OrderID", func(m orderPlaced) string { return m.OrderID })
-	inbox := idem.NewInbox(pool, table, func(ctx context.Context, tx pgx.Tx, m orderPlaced) (idem.None, error) {
+	inbox := idemimpl.NewInbox(pool, table, func(ctx context.Context, tx pgx.Tx, m orderPlaced) (idem.None, error) {
 		_, err := tx.Exec(ctx, `INSERT INTO orders (id) VALUES ($1)`, m.OrderID)
 		return idem.None{}, err
 	}, idem.WithLogger(logger), idem.WithMeterProvider(mp))

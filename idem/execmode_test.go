@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/idem/idemimpl"
 	"github.com/idemgen/idemgen/idem/idemtest"
 )
 
@@ -62,15 +63,15 @@ type booking struct {
 	Seat   *int64 `json:"seat"`
 }
 
-var ticketTable = idem.Table[ticket]{
+var ticketTable = idemimpl.Table[ticket]{
 	Consumer: "test.ticket",
 	Name:     "idem_test_ticket",
-	Columns: []idem.Column{
+	Columns: []idemimpl.Column{
 		{Field: "ID", Name: "key_id", Type: "uuid"},
 		{Field: "Seat", Name: "key_seat", Type: "bigint", Nullable: true},
 	},
 	Key: func(msg ticket) ([]any, error) {
-		if err := idem.CheckUUID("ID", msg.ID); err != nil {
+		if err := idemimpl.CheckUUID("ID", msg.ID); err != nil {
 			return nil, err
 		}
 		var seat any
@@ -134,7 +135,7 @@ func TestEveryQueryExecMode(t *testing.T) {
 		t.Run(mode.String(), func(t *testing.T) {
 			pool := poolInMode(t, db.URL, mode)
 			account := "acc-" + mode.String()
-			deposits := idem.NewInbox(pool, depositTable, credit)
+			deposits := idemimpl.NewInbox(pool, depositTable, credit)
 			msg := deposit{Account: account, Ref: 1, Amount: 10}
 			r1, o, err := deposits.Handle(ctx, msg)
 			if err != nil || o != idem.Processed {
@@ -148,7 +149,7 @@ func TestEveryQueryExecMode(t *testing.T) {
 				t.Fatalf("reused key: %v, want ErrKeyReused", err)
 			}
 			boom := errors.New("boom")
-			failing := idem.NewInbox(pool, depositTable, func(ctx context.Context, tx pgx.Tx, msg deposit) (receipt, error) {
+			failing := idemimpl.NewInbox(pool, depositTable, func(ctx context.Context, tx pgx.Tx, msg deposit) (receipt, error) {
 				_, _ = credit(ctx, tx, msg)
 				return receipt{}, boom
 			})
@@ -169,7 +170,7 @@ func TestEveryQueryExecMode(t *testing.T) {
 				t.Errorf("purge: %v", err)
 			}
 
-			tickets := idem.NewInbox(pool, ticketTable, book)
+			tickets := idemimpl.NewInbox(pool, ticketTable, book)
 			seat := int64(7)
 			show := [16]byte{byte(mode) + 1, 0xaa}
 			for i, tk := range []ticket{

@@ -10,15 +10,14 @@ import (
 	"strconv"
 
 	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/idemgen/idemgen/idem/internal/link"
+	"github.com/idemgen/idemgen/idem/internal/pgutil"
 )
 
 // externalKeyScheme starts the bytes an external idempotency key hashes, so
 // that a later scheme can never produce a key of this one.
 const externalKeyScheme = "idem.external.v1"
-
-// keyContext is the context key under which an external handler's context
-// carries its idempotency key.
-type keyContext struct{}
 
 // KeyFrom returns the idempotency key of the delivery ctx belongs to: the
 // value to send to an external provider (an Idempotency-Key header, a
@@ -26,9 +25,9 @@ type keyContext struct{}
 // however often the handler runs. It is the lowercase hex SHA-256 of the
 // consumer and the typed key parts (see [ExternalKey]): 64 ASCII characters,
 // the same for every attempt, worker and process that handles the key. ok is
-// false outside a handler of an [ExternalInbox].
+// false outside a mode=external handler.
 func KeyFrom(ctx context.Context) (key string, ok bool) {
-	key, ok = ctx.Value(keyContext{}).(string)
+	key, ok = ctx.Value(link.KeyContext{}).(string)
 	return key, ok
 }
 
@@ -73,12 +72,12 @@ func appendKeyPart(buf []byte, part any) []byte {
 	case uint64:
 		return appendField(append(buf, 'n'), strconv.FormatUint(v, 10))
 	case [16]byte:
-		return appendField(append(buf, 'u'), formatUUID(v))
+		return appendField(append(buf, 'u'), pgutil.FormatUUID(v))
 	case pgtype.UUID:
 		if !v.Valid {
 			return append(buf, 'z')
 		}
-		return appendField(append(buf, 'u'), formatUUID(v.Bytes))
+		return appendField(append(buf, 'u'), pgutil.FormatUUID(v.Bytes))
 	}
 	rv := reflect.ValueOf(part)
 	switch rv.Kind() {
@@ -97,7 +96,7 @@ func appendKeyPart(buf []byte, part any) []byte {
 		if rv.Len() == 16 && rv.Type().Elem().Kind() == reflect.Uint8 {
 			var u [16]byte
 			reflect.Copy(reflect.ValueOf(&u).Elem(), rv)
-			return appendField(append(buf, 'u'), formatUUID(u))
+			return appendField(append(buf, 'u'), pgutil.FormatUUID(u))
 		}
 	}
 	// Not a kind generated keys have: its type and value, so that it is

@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/idem/idemimpl"
 	"github.com/idemgen/idemgen/idem/idemtest"
 )
 
@@ -73,7 +74,7 @@ func runExternalChild(dbURL string) {
 	var called sync.WaitGroup
 	called.Add(len(ids))
 	var mu sync.Mutex
-	x := idem.NewExternalInbox(pool, payTable, func(ctx context.Context, msg payment) (charged, error) {
+	x := idemimpl.NewExternalInbox(pool, payTable, func(ctx context.Context, msg payment) (charged, error) {
 		r, err := call(ctx, msg)
 		if err != nil {
 			fail(err)
@@ -154,7 +155,7 @@ func TestExternalWorkerKilledAfterCallBeforeDone(t *testing.T) {
 
 	var parentKey string
 	call := chargeOverHTTP(url)
-	x := idem.NewExternalInbox(db.Pool, payTable, func(ctx context.Context, msg payment) (charged, error) {
+	x := idemimpl.NewExternalInbox(db.Pool, payTable, func(ctx context.Context, msg payment) (charged, error) {
 		parentKey, _ = idem.KeyFrom(ctx)
 		return call(ctx, msg)
 	}, idem.WithLease(childLease))
@@ -196,7 +197,7 @@ func TestExternalSweeperResetsDeadClaims(t *testing.T) {
 	const test = "TestExternalSweeperResetsDeadClaims"
 	db := payDB(t)
 	p, url := httpProvider(t)
-	x := idem.NewExternalInbox(db.Pool, payTable, chargeOverHTTP(url), idem.WithLease(childLease))
+	x := idemimpl.NewExternalInbox(db.Pool, payTable, chargeOverHTTP(url), idem.WithLease(childLease))
 	ids := []string{"pay-dies-always", "pay-dead-2", "pay-dead-3", "pay-dead-4", "pay-dead-5"}
 	expired := func(n int) {
 		t.Helper()
@@ -286,7 +287,7 @@ func TestExternalTwoSweepersResetOnce(t *testing.T) {
 	var resets [2]int64
 	var took [2]time.Duration
 	idemtest.AtOnce(2, func(i int) {
-		x := idem.NewExternalInbox(db.Pool, payTable, charge(idemtest.NewProvider()))
+		x := idemimpl.NewExternalInbox(db.Pool, payTable, charge(idemtest.NewProvider()))
 		began := time.Now()
 		rep, err := x.Sweep(context.Background())
 		took[i] = time.Since(began)

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/idem/idemimpl"
 	"github.com/idemgen/idemgen/idem/idemtest"
 )
 
@@ -87,7 +88,7 @@ func (r payRow) String() string {
 func TestExternalProcessedThenDuplicate(t *testing.T) {
 	db := payDB(t)
 	p := idemtest.NewProvider()
-	x := idem.NewExternalInbox(db.Pool, payTable, charge(p))
+	x := idemimpl.NewExternalInbox(db.Pool, payTable, charge(p))
 	ctx := context.Background()
 	msg := payment{ID: "pay-1", Amount: 500}
 
@@ -173,7 +174,7 @@ func TestExternalConcurrentDuringLiveClaim(t *testing.T) {
 	p := idemtest.NewProvider()
 	var calls atomic.Int64
 	handler := charge(p)
-	x := idem.NewExternalInbox(db.Pool, payTable, func(ctx context.Context, msg payment) (charged, error) {
+	x := idemimpl.NewExternalInbox(db.Pool, payTable, func(ctx context.Context, msg payment) (charged, error) {
 		calls.Add(1)
 		return handler(ctx, msg)
 	}, idem.WithLease(30*time.Second))
@@ -268,7 +269,7 @@ func TestExternalTakeoverByOneOfEight(t *testing.T) {
 	started, finish := make(chan struct{}), make(chan struct{})
 	var aCause atomic.Value
 	var aCancelledAfter atomic.Int64
-	a := idem.NewExternalInbox(cut, payTable, func(ctx context.Context, msg payment) (charged, error) {
+	a := idemimpl.NewExternalInbox(cut, payTable, func(ctx context.Context, msg payment) (charged, error) {
 		key, _ := idem.KeyFrom(ctx)
 		if _, err := p.Call(ctx, key, []byte(fmt.Sprint(msg.Amount))); err != nil {
 			return charged{}, err
@@ -306,7 +307,7 @@ func TestExternalTakeoverByOneOfEight(t *testing.T) {
 	}
 	outs := make([]outcome, racers)
 	idemtest.AtOnce(racers, func(i int) {
-		w := idem.NewExternalInbox(db.Pool, payTable, func(ctx context.Context, msg payment) (charged, error) {
+		w := idemimpl.NewExternalInbox(db.Pool, payTable, func(ctx context.Context, msg payment) (charged, error) {
 			handlerRuns.Add(1)
 			time.Sleep(200 * time.Millisecond) // the others race while this claim is live
 			return charge(p)(ctx, msg)
@@ -374,7 +375,7 @@ func TestExternalHeartbeatKeepsClaim(t *testing.T) {
 	msg := payment{ID: "pay-long", Amount: 300}
 	started := make(chan struct{})
 	var cancelled atomic.Bool
-	x := idem.NewExternalInbox(db.Pool, payTable, func(ctx context.Context, msg payment) (charged, error) {
+	x := idemimpl.NewExternalInbox(db.Pool, payTable, func(ctx context.Context, msg payment) (charged, error) {
 		close(started)
 		select {
 		case <-ctx.Done():
@@ -395,7 +396,7 @@ func TestExternalHeartbeatKeepsClaim(t *testing.T) {
 	}()
 	<-started
 
-	other := idem.NewExternalInbox(db.Pool, payTable, charge(p), idem.WithLease(lease))
+	other := idemimpl.NewExternalInbox(db.Pool, payTable, charge(p), idem.WithLease(lease))
 	leases := map[time.Time]bool{}
 	var dupInProgress, dupOther int
 	for time.Since(began) < 3*lease-100*time.Millisecond {
@@ -446,7 +447,7 @@ func TestExternalStolenClaimCancelsContext(t *testing.T) {
 			var cancelledAfter time.Duration
 			var stole time.Time
 			stolen := make(chan struct{})
-			x := idem.NewExternalInbox(db.Pool, payTable, func(ctx context.Context, msg payment) (charged, error) {
+			x := idemimpl.NewExternalInbox(db.Pool, payTable, func(ctx context.Context, msg payment) (charged, error) {
 				close(started)
 				<-stolen
 				select {
@@ -499,7 +500,7 @@ func TestExternalHandlerErrorReleases(t *testing.T) {
 	msg := payment{ID: "pay-fails-once", Amount: 50}
 	errDeclined := errors.New("test: card declined, try again")
 	var runs atomic.Int64
-	x := idem.NewExternalInbox(db.Pool, payTable, func(ctx context.Context, msg payment) (charged, error) {
+	x := idemimpl.NewExternalInbox(db.Pool, payTable, func(ctx context.Context, msg payment) (charged, error) {
 		switch runs.Add(1) {
 		case 1:
 			return charged{}, errDeclined
@@ -597,7 +598,7 @@ func TestExternalKeyFrom(t *testing.T) {
 	}
 	db := payDB(t)
 	var inHandler string
-	x := idem.NewExternalInbox(db.Pool, payTable, idem.NoResultExternal(func(ctx context.Context, msg payment) error {
+	x := idemimpl.NewExternalInbox(db.Pool, payTable, idemimpl.NoResultExternal(func(ctx context.Context, msg payment) error {
 		inHandler, _ = idem.KeyFrom(ctx)
 		return nil
 	}))
@@ -632,7 +633,7 @@ func TestExternalPurgeSparesRunningClaims(t *testing.T) {
 	}
 	table := payTable
 	table.Retain = time.Hour
-	x := idem.NewExternalInbox(db.Pool, table, charge(idemtest.NewProvider()))
+	x := idemimpl.NewExternalInbox(db.Pool, table, charge(idemtest.NewProvider()))
 	n, err := x.Purge(ctx)
 	left := queryInt(t, db.Pool, `SELECT count(*)::int FROM idem_test_pay WHERE key_id IN ('running-old', 'done-new')`)
 	all := queryInt(t, db.Pool, `SELECT count(*)::int FROM idem_test_pay`)
@@ -648,7 +649,7 @@ func TestExternalPurgeSparesRunningClaims(t *testing.T) {
 func TestExternalUndecodableStoredResult(t *testing.T) {
 	db := payDB(t)
 	p := idemtest.NewProvider()
-	x := idem.NewExternalInbox(db.Pool, payTable, charge(p))
+	x := idemimpl.NewExternalInbox(db.Pool, payTable, charge(p))
 	ctx := context.Background()
 	msg := payment{ID: "pay-undecodable", Amount: 10}
 	if _, _, err := x.Handle(ctx, msg); err != nil {
@@ -683,12 +684,12 @@ func TestExternalOptionsValidated(t *testing.T) {
 					t.Errorf("%s: panic %v; want one naming the consumer and %q", c.name, p, c.want)
 				}
 			}()
-			idem.NewExternalInbox(nil, payTable, charge(nil), c.opts...)
+			idemimpl.NewExternalInbox(nil, payTable, charge(nil), c.opts...)
 		}()
 	}
 	table := payTable
 	table.Lease = 0
-	idem.NewExternalInbox(nil, table, charge(nil)) // no panic: DefaultLease
+	idemimpl.NewExternalInbox(nil, table, charge(nil)) // no panic: DefaultLease
 }
 
 // TestExternalCallerCancelledDuringRun: a caller that cancels its context
@@ -700,7 +701,7 @@ func TestExternalCallerCancelledDuringRun(t *testing.T) {
 	p := idemtest.NewProvider()
 	started := make(chan struct{})
 	var handlerCause error
-	x := idem.NewExternalInbox(db.Pool, payTable, func(ctx context.Context, msg payment) (charged, error) {
+	x := idemimpl.NewExternalInbox(db.Pool, payTable, func(ctx context.Context, msg payment) (charged, error) {
 		r, err := charge(p)(ctx, msg)
 		close(started)
 		<-ctx.Done()
@@ -737,7 +738,7 @@ func TestExternalHeartbeatSurvivesShortOutage(t *testing.T) {
 	p := idemtest.NewProvider()
 	var cancelled atomic.Bool
 	started := make(chan struct{})
-	x := idem.NewExternalInbox(cut, payTable, func(ctx context.Context, msg payment) (charged, error) {
+	x := idemimpl.NewExternalInbox(cut, payTable, func(ctx context.Context, msg payment) (charged, error) {
 		close(started)
 		select {
 		case <-ctx.Done():

@@ -6,7 +6,7 @@ import "context"
 // message: it delivers msg and reports the outcome, the result dropped. What
 // the consumer then does with the delivery is ActionFor(err).
 //
-// Every generated wrapper, every [Inbox] and every [ExternalInbox] satisfy
+// Every generated wrapper satisfies
 // it, whatever their result type, so that an adapter takes a wrapper
 // directly and user code can wrap or decorate handlers uniformly (see
 // [HandlerFunc]).
@@ -23,9 +23,28 @@ func (f HandlerFunc[M]) Deliver(ctx context.Context, msg M) (Outcome, error) {
 	return f(ctx, msg)
 }
 
-// Deliver is Handle with the result dropped: it makes an Inbox a
-// [Handler] of M.
-func (in *Inbox[M, R]) Deliver(ctx context.Context, msg M) (Outcome, error) {
-	_, o, err := in.Handle(ctx, msg)
-	return o, err
+// None is the result type of handlers that return only an error: their inbox
+// rows store no result.
+//
+// A generated wrapper whose handler has no result is built on it: its Handle
+// returns no result, and its DeliverBatch returns a Result[None] per message.
+type None struct{}
+
+// Result is the outcome of one message of a batch (HandleBatch): what Handle
+// would have returned for it. Ack the message exactly when Err is nil.
+type Result[R any] struct {
+	Value   R
+	Outcome Outcome
+	Err     error
+}
+
+// BatchHandler is a [Handler] that also delivers many messages at once, as
+// broker adapters do with what their broker hands them together (a
+// JetStream fetch, a Kafka poll, a RabbitMQ prefetch): DeliverBatch returns
+// one Result per message, in input order, and each message is acked or
+// nacked by its own (ActionFor(r.Err)). Every generated tx-mode wrapper
+// satisfies it.
+type BatchHandler[M any] interface {
+	Handler[M]
+	DeliverBatch(ctx context.Context, msgs []M) []Result[None]
 }

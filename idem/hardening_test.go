@@ -17,18 +17,19 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/idem/idemimpl"
 	"github.com/idemgen/idemgen/idem/idemtest"
 )
 
 // tableFor is depositTable for another message type with the same key: what
 // the generated code declares after the message type changed.
-func tableFor[M any](key func(M) (string, int64)) idem.Table[M] {
+func tableFor[M any](key func(M) (string, int64)) idemimpl.Table[M] {
 	t := depositTable
-	return idem.Table[M]{
+	return idemimpl.Table[M]{
 		Consumer: t.Consumer, Name: t.Name, Columns: t.Columns, Retain: t.Retain,
 		Key: func(msg M) ([]any, error) {
 			account, ref := key(msg)
-			if err := idem.CheckString("Account", account); err != nil {
+			if err := idemimpl.CheckString("Account", account); err != nil {
 				return nil, err
 			}
 			return []any{account, ref}, nil
@@ -63,7 +64,7 @@ func TestFingerprintSurvivesAddedZeroField(t *testing.T) {
 	ctx := context.Background()
 	t.Run("current scheme", func(t *testing.T) {
 		db := idemtest.New(t, migrations)
-		first := idem.NewInbox(db.Pool, depositTable, credit)
+		first := idemimpl.NewInbox(db.Pool, depositTable, credit)
 		if _, o, err := first.Handle(ctx, deposit{Account: "acc-n", Ref: 1, Amount: 3}); err != nil || o != idem.Processed {
 			t.Fatalf("first delivery: %v, %v", o, err)
 		}
@@ -71,7 +72,7 @@ func TestFingerprintSurvivesAddedZeroField(t *testing.T) {
 		if err := db.Pool.QueryRow(ctx, `SELECT length(fingerprint) FROM idem_test_deposit`).Scan(&n); err != nil || n != 33 {
 			t.Fatalf("stored fingerprint is %d bytes (%v); want 33, the scheme byte first", n, err)
 		}
-		grown := idem.NewInbox(db.Pool, tableFor(v2Key), notCalled[depositV2](t))
+		grown := idemimpl.NewInbox(db.Pool, tableFor(v2Key), notCalled[depositV2](t))
 		if r, o, err := grown.Handle(ctx, depositV2{Account: "acc-n", Ref: 1, Amount: 3}); err != nil || o != idem.Duplicate || r.Balance != 3 {
 			t.Fatalf("a type with added zero fields: %+v, %v, %v; want Duplicate", r, o, err)
 		}
@@ -87,7 +88,7 @@ func TestFingerprintSurvivesAddedZeroField(t *testing.T) {
 		if _, err := db.Pool.Exec(ctx, `INSERT INTO idem_test_deposit (key_account, key_ref, fingerprint) VALUES ('acc-u', 1, '\x09' || sha256('x'))`); err != nil {
 			t.Fatal(err)
 		}
-		in := idem.NewInbox(db.Pool, depositTable, notCalled[deposit](t))
+		in := idemimpl.NewInbox(db.Pool, depositTable, notCalled[deposit](t))
 		_, _, err := in.Handle(ctx, deposit{Account: "acc-u", Ref: 1})
 		if err == nil || errors.Is(err, idem.ErrKeyReused) || !strings.Contains(err.Error(), "scheme 9") {
 			t.Errorf("a row of a newer scheme: %v; want an error naming the scheme, not ErrKeyReused", err)
@@ -100,14 +101,14 @@ func TestFingerprintSurvivesAddedZeroField(t *testing.T) {
 func TestStoredResultOfAnotherShapeIsUndecodable(t *testing.T) {
 	db := idemtest.New(t, migrations)
 	ctx := context.Background()
-	if _, _, err := idem.NewInbox(db.Pool, depositTable, credit).Handle(ctx, deposit{Account: "acc-r", Ref: 1, Amount: 2}); err != nil {
+	if _, _, err := idemimpl.NewInbox(db.Pool, depositTable, credit).Handle(ctx, deposit{Account: "acc-r", Ref: 1, Amount: 2}); err != nil {
 		t.Fatal(err)
 	}
 	// After a deploy, the result's Balance is a string.
 	type receiptV2 struct {
 		Balance string `json:"balance"`
 	}
-	in := idem.NewInbox(db.Pool, depositTable, func(context.Context, pgx.Tx, deposit) (receiptV2, error) {
+	in := idemimpl.NewInbox(db.Pool, depositTable, func(context.Context, pgx.Tx, deposit) (receiptV2, error) {
 		t.Error("the handler ran for a processed key")
 		return receiptV2{}, nil
 	})
@@ -136,7 +137,7 @@ func TestNaNAndInfAreUnencodable(t *testing.T) {
 	table := tableFor(func(m measured) (string, int64) { return m.Account, m.Ref })
 	for _, bad := range []float64{math.NaN(), math.Inf(1), math.Inf(-1)} {
 		calls := 0
-		msgIn := idem.NewInbox(db.Pool, table, func(context.Context, pgx.Tx, measured) (ratio, error) {
+		msgIn := idemimpl.NewInbox(db.Pool, table, func(context.Context, pgx.Tx, measured) (ratio, error) {
 			calls++
 			return ratio{}, nil
 		})
@@ -146,7 +147,7 @@ func TestNaNAndInfAreUnencodable(t *testing.T) {
 			t.Errorf("message with %v: %v (handler ran %d times); want ErrUnencodable wrapping json's error, before the handler", bad, err, calls)
 		}
 
-		resIn := idem.NewInbox(db.Pool, table, func(ctx context.Context, tx pgx.Tx, m measured) (ratio, error) {
+		resIn := idemimpl.NewInbox(db.Pool, table, func(ctx context.Context, tx pgx.Tx, m measured) (ratio, error) {
 			_, err := tx.Exec(ctx, `INSERT INTO accounts (id, balance) VALUES ($1, 1)`, m.Account)
 			return ratio{Value: bad}, err
 		})
@@ -181,12 +182,12 @@ func TestOptionsOutOfRangePanicAtConstruction(t *testing.T) {
 					}
 				}
 			}()
-			idem.NewInbox(db.Pool, depositTable, credit, c.opt)
+			idemimpl.NewInbox(db.Pool, depositTable, credit, c.opt)
 			t.Errorf("NewInbox accepted %v", c.want[0])
 		}()
 	}
 	// The bound itself works: a claim with the longest lock_timeout.
-	in := idem.NewInbox(db.Pool, depositTable, credit, idem.WithClaimWait(2147483647*time.Millisecond), idem.WithIsolation(pgx.ReadCommitted))
+	in := idemimpl.NewInbox(db.Pool, depositTable, credit, idem.WithClaimWait(2147483647*time.Millisecond), idem.WithIsolation(pgx.ReadCommitted))
 	if _, o, err := in.Handle(context.Background(), deposit{Account: "acc-o", Ref: 1, Amount: 1}); err != nil || o != idem.Processed {
 		t.Errorf("the longest claim wait: %v, %v; want Processed", o, err)
 	}
@@ -216,7 +217,7 @@ func TestDuplicatesWithSmallPoolReturnWithinClaimWait(t *testing.T) {
 	)
 	entered := make(chan struct{})
 	var once sync.Once
-	in := idem.NewInbox(pool, depositTable, func(ctx context.Context, tx pgx.Tx, msg deposit) (receipt, error) {
+	in := idemimpl.NewInbox(pool, depositTable, func(ctx context.Context, tx pgx.Tx, msg deposit) (receipt, error) {
 		once.Do(func() { close(entered) })
 		time.Sleep(handler)
 		return credit(ctx, tx, msg)
@@ -289,7 +290,7 @@ func TestHandlerEndingTheTransactionThroughSQL(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			db := idemtest.New(t, migrations)
 			ctx := context.Background()
-			in := idem.NewInbox(db.Pool, depositTable, idem.NoResult(func(ctx context.Context, tx pgx.Tx, msg deposit) error {
+			in := idemimpl.NewInbox(db.Pool, depositTable, idemimpl.NoResult(func(ctx context.Context, tx pgx.Tx, msg deposit) error {
 				c.end(ctx, tx)
 				write(ctx, tx, msg) // its error ignored, as a careless handler does
 				return nil
@@ -337,7 +338,7 @@ func TestHandlerEndingTheTransactionThroughSQL(t *testing.T) {
 // Duplicate).
 func TestCancelledDeliveryHasAKnownOutcome(t *testing.T) {
 	db := idemtest.New(t, migrations)
-	in := idem.NewInbox(db.Pool, depositTable, credit)
+	in := idemimpl.NewInbox(db.Pool, depositTable, credit)
 	const n = 300
 	// How long a delivery takes here: the cancellations below spread over
 	// it, so that they land in the claim, the handler and the commit round
@@ -404,7 +405,7 @@ func TestCommittedRunningRowIsTakenOver(t *testing.T) {
 				}
 				return credit(ctx, tx, msg)
 			}
-			in := idem.NewInbox(db.Pool, depositTable, handler)
+			in := idemimpl.NewInbox(db.Pool, depositTable, handler)
 			msg := deposit{Account: "acc-t", Ref: 1, Amount: 7}
 			if _, _, err := in.Handle(ctx, msg); err == nil || !strings.Contains(err.Error(), `statement "COMMIT" committed the inbox's transaction`) {
 				t.Fatalf("the run that commits: %v; want the COMMIT refused", err)

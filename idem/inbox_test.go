@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/idem/idemimpl"
 	"github.com/idemgen/idemgen/idem/idemtest"
 )
 
@@ -59,15 +60,15 @@ DROP TABLE idem_test_deposit;
 `)},
 }
 
-var depositTable = idem.Table[deposit]{
+var depositTable = idemimpl.Table[deposit]{
 	Consumer: "test.deposit",
 	Name:     "idem_test_deposit",
-	Columns: []idem.Column{
+	Columns: []idemimpl.Column{
 		{Field: "Account", Name: "key_account", Type: "text"},
 		{Field: "Ref", Name: "key_ref", Type: "bigint"},
 	},
 	Key: func(msg deposit) ([]any, error) {
-		if err := idem.CheckString("Account", msg.Account); err != nil {
+		if err := idemimpl.CheckString("Account", msg.Account); err != nil {
 			return nil, err
 		}
 		return []any{msg.Account, msg.Ref}, nil
@@ -127,7 +128,7 @@ func TestConcurrentDeliveriesProcessOnce(t *testing.T) {
 			if iso != "" {
 				opts = append(opts, idem.WithIsolation(iso))
 			}
-			inbox := idem.NewInbox(db.Pool, depositTable, handler, opts...)
+			inbox := idemimpl.NewInbox(db.Pool, depositTable, handler, opts...)
 
 			msg := deposit{Account: "acc-1", Ref: 7, Amount: 100}
 			type res struct {
@@ -179,7 +180,7 @@ func TestSequentialDuplicateReturnsStoredResult(t *testing.T) {
 	db := idemtest.New(t, migrations)
 	ctx := context.Background()
 	var calls int
-	inbox := idem.NewInbox(db.Pool, depositTable, func(ctx context.Context, tx pgx.Tx, msg deposit) (receipt, error) {
+	inbox := idemimpl.NewInbox(db.Pool, depositTable, func(ctx context.Context, tx pgx.Tx, msg deposit) (receipt, error) {
 		calls++
 		return credit(ctx, tx, msg)
 	})
@@ -203,7 +204,7 @@ func TestSequentialDuplicateReturnsStoredResult(t *testing.T) {
 func TestKeyReused(t *testing.T) {
 	db := idemtest.New(t, migrations)
 	ctx := context.Background()
-	inbox := idem.NewInbox(db.Pool, depositTable, credit)
+	inbox := idemimpl.NewInbox(db.Pool, depositTable, credit)
 	if _, _, err := inbox.Handle(ctx, deposit{Account: "acc-3", Ref: 1, Amount: 5}); err != nil {
 		t.Fatal(err)
 	}
@@ -223,7 +224,7 @@ func TestKeyReused(t *testing.T) {
 func TestInvalidKeyWritesNothing(t *testing.T) {
 	db := idemtest.New(t, migrations)
 	called := false
-	inbox := idem.NewInbox(db.Pool, depositTable, func(ctx context.Context, tx pgx.Tx, msg deposit) (receipt, error) {
+	inbox := idemimpl.NewInbox(db.Pool, depositTable, func(ctx context.Context, tx pgx.Tx, msg deposit) (receipt, error) {
 		called = true
 		return receipt{}, nil
 	})
@@ -243,7 +244,7 @@ func TestHandlerErrorRollsBack(t *testing.T) {
 	ctx := context.Background()
 	boom := errors.New("boom")
 	fail := true
-	inbox := idem.NewInbox(db.Pool, depositTable, func(ctx context.Context, tx pgx.Tx, msg deposit) (receipt, error) {
+	inbox := idemimpl.NewInbox(db.Pool, depositTable, func(ctx context.Context, tx pgx.Tx, msg deposit) (receipt, error) {
 		r, err := credit(ctx, tx, msg)
 		if fail {
 			return r, boom
@@ -269,7 +270,7 @@ func TestHandlerErrorRollsBack(t *testing.T) {
 func TestHandlerPanicRollsBackAndRepanics(t *testing.T) {
 	db := idemtest.New(t, migrations)
 	ctx := context.Background()
-	inbox := idem.NewInbox(db.Pool, depositTable, func(ctx context.Context, tx pgx.Tx, msg deposit) (receipt, error) {
+	inbox := idemimpl.NewInbox(db.Pool, depositTable, func(ctx context.Context, tx pgx.Tx, msg deposit) (receipt, error) {
 		if _, err := credit(ctx, tx, msg); err != nil {
 			return receipt{}, err
 		}
@@ -299,7 +300,7 @@ func TestBusinessUniqueViolationIsNotADuplicate(t *testing.T) {
 	if _, err := db.Pool.Exec(ctx, `INSERT INTO postings VALUES ('acc-6', 1)`); err != nil {
 		t.Fatal(err)
 	}
-	inbox := idem.NewInbox(db.Pool, depositTable, credit)
+	inbox := idemimpl.NewInbox(db.Pool, depositTable, credit)
 	_, o, err := inbox.Handle(ctx, deposit{Account: "acc-6", Ref: 1, Amount: 1})
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) || pgErr.Code != pgerrcode.UniqueViolation || o == idem.Duplicate {
@@ -312,7 +313,7 @@ func TestBusinessUniqueViolationIsNotADuplicate(t *testing.T) {
 
 func TestSwallowedStatementErrorIsNotCommitted(t *testing.T) {
 	db := idemtest.New(t, migrations)
-	inbox := idem.NewInbox(db.Pool, depositTable, func(ctx context.Context, tx pgx.Tx, msg deposit) (receipt, error) {
+	inbox := idemimpl.NewInbox(db.Pool, depositTable, func(ctx context.Context, tx pgx.Tx, msg deposit) (receipt, error) {
 		_, _ = tx.Exec(ctx, `SELECT 1/0`) // error ignored: the transaction is aborted
 		return receipt{}, nil
 	})
@@ -328,7 +329,7 @@ func TestSwallowedStatementErrorIsNotCommitted(t *testing.T) {
 func TestHandlerCannotEndTheTransaction(t *testing.T) {
 	db := idemtest.New(t, migrations)
 	var leaked pgx.Tx
-	inbox := idem.NewInbox(db.Pool, depositTable, func(ctx context.Context, tx pgx.Tx, msg deposit) (receipt, error) {
+	inbox := idemimpl.NewInbox(db.Pool, depositTable, func(ctx context.Context, tx pgx.Tx, msg deposit) (receipt, error) {
 		leaked = tx
 		if err := tx.Commit(ctx); err == nil {
 			t.Error("Commit inside the handler succeeded")
@@ -358,7 +359,7 @@ func TestInProgressAfterClaimWait(t *testing.T) {
 	db := idemtest.New(t, migrations)
 	ctx := context.Background()
 	entered, release := make(chan struct{}), make(chan struct{})
-	slow := idem.NewInbox(db.Pool, depositTable, func(ctx context.Context, tx pgx.Tx, msg deposit) (receipt, error) {
+	slow := idemimpl.NewInbox(db.Pool, depositTable, func(ctx context.Context, tx pgx.Tx, msg deposit) (receipt, error) {
 		close(entered)
 		<-release
 		return credit(ctx, tx, msg)
@@ -371,7 +372,7 @@ func TestInProgressAfterClaimWait(t *testing.T) {
 	}()
 	<-entered
 
-	fast := idem.NewInbox(db.Pool, depositTable, credit, idem.WithClaimWait(150*time.Millisecond))
+	fast := idemimpl.NewInbox(db.Pool, depositTable, credit, idem.WithClaimWait(150*time.Millisecond))
 	began := time.Now()
 	_, _, err := fast.Handle(ctx, msg)
 	waited := time.Since(began)
@@ -410,7 +411,7 @@ func TestClaimTimeoutDoesNotLeakIntoHandler(t *testing.T) {
 	defer pool.Close()
 
 	var seen string
-	inbox := idem.NewInbox(pool, depositTable, func(ctx context.Context, tx pgx.Tx, msg deposit) (receipt, error) {
+	inbox := idemimpl.NewInbox(pool, depositTable, func(ctx context.Context, tx pgx.Tx, msg deposit) (receipt, error) {
 		if err := tx.QueryRow(ctx, `SHOW lock_timeout`).Scan(&seen); err != nil {
 			return receipt{}, err
 		}
@@ -426,7 +427,7 @@ func TestClaimTimeoutDoesNotLeakIntoHandler(t *testing.T) {
 
 func TestRetryableErrors(t *testing.T) {
 	db := idemtest.New(t, migrations)
-	inbox := idem.NewInbox(db.Pool, depositTable, func(ctx context.Context, tx pgx.Tx, msg deposit) (receipt, error) {
+	inbox := idemimpl.NewInbox(db.Pool, depositTable, func(ctx context.Context, tx pgx.Tx, msg deposit) (receipt, error) {
 		return receipt{}, fmt.Errorf("update: %w", &pgconn.PgError{Code: pgerrcode.SerializationFailure, Message: "could not serialize access"})
 	})
 	_, _, err := inbox.Handle(context.Background(), deposit{Account: "acc-11", Ref: 1})
@@ -441,7 +442,7 @@ func TestRetryableErrors(t *testing.T) {
 func TestNoResultHandler(t *testing.T) {
 	db := idemtest.New(t, migrations)
 	ctx := context.Background()
-	inbox := idem.NewInbox(db.Pool, depositTable, idem.NoResult(func(ctx context.Context, tx pgx.Tx, msg deposit) error {
+	inbox := idemimpl.NewInbox(db.Pool, depositTable, idemimpl.NoResult(func(ctx context.Context, tx pgx.Tx, msg deposit) error {
 		_, err := credit(ctx, tx, msg)
 		return err
 	}))
@@ -459,7 +460,7 @@ func TestNoResultHandler(t *testing.T) {
 func TestPurgeDeletesExpiredRows(t *testing.T) {
 	db := idemtest.New(t, migrations)
 	ctx := context.Background()
-	inbox := idem.NewInbox(db.Pool, depositTable, credit)
+	inbox := idemimpl.NewInbox(db.Pool, depositTable, credit)
 	for i := range 3 {
 		if _, _, err := inbox.Handle(ctx, deposit{Account: "acc-13", Ref: int64(i), Amount: 1}); err != nil {
 			t.Fatal(err)

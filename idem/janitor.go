@@ -13,6 +13,7 @@ import (
 
 	"github.com/idemgen/idemgen/generated/outboxdb"
 	"github.com/idemgen/idemgen/idem/internal/obs"
+	"github.com/idemgen/idemgen/idem/internal/pgutil"
 )
 
 // The janitor's defaults: what NewJanitor uses for an option not given.
@@ -142,8 +143,8 @@ func NewJanitor(db DB, consumers []Maintained, opts ...JanitorOption) (*Janitor,
 		}
 		m := c.Maintenance()
 		switch {
-		case m.purge == "" || m.db == nil:
-			return nil, fmt.Errorf("idem.NewJanitor: %T returned a Maintenance that no inbox made (consumer %q); pass the generated wrapper, or an Inbox or ExternalInbox", c, m.Consumer)
+		case m.t.Purge == "" || m.t.DB == nil:
+			return nil, fmt.Errorf("idem.NewJanitor: %T returned a Maintenance that no inbox made (consumer %q); pass the generated wrapper", c, m.Consumer)
 		case m.Retain <= 0:
 			return nil, fmt.Errorf("idem.NewJanitor: consumer %s: its retention is %v; want a positive retain=", m.Consumer, m.Retain)
 		case m.External && m.Retain < m.Lease:
@@ -241,7 +242,7 @@ func (j *Janitor) RunOnce(ctx context.Context) (JanitorReport, error) {
 		if ctx.Err() != nil {
 			break
 		}
-		n, err := j.batches(ctx, &rep, m.db, m.purge, func(ctx context.Context, n int64) {
+		n, err := j.batches(ctx, &rep, m.t.DB, m.t.Purge, func(ctx context.Context, n int64) {
 			j.inst.Purged(ctx, m.Table, m.kind(), n)
 		}, m.Retain.Seconds(), j.o.batchSize)
 		if n > 0 {
@@ -253,7 +254,7 @@ func (j *Janitor) RunOnce(ctx context.Context) (JanitorReport, error) {
 		if !m.External || ctx.Err() != nil {
 			continue
 		}
-		n, err = j.batches(ctx, &rep, m.db, m.sweep, func(ctx context.Context, n int64) {
+		n, err = j.batches(ctx, &rep, m.t.DB, m.t.Sweep, func(ctx context.Context, n int64) {
 			j.inst.SweeperResets(ctx, m.Consumer, n)
 		}, j.o.batchSize)
 		if n > 0 {
@@ -309,7 +310,7 @@ func execAsync(ctx context.Context, db DB, sql string, args ...any) (int64, erro
 		return 0, err
 	}
 	defer c.Release()
-	b := newBatch(4)
+	b := pgutil.NewBatch(4)
 	b.Queue("begin")
 	b.Queue("SELECT set_config('synchronous_commit', 'off', true)")
 	b.Queue(sql, args...)
@@ -330,7 +331,7 @@ func execAsync(ctx context.Context, db DB, sql string, args ...any) (int64, erro
 		err = closeErr
 	}
 	if err != nil {
-		rollback(ctx, c.Conn())
+		pgutil.Rollback(ctx, c.Conn())
 		return 0, err
 	}
 	return tag.RowsAffected(), nil

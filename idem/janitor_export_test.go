@@ -5,9 +5,9 @@ package idem
 func MaintenanceStatement(m Maintenance, name string) string {
 	switch name {
 	case "Purge":
-		return m.purge
+		return m.t.Purge
 	case "Sweep":
-		return m.sweep
+		return m.t.Sweep
 	}
 	return ""
 }

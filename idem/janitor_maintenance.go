@@ -5,14 +5,14 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/idemgen/idemgen/idem/internal/link"
 	"github.com/idemgen/idemgen/idem/internal/obs"
 )
 
 // Maintenance describes one consumer's table to a [Janitor]: which table it
 // purges, after how long, and for a mode=external consumer the lease after
-// which its sweeper resets a claim. [Inbox.Maintenance] and
-// [ExternalInbox.Maintenance] return it, and so do the Maintenance methods
-// of the generated wrappers; its zero value is not usable.
+// which its sweeper resets a claim. The Maintenance methods of the
+// generated wrappers return it; its zero value is not usable.
 type Maintenance struct {
 	// Consumer is the consumer's name.
 	Consumer string
@@ -27,9 +27,7 @@ type Maintenance struct {
 	// WithLease); 0 for mode=tx.
 	Lease time.Duration
 
-	db    DB
-	purge string // the table's purge: $1 the retention in seconds, $2 the batch size
-	sweep string // mode=external: the table's sweep, $1 the batch size
+	t link.Tables // the database and the table's statements
 }
 
 // kind is the idem.kind of the table's purged rows.
@@ -47,15 +45,15 @@ func (m Maintenance) kind() string {
 // start, so that a worker without its migrations stops at once instead of
 // failing every delivery.
 func (m Maintenance) Check(ctx context.Context) error {
-	if m.db == nil {
+	if m.t.DB == nil {
 		return fmt.Errorf("idem: consumer %s: a Maintenance that no inbox made", m.Consumer)
 	}
-	c, err := m.db.Acquire(ctx)
+	c, err := m.t.DB.Acquire(ctx)
 	if err != nil {
 		return fmt.Errorf("idem: consumer %s: check the table %s: acquire a connection: %w", m.Consumer, m.Table, err)
 	}
 	defer c.Release()
-	for _, sql := range []string{m.purge, m.sweep} {
+	for _, sql := range []string{m.t.Purge, m.t.Sweep} {
 		if sql == "" {
 			continue
 		}
@@ -66,39 +64,8 @@ func (m Maintenance) Check(ctx context.Context) error {
 	return nil
 }
 
-// Maintenance returns what a [Janitor] needs to purge the inbox's table.
-func (in *Inbox[M, R]) Maintenance() Maintenance {
-	return Maintenance{
-		Consumer: in.table.Consumer,
-		Table:    in.table.Name,
-		Retain:   in.table.Retain,
-		db:       in.db,
-		purge:    in.sql.purge,
-	}
-}
-
-// Maintenance returns what a [Janitor] needs to purge the table and sweep
-// its expired claims.
-func (x *ExternalInbox[M, R]) Maintenance() Maintenance {
-	return Maintenance{
-		Consumer: x.table.Consumer,
-		Table:    x.table.Name,
-		External: true,
-		Retain:   x.table.Retain,
-		Lease:    x.lease,
-		db:       x.db,
-		purge:    x.sql.purge,
-		sweep:    x.sql.sweep,
-	}
-}
-
 // Maintained is a consumer whose table a [Janitor] keeps: the generated
-// wrappers, [Inbox] and [ExternalInbox] implement it.
+// wrappers of mode=tx and mode=external implement it.
 type Maintained interface {
 	Maintenance() Maintenance
 }
-
-var (
-	_ Maintained = (*Inbox[struct{}, None])(nil)
-	_ Maintained = (*ExternalInbox[struct{}, None])(nil)
-)

@@ -21,6 +21,7 @@ import (
 	"github.com/idemgen/idemgen/bench/ledger"
 	"github.com/idemgen/idemgen/examples/payments"
 	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/idem/idemimpl"
 	"github.com/idemgen/idemgen/idem/idemtest"
 )
 
@@ -67,17 +68,17 @@ func TestJanitorRefusesRetentionShorterThanLease(t *testing.T) {
 	db := payDB(t)
 	short := payTable
 	short.Retain, short.Lease = time.Minute, 5*time.Minute
-	x := idem.NewExternalInbox(db.Pool, short, charge(idemtest.NewProvider()))
+	x := idemimpl.NewExternalInbox(db.Pool, short, charge(idemtest.NewProvider()))
 	_, err := idem.NewJanitor(db.Pool, []idem.Maintained{x})
 	if err == nil || !strings.Contains(err.Error(), "shorter than its lease") || !strings.Contains(err.Error(), "1m0s") || !strings.Contains(err.Error(), "5m0s") {
 		t.Fatalf("NewJanitor(retain 1m, lease 5m) = %v; want a refusal naming both", err)
 	}
 	// WithLease counts, not only the table's lease.
-	x = idem.NewExternalInbox(db.Pool, payTable, charge(idemtest.NewProvider()), idem.WithLease(800*time.Hour))
+	x = idemimpl.NewExternalInbox(db.Pool, payTable, charge(idemtest.NewProvider()), idem.WithLease(800*time.Hour))
 	if _, err := idem.NewJanitor(db.Pool, []idem.Maintained{x}); err == nil {
 		t.Fatal("NewJanitor accepted retain 720h with WithLease(800h)")
 	}
-	ok := idem.NewExternalInbox(db.Pool, payTable, charge(idemtest.NewProvider()))
+	ok := idemimpl.NewExternalInbox(db.Pool, payTable, charge(idemtest.NewProvider()))
 	if _, err := idem.NewJanitor(db.Pool, []idem.Maintained{ok}); err != nil {
 		t.Fatalf("NewJanitor(retain 720h, lease 5m) = %v", err)
 	}
@@ -106,7 +107,7 @@ func TestJanitorWarnsBelowRedeliveryHorizon(t *testing.T) {
 	var buf bytes.Buffer
 	logger := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	post := ledger.NewPostIdem(db.Pool) // retain 720h
-	pay := idem.NewExternalInbox(db.Pool, payTable, charge(idemtest.NewProvider()))
+	pay := idemimpl.NewExternalInbox(db.Pool, payTable, charge(idemtest.NewProvider()))
 	if _, err := idem.NewJanitor(db.Pool, []idem.Maintained{post, pay}, idem.WithJanitorLogger(logger),
 		idem.WithJanitorRedeliveryHorizon(1000*time.Hour)); err != nil {
 		t.Fatal(err)
@@ -239,7 +240,7 @@ func TestTwoJanitorsPurgeAndSweepEachRowOnce(t *testing.T) {
 		SELECT gen_random_uuid(), 'c', 'n' || g, 'd', '\x00', CASE WHEN g % 2 = 0 THEN now() END FROM generate_series(1, 100) g`)
 
 	post := ledger.NewPostIdem(db.Pool)
-	pay := idem.NewExternalInbox(db.Pool, payTable, charge(idemtest.NewProvider()))
+	pay := idemimpl.NewExternalInbox(db.Pool, payTable, charge(idemtest.NewProvider()))
 	readers := []*metric.ManualReader{metric.NewManualReader(), metric.NewManualReader()}
 	var janitors []*idem.Janitor
 	for _, r := range readers {
@@ -380,7 +381,7 @@ func TestExternalRetentionCountsFromDone(t *testing.T) {
 		('k-old', 'old', '\x01', 'done', 1, 1, now() - interval '31 days', now() - interval '31 days', now() - interval '31 days', NULL),
 		('k-released', 'released', '\x01', 'released', 3, 3, now() - interval '31 days', now() - interval '31 days', NULL, NULL),
 		('k-running', 'running', '\x01', 'running', 2, 2, now() - interval '31 days', now() - interval '31 days', NULL, now() + interval '1 hour')`)
-	x := idem.NewExternalInbox(db.Pool, payTable, charge(idemtest.NewProvider()), idem.WithLease(time.Minute))
+	x := idemimpl.NewExternalInbox(db.Pool, payTable, charge(idemtest.NewProvider()), idem.WithLease(time.Minute))
 	j, err := idem.NewJanitor(db.Pool, []idem.Maintained{x})
 	if err != nil {
 		t.Fatal(err)

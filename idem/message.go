@@ -37,3 +37,9 @@ func (m *Message[T]) SetDelivery(id string, attempt int, headers map[string]stri
 
 // BodyTarget returns &m.Body, for a broker adapter's decoder.
 func (m *Message[T]) BodyTarget() any { return &m.Body }
+
+// attempter is implemented by Message[T]: the broker's delivery attempt, for
+// the log record of a delivery (link.Attempt).
+type attempter interface{ deliveryAttempt() int }
+
+func (m Message[T]) deliveryAttempt() int { return m.Attempt }

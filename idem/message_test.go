@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/idem/idemimpl"
 	"github.com/idemgen/idemgen/idem/idemtest"
 )
 
@@ -30,8 +31,8 @@ var shipmentTable, shipmentTableMigration = idemtest.TextKeyInbox("test.shipment
 
 // Both an Inbox and a decorator are Handlers, whatever the result type.
 var (
-	_ idem.Handler[idem.Message[shipment]] = (*idem.Inbox[idem.Message[shipment], idem.None])(nil)
-	_ idem.Handler[deposit]                = (*idem.Inbox[deposit, receipt])(nil)
+	_ idem.Handler[idem.Message[shipment]] = (*idemimpl.Inbox[idem.Message[shipment], idem.None])(nil)
+	_ idem.Handler[deposit]                = (*idemimpl.Inbox[deposit, receipt])(nil)
 	_ idem.Handler[deposit]                = idem.HandlerFunc[deposit](nil)
 )
 
@@ -42,7 +43,7 @@ var (
 func TestMessageRedeliveryIsDuplicate(t *testing.T) {
 	db := idemtest.New(t, fstest.MapFS{"00001_shipment_inbox.sql": {Data: []byte(shipmentTableMigration)}, "00002_shipment.sql": {Data: []byte(shipmentMigration)}})
 	ctx := context.Background()
-	var h idem.Handler[idem.Message[shipment]] = idem.NewInbox(db.Pool, shipmentTable, idem.NoResult(func(ctx context.Context, tx pgx.Tx, msg idem.Message[shipment]) error {
+	var h idem.Handler[idem.Message[shipment]] = idemimpl.NewInbox(db.Pool, shipmentTable, idemimpl.NoResult(func(ctx context.Context, tx pgx.Tx, msg idem.Message[shipment]) error {
 		_, err := tx.Exec(ctx, `INSERT INTO shipped (parcel, n) VALUES ($1, 1) ON CONFLICT (parcel) DO UPDATE SET n = shipped.n + 1`, msg.Body.Parcel)
 		return err
 	}))

@@ -11,6 +11,7 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
 	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/idem/idemimpl"
 	"github.com/idemgen/idemgen/idem/idemtest"
 	"github.com/idemgen/idemgen/idem/internal/obs"
 )
@@ -47,9 +48,9 @@ func BenchmarkHandleObservability(b *testing.B) {
 	ctx := context.Background()
 	providers := benchProviders(b)
 	handler := func(ctx context.Context, tx pgx.Tx, msg deposit) (receipt, error) { return receipt{Note: "ok"}, nil }
-	inboxes := [2]*idem.Inbox[deposit, receipt]{
-		idem.NewInbox(db.Pool, depositTable, handler, providers["noop"]...),
-		idem.NewInbox(db.Pool, depositTable, handler, providers["sdk"]...),
+	inboxes := [2]*idemimpl.Inbox[deposit, receipt]{
+		idemimpl.NewInbox(db.Pool, depositTable, handler, providers["noop"]...),
+		idemimpl.NewInbox(db.Pool, depositTable, handler, providers["sdk"]...),
 	}
 	run := 0
 	for _, kind := range []string{"duplicate", "processed"} {
@@ -96,7 +97,7 @@ func BenchmarkHandleAllocs(b *testing.B) {
 	db := idemtest.New(b, migrations)
 	ctx := context.Background()
 	for _, provider := range []string{"noop", "sdk"} {
-		in := idem.NewInbox(db.Pool, depositTable, func(ctx context.Context, tx pgx.Tx, msg deposit) (receipt, error) {
+		in := idemimpl.NewInbox(db.Pool, depositTable, func(ctx context.Context, tx pgx.Tx, msg deposit) (receipt, error) {
 			return receipt{Note: "ok"}, nil
 		}, benchProviders(b)[provider]...)
 		b.Run(provider, func(b *testing.B) {

@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/idem/idemimpl"
 	"github.com/idemgen/idemgen/idem/idemtest"
 	"github.com/idemgen/idemgen/idem/internal/obs"
 	"github.com/idemgen/idemgen/idem/internal/obs/obstest"
@@ -27,18 +28,18 @@ var (
 	modesXTable, modesXMigration   = idemtest.TextKeyExternal("test.modes.external", "idem_test_modes_x", "ID", func(m obsMsg) string { return m.ID })
 
 	modesKey = func(m obsMsg) ([]any, error) {
-		if err := idem.CheckString("ID", m.ID); err != nil {
+		if err := idemimpl.CheckString("ID", m.ID); err != nil {
 			return nil, err
 		}
 		return []any{m.ID}, nil
 	}
-	modesEntityTable = idem.EntityTable[obsMsg]{
+	modesEntityTable = idemimpl.EntityTable[obsMsg]{
 		Consumer: "test.modes.entity",
 		Name:     "modes_purchases",
-		Columns:  []idem.Column{{Field: "ID", Name: "id", Type: "text"}},
+		Columns:  []idemimpl.Column{{Field: "ID", Name: "id", Type: "text"}},
 		Key:      modesKey,
 	}
-	modesNaturalTable = idem.NaturalTable[obsMsg]{Consumer: "test.modes.natural", KeyFields: []string{"ID"}, Key: modesKey}
+	modesNaturalTable = idemimpl.NaturalTable[obsMsg]{Consumer: "test.modes.natural", KeyFields: []string{"ID"}, Key: modesKey}
 )
 
 const modesEntityMigration = `-- +goose Up
@@ -90,20 +91,20 @@ func TestEveryModeObservesAlike(t *testing.T) {
 	}
 	result := func(m obsMsg) obsResult { return obsResult{Charge: "ch-" + m.ID} }
 
-	tx := idem.NewInbox(db.Pool, modesTxTable, func(ctx context.Context, tx pgx.Tx, m obsMsg) (obsResult, error) {
+	tx := idemimpl.NewInbox(db.Pool, modesTxTable, func(ctx context.Context, tx pgx.Tx, m obsMsg) (obsResult, error) {
 		return result(m), act(m)
 	}, append(opts, idem.WithClaimWait(50*time.Millisecond))...)
-	entity := idem.NewEntityInbox(db.Pool, modesEntityTable, func(ctx context.Context, tx pgx.Tx, m obsMsg) (idem.None, error) {
+	entity := idemimpl.NewEntityInbox(db.Pool, modesEntityTable, func(ctx context.Context, tx pgx.Tx, m obsMsg) (idem.None, error) {
 		if err := act(m); err != nil {
 			return idem.None{}, err
 		}
 		_, err := tx.Exec(ctx, `INSERT INTO modes_purchases (id, amount) VALUES ($1, $2)`, m.ID, m.Body.Amount)
 		return idem.None{}, err
 	}, nil, opts...)
-	natural := idem.NewNaturalInbox(db.Pool, modesNaturalTable, func(ctx context.Context, tx pgx.Tx, m obsMsg) (obsResult, error) {
+	natural := idemimpl.NewNaturalInbox(db.Pool, modesNaturalTable, func(ctx context.Context, tx pgx.Tx, m obsMsg) (obsResult, error) {
 		return result(m), act(m)
 	}, opts...)
-	external := idem.NewExternalInbox(db.Pool, modesXTable, func(ctx context.Context, m obsMsg) (obsResult, error) {
+	external := idemimpl.NewExternalInbox(db.Pool, modesXTable, func(ctx context.Context, m obsMsg) (obsResult, error) {
 		return result(m), act(m)
 	}, opts...)
 
@@ -306,20 +307,20 @@ func TestConstructorsRefuseOptionsOfOtherModes(t *testing.T) {
 		make func()
 		want []string
 	}{
-		{"tx with a lease", func() { idem.NewInbox(nil, modesTxTable, noop, idem.WithLease(time.Second)) },
-			[]string{"idem.NewInbox", "test.modes.tx", "idem.WithLease", "mode=tx"}},
+		{"tx with a lease", func() { idemimpl.NewInbox(nil, modesTxTable, noop, idem.WithLease(time.Second)) },
+			[]string{"idemimpl.NewInbox", "test.modes.tx", "idem.WithLease", "mode=tx"}},
 		{"entity with a claim wait", func() {
-			idem.NewEntityInbox(nil, modesEntityTable, func(context.Context, pgx.Tx, obsMsg) (idem.None, error) { return idem.None{}, nil }, nil, idem.WithClaimWait(time.Second))
-		}, []string{"idem.NewEntityInbox", "test.modes.entity", "idem.WithClaimWait", "mode=entity"}},
+			idemimpl.NewEntityInbox(nil, modesEntityTable, func(context.Context, pgx.Tx, obsMsg) (idem.None, error) { return idem.None{}, nil }, nil, idem.WithClaimWait(time.Second))
+		}, []string{"idemimpl.NewEntityInbox", "test.modes.entity", "idem.WithClaimWait", "mode=entity"}},
 		{"natural with WithoutNotify and a batch cap", func() {
-			idem.NewNaturalInbox(nil, modesNaturalTable, noop, idem.WithoutNotify(), idem.WithBatchCap(3))
-		}, []string{"idem.NewNaturalInbox", "idem.WithoutNotify and idem.WithBatchCap", "mode=natural"}},
+			idemimpl.NewNaturalInbox(nil, modesNaturalTable, noop, idem.WithoutNotify(), idem.WithBatchCap(3))
+		}, []string{"idemimpl.NewNaturalInbox", "idem.WithoutNotify and idem.WithBatchCap", "mode=natural"}},
 		{"external with an isolation level", func() {
-			idem.NewExternalInbox(nil, modesXTable, func(context.Context, obsMsg) (obsResult, error) { return obsResult{}, nil }, idem.WithIsolation(pgx.Serializable))
-		}, []string{"idem.NewExternalInbox", "test.modes.external", "idem.WithIsolation", "mode=external"}},
+			idemimpl.NewExternalInbox(nil, modesXTable, func(context.Context, obsMsg) (obsResult, error) { return obsResult{}, nil }, idem.WithIsolation(pgx.Serializable))
+		}, []string{"idemimpl.NewExternalInbox", "test.modes.external", "idem.WithIsolation", "mode=external"}},
 		{"a publishing inbox with a claim wait out of range", func() {
-			idem.NewPublishingInbox(nil, modesTxTable, func(context.Context, pgx.Tx, *idem.Outbox, obsMsg) (obsResult, error) { return obsResult{}, nil }, idem.WithClaimWait(1000*time.Hour))
-		}, []string{"idem.NewPublishingInbox", "idem.WithClaimWait(1000h0m0s) is out of range"}},
+			idemimpl.NewPublishingInbox(nil, modesTxTable, func(context.Context, pgx.Tx, *idem.Outbox, obsMsg) (obsResult, error) { return obsResult{}, nil }, idem.WithClaimWait(1000*time.Hour))
+		}, []string{"idemimpl.NewPublishingInbox", "idem.WithClaimWait(1000h0m0s) is out of range"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			defer func() {
@@ -338,10 +339,10 @@ func TestConstructorsRefuseOptionsOfOtherModes(t *testing.T) {
 		})
 	}
 	// Every option of its own mode is accepted.
-	idem.NewInbox(nil, modesTxTable, noop, idem.WithIsolation(pgx.ReadCommitted), idem.WithClaimWait(time.Second),
+	idemimpl.NewInbox(nil, modesTxTable, noop, idem.WithIsolation(pgx.ReadCommitted), idem.WithClaimWait(time.Second),
 		idem.WithBeforeCommit(func(context.Context, pgx.Tx) error { return nil }), idem.WithoutNotify(), idem.WithBatchCap(5),
 		idem.WithLogger(nil), idem.WithMeterProvider(nil))
-	idem.NewExternalInbox(nil, modesXTable, func(context.Context, obsMsg) (obsResult, error) { return obsResult{}, nil },
+	idemimpl.NewExternalInbox(nil, modesXTable, func(context.Context, obsMsg) (obsResult, error) { return obsResult{}, nil },
 		idem.WithLease(time.Minute), idem.WithStuckAttempts(2), idem.WithBeforeComplete(func(context.Context) error { return nil }),
 		idem.WithLogger(nil), idem.WithMeterProvider(nil))
 }

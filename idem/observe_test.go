@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/idem/idemimpl"
 	"github.com/idemgen/idemgen/idem/idemtest"
 	"github.com/idemgen/idemgen/idem/internal/obs"
 	"github.com/idemgen/idemgen/idem/internal/obs/obstest"
@@ -161,7 +162,7 @@ func TestObservabilityScenario(t *testing.T) {
 
 	// The tx inbox.
 	tb := newBehaviour()
-	in := idem.NewInbox(db.Pool, obsTable, func(ctx context.Context, tx pgx.Tx, m obsMsg) (obsResult, error) {
+	in := idemimpl.NewInbox(db.Pool, obsTable, func(ctx context.Context, tx pgx.Tx, m obsMsg) (obsResult, error) {
 		mode, began, gate := tb.get(m.ID)
 		switch mode {
 		case "block":
@@ -205,7 +206,7 @@ func TestObservabilityScenario(t *testing.T) {
 	expect(obsConsumer, obs.ClaimLost, deliver(msg("m5", 50, 1)), func(err error) bool { return err != nil && strings.Contains(err.Error(), "another transaction") })
 
 	// Stale: the ticket inbox's stale-message guard.
-	tickets := idem.NewInbox(ticketDB.Pool, ticketTable, func(ctx context.Context, tx pgx.Tx, tk ticket) (booking, error) {
+	tickets := idemimpl.NewInbox(ticketDB.Pool, ticketTable, func(ctx context.Context, tx pgx.Tx, tk ticket) (booking, error) {
 		return booking{Holder: tk.Holder}, nil
 	}, opts...)
 	show := [16]byte{0x5e, 1}
@@ -217,7 +218,7 @@ func TestObservabilityScenario(t *testing.T) {
 	// The external inbox.
 	const lease = 900 * time.Millisecond
 	xb := newBehaviour()
-	x := idem.NewExternalInbox(db.Pool, obsXTable, func(ctx context.Context, m obsMsg) (obsResult, error) {
+	x := idemimpl.NewExternalInbox(db.Pool, obsXTable, func(ctx context.Context, m obsMsg) (obsResult, error) {
 		mode, began, gate := xb.get(m.ID)
 		switch mode {
 		case "block":
@@ -276,6 +277,10 @@ func TestObservabilityScenario(t *testing.T) {
 		if _, err := db.Pool.Exec(ctx, `UPDATE `+table+` SET created_at = now() - interval '31 days' WHERE key_id IN ('m1', 'x1')`); err != nil {
 			t.Fatal(err)
 		}
+	}
+	// An external row's retention counts from when it was done.
+	if _, err := db.Pool.Exec(ctx, `UPDATE idem_test_obsx SET done_at = now() - interval '31 days', updated_at = now() - interval '31 days' WHERE key_id = 'x1'`); err != nil {
+		t.Fatal(err)
 	}
 	if n, err := in.Purge(ctx); n != 1 || err != nil {
 		t.Fatalf("Inbox.Purge: %d, %v; want 1", n, err)

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/idem/idemimpl"
 )
 
 // acquireOnly is a user's idem.DB with nothing but Acquire (no Exec, Query
@@ -32,7 +33,7 @@ func TestRelayTakesTheInboxesDB(t *testing.T) {
 	ctx := context.Background()
 	var acquires atomic.Int64
 	userDB := acquireOnly{pool: db.Pool, acquires: &acquires}
-	in := idem.NewPublishingInbox(userDB, orderTable, placeOrder)
+	in := idemimpl.NewPublishingInbox(userDB, orderTable, placeOrder)
 	if _, o, err := in.Handle(ctx, order{Shop: "db", Number: 1, Publish: 3}); err != nil || o != idem.Processed {
 		t.Fatalf("Handle: %v, %v", o, err)
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/idem/idemimpl"
 )
 
 // TestOutboxDuplicateBeforePublish is the outbox's replay rule: duplicates of a
@@ -29,7 +30,7 @@ import (
 func TestOutboxDuplicateBeforePublish(t *testing.T) {
 	db := orderDB(t)
 	ctx := context.Background()
-	in := idem.NewPublishingInbox(db.Pool, orderTable, placeOrder)
+	in := idemimpl.NewPublishingInbox(db.Pool, orderTable, placeOrder)
 	msg := order{Shop: "dup", Number: 1, Publish: 2}
 	if _, o, err := in.Handle(ctx, msg); err != nil || o != idem.Processed {
 		t.Fatalf("first delivery: %v, %v", o, err)
@@ -105,7 +106,7 @@ func TestOutboxNoRowsWhenTheDeliveryFails(t *testing.T) {
 	for i, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			msg := order{Shop: "fail-" + c.name, Number: int64(i + 1), Publish: 3}
-			in := idem.NewPublishingInbox(db.Pool, orderTable, c.handler, c.opts...)
+			in := idemimpl.NewPublishingInbox(db.Pool, orderTable, c.handler, c.opts...)
 			err := func() (err error) {
 				defer func() {
 					if p := recover(); p != nil {
@@ -124,7 +125,7 @@ func TestOutboxNoRowsWhenTheDeliveryFails(t *testing.T) {
 			if n := queryInt(t, db.Pool, `SELECT count(*)::int FROM idem_outbox WHERE ordering_key = $1`, msg.Shop); n != 0 {
 				t.Fatalf("%d outbox rows after the failed delivery, want 0", n)
 			}
-			good := idem.NewPublishingInbox(db.Pool, orderTable, placeOrder)
+			good := idemimpl.NewPublishingInbox(db.Pool, orderTable, placeOrder)
 			msg.Publish = 2
 			if _, o, err := good.Handle(ctx, msg); err != nil || o != idem.Processed {
 				t.Fatalf("the redelivery: %v, %v", o, err)
@@ -141,7 +142,7 @@ func TestPublishRefusesWhatCannotBeARow(t *testing.T) {
 	ctx := context.Background()
 	var kept *idem.Outbox
 	var errs []error
-	in := idem.NewPublishingInbox(db.Pool, orderTable, idem.NoResultPublishing(func(ctx context.Context, tx pgx.Tx, out *idem.Outbox, msg order) error {
+	in := idemimpl.NewPublishingInbox(db.Pool, orderTable, idemimpl.NoResultPublishing(func(ctx context.Context, tx pgx.Tx, out *idem.Outbox, msg order) error {
 		kept = out
 		errs = []error{
 			out.Publish("", "x"),
@@ -259,7 +260,7 @@ func TestOutboxKilledInsideTheTransaction(t *testing.T) {
 					t.Fatalf("%d rows in %s after the kill, want 0", n, table)
 				}
 			}
-			in := idem.NewPublishingInbox(db.Pool, orderTable, placeOrder)
+			in := idemimpl.NewPublishingInbox(db.Pool, orderTable, placeOrder)
 			if _, o, err := in.Handle(ctx, msg); err != nil || o != idem.Processed {
 				t.Fatalf("the redelivery: %v, %v; want Processed", o, err)
 			}
@@ -309,7 +310,7 @@ func runKilledWorker(url, at string) {
 	if parts[0] == "before-commit" {
 		opts = append(opts, idem.WithBeforeCommit(func(context.Context, pgx.Tx) error { kill(); return nil }))
 	}
-	in := idem.NewPublishingInbox(pool, orderTable, func(ctx context.Context, tx pgx.Tx, out *idem.Outbox, msg order) (int, error) {
+	in := idemimpl.NewPublishingInbox(pool, orderTable, func(ctx context.Context, tx pgx.Tx, out *idem.Outbox, msg order) (int, error) {
 		n, err := placeOrder(ctx, tx, out, msg)
 		if err == nil && parts[0] == "handler" {
 			kill()
@@ -370,11 +371,11 @@ func TestOutboxNotify(t *testing.T) {
 			}
 		}
 	}
-	notifying := idem.NewPublishingInbox(pool, orderTable, placeOrder)
-	quiet := idem.NewPublishingInbox(pool, orderTable, placeOrder, idem.WithoutNotify())
+	notifying := idemimpl.NewPublishingInbox(pool, orderTable, placeOrder)
+	quiet := idemimpl.NewPublishingInbox(pool, orderTable, placeOrder, idem.WithoutNotify())
 	for i, c := range []struct {
 		name    string
-		in      *idem.Inbox[order, int]
+		in      *idemimpl.Inbox[order, int]
 		publish int
 		want    int
 	}{
@@ -427,13 +428,13 @@ func TestOutboxCostsNoRoundTrip(t *testing.T) {
 			}
 			defer pool.Close()
 			shop := "trips-" + mode.String()
-			publishing := idem.NewPublishingInbox(pool, orderTable, placeOrder)
-			plain := idem.NewInbox(pool, orderTable, func(ctx context.Context, tx pgx.Tx, msg order) (int, error) {
+			publishing := idemimpl.NewPublishingInbox(pool, orderTable, placeOrder)
+			plain := idemimpl.NewInbox(pool, orderTable, func(ctx context.Context, tx pgx.Tx, msg order) (int, error) {
 				_, err := tx.Exec(ctx, `INSERT INTO orders (shop, number) VALUES ($1, $2)`, msg.Shop, msg.Number)
 				return 0, err
 			})
 			number := int64(0)
-			deliver := func(in *idem.Inbox[order, int], publish int) int64 {
+			deliver := func(in *idemimpl.Inbox[order, int], publish int) int64 {
 				number++
 				before := trips.Load()
 				if _, o, err := in.Handle(ctx, order{Shop: shop, Number: number, Publish: publish}); err != nil || o != idem.Processed {
@@ -500,7 +501,7 @@ func TestPublishRefusesAnOrderingKeyTheIndexCannotHold(t *testing.T) {
 	db := orderDB(t)
 	ctx := context.Background()
 	var publishErr error
-	in := idem.NewPublishingInbox(db.Pool, orderTable, idem.NoResultPublishing(func(ctx context.Context, tx pgx.Tx, out *idem.Outbox, msg order) error {
+	in := idemimpl.NewPublishingInbox(db.Pool, orderTable, idemimpl.NoResultPublishing(func(ctx context.Context, tx pgx.Tx, out *idem.Outbox, msg order) error {
 		publishErr = out.Publish("d", "x", idem.WithOrderingKey(strings.Repeat("k", 3000)))
 		return publishErr
 	}))
@@ -515,7 +516,7 @@ func TestPublishRefusesAnOrderingKeyTheIndexCannotHold(t *testing.T) {
 		t.Errorf("%d outbox rows, %d inbox rows committed; want none", len(rows), inbox)
 	}
 	// At the bound, the key is taken and committed.
-	in = idem.NewPublishingInbox(db.Pool, orderTable, idem.NoResultPublishing(func(ctx context.Context, tx pgx.Tx, out *idem.Outbox, msg order) error {
+	in = idemimpl.NewPublishingInbox(db.Pool, orderTable, idemimpl.NoResultPublishing(func(ctx context.Context, tx pgx.Tx, out *idem.Outbox, msg order) error {
 		return out.Publish("d", "x", idem.WithOrderingKey(strings.Repeat("k", idem.MaxOrderingKeyBytes)))
 	}))
 	if _, o, err := in.Handle(ctx, order{Shop: "long-key", Number: 2}); err != nil || o != idem.Processed {

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/idem/idemimpl"
 	"github.com/idemgen/idemgen/idem/idemtest"
 )
 
@@ -53,18 +54,18 @@ DROP TABLE idem_test_order;
 DROP TABLE orders;
 `
 
-var orderTable = idem.Table[order]{
+var orderTable = idemimpl.Table[order]{
 	Consumer: "test.order",
 	Name:     "idem_test_order",
-	Columns: []idem.Column{
+	Columns: []idemimpl.Column{
 		{Field: "Shop", Name: "key_shop", Type: "text"},
 		{Field: "Number", Name: "key_number", Type: "bigint"},
 	},
 	Key: func(msg order) ([]any, error) {
-		if err := idem.CheckString("Shop", msg.Shop); err != nil {
+		if err := idemimpl.CheckString("Shop", msg.Shop); err != nil {
 			return nil, err
 		}
-		if err := idem.CheckInt("Number", msg.Number); err != nil {
+		if err := idemimpl.CheckInt("Number", msg.Number); err != nil {
 			return nil, err
 		}
 		return []any{msg.Shop, msg.Number}, nil
@@ -146,7 +147,7 @@ func wantOutboxIDs(t testing.TB, pool *pgxpool.Pool, msg order, n int, when stri
 func TestPublishingInboxWritesRowsWithTheResult(t *testing.T) {
 	db := orderDB(t)
 	ctx := context.Background()
-	in := idem.NewPublishingInbox(db.Pool, orderTable, placeOrder)
+	in := idemimpl.NewPublishingInbox(db.Pool, orderTable, placeOrder)
 	msg := order{Shop: "s1", Number: 1, Publish: 2}
 	n, o, err := in.Handle(ctx, msg)
 	if err != nil || o != idem.Processed || n != 2 {
@@ -210,7 +211,7 @@ func slowFirst(ctx context.Context, tx pgx.Tx, out *idem.Outbox, msg order) (int
 // relayOpts are the relay's options (poll-only through PgBouncer).
 func outboxScenarios(t *testing.T, db *idemtest.DB, pool *pgxpool.Pool, shop string, relayOpts ...idem.RelayOption) {
 	ctx := context.Background()
-	in := idem.NewPublishingInbox(pool, orderTable, slowFirst)
+	in := idemimpl.NewPublishingInbox(pool, orderTable, slowFirst)
 	msg := order{Shop: shop, Number: 1, Publish: 2}
 	got := deliverAtOnce(t, pool, 16, func() (idem.Outcome, error) {
 		_, o, err := in.Handle(ctx, msg)
@@ -227,7 +228,7 @@ func outboxScenarios(t *testing.T, db *idemtest.DB, pool *pgxpool.Pool, shop str
 	wantShopIDs(t, db, msg, 2, "after a duplicate")
 
 	boom := errors.New("boom")
-	failing := idem.NewPublishingInbox(pool, orderTable, func(ctx context.Context, tx pgx.Tx, out *idem.Outbox, msg order) (int, error) {
+	failing := idemimpl.NewPublishingInbox(pool, orderTable, func(ctx context.Context, tx pgx.Tx, out *idem.Outbox, msg order) (int, error) {
 		if _, err := placeOrder(ctx, tx, out, msg); err != nil {
 			return 0, err
 		}
@@ -251,7 +252,7 @@ func outboxScenarios(t *testing.T, db *idemtest.DB, pool *pgxpool.Pool, shop str
 
 	// Payloads as given ([]byte that is not UTF-8, json.RawMessage) and
 	// several headers.
-	raw := idem.NewPublishingInbox(pool, orderTable, idem.NoResultPublishing(func(ctx context.Context, tx pgx.Tx, out *idem.Outbox, msg order) error {
+	raw := idemimpl.NewPublishingInbox(pool, orderTable, idemimpl.NoResultPublishing(func(ctx context.Context, tx pgx.Tx, out *idem.Outbox, msg order) error {
 		if err := out.Publish("test.raw", []byte{0xff, 0x00, 'x'}, idem.WithHeader("a", "1"), idem.WithHeader("b", `"two"`), idem.WithOrderingKey(shop+"-raw")); err != nil {
 			return err
 		}

@@ -5,7 +5,7 @@ type Outcome uint8
 
 const (
 	// Processed: the handler ran and its transaction, with the inbox row,
-	// committed; for an ExternalInbox, the handler ran and its key was
+	// committed; for a mode=external consumer, the handler ran and its key was
 	// marked done with the result, under a claim that was still its own.
 	Processed Outcome = iota + 1
 	// Duplicate: the key was already processed; the stored result was returned

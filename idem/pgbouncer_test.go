@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/idem/idemimpl"
 	"github.com/idemgen/idemgen/idem/idemtest"
 )
 
@@ -54,7 +55,7 @@ func TestConcurrentDeliveriesThroughPgBouncer(t *testing.T) {
 			account := "bouncer-" + mode.String()
 			var mu sync.Mutex
 			backends := map[uint32]bool{}
-			inbox := idem.NewInbox(pool, depositTable, func(ctx context.Context, tx pgx.Tx, msg deposit) (receipt, error) {
+			inbox := idemimpl.NewInbox(pool, depositTable, func(ctx context.Context, tx pgx.Tx, msg deposit) (receipt, error) {
 				// The server's backend, not the process id PgBouncer gave
 				// the client connection.
 				var pid uint32

@@ -18,6 +18,7 @@ import (
 	"github.com/idemgen/idemgen/generated/outboxdb"
 	"github.com/idemgen/idemgen/idem/internal/obs"
 	"github.com/idemgen/idemgen/idem/internal/outage"
+	"github.com/idemgen/idemgen/idem/internal/pgutil"
 )
 
 // OutboxChannel is the channel of the NOTIFY that a committing transaction
@@ -131,7 +132,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		}
 		n, err := r.round(ctx)
 		switch {
-		case err != nil && hasSQLState(err, pgerrcode.UndefinedTable, pgerrcode.UndefinedColumn):
+		case err != nil && pgutil.HasSQLState(err, pgerrcode.UndefinedTable, pgerrcode.UndefinedColumn):
 			return fmt.Errorf("idem: relay %s: the outbox table idem_outbox is missing or out of date (apply the migrations of github.com/idemgen/idemgen/migrations): %w", r.o.id, err)
 		case errors.Is(err, errPublishTimedOut):
 			// Step back so that another relay takes the rows.

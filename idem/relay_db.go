@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemgen/idemgen/generated/outboxdb"
+	"github.com/idemgen/idemgen/idem/internal/pgutil"
 )
 
 // acquiringDB gives the relay's queries (outboxdb.DBTX) what a
@@ -20,18 +21,18 @@ type acquiringDB struct{ db DB }
 var _ outboxdb.DBTX = acquiringDB{}
 
 func (a acquiringDB) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
-	return exec(ctx, a.db, sql, args...)
+	return pgutil.Exec(ctx, a.db, sql, args...)
 }
 
 func (a acquiringDB) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
 	c, err := a.db.Acquire(ctx)
 	if err != nil {
-		return errRows{err}, err
+		return pgutil.Fail(err), err
 	}
 	rows, err := c.Query(ctx, sql, args...)
 	if err != nil {
 		c.Release()
-		return errRows{err}, err
+		return pgutil.Fail(err), err
 	}
 	return &releasingRows{Rows: rows, c: c}, nil
 }
@@ -39,7 +40,7 @@ func (a acquiringDB) Query(ctx context.Context, sql string, args ...any) (pgx.Ro
 func (a acquiringDB) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 	c, err := a.db.Acquire(ctx)
 	if err != nil {
-		return errRows{err}
+		return pgutil.Fail(err)
 	}
 	return releasingRow{row: c.QueryRow(ctx, sql, args...), c: c}
 }

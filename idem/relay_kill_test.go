@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/idem/idemimpl"
 	"github.com/idemgen/idemgen/idem/idemtest"
 )
 
@@ -38,8 +39,8 @@ DROP TABLE applied;
 var downstreamTable, downstreamTableMigration = idemtest.TextKeyInbox("test.downstream", "idem_test_downstream", "ID",
 	func(msg event) string { return msg.ID })
 
-func downstreamInbox(pool *pgxpool.Pool) *idem.Inbox[event, idem.None] {
-	return idem.NewInbox(pool, downstreamTable, idem.NoResult(func(ctx context.Context, tx pgx.Tx, msg event) error {
+func downstreamInbox(pool *pgxpool.Pool) *idemimpl.Inbox[event, idem.None] {
+	return idemimpl.NewInbox(pool, downstreamTable, idemimpl.NoResult(func(ctx context.Context, tx pgx.Tx, msg event) error {
 		_, err := tx.Exec(ctx, `INSERT INTO applied (message_id, n) VALUES ($1, 1)
 			ON CONFLICT (message_id) DO UPDATE SET n = applied.n + 1`, msg.ID)
 		return err
@@ -49,7 +50,7 @@ func downstreamInbox(pool *pgxpool.Pool) *idem.Inbox[event, idem.None] {
 // deliverDownstream is a publisher whose broker hands each message straight
 // to the downstream consumer; outcome, when not nil, sees each delivery's
 // outcome.
-func deliverDownstream(inbox *idem.Inbox[event, idem.None], outcome func(id string, o idem.Outcome), after func()) idem.Publisher {
+func deliverDownstream(inbox *idemimpl.Inbox[event, idem.None], outcome func(id string, o idem.Outcome), after func()) idem.Publisher {
 	return idem.PublisherFunc(func(ctx context.Context, msgs []idem.OutgoingMessage) []error {
 		errs := make([]error, len(msgs))
 		for i, m := range msgs {

@@ -170,7 +170,7 @@ func defaultRelayOptions() relayOptions {
 const minRelayLease = 30 * time.Millisecond
 
 // validate panics on a value that would make the relay fail at every round:
-// a programmer error, seen at startup, as with NewInbox's options.
+// a programmer error, seen at startup, as with the inbox's options.
 func (o relayOptions) validate() {
 	bad := func(format string, args ...any) {
 		panic(fmt.Sprintf("idem.NewRelay (relay %s): ", o.id) + fmt.Sprintf(format, args...))

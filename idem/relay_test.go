@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/idem/idemimpl"
 	"github.com/idemgen/idemgen/idem/idemtest"
 )
 
@@ -394,7 +395,7 @@ DROP TABLE seqs;
 	}
 	// The handler numbers the messages of its key under the key's row lock,
 	// so the transactions of one key commit in the order of their numbers.
-	numbered := idem.NewPublishingInbox(db.Pool, orderTable, idem.NoResultPublishing(func(ctx context.Context, tx pgx.Tx, out *idem.Outbox, msg order) error {
+	numbered := idemimpl.NewPublishingInbox(db.Pool, orderTable, idemimpl.NoResultPublishing(func(ctx context.Context, tx pgx.Tx, out *idem.Outbox, msg order) error {
 		var n int
 		if err := tx.QueryRow(ctx, `UPDATE seqs SET n = n + 1 WHERE k = $1 RETURNING n`, msg.Shop).Scan(&n); err != nil {
 			return err

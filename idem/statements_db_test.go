@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/idem/idemimpl"
 	"github.com/idemgen/idemgen/idem/idemtest"
 	"github.com/idemgen/idemgen/internal/emit/inboxsql"
 	"github.com/idemgen/idemgen/internal/migrate"
@@ -114,19 +115,19 @@ func (s shape) key(m shaped) ([]any, error) {
 
 // columns are the declaration's key columns, as the generated code states
 // them.
-func columns(h model.Handler, names []string) []idem.Column {
-	var cols []idem.Column
+func columns(h model.Handler, names []string) []idemimpl.Column {
+	var cols []idemimpl.Column
 	for _, c := range inboxsql.KeyColumns(h, names) {
-		cols = append(cols, idem.Column{Field: c.Field, Name: c.Name, Type: c.Type, Nullable: c.Nullable})
+		cols = append(cols, idemimpl.Column{Field: c.Field, Name: c.Name, Type: c.Type, Nullable: c.Nullable})
 	}
 	return cols
 }
 
-// table is the idem.Table idemgen declares for s, kept for no time (so that
+// table is the idemimpl.Table idemgen declares for s, kept for no time (so that
 // Purge deletes every row).
-func (s shape) declare() idem.Table[shaped] {
+func (s shape) declare() idemimpl.Table[shaped] {
 	h := s.handler()
-	t := idem.Table[shaped]{Consumer: h.Consumer, Name: inboxsql.TableName(h.Table), Columns: columns(h, nil), Key: s.key}
+	t := idemimpl.Table[shaped]{Consumer: h.Consumer, Name: inboxsql.TableName(h.Table), Columns: columns(h, nil), Key: s.key}
 	if in := inboxsql.Schema(h); in.Guard != nil {
 		t.Order = func(m shaped) (any, int64, error) { return m.Entity, m.Version, nil }
 		t.Versions, t.EntityType = inboxsql.VersionsTable(in), in.Guard.Type
@@ -195,7 +196,7 @@ func TestStatementsEveryKeyShape(t *testing.T) {
 			db := shapeDB(t, render(t, inboxes, inboxsql.Schema(s.handler())))
 			ctx := context.Background()
 			var runs atomic.Int64
-			inbox := idem.NewInbox(db.Pool, s.declare(), func(ctx context.Context, tx pgx.Tx, m shaped) (string, error) {
+			inbox := idemimpl.NewInbox(db.Pool, s.declare(), func(ctx context.Context, tx pgx.Tx, m shaped) (string, error) {
 				runs.Add(1)
 				_, err := tx.Exec(ctx, `INSERT INTO effects VALUES ($1)`, m.Body)
 				return m.Body, err
@@ -291,10 +292,10 @@ func TestStatementsExternal(t *testing.T) {
 	in := inboxsql.ExternalSchema(h)
 	db := shapeDB(t, render(t, migrate.ExternalKind{Create: inboxsql.CreateExternal, Alter: inboxsql.AlterExternal}, in))
 	ctx := context.Background()
-	table := idem.ExternalTable[shaped]{Consumer: h.Consumer, Name: inboxsql.TableName(h.Table), Columns: columns(h, nil),
+	table := idemimpl.ExternalTable[shaped]{Consumer: h.Consumer, Name: inboxsql.TableName(h.Table), Columns: columns(h, nil),
 		Key: shape{parts: []keyPart{textPart, nullIntPart, uuidPart}}.key, Lease: 300 * time.Millisecond}
 	failing := map[string]bool{}
-	inbox := idem.NewExternalInbox(db.Pool, table, func(ctx context.Context, m shaped) (string, error) {
+	inbox := idemimpl.NewExternalInbox(db.Pool, table, func(ctx context.Context, m shaped) (string, error) {
 		if failing[m.Body] {
 			delete(failing, m.Body)
 			return "", errors.New("the provider timed out")
@@ -367,9 +368,9 @@ DROP TABLE idem_shapes.enrollments;
 `)
 	db := shapeDB(t, business, render(t, migrate.EntityKind{Create: inboxsql.CreateEntity}, inboxsql.EntitySchema(h)))
 	ctx := context.Background()
-	table := idem.EntityTable[shaped]{Consumer: h.Consumer, Name: inboxsql.TableName(h.Entity.Table),
+	table := idemimpl.EntityTable[shaped]{Consumer: h.Consumer, Name: inboxsql.TableName(h.Entity.Table),
 		Columns: columns(h, h.Entity.Columns), Key: shape{parts: []keyPart{textPart, intPart}}.key}
-	inbox := idem.NewEntityInbox(db.Pool, table, idem.NoResult(func(ctx context.Context, tx pgx.Tx, m shaped) error {
+	inbox := idemimpl.NewEntityInbox(db.Pool, table, idemimpl.NoResult(func(ctx context.Context, tx pgx.Tx, m shaped) error {
 		if strings.HasSuffix(m.Body, "-none") {
 			return nil
 		}

@@ -2,7 +2,7 @@
 // migrations that create and change an inbox table, the claims table of a
 // mode=external consumer and the fingerprint column of a mode=entity one.
 // (The statements the runtime runs against them it builds itself, in
-// idem/statements.go.)
+// idem/idemimpl/statements.go.)
 package templates
 
 import "embed"

@@ -6,15 +6,16 @@ import (
 	"time"
 
 	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/idem/idemimpl"
 )
 
 // This is a compile-time assertion that this file was generated for the runtime
-// contract of the idem package it is built with. If it fails to compile, the
-// idemgen that wrote this file and the idem package in go.mod are of different
-// versions: regenerate it with the idemgen of idem's version (go generate ./...
-// with go run github.com/idemgen/idemgen/cmd/idemgen or go tool idemgen, which
-// build the version go.mod requires).
-const _ = idem.SupportPackageIsVersion2
+// contract of the idem packages it is built with (idemimpl). If it fails to
+// compile, the idemgen that wrote this file and the idem package in go.mod are
+// of different versions: regenerate it with the idemgen of idem's version (go
+// generate ./... with go run github.com/idemgen/idemgen/cmd/idemgen or go tool
+// idemgen, which build the version go.mod requires).
+const _ = idemimpl.SupportPackageIsVersion3
 
 // PostIdem delivers Deposit messages to Post at most once per key (MessageID)
 // for the consumer "bench.ledger": the handler's writes commit together with
@@ -22,13 +23,13 @@ const _ = idem.SupportPackageIsVersion2
 // gets the stored result back without running the handler again. Build it with
 // NewPostIdem.
 //
-// Its methods are those of the idem.Inbox it embeds: Handle and Deliver
+// Its methods are those of the idemimpl.Inbox it embeds: Handle and Deliver
 // (idem.Handler), HandleBatch and DeliverBatch (idem.BatchHandler; the keys of
 // a batch claimed in one statement, in one transaction per batch), Purge (rows
 // older than the retention of 720h (30 days)) and Maintenance (idem.Maintained,
 // for an idem.Janitor). Ack a message exactly when its error is nil.
 type PostIdem struct {
-	*idem.Inbox[Deposit, Posted]
+	*idemimpl.Inbox[Deposit, Posted]
 }
 
 // NewPostIdem returns the idempotent wrapper of Post. db must reach the
@@ -36,7 +37,7 @@ type PostIdem struct {
 // choose the isolation level (idem.WithIsolation) and how long a concurrent
 // delivery of the same key waits (idem.WithClaimWait).
 func NewPostIdem(db idem.DB, opts ...idem.Option) *PostIdem {
-	return &PostIdem{idem.NewInbox(db, idemPostTable, Post, opts...)}
+	return &PostIdem{idemimpl.NewInbox(db, idemPostTable, Post, opts...)}
 }
 
 var (
@@ -46,17 +47,17 @@ var (
 )
 
 // idemPostTable is the inbox of the consumer "bench.ledger".
-var idemPostTable = idem.Table[Deposit]{
+var idemPostTable = idemimpl.Table[Deposit]{
 	Consumer: "bench.ledger",
 	Name:     "idem_bench_ledger",
-	Columns:  []idem.Column{{Field: "MessageID", Name: "key_message_id", Type: "text"}},
+	Columns:  []idemimpl.Column{{Field: "MessageID", Name: "key_message_id", Type: "text"}},
 	Key:      idemPostKey,
 	Retain:   720 * time.Hour,
 }
 
 // idemPostKey returns the key parts of msg in column order: MessageID.
 func idemPostKey(msg Deposit) ([]any, error) {
-	if err := idem.CheckString("MessageID", msg.MessageID); err != nil {
+	if err := idemimpl.CheckString("MessageID", msg.MessageID); err != nil {
 		return nil, err
 	}
 	return []any{msg.MessageID}, nil

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/idem/idemimpl"
 	outboxmigrations "github.com/idemgen/idemgen/migrations"
 )
 
@@ -34,8 +35,8 @@ const CreditedDestination = "bench.ledger.credited"
 // benchmark's outbox part measures the runtime's outbox with 0, 1 and 10
 // messages per delivery on the same consumer. The outbox table must be there
 // (MigrationsWithOutbox); opts are the inbox's (idem.WithoutNotify).
-func NewPublishingPost(db idem.DB, n int, opts ...idem.Option) *idem.Inbox[Deposit, Posted] {
-	return idem.NewPublishingInbox(db, idemPostTable, func(ctx context.Context, tx pgx.Tx, out *idem.Outbox, msg Deposit) (Posted, error) {
+func NewPublishingPost(db idem.DB, n int, opts ...idem.Option) *idemimpl.Inbox[Deposit, Posted] {
+	return idemimpl.NewPublishingInbox(db, idemPostTable, func(ctx context.Context, tx pgx.Tx, out *idem.Outbox, msg Deposit) (Posted, error) {
 		posted, err := Apply(ctx, tx, msg)
 		if err != nil {
 			return Posted{}, err

@@ -7,15 +7,16 @@ import (
 	"time"
 
 	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/idem/idemimpl"
 )
 
 // This is a compile-time assertion that this file was generated for the runtime
-// contract of the idem package it is built with. If it fails to compile, the
-// idemgen that wrote this file and the idem package in go.mod are of different
-// versions: regenerate it with the idemgen of idem's version (go generate ./...
-// with go run github.com/idemgen/idemgen/cmd/idemgen or go tool idemgen, which
-// build the version go.mod requires).
-const _ = idem.SupportPackageIsVersion2
+// contract of the idem packages it is built with (idemimpl). If it fails to
+// compile, the idemgen that wrote this file and the idem package in go.mod are
+// of different versions: regenerate it with the idemgen of idem's version (go
+// generate ./... with go run github.com/idemgen/idemgen/cmd/idemgen or go tool
+// idemgen, which build the version go.mod requires).
+const _ = idemimpl.SupportPackageIsVersion3
 
 // PlaceEntityIdem delivers Order messages to PlaceEntity at most once per key
 // (OrderID) for the consumer "bench.order-entity", whose marker is the row the
@@ -26,22 +27,22 @@ const _ = idem.SupportPackageIsVersion2
 // processed before. There is no inbox table: a deleted or re-keyed row of
 // orders forgets its message. Build it with NewPlaceEntityIdem.
 //
-// Its methods are those of the idem.EntityInbox it embeds (Handle, written out
-// below, returns only the outcome and the error, the handler having no result):
-// Handle and Deliver (idem.Handler). Ack a message exactly when its error is
-// nil.
+// Its methods are those of the idemimpl.EntityInbox it embeds (Handle, written
+// out below, returns only the outcome and the error, the handler having no
+// result): Handle and Deliver (idem.Handler). Ack a message exactly when its
+// error is nil.
 type PlaceEntityIdem struct {
-	*idem.EntityInbox[Order, idem.None]
+	*idemimpl.EntityInbox[Order, idem.None]
 }
 
 // NewPlaceEntityIdem returns the idempotent wrapper of PlaceEntity. db must
 // reach the database that holds orders; opts choose the isolation level
 // (idem.WithIsolation).
 func NewPlaceEntityIdem(db idem.DB, opts ...idem.Option) *PlaceEntityIdem {
-	return &PlaceEntityIdem{idem.NewEntityInbox(
+	return &PlaceEntityIdem{idemimpl.NewEntityInbox(
 		db,
 		idemPlaceEntityTable,
-		idem.NoResult(PlaceEntity),
+		idemimpl.NoResult(PlaceEntity),
 		nil,
 		opts...,
 	)}
@@ -65,16 +66,16 @@ var (
 
 // idemPlaceEntityTable is the business table of the consumer
 // "bench.order-entity" (mode=entity), whose rows are its markers.
-var idemPlaceEntityTable = idem.EntityTable[Order]{
+var idemPlaceEntityTable = idemimpl.EntityTable[Order]{
 	Consumer: "bench.order-entity",
 	Name:     "orders",
-	Columns:  []idem.Column{{Field: "OrderID", Name: "id", Type: "text"}},
+	Columns:  []idemimpl.Column{{Field: "OrderID", Name: "id", Type: "text"}},
 	Key:      idemPlaceEntityKey,
 }
 
 // idemPlaceEntityKey returns the key parts of msg in column order: OrderID.
 func idemPlaceEntityKey(msg Order) ([]any, error) {
-	if err := idem.CheckString("OrderID", msg.OrderID); err != nil {
+	if err := idemimpl.CheckString("OrderID", msg.OrderID); err != nil {
 		return nil, err
 	}
 	return []any{msg.OrderID}, nil
@@ -86,15 +87,15 @@ func idemPlaceEntityKey(msg Order) ([]any, error) {
 // message gets the stored result back without running the handler again. Build
 // it with NewPlaceTxIdem.
 //
-// Its methods are those of the idem.Inbox it embeds (Handle, written out below,
-// returns only the outcome and the error, the handler having no result): Handle
-// and Deliver (idem.Handler), HandleBatch and DeliverBatch (idem.BatchHandler;
-// the keys of a batch claimed in one statement, in one transaction per batch),
-// Purge (rows older than the retention of 720h (30 days)) and Maintenance
-// (idem.Maintained, for an idem.Janitor). Ack a message exactly when its error
-// is nil.
+// Its methods are those of the idemimpl.Inbox it embeds (Handle, written out
+// below, returns only the outcome and the error, the handler having no result):
+// Handle and Deliver (idem.Handler), HandleBatch and DeliverBatch
+// (idem.BatchHandler; the keys of a batch claimed in one statement, in one
+// transaction per batch), Purge (rows older than the retention of 720h (30
+// days)) and Maintenance (idem.Maintained, for an idem.Janitor). Ack a message
+// exactly when its error is nil.
 type PlaceTxIdem struct {
-	*idem.Inbox[Order, idem.None]
+	*idemimpl.Inbox[Order, idem.None]
 }
 
 // NewPlaceTxIdem returns the idempotent wrapper of PlaceTx. db must reach the
@@ -102,7 +103,7 @@ type PlaceTxIdem struct {
 // choose the isolation level (idem.WithIsolation) and how long a concurrent
 // delivery of the same key waits (idem.WithClaimWait).
 func NewPlaceTxIdem(db idem.DB, opts ...idem.Option) *PlaceTxIdem {
-	return &PlaceTxIdem{idem.NewInbox(db, idemPlaceTxTable, idem.NoResult(PlaceTx), opts...)}
+	return &PlaceTxIdem{idemimpl.NewInbox(db, idemPlaceTxTable, idemimpl.NoResult(PlaceTx), opts...)}
 }
 
 // Handle runs PlaceTx for msg in one transaction with the claim of its key, or,
@@ -120,17 +121,17 @@ var (
 )
 
 // idemPlaceTxTable is the inbox of the consumer "bench.order-tx".
-var idemPlaceTxTable = idem.Table[Order]{
+var idemPlaceTxTable = idemimpl.Table[Order]{
 	Consumer: "bench.order-tx",
 	Name:     "idem_bench_order_tx",
-	Columns:  []idem.Column{{Field: "OrderID", Name: "key_order_id", Type: "text"}},
+	Columns:  []idemimpl.Column{{Field: "OrderID", Name: "key_order_id", Type: "text"}},
 	Key:      idemPlaceTxKey,
 	Retain:   720 * time.Hour,
 }
 
 // idemPlaceTxKey returns the key parts of msg in column order: OrderID.
 func idemPlaceTxKey(msg Order) ([]any, error) {
-	if err := idem.CheckString("OrderID", msg.OrderID); err != nil {
+	if err := idemimpl.CheckString("OrderID", msg.OrderID); err != nil {
 		return nil, err
 	}
 	return []any{msg.OrderID}, nil

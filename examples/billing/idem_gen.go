@@ -7,15 +7,16 @@ import (
 	"time"
 
 	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/idem/idemimpl"
 )
 
 // This is a compile-time assertion that this file was generated for the runtime
-// contract of the idem package it is built with. If it fails to compile, the
-// idemgen that wrote this file and the idem package in go.mod are of different
-// versions: regenerate it with the idemgen of idem's version (go generate ./...
-// with go run github.com/idemgen/idemgen/cmd/idemgen or go tool idemgen, which
-// build the version go.mod requires).
-const _ = idem.SupportPackageIsVersion2
+// contract of the idem packages it is built with (idemimpl). If it fails to
+// compile, the idemgen that wrote this file and the idem package in go.mod are
+// of different versions: regenerate it with the idemgen of idem's version (go
+// generate ./... with go run github.com/idemgen/idemgen/cmd/idemgen or go tool
+// idemgen, which build the version go.mod requires).
+const _ = idemimpl.SupportPackageIsVersion3
 
 // ChargeIdem delivers OrderPlaced messages to (*Service).Charge at most once
 // per key (OrderID) for the consumer "billing.charge": the handler's writes
@@ -26,13 +27,13 @@ const _ = idem.SupportPackageIsVersion2
 // ids derived from the consumer and the key, or not at all; an idem.Relay
 // delivers them. Build it with NewChargeIdem.
 //
-// Its methods are those of the idem.Inbox it embeds: Handle and Deliver
+// Its methods are those of the idemimpl.Inbox it embeds: Handle and Deliver
 // (idem.Handler), HandleBatch and DeliverBatch (idem.BatchHandler; the keys of
 // a batch claimed in one statement, in one transaction per batch), Purge (rows
 // older than the retention of 720h (30 days)) and Maintenance (idem.Maintained,
 // for an idem.Janitor). Ack a message exactly when its error is nil.
 type ChargeIdem struct {
-	*idem.Inbox[OrderPlaced, Receipt]
+	*idemimpl.Inbox[OrderPlaced, Receipt]
 }
 
 // NewChargeIdem returns the idempotent wrapper of (*Service).Charge. db must
@@ -42,7 +43,7 @@ type ChargeIdem struct {
 // (idem.WithClaimWait), and whether its commits NOTIFY the relays
 // (idem.WithoutNotify).
 func NewChargeIdem(db idem.DB, s *Service, opts ...idem.Option) *ChargeIdem {
-	return &ChargeIdem{idem.NewPublishingInbox(db, idemChargeTable, s.Charge, opts...)}
+	return &ChargeIdem{idemimpl.NewPublishingInbox(db, idemChargeTable, s.Charge, opts...)}
 }
 
 var (
@@ -52,17 +53,17 @@ var (
 )
 
 // idemChargeTable is the inbox of the consumer "billing.charge".
-var idemChargeTable = idem.Table[OrderPlaced]{
+var idemChargeTable = idemimpl.Table[OrderPlaced]{
 	Consumer: "billing.charge",
 	Name:     "idem_billing_charge",
-	Columns:  []idem.Column{{Field: "OrderID", Name: "key_order_id", Type: "text"}},
+	Columns:  []idemimpl.Column{{Field: "OrderID", Name: "key_order_id", Type: "text"}},
 	Key:      idemChargeKey,
 	Retain:   720 * time.Hour,
 }
 
 // idemChargeKey returns the key parts of msg in column order: OrderID.
 func idemChargeKey(msg OrderPlaced) ([]any, error) {
-	if err := idem.CheckString("OrderID", msg.OrderID); err != nil {
+	if err := idemimpl.CheckString("OrderID", msg.OrderID); err != nil {
 		return nil, err
 	}
 	return []any{msg.OrderID}, nil
@@ -75,15 +76,15 @@ func idemChargeKey(msg OrderPlaced) ([]any, error) {
 // stored result back without running the handler again. Build it with
 // NewBookPaymentIdem.
 //
-// Its methods are those of the idem.Inbox it embeds (Handle, written out below,
-// returns only the outcome and the error, the handler having no result): Handle
-// and Deliver (idem.Handler), HandleBatch and DeliverBatch (idem.BatchHandler;
-// the keys of a batch claimed in one statement, in one transaction per batch),
-// Purge (rows older than the retention of 2160h (90 days)) and Maintenance
-// (idem.Maintained, for an idem.Janitor). Ack a message exactly when its error
-// is nil.
+// Its methods are those of the idemimpl.Inbox it embeds (Handle, written out
+// below, returns only the outcome and the error, the handler having no result):
+// Handle and Deliver (idem.Handler), HandleBatch and DeliverBatch
+// (idem.BatchHandler; the keys of a batch claimed in one statement, in one
+// transaction per batch), Purge (rows older than the retention of 2160h (90
+// days)) and Maintenance (idem.Maintained, for an idem.Janitor). Ack a message
+// exactly when its error is nil.
 type BookPaymentIdem struct {
-	*idem.Inbox[*PaymentReceived, idem.None]
+	*idemimpl.Inbox[*PaymentReceived, idem.None]
 }
 
 // NewBookPaymentIdem returns the idempotent wrapper of (*Service).BookPayment.
@@ -91,10 +92,10 @@ type BookPaymentIdem struct {
 // own tables; opts choose the isolation level (idem.WithIsolation) and how long
 // a concurrent delivery of the same key waits (idem.WithClaimWait).
 func NewBookPaymentIdem(db idem.DB, s *Service, opts ...idem.Option) *BookPaymentIdem {
-	return &BookPaymentIdem{idem.NewInbox(
+	return &BookPaymentIdem{idemimpl.NewInbox(
 		db,
 		idemBookPaymentTable,
-		idem.NoResult(s.BookPayment),
+		idemimpl.NoResult(s.BookPayment),
 		opts...,
 	)}
 }
@@ -114,10 +115,10 @@ var (
 )
 
 // idemBookPaymentTable is the inbox of the consumer "billing.payment".
-var idemBookPaymentTable = idem.Table[*PaymentReceived]{
+var idemBookPaymentTable = idemimpl.Table[*PaymentReceived]{
 	Consumer: "billing.payment",
 	Name:     "idem_billing_payment",
-	Columns: []idem.Column{
+	Columns: []idemimpl.Column{
 		{Field: "Provider", Name: "key_provider", Type: "text"},
 		{Field: "PaymentID", Name: "key_payment_id", Type: "text"},
 	},
@@ -129,12 +130,12 @@ var idemBookPaymentTable = idem.Table[*PaymentReceived]{
 // PaymentID.
 func idemBookPaymentKey(msg *PaymentReceived) ([]any, error) {
 	if msg == nil {
-		return nil, idem.InvalidKey("Provider", "is missing: the message is nil")
+		return nil, idemimpl.InvalidKey("Provider", "is missing: the message is nil")
 	}
-	if err := idem.CheckString("Provider", msg.Provider); err != nil {
+	if err := idemimpl.CheckString("Provider", msg.Provider); err != nil {
 		return nil, err
 	}
-	if err := idem.CheckString("PaymentID", msg.PaymentID); err != nil {
+	if err := idemimpl.CheckString("PaymentID", msg.PaymentID); err != nil {
 		return nil, err
 	}
 	return []any{msg.Provider, msg.PaymentID}, nil
@@ -146,13 +147,13 @@ func idemBookPaymentKey(msg *PaymentReceived) ([]any, error) {
 // idem_billing_open_account, and a redelivered message gets the stored result
 // back without running the handler again. Build it with NewOpenAccountIdem.
 //
-// Its methods are those of the idem.Inbox it embeds: Handle and Deliver
+// Its methods are those of the idemimpl.Inbox it embeds: Handle and Deliver
 // (idem.Handler), HandleBatch and DeliverBatch (idem.BatchHandler; the keys of
 // a batch claimed in one statement, in one transaction per batch), Purge (rows
 // older than the retention of 720h (30 days)) and Maintenance (idem.Maintained,
 // for an idem.Janitor). Ack a message exactly when its error is nil.
 type OpenAccountIdem struct {
-	*idem.Inbox[OpenAccountRequested, Account]
+	*idemimpl.Inbox[OpenAccountRequested, Account]
 }
 
 // NewOpenAccountIdem returns the idempotent wrapper of OpenAccount. db must
@@ -160,7 +161,7 @@ type OpenAccountIdem struct {
 // tables; opts choose the isolation level (idem.WithIsolation) and how long a
 // concurrent delivery of the same key waits (idem.WithClaimWait).
 func NewOpenAccountIdem(db idem.DB, opts ...idem.Option) *OpenAccountIdem {
-	return &OpenAccountIdem{idem.NewInbox(db, idemOpenAccountTable, OpenAccount, opts...)}
+	return &OpenAccountIdem{idemimpl.NewInbox(db, idemOpenAccountTable, OpenAccount, opts...)}
 }
 
 var (
@@ -170,17 +171,17 @@ var (
 )
 
 // idemOpenAccountTable is the inbox of the consumer "billing.open-account".
-var idemOpenAccountTable = idem.Table[OpenAccountRequested]{
+var idemOpenAccountTable = idemimpl.Table[OpenAccountRequested]{
 	Consumer: "billing.open-account",
 	Name:     "idem_billing_open_account",
-	Columns:  []idem.Column{{Field: "RequestID", Name: "key_request_id", Type: "uuid"}},
+	Columns:  []idemimpl.Column{{Field: "RequestID", Name: "key_request_id", Type: "uuid"}},
 	Key:      idemOpenAccountKey,
 	Retain:   720 * time.Hour,
 }
 
 // idemOpenAccountKey returns the key parts of msg in column order: RequestID.
 func idemOpenAccountKey(msg OpenAccountRequested) ([]any, error) {
-	if err := idem.CheckUUID("RequestID", [16]byte(msg.RequestID)); err != nil {
+	if err := idemimpl.CheckUUID("RequestID", [16]byte(msg.RequestID)); err != nil {
 		return nil, err
 	}
 	return []any{[16]byte(msg.RequestID)}, nil

@@ -6,16 +6,17 @@ import (
 	"context"
 
 	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/idem/idemimpl"
 	"github.com/jackc/pgx/v5"
 )
 
 // This is a compile-time assertion that this file was generated for the runtime
-// contract of the idem package it is built with. If it fails to compile, the
-// idemgen that wrote this file and the idem package in go.mod are of different
-// versions: regenerate it with the idemgen of idem's version (go generate ./...
-// with go run github.com/idemgen/idemgen/cmd/idemgen or go tool idemgen, which
-// build the version go.mod requires).
-const _ = idem.SupportPackageIsVersion2
+// contract of the idem packages it is built with (idemimpl). If it fails to
+// compile, the idemgen that wrote this file and the idem package in go.mod are
+// of different versions: regenerate it with the idemgen of idem's version (go
+// generate ./... with go run github.com/idemgen/idemgen/cmd/idemgen or go tool
+// idemgen, which build the version go.mod requires).
+const _ = idemimpl.SupportPackageIsVersion3
 
 // PlaceOrderIdem delivers OrderPlaced messages to (*Service).PlaceOrder at most
 // once per key (OrderID) for the consumer "catalog.order", whose marker is the
@@ -26,17 +27,17 @@ const _ = idem.SupportPackageIsVersion2
 // processed before. There is no inbox table: a deleted or re-keyed row of
 // orders forgets its message. Build it with NewPlaceOrderIdem.
 //
-// Its methods are those of the idem.EntityInbox it embeds: Handle and Deliver
-// (idem.Handler). Ack a message exactly when its error is nil.
+// Its methods are those of the idemimpl.EntityInbox it embeds: Handle and
+// Deliver (idem.Handler). Ack a message exactly when its error is nil.
 type PlaceOrderIdem struct {
-	*idem.EntityInbox[OrderPlaced, OrderReceipt]
+	*idemimpl.EntityInbox[OrderPlaced, OrderReceipt]
 }
 
 // NewPlaceOrderIdem returns the idempotent wrapper of (*Service).PlaceOrder. db
 // must reach the database that holds orders; opts choose the isolation level
 // (idem.WithIsolation).
 func NewPlaceOrderIdem(db idem.DB, s *Service, opts ...idem.Option) *PlaceOrderIdem {
-	return &PlaceOrderIdem{idem.NewEntityInbox(
+	return &PlaceOrderIdem{idemimpl.NewEntityInbox(
 		db,
 		idemPlaceOrderTable,
 		s.PlaceOrder,
@@ -53,16 +54,16 @@ var (
 
 // idemPlaceOrderTable is the business table of the consumer "catalog.order"
 // (mode=entity), whose rows are its markers.
-var idemPlaceOrderTable = idem.EntityTable[OrderPlaced]{
+var idemPlaceOrderTable = idemimpl.EntityTable[OrderPlaced]{
 	Consumer: "catalog.order",
 	Name:     "orders",
-	Columns:  []idem.Column{{Field: "OrderID", Name: "id", Type: "text"}},
+	Columns:  []idemimpl.Column{{Field: "OrderID", Name: "id", Type: "text"}},
 	Key:      idemPlaceOrderKey,
 }
 
 // idemPlaceOrderKey returns the key parts of msg in column order: OrderID.
 func idemPlaceOrderKey(msg OrderPlaced) ([]any, error) {
-	if err := idem.CheckString("OrderID", msg.OrderID); err != nil {
+	if err := idemimpl.CheckString("OrderID", msg.OrderID); err != nil {
 		return nil, err
 	}
 	return []any{msg.OrderID}, nil
@@ -75,30 +76,31 @@ func idemPlaceOrderKey(msg OrderPlaced) ([]any, error) {
 // serialization failures and deadlocks. TestSetPriceIdem proves that running it
 // again leaves its state as one run did. Build it with NewSetPriceIdem.
 //
-// Its methods are those of the idem.NaturalInbox it embeds (Handle, written out
-// below, returns only the outcome and the error, the handler having no result):
-// Handle and Deliver (idem.Handler). Ack a message exactly when its error is
-// nil.
+// Its methods are those of the idemimpl.NaturalInbox it embeds (Handle, written
+// out below, returns only the outcome and the error, the handler having no
+// result): Handle and Deliver (idem.Handler). Ack a message exactly when its
+// error is nil.
 type SetPriceIdem struct {
-	*idem.NaturalInbox[PriceSet, idem.None]
+	*idemimpl.NaturalInbox[PriceSet, idem.None]
 }
 
 // NewSetPriceIdem returns the wrapper of (*Service).SetPrice. db must reach the
 // database that holds the handler's tables; opts choose the isolation level
 // (idem.WithIsolation).
 func NewSetPriceIdem(db idem.DB, s *Service, opts ...idem.Option) *SetPriceIdem {
-	return &SetPriceIdem{idem.NewNaturalInbox(
+	return &SetPriceIdem{idemimpl.NewNaturalInbox(
 		db,
 		idemSetPriceTable,
-		idem.NoResult(s.SetPrice),
+		idemimpl.NoResult(s.SetPrice),
 		opts...,
 	)}
 }
 
 // Handle runs SetPrice for msg in a transaction and commits it: always
 // idem.Processed, since nothing tells a redelivery from a first delivery. A
-// serialization failure or deadlock is retried (idem.NaturalAttempts runs in
-// all) and then returned as retryable. Ack the message exactly when err is nil.
+// serialization failure or deadlock is retried (idemimpl.NaturalAttempts runs
+// in all) and then returned as retryable. Ack the message exactly when err is
+// nil.
 func (w *SetPriceIdem) Handle(ctx context.Context, msg PriceSet) (idem.Outcome, error) {
 	_, outcome, err := w.NaturalInbox.Handle(ctx, msg)
 	return outcome, err
@@ -110,7 +112,7 @@ var (
 
 // idemSetPriceTable describes the consumer "catalog.price" (mode=natural): its
 // key is only validated and named in errors.
-var idemSetPriceTable = idem.NaturalTable[PriceSet]{
+var idemSetPriceTable = idemimpl.NaturalTable[PriceSet]{
 	Consumer:  "catalog.price",
 	KeyFields: []string{"SKU"},
 	Key:       idemSetPriceKey,
@@ -118,7 +120,7 @@ var idemSetPriceTable = idem.NaturalTable[PriceSet]{
 
 // idemSetPriceKey returns the key parts of msg in column order: SKU.
 func idemSetPriceKey(msg PriceSet) ([]any, error) {
-	if err := idem.CheckString("SKU", msg.SKU); err != nil {
+	if err := idemimpl.CheckString("SKU", msg.SKU); err != nil {
 		return nil, err
 	}
 	return []any{msg.SKU}, nil

@@ -7,15 +7,16 @@ import (
 	"time"
 
 	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/idem/idemimpl"
 )
 
 // This is a compile-time assertion that this file was generated for the runtime
-// contract of the idem package it is built with. If it fails to compile, the
-// idemgen that wrote this file and the idem package in go.mod are of different
-// versions: regenerate it with the idemgen of idem's version (go generate ./...
-// with go run github.com/idemgen/idemgen/cmd/idemgen or go tool idemgen, which
-// build the version go.mod requires).
-const _ = idem.SupportPackageIsVersion2
+// contract of the idem packages it is built with (idemimpl). If it fails to
+// compile, the idemgen that wrote this file and the idem package in go.mod are
+// of different versions: regenerate it with the idemgen of idem's version (go
+// generate ./... with go run github.com/idemgen/idemgen/cmd/idemgen or go tool
+// idemgen, which build the version go.mod requires).
+const _ = idemimpl.SupportPackageIsVersion3
 
 // ReceiveGoodsIdem delivers CloudEvent messages to ReceiveGoods at most once
 // per key (Source, ID) for the consumer "inventory.goods-received": the
@@ -24,13 +25,13 @@ const _ = idem.SupportPackageIsVersion2
 // result back without running the handler again. Build it with
 // NewReceiveGoodsIdem.
 //
-// Its methods are those of the idem.Inbox it embeds: Handle and Deliver
+// Its methods are those of the idemimpl.Inbox it embeds: Handle and Deliver
 // (idem.Handler), HandleBatch and DeliverBatch (idem.BatchHandler; the keys of
 // a batch claimed in one statement, in one transaction per batch), Purge (rows
 // older than the retention of 720h (30 days)) and Maintenance (idem.Maintained,
 // for an idem.Janitor). Ack a message exactly when its error is nil.
 type ReceiveGoodsIdem struct {
-	*idem.Inbox[CloudEvent, Level]
+	*idemimpl.Inbox[CloudEvent, Level]
 }
 
 // NewReceiveGoodsIdem returns the idempotent wrapper of ReceiveGoods. db must
@@ -38,7 +39,7 @@ type ReceiveGoodsIdem struct {
 // own tables; opts choose the isolation level (idem.WithIsolation) and how long
 // a concurrent delivery of the same key waits (idem.WithClaimWait).
 func NewReceiveGoodsIdem(db idem.DB, opts ...idem.Option) *ReceiveGoodsIdem {
-	return &ReceiveGoodsIdem{idem.NewInbox(db, idemReceiveGoodsTable, ReceiveGoods, opts...)}
+	return &ReceiveGoodsIdem{idemimpl.NewInbox(db, idemReceiveGoodsTable, ReceiveGoods, opts...)}
 }
 
 var (
@@ -49,10 +50,10 @@ var (
 
 // idemReceiveGoodsTable is the inbox of the consumer
 // "inventory.goods-received".
-var idemReceiveGoodsTable = idem.Table[CloudEvent]{
+var idemReceiveGoodsTable = idemimpl.Table[CloudEvent]{
 	Consumer: "inventory.goods-received",
 	Name:     "idem_inventory_goods_received",
-	Columns: []idem.Column{
+	Columns: []idemimpl.Column{
 		{Field: "Source", Name: "key_source", Type: "text"},
 		{Field: "ID", Name: "key_id", Type: "text"},
 	},
@@ -62,10 +63,10 @@ var idemReceiveGoodsTable = idem.Table[CloudEvent]{
 
 // idemReceiveGoodsKey returns the key parts of msg in column order: Source, ID.
 func idemReceiveGoodsKey(msg CloudEvent) ([]any, error) {
-	if err := idem.CheckString("Source", msg.Source); err != nil {
+	if err := idemimpl.CheckString("Source", msg.Source); err != nil {
 		return nil, err
 	}
-	if err := idem.CheckString("ID", msg.ID); err != nil {
+	if err := idemimpl.CheckString("ID", msg.ID); err != nil {
 		return nil, err
 	}
 	return []any{msg.Source, msg.ID}, nil
@@ -77,14 +78,14 @@ func idemReceiveGoodsKey(msg CloudEvent) ([]any, error) {
 // idem_inventory_return, and a redelivered message gets the stored result back
 // without running the handler again. Build it with NewBookReturnIdem.
 //
-// Its methods are those of the idem.Inbox it embeds: Handle and Deliver
+// Its methods are those of the idemimpl.Inbox it embeds: Handle and Deliver
 // (idem.Handler), HandleBatch and DeliverBatch (idem.BatchHandler; one
 // transaction per message: its inbox has a stale-message guard or nullable key
 // parts, which batches do not cover), Purge (rows older than the retention of
 // 720h (30 days)) and Maintenance (idem.Maintained, for an idem.Janitor). Ack a
 // message exactly when its error is nil.
 type BookReturnIdem struct {
-	*idem.Inbox[ReturnReceived, Level]
+	*idemimpl.Inbox[ReturnReceived, Level]
 }
 
 // NewBookReturnIdem returns the idempotent wrapper of BookReturn. db must reach
@@ -92,7 +93,7 @@ type BookReturnIdem struct {
 // opts choose the isolation level (idem.WithIsolation) and how long a
 // concurrent delivery of the same key waits (idem.WithClaimWait).
 func NewBookReturnIdem(db idem.DB, opts ...idem.Option) *BookReturnIdem {
-	return &BookReturnIdem{idem.NewInbox(db, idemBookReturnTable, BookReturn, opts...)}
+	return &BookReturnIdem{idemimpl.NewInbox(db, idemBookReturnTable, BookReturn, opts...)}
 }
 
 var (
@@ -102,10 +103,10 @@ var (
 )
 
 // idemBookReturnTable is the inbox of the consumer "inventory.return".
-var idemBookReturnTable = idem.Table[ReturnReceived]{
+var idemBookReturnTable = idemimpl.Table[ReturnReceived]{
 	Consumer: "inventory.return",
 	Name:     "idem_inventory_return",
-	Columns: []idem.Column{
+	Columns: []idemimpl.Column{
 		{Field: "OrderID", Name: "key_order_id", Type: "text"},
 		{Field: "RMA", Name: "key_rma", Type: "text", Nullable: true},
 	},
@@ -116,12 +117,12 @@ var idemBookReturnTable = idem.Table[ReturnReceived]{
 // idemBookReturnKey returns the key parts of msg in column order (nil for a
 // NULL part): OrderID, RMA.
 func idemBookReturnKey(msg ReturnReceived) ([]any, error) {
-	if err := idem.CheckString("OrderID", msg.OrderID); err != nil {
+	if err := idemimpl.CheckString("OrderID", msg.OrderID); err != nil {
 		return nil, err
 	}
 	var part1 any // nil: RMA is NULL
 	if msg.RMA != nil {
-		if err := idem.CheckString("RMA", *msg.RMA); err != nil {
+		if err := idemimpl.CheckString("RMA", *msg.RMA); err != nil {
 			return nil, err
 		}
 		part1 = *msg.RMA
@@ -135,15 +136,16 @@ func idemBookReturnKey(msg ReturnReceived) ([]any, error) {
 // redelivered message gets the stored result back without running the handler
 // again. Build it with NewApplyCountIdem.
 //
-// Its methods are those of the idem.Inbox it embeds (Handle, written out below,
-// returns only the outcome and the error, the handler having no result): Handle
-// and Deliver (idem.Handler), HandleBatch and DeliverBatch (idem.BatchHandler;
-// one transaction per message: its inbox has a stale-message guard or nullable
-// key parts, which batches do not cover), Purge (rows older than the retention
-// of 720h (30 days)) and Maintenance (idem.Maintained, for an idem.Janitor).
-// Ack a message exactly when its error is nil.
+// Its methods are those of the idemimpl.Inbox it embeds (Handle, written out
+// below, returns only the outcome and the error, the handler having no result):
+// Handle and Deliver (idem.Handler), HandleBatch and DeliverBatch
+// (idem.BatchHandler; one transaction per message: its inbox has a
+// stale-message guard or nullable key parts, which batches do not cover), Purge
+// (rows older than the retention of 720h (30 days)) and Maintenance
+// (idem.Maintained, for an idem.Janitor). Ack a message exactly when its error
+// is nil.
 type ApplyCountIdem struct {
-	*idem.Inbox[StockCounted, idem.None]
+	*idemimpl.Inbox[StockCounted, idem.None]
 }
 
 // NewApplyCountIdem returns the idempotent wrapper of ApplyCount. db must reach
@@ -151,7 +153,12 @@ type ApplyCountIdem struct {
 // opts choose the isolation level (idem.WithIsolation) and how long a
 // concurrent delivery of the same key waits (idem.WithClaimWait).
 func NewApplyCountIdem(db idem.DB, opts ...idem.Option) *ApplyCountIdem {
-	return &ApplyCountIdem{idem.NewInbox(db, idemApplyCountTable, idem.NoResult(ApplyCount), opts...)}
+	return &ApplyCountIdem{idemimpl.NewInbox(
+		db,
+		idemApplyCountTable,
+		idemimpl.NoResult(ApplyCount),
+		opts...,
+	)}
 }
 
 // Handle runs ApplyCount for msg in one transaction with the claim of its key,
@@ -169,10 +176,10 @@ var (
 )
 
 // idemApplyCountTable is the inbox of the consumer "inventory.count".
-var idemApplyCountTable = idem.Table[StockCounted]{
+var idemApplyCountTable = idemimpl.Table[StockCounted]{
 	Consumer:   "inventory.count",
 	Name:       "idem_inventory_count",
-	Columns:    []idem.Column{{Field: "CountID", Name: "key_count_id", Type: "uuid"}},
+	Columns:    []idemimpl.Column{{Field: "CountID", Name: "key_count_id", Type: "uuid"}},
 	Key:        idemApplyCountKey,
 	Order:      idemApplyCountOrder,
 	Versions:   "idem_inventory_count_versions",
@@ -182,7 +189,7 @@ var idemApplyCountTable = idem.Table[StockCounted]{
 
 // idemApplyCountKey returns the key parts of msg in column order: CountID.
 func idemApplyCountKey(msg StockCounted) ([]any, error) {
-	if err := idem.CheckUUID("CountID", [16]byte(msg.CountID)); err != nil {
+	if err := idemimpl.CheckUUID("CountID", [16]byte(msg.CountID)); err != nil {
 		return nil, err
 	}
 	return []any{[16]byte(msg.CountID)}, nil
@@ -191,7 +198,7 @@ func idemApplyCountKey(msg StockCounted) ([]any, error) {
 // idemApplyCountOrder returns the entity (SKU) and the version (Seq) of msg for
 // the stale-message guard.
 func idemApplyCountOrder(msg StockCounted) (any, int64, error) {
-	if err := idem.CheckString("SKU", msg.SKU); err != nil {
+	if err := idemimpl.CheckString("SKU", msg.SKU); err != nil {
 		return nil, 0, err
 	}
 	return msg.SKU, msg.Seq, nil

@@ -8,15 +8,16 @@ import (
 
 	"github.com/idemgen/idemgen/examples/billing"
 	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/idem/idemimpl"
 )
 
 // This is a compile-time assertion that this file was generated for the runtime
-// contract of the idem package it is built with. If it fails to compile, the
-// idemgen that wrote this file and the idem package in go.mod are of different
-// versions: regenerate it with the idemgen of idem's version (go generate ./...
-// with go run github.com/idemgen/idemgen/cmd/idemgen or go tool idemgen, which
-// build the version go.mod requires).
-const _ = idem.SupportPackageIsVersion2
+// contract of the idem packages it is built with (idemimpl). If it fails to
+// compile, the idemgen that wrote this file and the idem package in go.mod are
+// of different versions: regenerate it with the idemgen of idem's version (go
+// generate ./... with go run github.com/idemgen/idemgen/cmd/idemgen or go tool
+// idemgen, which build the version go.mod requires).
+const _ = idemimpl.SupportPackageIsVersion3
 
 // NotifyChargeCompletedIdem delivers idem.Message[billing.ChargeCompleted]
 // messages to NotifyChargeCompleted at most once per key (ID) for the consumer
@@ -25,15 +26,15 @@ const _ = idem.SupportPackageIsVersion2
 // redelivered message gets the stored result back without running the handler
 // again. Build it with NewNotifyChargeCompletedIdem.
 //
-// Its methods are those of the idem.Inbox it embeds (Handle, written out below,
-// returns only the outcome and the error, the handler having no result): Handle
-// and Deliver (idem.Handler), HandleBatch and DeliverBatch (idem.BatchHandler;
-// the keys of a batch claimed in one statement, in one transaction per batch),
-// Purge (rows older than the retention of 720h (30 days)) and Maintenance
-// (idem.Maintained, for an idem.Janitor). Ack a message exactly when its error
-// is nil.
+// Its methods are those of the idemimpl.Inbox it embeds (Handle, written out
+// below, returns only the outcome and the error, the handler having no result):
+// Handle and Deliver (idem.Handler), HandleBatch and DeliverBatch
+// (idem.BatchHandler; the keys of a batch claimed in one statement, in one
+// transaction per batch), Purge (rows older than the retention of 720h (30
+// days)) and Maintenance (idem.Maintained, for an idem.Janitor). Ack a message
+// exactly when its error is nil.
 type NotifyChargeCompletedIdem struct {
-	*idem.Inbox[idem.Message[billing.ChargeCompleted], idem.None]
+	*idemimpl.Inbox[idem.Message[billing.ChargeCompleted], idem.None]
 }
 
 // NewNotifyChargeCompletedIdem returns the idempotent wrapper of
@@ -42,10 +43,10 @@ type NotifyChargeCompletedIdem struct {
 // the isolation level (idem.WithIsolation) and how long a concurrent delivery
 // of the same key waits (idem.WithClaimWait).
 func NewNotifyChargeCompletedIdem(db idem.DB, opts ...idem.Option) *NotifyChargeCompletedIdem {
-	return &NotifyChargeCompletedIdem{idem.NewInbox(
+	return &NotifyChargeCompletedIdem{idemimpl.NewInbox(
 		db,
 		idemNotifyChargeCompletedTable,
-		idem.NoResult(NotifyChargeCompleted),
+		idemimpl.NoResult(NotifyChargeCompleted),
 		opts...,
 	)}
 }
@@ -69,10 +70,10 @@ var (
 
 // idemNotifyChargeCompletedTable is the inbox of the consumer
 // "notifications.charge-completed".
-var idemNotifyChargeCompletedTable = idem.Table[idem.Message[billing.ChargeCompleted]]{
+var idemNotifyChargeCompletedTable = idemimpl.Table[idem.Message[billing.ChargeCompleted]]{
 	Consumer: "notifications.charge-completed",
 	Name:     "idem_notifications_charge_completed",
-	Columns:  []idem.Column{{Field: "ID", Name: "key_id", Type: "text"}},
+	Columns:  []idemimpl.Column{{Field: "ID", Name: "key_id", Type: "text"}},
 	Key:      idemNotifyChargeCompletedKey,
 	Retain:   720 * time.Hour,
 }
@@ -80,7 +81,7 @@ var idemNotifyChargeCompletedTable = idem.Table[idem.Message[billing.ChargeCompl
 // idemNotifyChargeCompletedKey returns the key parts of msg in column order:
 // ID.
 func idemNotifyChargeCompletedKey(msg idem.Message[billing.ChargeCompleted]) ([]any, error) {
-	if err := idem.CheckString("ID", msg.ID); err != nil {
+	if err := idemimpl.CheckString("ID", msg.ID); err != nil {
 		return nil, err
 	}
 	return []any{msg.ID}, nil

@@ -6,15 +6,16 @@ import (
 	"time"
 
 	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/idem/idemimpl"
 )
 
 // This is a compile-time assertion that this file was generated for the runtime
-// contract of the idem package it is built with. If it fails to compile, the
-// idemgen that wrote this file and the idem package in go.mod are of different
-// versions: regenerate it with the idemgen of idem's version (go generate ./...
-// with go run github.com/idemgen/idemgen/cmd/idemgen or go tool idemgen, which
-// build the version go.mod requires).
-const _ = idem.SupportPackageIsVersion2
+// contract of the idem packages it is built with (idemimpl). If it fails to
+// compile, the idemgen that wrote this file and the idem package in go.mod are
+// of different versions: regenerate it with the idemgen of idem's version (go
+// generate ./... with go run github.com/idemgen/idemgen/cmd/idemgen or go tool
+// idemgen, which build the version go.mod requires).
+const _ = idemimpl.SupportPackageIsVersion3
 
 // ChargeIdem delivers ChargeRequested messages to (*Service).Charge at most
 // once per key (OrderID) for the consumer "payments.charge", whose effect is
@@ -26,14 +27,14 @@ const _ = idem.SupportPackageIsVersion2
 // stored result back without running the handler again. Build it with
 // NewChargeIdem.
 //
-// Its methods are those of the idem.ExternalInbox it embeds: Handle and Deliver
-// (idem.Handler), Purge (rows that are not running and older than the retention
-// of 720h (30 days); the provider must keep idempotency keys at least as long),
-// Sweep (releases the claims whose lease expired, their worker gone, and
-// reports the stuck ones) and Maintenance (idem.Maintained, for an
+// Its methods are those of the idemimpl.ExternalInbox it embeds: Handle and
+// Deliver (idem.Handler), Purge (rows that are not running and older than the
+// retention of 720h (30 days); the provider must keep idempotency keys at least
+// as long), Sweep (releases the claims whose lease expired, their worker gone,
+// and reports the stuck ones) and Maintenance (idem.Maintained, for an
 // idem.Janitor). Ack a message exactly when its error is nil.
 type ChargeIdem struct {
-	*idem.ExternalInbox[ChargeRequested, Receipt]
+	*idemimpl.ExternalInbox[ChargeRequested, Receipt]
 }
 
 // NewChargeIdem returns the idempotent wrapper of (*Service).Charge. db must
@@ -41,7 +42,7 @@ type ChargeIdem struct {
 // (idem.WithLease, instead of the directive's 30s) and the attempts above which
 // Sweep reports a claim as stuck (idem.WithStuckAttempts).
 func NewChargeIdem(db idem.DB, s *Service, opts ...idem.Option) *ChargeIdem {
-	return &ChargeIdem{idem.NewExternalInbox(db, idemChargeTable, s.Charge, opts...)}
+	return &ChargeIdem{idemimpl.NewExternalInbox(db, idemChargeTable, s.Charge, opts...)}
 }
 
 var (
@@ -51,10 +52,10 @@ var (
 
 // idemChargeTable is the claims table of the consumer "payments.charge"
 // (mode=external, lease 30s).
-var idemChargeTable = idem.ExternalTable[ChargeRequested]{
+var idemChargeTable = idemimpl.ExternalTable[ChargeRequested]{
 	Consumer: "payments.charge",
 	Name:     "idem_payments_charge",
-	Columns:  []idem.Column{{Field: "OrderID", Name: "key_order_id", Type: "text"}},
+	Columns:  []idemimpl.Column{{Field: "OrderID", Name: "key_order_id", Type: "text"}},
 	Key:      idemChargeKey,
 	Retain:   720 * time.Hour,
 	Lease:    30 * time.Second,
@@ -62,7 +63,7 @@ var idemChargeTable = idem.ExternalTable[ChargeRequested]{
 
 // idemChargeKey returns the key parts of msg in column order: OrderID.
 func idemChargeKey(msg ChargeRequested) ([]any, error) {
-	if err := idem.CheckString("OrderID", msg.OrderID); err != nil {
+	if err := idemimpl.CheckString("OrderID", msg.OrderID); err != nil {
 		return nil, err
 	}
 	return []any{msg.OrderID}, nil

@@ -7,15 +7,16 @@ import (
 	"time"
 
 	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/idem/idemimpl"
 )
 
 // This is a compile-time assertion that this file was generated for the runtime
-// contract of the idem package it is built with. If it fails to compile, the
-// idemgen that wrote this file and the idem package in go.mod are of different
-// versions: regenerate it with the idemgen of idem's version (go generate ./...
-// with go run github.com/idemgen/idemgen/cmd/idemgen or go tool idemgen, which
-// build the version go.mod requires).
-const _ = idem.SupportPackageIsVersion2
+// contract of the idem packages it is built with (idemimpl). If it fails to
+// compile, the idemgen that wrote this file and the idem package in go.mod are
+// of different versions: regenerate it with the idemgen of idem's version (go
+// generate ./... with go run github.com/idemgen/idemgen/cmd/idemgen or go tool
+// idemgen, which build the version go.mod requires).
+const _ = idemimpl.SupportPackageIsVersion3
 
 // ShipIdem delivers OrderPaid messages to (*Service).Ship at most once per key
 // (OrderID) for the consumer "shipping.ship": the handler's writes commit
@@ -26,13 +27,13 @@ const _ = idem.SupportPackageIsVersion2
 // from the consumer and the key, or not at all; an idem.Relay delivers them.
 // Build it with NewShipIdem.
 //
-// Its methods are those of the idem.Inbox it embeds: Handle and Deliver
+// Its methods are those of the idemimpl.Inbox it embeds: Handle and Deliver
 // (idem.Handler), HandleBatch and DeliverBatch (idem.BatchHandler; the keys of
 // a batch claimed in one statement, in one transaction per batch), Purge (rows
 // older than the retention of 720h (30 days)) and Maintenance (idem.Maintained,
 // for an idem.Janitor). Ack a message exactly when its error is nil.
 type ShipIdem struct {
-	*idem.Inbox[OrderPaid, Shipment]
+	*idemimpl.Inbox[OrderPaid, Shipment]
 }
 
 // NewShipIdem returns the idempotent wrapper of (*Service).Ship. db must reach
@@ -41,7 +42,7 @@ type ShipIdem struct {
 // concurrent delivery of the same key waits (idem.WithClaimWait), and whether
 // its commits NOTIFY the relays (idem.WithoutNotify).
 func NewShipIdem(db idem.DB, s *Service, opts ...idem.Option) *ShipIdem {
-	return &ShipIdem{idem.NewPublishingInbox(db, idemShipTable, s.Ship, opts...)}
+	return &ShipIdem{idemimpl.NewPublishingInbox(db, idemShipTable, s.Ship, opts...)}
 }
 
 var (
@@ -51,17 +52,17 @@ var (
 )
 
 // idemShipTable is the inbox of the consumer "shipping.ship".
-var idemShipTable = idem.Table[OrderPaid]{
+var idemShipTable = idemimpl.Table[OrderPaid]{
 	Consumer: "shipping.ship",
 	Name:     "idem_shipping_ship",
-	Columns:  []idem.Column{{Field: "OrderID", Name: "key_order_id", Type: "text"}},
+	Columns:  []idemimpl.Column{{Field: "OrderID", Name: "key_order_id", Type: "text"}},
 	Key:      idemShipKey,
 	Retain:   720 * time.Hour,
 }
 
 // idemShipKey returns the key parts of msg in column order: OrderID.
 func idemShipKey(msg OrderPaid) ([]any, error) {
-	if err := idem.CheckString("OrderID", msg.OrderID); err != nil {
+	if err := idemimpl.CheckString("OrderID", msg.OrderID); err != nil {
 		return nil, err
 	}
 	return []any{msg.OrderID}, nil
@@ -74,15 +75,15 @@ func idemShipKey(msg OrderPaid) ([]any, error) {
 // the stored result back without running the handler again. Build it with
 // NewRecordDeliveryIdem.
 //
-// Its methods are those of the idem.Inbox it embeds (Handle, written out below,
-// returns only the outcome and the error, the handler having no result): Handle
-// and Deliver (idem.Handler), HandleBatch and DeliverBatch (idem.BatchHandler;
-// the keys of a batch claimed in one statement, in one transaction per batch),
-// Purge (rows older than the retention of 720h (30 days)) and Maintenance
-// (idem.Maintained, for an idem.Janitor). Ack a message exactly when its error
-// is nil.
+// Its methods are those of the idemimpl.Inbox it embeds (Handle, written out
+// below, returns only the outcome and the error, the handler having no result):
+// Handle and Deliver (idem.Handler), HandleBatch and DeliverBatch
+// (idem.BatchHandler; the keys of a batch claimed in one statement, in one
+// transaction per batch), Purge (rows older than the retention of 720h (30
+// days)) and Maintenance (idem.Maintained, for an idem.Janitor). Ack a message
+// exactly when its error is nil.
 type RecordDeliveryIdem struct {
-	*idem.Inbox[CarrierDelivered, idem.None]
+	*idemimpl.Inbox[CarrierDelivered, idem.None]
 }
 
 // NewRecordDeliveryIdem returns the idempotent wrapper of
@@ -91,10 +92,10 @@ type RecordDeliveryIdem struct {
 // isolation level (idem.WithIsolation) and how long a concurrent delivery of
 // the same key waits (idem.WithClaimWait).
 func NewRecordDeliveryIdem(db idem.DB, s *Service, opts ...idem.Option) *RecordDeliveryIdem {
-	return &RecordDeliveryIdem{idem.NewInbox(
+	return &RecordDeliveryIdem{idemimpl.NewInbox(
 		db,
 		idemRecordDeliveryTable,
-		idem.NoResult(s.RecordDelivery),
+		idemimpl.NoResult(s.RecordDelivery),
 		opts...,
 	)}
 }
@@ -117,10 +118,10 @@ var (
 )
 
 // idemRecordDeliveryTable is the inbox of the consumer "shipping.delivered".
-var idemRecordDeliveryTable = idem.Table[CarrierDelivered]{
+var idemRecordDeliveryTable = idemimpl.Table[CarrierDelivered]{
 	Consumer: "shipping.delivered",
 	Name:     "idem_shipping_delivered",
-	Columns:  []idem.Column{{Field: "CarrierRef", Name: "key_carrier_ref", Type: "text"}},
+	Columns:  []idemimpl.Column{{Field: "CarrierRef", Name: "key_carrier_ref", Type: "text"}},
 	Key:      idemRecordDeliveryKey,
 	Retain:   720 * time.Hour,
 }
@@ -128,7 +129,7 @@ var idemRecordDeliveryTable = idem.Table[CarrierDelivered]{
 // idemRecordDeliveryKey returns the key parts of msg in column order:
 // CarrierRef.
 func idemRecordDeliveryKey(msg CarrierDelivered) ([]any, error) {
-	if err := idem.CheckString("CarrierRef", msg.CarrierRef); err != nil {
+	if err := idemimpl.CheckString("CarrierRef", msg.CarrierRef); err != nil {
 		return nil, err
 	}
 	return []any{msg.CarrierRef}, nil

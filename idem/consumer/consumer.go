@@ -90,7 +90,7 @@ func WithDecoder(d Decoder) Option {
 }
 
 // WithBatch sets how a Consumer whose handler is an idem.BatchHandler (every
-// generated tx-mode wrapper, every idem.Inbox) batches: a worker takes up to
+// generated tx-mode wrapper, every idemimpl.Inbox) batches: a worker takes up to
 // max deliveries, what it already holds and then what arrives within linger
 // of the first, and delivers them with one DeliverBatch call; each delivery
 // is then settled by its own result. Defaults: max idem.DefaultBatchCap

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/idem/idemimpl"
 	"github.com/idemgen/idemgen/idem/idemtest"
 )
 
@@ -43,12 +44,12 @@ ALTER TABLE orders DROP COLUMN idem_fingerprint;
 `)},
 }
 
-var orderTable = idem.EntityTable[order]{
+var orderTable = idemimpl.EntityTable[order]{
 	Consumer: "test.order",
 	Name:     "orders",
-	Columns:  []idem.Column{{Field: "ID", Name: "id", Type: "text"}},
+	Columns:  []idemimpl.Column{{Field: "ID", Name: "id", Type: "text"}},
 	Key: func(msg order) ([]any, error) {
-		if err := idem.CheckString("ID", msg.ID); err != nil {
+		if err := idemimpl.CheckString("ID", msg.ID); err != nil {
 			return nil, err
 		}
 		return []any{msg.ID}, nil
@@ -92,13 +93,13 @@ func entitySuite(handler func(context.Context, pgx.Tx, order) (placed, error)) i
 		Migrations: entityMigrations,
 		Table:      "orders",
 		New: func(_ idemtest.NoReceiver, pool *pgxpool.Pool, opts ...idem.Option) idemtest.HandleFunc[order, placed] {
-			return idem.NewEntityInbox(pool, orderTable, handler, readOrder, opts...).Handle
+			return idemimpl.NewEntityInbox(pool, orderTable, handler, readOrder, opts...).Handle
 		},
 		Fixture: orderFixture,
 	}
 }
 
-// TestEntitySuite runs every scenario of EntitySuite against idem.EntityInbox:
+// TestEntitySuite runs every scenario of EntitySuite against idemimpl.EntityInbox:
 // 16 concurrent deliveries, a failure before the commit, a crash after it, a
 // reused key, a duplicate, a unique violation of another constraint, and a
 // process killed with SIGKILL inside its transaction.
@@ -132,7 +133,7 @@ func TestEntityHandlerWithoutRow(t *testing.T) {
 	other := func(ctx context.Context, tx pgx.Tx, msg order) (placed, error) {
 		return placeOrder(ctx, tx, order{ID: "another-" + msg.ID, Customer: msg.Customer, Amount: msg.Amount})
 	}
-	in := idem.NewEntityInbox(db.Pool, orderTable, other, readOrder)
+	in := idemimpl.NewEntityInbox(db.Pool, orderTable, other, readOrder)
 	_, _, err := in.Handle(context.Background(), order{ID: "o-1", Customer: "c", Amount: 1})
 	if err == nil || !strings.Contains(err.Error(), "without inserting the row") {
 		t.Fatalf("got %v; want the check's error", err)
@@ -148,9 +149,9 @@ func TestEntityHandlerWithoutRow(t *testing.T) {
 func TestEntityNoConstraint(t *testing.T) {
 	db := idemtest.New(t, entityMigrations)
 	table := orderTable
-	table.Columns = []idem.Column{{Field: "ID", Name: "id", Type: "text"}, {Field: "Customer", Name: "customer", Type: "text"}}
+	table.Columns = []idemimpl.Column{{Field: "ID", Name: "id", Type: "text"}, {Field: "Customer", Name: "customer", Type: "text"}}
 	table.Key = func(msg order) ([]any, error) { return []any{msg.ID, msg.Customer}, nil }
-	in := idem.NewEntityInbox(db.Pool, table, placeOrder, readOrder)
+	in := idemimpl.NewEntityInbox(db.Pool, table, placeOrder, readOrder)
 	msg := order{ID: "o-1", Customer: "c", Amount: 1}
 	if _, o, err := in.Handle(context.Background(), msg); err != nil || o != idem.Processed {
 		t.Fatalf("first delivery: %v %v", o, err)
@@ -168,7 +169,7 @@ func TestEntityRowWithoutFingerprint(t *testing.T) {
 	if _, err := db.Pool.Exec(context.Background(), `INSERT INTO orders (id, customer, amount) VALUES ('o-1', 'c', 1)`); err != nil {
 		t.Fatal(err)
 	}
-	in := idem.NewEntityInbox(db.Pool, orderTable, placeOrder, readOrder)
+	in := idemimpl.NewEntityInbox(db.Pool, orderTable, placeOrder, readOrder)
 	_, _, err := in.Handle(context.Background(), order{ID: "o-1", Customer: "c", Amount: 1})
 	if !errors.Is(err, idem.ErrKeyReused) || !strings.Contains(err.Error(), "has no fingerprint") {
 		t.Fatalf("got %v; want ErrKeyReused naming the missing fingerprint", err)
@@ -192,11 +193,11 @@ DROP TABLE prices;
 `)},
 }
 
-var priceTable = idem.NaturalTable[priceSet]{
+var priceTable = idemimpl.NaturalTable[priceSet]{
 	Consumer:  "test.price",
 	KeyFields: []string{"SKU"},
 	Key: func(msg priceSet) ([]any, error) {
-		if err := idem.CheckString("SKU", msg.SKU); err != nil {
+		if err := idemimpl.CheckString("SKU", msg.SKU); err != nil {
 			return nil, err
 		}
 		return []any{msg.SKU}, nil
@@ -218,7 +219,7 @@ func naturalSuite(handler func(context.Context, pgx.Tx, priceSet) (idem.None, er
 	return idemtest.NaturalSuite[idemtest.NoReceiver, priceSet, idem.None]{
 		Migrations: naturalMigrations,
 		New: func(_ idemtest.NoReceiver, pool *pgxpool.Pool, opts ...idem.Option) idemtest.HandleFunc[priceSet, idem.None] {
-			return idem.NewNaturalInbox(pool, priceTable, handler, opts...).Handle
+			return idemimpl.NewNaturalInbox(pool, priceTable, handler, opts...).Handle
 		},
 		Fixture: func(t testing.TB, db *idemtest.DB) idemtest.NaturalFixture[idemtest.NoReceiver, priceSet] {
 			return idemtest.NaturalFixture[idemtest.NoReceiver, priceSet]{

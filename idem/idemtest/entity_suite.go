@@ -22,7 +22,7 @@ const ScenarioKilledMidTransaction = "killed_mid_transaction"
 // and 15 Duplicates; a reused key is idem.ErrKeyReused; a unique violation
 // of another constraint is the handler's error; a failure before the commit
 // leaves nothing; a crash after it is a Duplicate), counting the rows of
-// Table that carry a fingerprint (idem.FingerprintColumn: the fixture's
+// Table that carry a fingerprint (idemimpl.FingerprintColumn: the fixture's
 // seeded rows have none), and ScenarioKilledMidTransaction. idemgen
 // generates one per mode=entity handler. Its fixture is a Fixture, as for
 // mode=tx.

@@ -4,22 +4,22 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/idem/idemimpl"
 )
 
 // TextKeyExternal declares by hand what idemgen generates for a
 // mode=external consumer keyed by one string field (key=ID, key column
-// key_id): the table's idem.ExternalTable and the goose migration that
+// key_id): the table's idemimpl.ExternalTable and the goose migration that
 // creates the table. The runtime's tests of mode=external use it. table must
 // be a plain lower-case name.
-func TextKeyExternal[M any](consumer, table, field string, key func(M) string) (idem.ExternalTable[M], string) {
-	t := idem.ExternalTable[M]{
+func TextKeyExternal[M any](consumer, table, field string, key func(M) string) (idemimpl.ExternalTable[M], string) {
+	t := idemimpl.ExternalTable[M]{
 		Consumer: consumer,
 		Name:     table,
-		Columns:  []idem.Column{{Field: field, Name: "key_id", Type: "text"}},
+		Columns:  []idemimpl.Column{{Field: field, Name: "key_id", Type: "text"}},
 		Key: func(msg M) ([]any, error) {
 			v := key(msg)
-			if err := idem.CheckString(field, v); err != nil {
+			if err := idemimpl.CheckString(field, v); err != nil {
 				return nil, err
 			}
 			return []any{v}, nil

@@ -89,7 +89,7 @@ type ExternalFixture[V, M any] struct {
 // The scenarios count the runs of the handler, hold a run between its
 // handler and its done and fail one, through the idem.WithBeforeComplete
 // hook among the options New receives. A consumer that is not built on
-// idem.ExternalInbox must call BeforeComplete(ctx) with the handler's
+// idemimpl.ExternalInbox must call BeforeComplete(ctx) with the handler's
 // context after its handler returned and before it marks the key done. When
 // the handler calls the scenario's Provider, the scenarios also check that a
 // rerun gives it the same key (no second effect); a handler without a
@@ -162,7 +162,7 @@ type completeHookKey struct{}
 
 // BeforeComplete runs the before-complete hook of the ExternalSuite scenario
 // that ctx belongs to, and does nothing outside a scenario. A mode=external
-// consumer that is not built on idem.ExternalInbox calls it with the
+// consumer that is not built on idemimpl.ExternalInbox calls it with the
 // handler's context after the handler returned successfully and before it
 // marks the key done (where idem calls a WithBeforeComplete hook), and
 // handles an error from it like an error of the handler.

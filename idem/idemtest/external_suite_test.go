@@ -11,12 +11,13 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/idem/idemimpl"
 	"github.com/idemgen/idemgen/idem/idemtest"
 	"github.com/idemgen/idemgen/idem/internal/sqlhook"
 )
 
 // The external scenarios must be able to fail too: the real
-// idem.ExternalInbox passes them, with and without a handler that calls the
+// idemimpl.ExternalInbox passes them, with and without a handler that calls the
 // provider, and four wrappers that break one rule of the protocol each are
 // caught, by the scenarios that must catch them.
 
@@ -66,7 +67,7 @@ func defaultFixture(t testing.TB, _ *idemtest.Provider) idemtest.ExternalFixture
 // notifyOnly is a handler without a provider call (it has nothing to
 // deduplicate outside): the default fixture's case.
 func notifyOnly(_ *payoutService, pool *pgxpool.Pool, opts ...idem.Option) idemtest.HandleFunc[payout, paid] {
-	return idem.NewExternalInbox(pool, payoutTable, func(ctx context.Context, msg payout) (paid, error) {
+	return idemimpl.NewExternalInbox(pool, payoutTable, func(ctx context.Context, msg payout) (paid, error) {
 		return paid{ChargeID: "none"}, nil
 	}, opts...).Handle
 }
@@ -94,7 +95,7 @@ func buildWith(t testing.TB, name string, edit map[string]func(sql string) (stri
 		}))
 	}
 	return func(s *payoutService, pool *pgxpool.Pool, opts ...idem.Option) idemtest.HandleFunc[payout, paid] {
-		return idem.NewExternalInbox(pool, table, s.Pay, opts...).Handle
+		return idemimpl.NewExternalInbox(pool, table, s.Pay, opts...).Handle
 	}
 }
 
@@ -123,7 +124,7 @@ func externalSuite(build func(*payoutService, *pgxpool.Pool, ...idem.Option) ide
 }
 
 // TestExternalSuiteRun runs the scenarios against the real
-// idem.ExternalInbox, as the generated test of a mode=external handler does.
+// idemimpl.ExternalInbox, as the generated test of a mode=external handler does.
 func TestExternalSuiteRun(t *testing.T) {
 	externalSuite(buildWith(t, "", nil), payoutFixture).Run(t)
 }
@@ -143,7 +144,7 @@ func TestExternalSuiteCatchesBrokenWrappers(t *testing.T) {
 		edit     map[string]func(string) (string, error)
 		caughtBy []string
 	}{
-		{"idem.NewExternalInbox", nil, nil},
+		{"idemimpl.NewExternalInbox", nil, nil},
 		// The heartbeat touches the row but never renews the lease nor
 		// checks the fence: the claim runs out under a long run, and a
 		// stolen claim goes unnoticed.

@@ -4,22 +4,22 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/idem/idemimpl"
 )
 
 // TextKeyInbox declares by hand what idemgen generates for a consumer keyed
-// by one string field (key=ID): the inbox table's idem.Table and the goose
+// by one string field (key=ID): the inbox table's idemimpl.Table and the goose
 // migration that creates the table. Tests of the runtime and of broker adapters use it for
 // the inbox of a consumer they need but do not generate, such as the next
 // service downstream of a relay. table must be a plain lower-case name.
-func TextKeyInbox[M any](consumer, table, field string, key func(M) string) (idem.Table[M], string) {
-	t := idem.Table[M]{
+func TextKeyInbox[M any](consumer, table, field string, key func(M) string) (idemimpl.Table[M], string) {
+	t := idemimpl.Table[M]{
 		Consumer: consumer,
 		Name:     table,
-		Columns:  []idem.Column{{Field: field, Name: "key_id", Type: "text"}},
+		Columns:  []idemimpl.Column{{Field: field, Name: "key_id", Type: "text"}},
 		Key: func(msg M) ([]any, error) {
 			v := key(msg)
-			if err := idem.CheckString(field, v); err != nil {
+			if err := idemimpl.CheckString(field, v); err != nil {
 				return nil, err
 			}
 			return []any{v}, nil

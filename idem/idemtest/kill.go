@@ -93,7 +93,7 @@ func (s Suite[V, M, R]) killedChild(t testing.TB, url string) (context.Context, 
 		return errors.New("idemtest: SIGKILL did not kill the child")
 	}
 	c.opts = append(append([]idem.Option{WithTestLogger(t)}, s.Options...), idem.WithBeforeCommit(kill))
-	// A consumer not built on idem.Inbox reaches the hook through
+	// A consumer not built on idemimpl.Inbox reaches the hook through
 	// BeforeCommit(ctx, tx).
 	return context.WithValue(ctx, hookKey{}, kill), c
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/idem/idemimpl"
 	"github.com/idemgen/idemgen/idem/idemtest"
 	runtime "github.com/idemgen/idemgen/migrations"
 )
@@ -55,7 +56,7 @@ func postAndPublish(ctx context.Context, tx pgx.Tx, out *idem.Outbox, msg transf
 }
 
 func newPublishingInbox(_ idemtest.NoReceiver, pool *pgxpool.Pool, opts ...idem.Option) idemtest.HandleFunc[transfer, receipt] {
-	return idem.NewPublishingInbox(pool, transferTable, postAndPublish, opts...).Handle
+	return idemimpl.NewPublishingInbox(pool, transferTable, postAndPublish, opts...).Handle
 }
 
 // insertRow writes one outbox row for msg with the message id id, as the
@@ -83,7 +84,7 @@ func publishBeforeTx(recv idemtest.NoReceiver, pool *pgxpool.Pool, opts ...idem.
 // randomIDs writes its outgoing message in the transaction, with an id of
 // its own: a rerun after a crash publishes another message.
 func randomIDs(_ idemtest.NoReceiver, pool *pgxpool.Pool, opts ...idem.Option) idemtest.HandleFunc[transfer, receipt] {
-	return idem.NewInbox(pool, transferTable, func(ctx context.Context, tx pgx.Tx, msg transfer) (receipt, error) {
+	return idemimpl.NewInbox(pool, transferTable, func(ctx context.Context, tx pgx.Tx, msg transfer) (receipt, error) {
 		if _, err := tx.Exec(ctx, `INSERT INTO idem_outbox (message_id, consumer, key, destination, payload)
 			VALUES (gen_random_uuid(), $1, $2, 'ledger.posted', '\x00')`, transferTable.Consumer, msg.ID); err != nil {
 			return receipt{}, err
@@ -116,7 +117,7 @@ func publishingSuite(t testing.TB, build func(idemtest.NoReceiver, *pgxpool.Pool
 // newPublishingBatch is the real publishing inbox's HandleBatch, with the
 // batch statements.
 func newPublishingBatch(_ idemtest.NoReceiver, pool *pgxpool.Pool, opts ...idem.Option) idemtest.BatchFunc[transfer, receipt] {
-	return idem.NewPublishingInbox(pool, transferTable, postAndPublish, opts...).HandleBatch
+	return idemimpl.NewPublishingInbox(pool, transferTable, postAndPublish, opts...).HandleBatch
 }
 
 // TestSuiteRunPublishing runs the scenarios with the outbox checks against
@@ -138,7 +139,7 @@ func TestOutboxChecksCatchBrokenPublishers(t *testing.T) {
 		build    func(idemtest.NoReceiver, *pgxpool.Pool, ...idem.Option) idemtest.HandleFunc[transfer, receipt]
 		caughtBy []string
 	}{
-		{"idem.NewPublishingInbox", newPublishingInbox, nil},
+		{"idemimpl.NewPublishingInbox", newPublishingInbox, nil},
 		{"publish_before_tx", publishBeforeTx, []string{idemtest.ScenarioFailureBeforeCommit, idemtest.ScenarioBusinessUniqueViolation}},
 		// batch_processed_key delivers the message through Handle before its batch.
 		{"random_ids", randomIDs, append(committed, idemtest.ScenarioBatchProcessedKey)},

@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/idem/idemimpl"
 )
 
 // The scenarios of a Suite, in the order Run runs them. Each one is a subtest
@@ -130,7 +131,7 @@ type Fixture[V, M any] struct {
 // generates one per handler in idem_gen_test.go; it works for any consumer
 // that New can build on a pool.
 //
-// Consumers built on idem.Inbox get the scenarios' before-commit hook through
+// Consumers built on idemimpl.Inbox get the scenarios' before-commit hook through
 // the idem.Option values New receives (idem.WithBeforeCommit). Any other
 // consumer must call BeforeCommit(ctx, tx) inside the transaction that
 // records the key, after its business writes and right before the commit.
@@ -182,7 +183,7 @@ type Suite[V, M, R any] struct {
 type Outbox[M any] struct {
 	// Consumer is the consumer's name, part of every message id.
 	Consumer string
-	// Key returns the key parts of msg as the consumer's idem.Table does
+	// Key returns the key parts of msg as the consumer's idemimpl.Table does
 	// (the wrapper's key function).
 	Key func(msg M) ([]any, error)
 }
@@ -343,7 +344,7 @@ type hookKey struct{}
 
 // BeforeCommit runs the before-commit hook of the scenario that ctx belongs
 // to, and does nothing outside a scenario. A consumer that is not built on
-// idem.Inbox calls it inside the transaction that records the message's key,
+// idemimpl.Inbox calls it inside the transaction that records the message's key,
 // after its business writes and right before the commit (where idem calls a
 // WithBeforeCommit hook), and rolls back when it returns an error. The
 // scenarios count the handler's runs with it, hold a delivery inside its
@@ -413,7 +414,7 @@ func (sc *scenario[V, M, R]) wantInboxRows(want int, when string) {
 	table := pgx.Identifier(strings.Split(sc.s.Inbox, ".")).Sanitize()
 	query := "SELECT count(*) FROM " + table
 	if sc.s.markers {
-		query += " WHERE " + idem.FingerprintColumn + " IS NOT NULL"
+		query += " WHERE " + idemimpl.FingerprintColumn + " IS NOT NULL"
 	}
 	if err := sc.db.Pool.QueryRow(sc.ctx, query).Scan(&n); err != nil {
 		sc.t.Fatalf("count the rows of the inbox table %s: %v", sc.s.Inbox, err)

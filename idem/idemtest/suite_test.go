@@ -21,11 +21,12 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/idem/idemimpl"
 	"github.com/idemgen/idemgen/idem/idemtest"
 )
 
 // The scenarios must be able to fail. These tests run them against the real
-// idem.Inbox and against three deliberately broken consumers of the same
+// idemimpl.Inbox and against three deliberately broken consumers of the same
 // message, and check that each broken one is caught, and by which scenario.
 //
 // The business: a transfer credits an account and writes a ledger entry; a
@@ -107,15 +108,15 @@ func fixture(t testing.TB, db *idemtest.DB) idemtest.Fixture[idemtest.NoReceiver
 	}
 }
 
-// The correct consumer: idem.Inbox with the table a generated wrapper would
+// The correct consumer: idemimpl.Inbox with the table a generated wrapper would
 // declare.
 
-var transferTable = idem.Table[transfer]{
+var transferTable = idemimpl.Table[transfer]{
 	Consumer: "test.transfer",
 	Name:     "inbox_transfer",
-	Columns:  []idem.Column{{Field: "ID", Name: "key_id", Type: "text"}},
+	Columns:  []idemimpl.Column{{Field: "ID", Name: "key_id", Type: "text"}},
 	Key: func(msg transfer) ([]any, error) {
-		if err := idem.CheckString("ID", msg.ID); err != nil {
+		if err := idemimpl.CheckString("ID", msg.ID); err != nil {
 			return nil, err
 		}
 		return []any{msg.ID}, nil
@@ -124,11 +125,11 @@ var transferTable = idem.Table[transfer]{
 }
 
 func newInbox(_ idemtest.NoReceiver, pool *pgxpool.Pool, opts ...idem.Option) idemtest.HandleFunc[transfer, receipt] {
-	return idem.NewInbox(pool, transferTable, post, opts...).Handle
+	return idemimpl.NewInbox(pool, transferTable, post, opts...).Handle
 }
 
 func newInboxBatch(_ idemtest.NoReceiver, pool *pgxpool.Pool, opts ...idem.Option) idemtest.BatchFunc[transfer, receipt] {
-	return idem.NewInbox(pool, transferTable, post, opts...).HandleBatch
+	return idemimpl.NewInbox(pool, transferTable, post, opts...).HandleBatch
 }
 
 // batchWithoutInbox is a broken batch: it runs every message of the batch in
@@ -172,7 +173,7 @@ func batchWithoutInbox(_ idemtest.NoReceiver, pool *pgxpool.Pool, _ ...idem.Opti
 func batchCommitsBeforeHook(_ idemtest.NoReceiver, pool *pgxpool.Pool, opts ...idem.Option) idemtest.BatchFunc[transfer, receipt] {
 	// The hook the scenario passed is replaced by one that does nothing;
 	// the scenario's hook runs after the commit, through the context.
-	in := idem.NewInbox(pool, transferTable, post, append(opts, idem.WithBeforeCommit(func(context.Context, pgx.Tx) error { return nil }))...)
+	in := idemimpl.NewInbox(pool, transferTable, post, append(opts, idem.WithBeforeCommit(func(context.Context, pgx.Tx) error { return nil }))...)
 	return func(ctx context.Context, msgs []transfer) ([]idem.Result[receipt], error) {
 		results, err := in.HandleBatch(ctx, msgs)
 		if err != nil {
@@ -188,7 +189,7 @@ func batchCommitsBeforeHook(_ idemtest.NoReceiver, pool *pgxpool.Pool, opts ...i
 }
 
 // The broken consumers. Each gets everything right but one thing. Not built
-// on idem.Inbox, they call idemtest.BeforeCommit where idem calls its
+// on idemimpl.Inbox, they call idemtest.BeforeCommit where idem calls its
 // before-commit hook: in the transaction that records the key, right before
 // its commit.
 
@@ -359,7 +360,7 @@ func TestScenariosCatchBrokenConsumers(t *testing.T) {
 		suite    idemtest.Suite[idemtest.NoReceiver, transfer, receipt]
 		caughtBy []string
 	}{
-		{"idem.Inbox", suite(newInbox), nil},
+		{"idemimpl.Inbox", suite(newInbox), nil},
 		{"idem.Inbox_repeatable_read", suite(newInbox, idem.WithIsolation(pgx.RepeatableRead)), nil},
 		{"idem.Inbox_serializable", suite(newInbox, idem.WithIsolation(pgx.Serializable)), nil},
 		{"check_then_insert", suite(checkThenInsert), []string{idemtest.ScenarioConcurrent}},

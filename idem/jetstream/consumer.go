@@ -54,13 +54,13 @@ type Consumer[M any] struct {
 
 // NewConsumer returns a Consumer of the durable consumer top.Consumer on the
 // stream top.Stream that delivers each message to h: a generated wrapper, an
-// idem.Inbox, or any idem.Handler. M is the handler's message type; for an
+// idemimpl.Inbox, or any idem.Handler. M is the handler's message type; for an
 // idem.Message[T] the data is decoded into T, ID is the Nats-Msg-Id header,
 // Attempt is NumDelivered and Headers are the message's headers. js's
 // connection should reconnect forever (nats.MaxReconnects(-1)): the consumer
 // pulls again after every reconnect, and Run returns when the connection is
 // closed. When h is also an idem.BatchHandler (a generated tx-mode wrapper,
-// an idem.Inbox), each worker delivers up to consumer.WithBatch messages
+// an idemimpl.Inbox), each worker delivers up to consumer.WithBatch messages
 // with one DeliverBatch call. Options: those of idem/consumer,
 // WithPrefetch, WithRetryDelay, WithBackoff.
 func NewConsumer[M any](js jetstream.JetStream, top Topology, h idem.Handler[M], opts ...Option) *Consumer[M] {

@@ -1,7 +1,7 @@
 // Package jetstream connects idem handlers to NATS JetStream (through
 // github.com/nats-io/nats.go/jetstream; NATS server 2.9 or later): a
 // [Consumer] that pulls from a durable consumer, feeds each message to an
-// [idem.Handler] (a generated wrapper, an [idem.Inbox]) and acknowledges it
+// [idem.Handler] (a generated wrapper, an [idemimpl.Inbox]) and acknowledges it
 // only after its transaction committed, and a [Publisher] that an
 // [idem.Relay] publishes the outbox through, each message with its PubAck.
 //
@@ -57,10 +57,10 @@
 // # Batches
 //
 // When the handler is also an [idem.BatchHandler] (every generated tx-mode
-// wrapper, every [idem.Inbox]), a worker takes a message, then what the pull
+// wrapper, every [idemimpl.Inbox]), a worker takes a message, then what the pull
 // has buffered and what arrives within the linger of the first, up to the
 // batch's max, and hands the decoded messages to one DeliverBatch call (one
-// transaction for the batch, see [idem.Inbox.HandleBatch]). Each message is
+// transaction for the batch, see [idemimpl.Inbox.HandleBatch]). Each message is
 // then acked (DoubleAck), nak'ed with the retry delay, or terminated and
 // copied to the dead-letter subject, by its own result (idem.ActionFor of its
 // Result.Err); a message that does not decode is dead-lettered on its own and

@@ -18,7 +18,7 @@ import (
 
 // Example wires a consumer and a relay: the stream, the durable consumer and
 // the dead-letter stream declared at startup, messages handed to the
-// handler's wrapper (here an idem.Inbox; with idemgen, the generated
+// handler's wrapper (here an idemimpl.Inbox; with idemgen, the generated
 // constructor such as billing.NewChargeIdem(pool, svc)), and the outbox
 // relayed to JetStream with PubAcks.
 func Example() {

@@ -57,10 +57,10 @@ type position struct {
 
 // NewConsumer returns a Consumer in group of topics on the brokers (seed
 // addresses, host:port) that delivers each record to h: a generated wrapper,
-// an idem.Inbox, or any idem.Handler. M is the handler's message type; for an
+// an idemimpl.Inbox, or any idem.Handler. M is the handler's message type; for an
 // idem.Message[T] the value is decoded into T and ID, Attempt and Headers come
 // from the record. When h is also an idem.BatchHandler (a generated tx-mode
-// wrapper, an idem.Inbox), a partition's records of a poll are delivered
+// wrapper, an idemimpl.Inbox), a partition's records of a poll are delivered
 // with DeliverBatch calls of up to consumer.WithBatch records. Options: those
 // of idem/consumer, WithMaxPollRecords, WithRetryDelay, WithDeadLetterTopic,
 // WithClientOptions.

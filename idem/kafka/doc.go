@@ -1,6 +1,6 @@
 // Package kafka connects idem handlers to Kafka (through
 // github.com/twmb/franz-go): a [Consumer] in a consumer group that feeds each
-// record to an [idem.Handler] (a generated wrapper, an [idem.Inbox]) and
+// record to an [idem.Handler] (a generated wrapper, an [idemimpl.Inbox]) and
 // commits its offset only after the handler's transaction committed, and a
 // [Publisher] that an [idem.Relay] produces the outbox through, with an
 // idempotent producer and acks.
@@ -52,11 +52,11 @@
 // crash, a failed commit) comes again and is a Duplicate.
 //
 // When the handler is also an [idem.BatchHandler] (every generated tx-mode
-// wrapper, every [idem.Inbox]), the records of one poll for a partition go, in
+// wrapper, every [idemimpl.Inbox]), the records of one poll for a partition go, in
 // offset order, to DeliverBatch calls of at most the batch's max (consumer.WithBatch;
 // default [idem.DefaultBatchCap], 100, never more than [WithMaxPollRecords];
 // there is no linger: a poll is the batch), one transaction per batch (see
-// [idem.Inbox.HandleBatch]). Then each record, in order, is done or retried by
+// [idemimpl.Inbox.HandleBatch]). Then each record, in order, is done or retried by
 // its own result (idem.ActionFor of its Result.Err); a record that does not
 // decode is dead-lettered on its own and takes no part in the batch. If record
 // k must be retried, the offsets up to k-1 are committed and the partition is

@@ -15,7 +15,7 @@ import (
 )
 
 // Example wires a consumer and a relay: the records of billing.charge
-// handed to the handler's wrapper (here an idem.Inbox; with idemgen, the
+// handed to the handler's wrapper (here an idemimpl.Inbox; with idemgen, the
 // generated constructor such as billing.NewChargeIdem(pool, svc)), their
 // offsets committed after the database commit, and the outbox relayed to
 // Kafka with the stable id in the idem-message-id header.

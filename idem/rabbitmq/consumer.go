@@ -50,10 +50,10 @@ type Consumer[M any] struct {
 
 // NewConsumer returns a Consumer of top.Queue on the broker at url (an
 // amqp:// or amqps:// URL) that delivers each message to h: a generated
-// wrapper, an idem.Inbox, or any idem.Handler. M is the handler's message
+// wrapper, an idemimpl.Inbox, or any idem.Handler. M is the handler's message
 // type; for an idem.Message[T] the body is decoded into T and ID, Attempt and
 // Headers come from the delivery. When h is also an idem.BatchHandler (a
-// generated tx-mode wrapper, an idem.Inbox), each worker delivers up to
+// generated tx-mode wrapper, an idemimpl.Inbox), each worker delivers up to
 // consumer.WithBatch deliveries with one DeliverBatch call. Options: those
 // of idem/consumer, WithPrefetch, WithBackoff, WithConfig,
 // WithConnectionName.

@@ -1,6 +1,6 @@
 // Package rabbitmq connects idem handlers to RabbitMQ (AMQP 0-9-1, through
 // github.com/rabbitmq/amqp091-go): a [Consumer] that feeds a queue's
-// deliveries to an [idem.Handler] (a generated wrapper, an [idem.Inbox]) and
+// deliveries to an [idem.Handler] (a generated wrapper, an [idemimpl.Inbox]) and
 // acknowledges each only after its transaction committed, and a [Publisher]
 // that an [idem.Relay] publishes the outbox through, with publisher confirms.
 //
@@ -53,10 +53,10 @@
 // # Batches
 //
 // When the handler is also an [idem.BatchHandler] (every generated tx-mode
-// wrapper, every [idem.Inbox]), a worker takes a delivery, then what the
+// wrapper, every [idemimpl.Inbox]), a worker takes a delivery, then what the
 // channel already holds and what arrives within the linger of the first, up to
 // the batch's max, and hands the decoded messages to one DeliverBatch call
-// (one transaction for the batch, see [idem.Inbox.HandleBatch]). Each delivery
+// (one transaction for the batch, see [idemimpl.Inbox.HandleBatch]). Each delivery
 // is then acked, retried or dead-lettered by its own result (idem.ActionFor of
 // its Result.Err), one basic.ack per delivery tag, as above; a delivery that
 // does not decode is dead-lettered on its own and takes no part in the batch.

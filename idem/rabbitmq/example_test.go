@@ -16,7 +16,7 @@ import (
 )
 
 // Example wires a consumer and a relay: the queue's topology declared at
-// startup, deliveries handed to the handler's wrapper (here an idem.Inbox;
+// startup, deliveries handed to the handler's wrapper (here an idemimpl.Inbox;
 // with idemgen, the generated constructor such as billing.NewChargeIdem(pool,
 // svc)), and the outbox relayed to RabbitMQ with confirms.
 func Example() {

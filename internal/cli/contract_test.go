@@ -23,13 +23,13 @@ import (
 // bump the code builds, so the bump alone is what fails.
 func TestContractMismatchFailsToCompile(t *testing.T) {
 	runtime := runtimeCopy(t)
-	contract := filepath.Join(runtime, "idem", "contract.go")
+	contract := filepath.Join(runtime, "idem", "idemimpl", "contract.go")
 	original, err := os.ReadFile(contract)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !bytes.Contains(original, []byte("const "+gocode.RuntimeContract+" = true")) {
-		t.Fatalf("idem/contract.go does not declare %s, the contract idemgen emits", gocode.RuntimeContract)
+		t.Fatalf("idem/idemimpl/contract.go does not declare %s, the contract idemgen emits", gocode.RuntimeContract)
 	}
 	bumped := bumpContract(t, gocode.RuntimeContract)
 	if err := os.WriteFile(contract, bytes.ReplaceAll(original, []byte(gocode.RuntimeContract), []byte(bumped)), 0o644); err != nil {
@@ -54,9 +54,9 @@ func TestContractMismatchFailsToCompile(t *testing.T) {
 		t.Fatalf("the generated code compiles against a runtime whose contract is %s:\n%s", bumped, out)
 	}
 	t.Logf("go build against the bumped runtime:\n%s", out)
-	m := regexp.MustCompile(`(?m)^\S*idem_gen\.go:(\d+):\d+: undefined: idem\.` + gocode.RuntimeContract + `$`).FindStringSubmatch(out)
+	m := regexp.MustCompile(`(?m)^\S*idem_gen\.go:(\d+):\d+: undefined: idemimpl\.` + gocode.RuntimeContract + `$`).FindStringSubmatch(out)
 	if m == nil {
-		t.Fatalf("the build does not fail on the contract line of idem_gen.go (want undefined: idem.%s):\n%s", gocode.RuntimeContract, out)
+		t.Fatalf("the build does not fail on the contract line of idem_gen.go (want undefined: idemimpl.%s):\n%s", gocode.RuntimeContract, out)
 	}
 	line, _ := strconv.Atoi(m[1])
 	above := commentAbove(t, filepath.Join(module, "idem_gen.go"), line)
@@ -81,14 +81,15 @@ func TestContractMismatchFailsToCompile(t *testing.T) {
 func runtimeCopy(t *testing.T) string {
 	t.Helper()
 	repo, dir := repoRoot(t), t.TempDir()
-	// Every package of this module that idem builds from (idem itself and,
-	// for instance, the sqlc output it queries the outbox with), without tests.
+	// Every package of this module that idem/idemimpl builds from (idemimpl,
+	// idem and, for instance, the sqlc output it queries the outbox with),
+	// without tests.
 	cmd := exec.Command("go", "list", "-deps", "-f",
-		`{{if and (not .Standard) .Module}}{{if .Module.Main}}{{.Dir}}{{range .GoFiles}} {{.}}{{end}}{{range .EmbedFiles}} {{.}}{{end}}{{"\n"}}{{end}}{{end}}`, "./idem")
+		`{{if and (not .Standard) .Module}}{{if .Module.Main}}{{.Dir}}{{range .GoFiles}} {{.}}{{end}}{{range .EmbedFiles}} {{.}}{{end}}{{"\n"}}{{end}}{{end}}`, "./idem/idemimpl")
 	cmd.Dir = repo
 	out, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("go list -deps ./idem: %v", err)
+		t.Fatalf("go list -deps ./idem/idemimpl: %v", err)
 	}
 	files := []string{"go.mod", "go.sum"}
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {

@@ -31,7 +31,7 @@ import (
 // which compiles the matched packages themselves too. Their export data is
 // never used (they are type-checked from source), and for a package of many
 // handlers the compile of idem_gen.go (an instantiation of the generic
-// idem.Inbox per handler) took nine tenths of idemgen's time. Here the
+// idemimpl.Inbox per handler) took nine tenths of idemgen's time. Here the
 // packages are listed without -export and only their imports are loaded
 // from export data, as go vet does.
 //

@@ -24,6 +24,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/idem/idemimpl"
 	"github.com/idemgen/idemgen/idem/idemtest"
 	outboxmigrations "github.com/idemgen/idemgen/migrations"
 )
@@ -51,7 +52,7 @@ DROP TABLE charged;
 // message id (key=ID of an idem.Message[Order]), and the migration of that
 // inbox.
 type Charges struct {
-	Table     idem.Table[idem.Message[Order]]
+	Table     idemimpl.Table[idem.Message[Order]]
 	migration string
 	// batched: the inbox runs a DeliverBatch in one transaction (see
 	// Batched); else in one transaction per message.
@@ -66,12 +67,12 @@ func NewCharges(consumer, table string) Charges {
 
 // Inbox is the inbox of the charge handler; fail, when not nil, runs first in
 // the handler's transaction and may fail it.
-func (c Charges) Inbox(pool *pgxpool.Pool, fail func(msg idem.Message[Order]) error) *idem.Inbox[idem.Message[Order], ChargeResult] {
+func (c Charges) Inbox(pool *pgxpool.Pool, fail func(msg idem.Message[Order]) error) *idemimpl.Inbox[idem.Message[Order], ChargeResult] {
 	var opts []idem.Option
 	if !c.batched {
 		opts = append(opts, idem.WithBatchCap(1))
 	}
-	return idem.NewInbox(pool, c.Table, func(ctx context.Context, tx pgx.Tx, msg idem.Message[Order]) (ChargeResult, error) {
+	return idemimpl.NewInbox(pool, c.Table, func(ctx context.Context, tx pgx.Tx, msg idem.Message[Order]) (ChargeResult, error) {
 		if fail != nil {
 			if err := fail(msg); err != nil {
 				return ChargeResult{}, err

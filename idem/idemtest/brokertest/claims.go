@@ -24,6 +24,7 @@ import (
 
 	"github.com/idemgen/idemgen/idem"
 	"github.com/idemgen/idemgen/idem/consumer"
+	"github.com/idemgen/idemgen/idem/idemimpl"
 	"github.com/idemgen/idemgen/idem/idemtest"
 )
 
@@ -79,8 +80,8 @@ var claimCharges, claimMigration = idemtest.TextKeyExternal[idem.Message[Order]]
 
 // claimInbox charges through the provider at url with the delivery's
 // idempotency key.
-func claimInbox(pool *pgxpool.Pool, url string) *idem.ExternalInbox[idem.Message[Order], idem.None] {
-	return idem.NewExternalInbox(pool, claimCharges, func(ctx context.Context, msg idem.Message[Order]) (idem.None, error) {
+func claimInbox(pool *pgxpool.Pool, url string) *idemimpl.ExternalInbox[idem.Message[Order], idem.None] {
+	return idemimpl.NewExternalInbox(pool, claimCharges, func(ctx context.Context, msg idem.Message[Order]) (idem.None, error) {
 		key, _ := idem.KeyFrom(ctx)
 		_, err := idemtest.PostProvider(ctx, http.DefaultClient, url, key, []byte(fmt.Sprint(msg.Body.Amount)))
 		return idem.None{}, err
@@ -251,7 +252,7 @@ func SlowCopies(t *testing.T, a ClaimAdapter, cons ClaimConsumer) {
 	// is the copies' common payload, not their broker ids.
 	table, migration := idemtest.TextKeyInbox("test.claims.slow", "idem_test_slow", "OrderID", func(o Order) string { return o.OrderID })
 	db := Charges{migration: migration}.Database(t)
-	inbox := idem.NewInbox(db.Pool, table, func(ctx context.Context, tx pgx.Tx, o Order) (ChargeResult, error) {
+	inbox := idemimpl.NewInbox(db.Pool, table, func(ctx context.Context, tx pgx.Tx, o Order) (ChargeResult, error) {
 		time.Sleep(slow)
 		_, err := tx.Exec(ctx, `INSERT INTO charged (order_id, n, amount) VALUES ($1, 1, $2)
 			ON CONFLICT (order_id) DO UPDATE SET n = charged.n + 1`, o.OrderID, o.Amount)

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/idem/idemimpl"
 	"github.com/idemgen/idemgen/idem/idemtest"
 	"github.com/idemgen/idemgen/idem/internal/consume"
 )
@@ -25,7 +26,7 @@ func inProgress(t *testing.T, wait time.Duration) error {
 	table, migration := idemtest.TextKeyInbox("test.consume", "idem_test_consume", "ID", func(o order) string { return o.ID })
 	db := idemtest.New(t, fstest.MapFS{"00001_inbox.sql": {Data: []byte(migration)}})
 	entered, release := make(chan struct{}), make(chan struct{})
-	slow := idem.NewInbox(db.Pool, table, func(ctx context.Context, tx pgx.Tx, o order) (idem.None, error) {
+	slow := idemimpl.NewInbox(db.Pool, table, func(ctx context.Context, tx pgx.Tx, o order) (idem.None, error) {
 		close(entered)
 		<-release
 		return idem.None{}, nil
@@ -34,7 +35,7 @@ func inProgress(t *testing.T, wait time.Duration) error {
 	go func() { defer close(done); _, _, _ = slow.Handle(context.Background(), order{ID: "k"}) }()
 	<-entered
 	defer func() { close(release); <-done }()
-	fast := idem.NewInbox(db.Pool, table, func(context.Context, pgx.Tx, order) (idem.None, error) { return idem.None{}, nil }, idem.WithClaimWait(wait))
+	fast := idemimpl.NewInbox(db.Pool, table, func(context.Context, pgx.Tx, order) (idem.None, error) { return idem.None{}, nil }, idem.WithClaimWait(wait))
 	_, _, err := fast.Handle(context.Background(), order{ID: "k"})
 	if !errors.Is(err, idem.ErrInProgress) {
 		t.Fatalf("got %v; want ErrInProgress", err)

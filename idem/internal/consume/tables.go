@@ -16,7 +16,7 @@ import (
 const checkTimeout = 5 * time.Second
 
 // CheckTables checks the tables of h when it is an idem.Maintained (every
-// generated wrapper, idem.Inbox, idem.ExternalInbox) and returns an error
+// generated wrapper, idemimpl.Inbox, idemimpl.ExternalInbox) and returns an error
 // when a table or one of its columns is missing (SQLSTATE 42P01, 42703): a
 // consumer that would fail every delivery stops before it takes one. Any
 // other error (the database unreachable for now) is logged and not

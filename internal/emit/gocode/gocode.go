@@ -18,25 +18,26 @@ import (
 // Import paths of the packages generated code uses.
 const (
 	IdemPkg     = "github.com/idemgen/idemgen/idem"
+	ImplPkg     = "github.com/idemgen/idemgen/idem/idemimpl"
 	IdemtestPkg = "github.com/idemgen/idemgen/idem/idemtest"
 	PgxPkg      = "github.com/jackc/pgx/v5"
 	PgxpoolPkg  = "github.com/jackc/pgx/v5/pgxpool"
 )
 
-// RuntimeContract is the constant of the idem package that names the
+// RuntimeContract is the constant of the idemimpl package that names the
 // runtime contract the emitted code is written for (see
-// idem.SupportPackageIsVersion2): bump it together with the runtime's.
-const RuntimeContract = "SupportPackageIsVersion2"
+// idemimpl.SupportPackageIsVersion3): bump it together with the runtime's.
+const RuntimeContract = "SupportPackageIsVersion3"
 
 // Contract writes the line that makes code generated for another runtime
 // contract than idem's fail to compile, with what to do about it right
 // above, where the compiler's error points.
 func Contract(f *jen.File) {
-	f.Comment(Doc("This is a compile-time assertion that this file was generated for the runtime contract of the idem package it is built with. " +
+	f.Comment(Doc("This is a compile-time assertion that this file was generated for the runtime contract of the idem packages it is built with (idemimpl). " +
 		"If it fails to compile, the idemgen that wrote this file and the idem package in go.mod are of different versions: " +
 		"regenerate it with the idemgen of idem's version (go generate ./... with go run github.com/idemgen/idemgen/cmd/idemgen or go tool idemgen, " +
 		"which build the version go.mod requires)."))
-	f.Const().Id("_").Op("=").Qual(IdemPkg, RuntimeContract)
+	f.Const().Id("_").Op("=").Qual(ImplPkg, RuntimeContract)
 }
 
 // NewFile starts a generated file of pkg: the header line, and the names of
@@ -46,6 +47,7 @@ func NewFile(pkg model.Package) *jen.File {
 	f := jen.NewFilePathName(pkg.Path, pkg.Name)
 	f.HeaderComment(strings.TrimPrefix(model.GoHeader, "// "))
 	f.ImportName(IdemPkg, "idem")
+	f.ImportName(ImplPkg, "idemimpl")
 	f.ImportName(IdemtestPkg, "idemtest")
 	f.ImportName(PgxPkg, "pgx")
 	f.ImportName(PgxpoolPkg, "pgxpool")

@@ -47,14 +47,14 @@ func TestFit(t *testing.T) {
 			for i := range n {
 				args = append(args, jen.Qual("example.com/billing", fmt.Sprintf("Argument%02d", i)))
 			}
-			return jen.Return(jen.Qual(IdemPkg, "NewInbox").Call(Items(multi, args...)...))
+			return jen.Return(jen.Qual(ImplPkg, "NewInbox").Call(Items(multi, args...)...))
 		}
 	}
 	short := fmt.Sprintf("%#v", e.Fit(1, call(2)))
-	if short != "return idem.NewInbox(billing.Argument00, billing.Argument01)" {
+	if short != "return idemimpl.NewInbox(billing.Argument00, billing.Argument01)" {
 		t.Errorf("two arguments: %q, want them on one line", short)
 	}
-	// A tab, "return idem.NewInbox(", 7 x "ArgumentNN" with ", " between, ")": 105 columns.
+	// A tab, "return idemimpl.NewInbox(", 7 x "ArgumentNN" with ", " between, ")": 109 columns.
 	long := fmt.Sprintf("%#v", e.Fit(1, call(7)))
 	if strings.Count(long, "\n") != 8 {
 		t.Errorf("seven arguments:\n%s\nwant one a line", long)

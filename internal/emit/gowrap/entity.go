@@ -40,7 +40,7 @@ func (e emitter) constructor(f *jen.File, params []jen.Code, newInbox string, ar
 	}
 	f.Add(sig(e.Long(len(" {"), sig(false))).Block(
 		e.Fit(1, func(multi bool) jen.Code {
-			return jen.Return(jen.Op("&").Id(n.Wrapper).Values(jen.Qual(gocode.IdemPkg, newInbox).Call(gocode.Items(multi, args...)...)))
+			return jen.Return(jen.Op("&").Id(n.Wrapper).Values(jen.Qual(gocode.ImplPkg, newInbox).Call(gocode.Items(multi, args...)...)))
 		}),
 	))
 	f.Line()
@@ -92,7 +92,7 @@ func (e emitter) resultType() jen.Code {
 }
 
 // entityWrapper writes the wrapper of a mode=entity handler, around an
-// idem.EntityInbox.
+// idemimpl.EntityInbox.
 func (e emitter) entityWrapper(f *jen.File) {
 	h, n, ent := e.H, e.N, e.H.Entity
 	constraint := "the unique constraint over (" + strings.Join(ent.Columns, ", ") + ")"
@@ -108,10 +108,10 @@ func (e emitter) entityWrapper(f *jen.File) {
 		inboxsql.FingerprintSetting, ent.Table, inboxsql.FingerprintColumn, constraint, ent.Table, ent.Table, n.Constructor)))
 	f.Comment("//")
 	f.Comment(gocode.Doc(fmt.Sprintf(
-		"Its methods are those of the idem.EntityInbox it embeds%s: Handle and Deliver (idem.Handler). "+
+		"Its methods are those of the idemimpl.EntityInbox it embeds%s: Handle and Deliver (idem.Handler). "+
 			"Ack a message exactly when its error is nil.", e.handleNote())))
 	f.Type().Id(n.Wrapper).Struct(
-		jen.Op("*").Qual(gocode.IdemPkg, "EntityInbox").Types(gocode.Type(h.Msg), e.resultType()),
+		jen.Op("*").Qual(gocode.ImplPkg, "EntityInbox").Types(gocode.Type(h.Msg), e.resultType()),
 	)
 	f.Line()
 
@@ -129,7 +129,7 @@ func (e emitter) entityWrapper(f *jen.File) {
 	}
 	var result jen.Code = jen.Nil()
 	if h.Result == nil {
-		handler = jen.Qual(gocode.IdemPkg, noResult).Call(handler)
+		handler = jen.Qual(gocode.ImplPkg, noResult).Call(handler)
 	} else {
 		// result= takes the key parts; the runtime hands it the message.
 		var args []jen.Code
@@ -167,7 +167,7 @@ func (e emitter) entityWrapper(f *jen.File) {
 		pairs = append(pairs, "Constraint", jen.Lit(ent.Constraint))
 	}
 	pairs = append(pairs, "Key", jen.Id(n.KeyFunc))
-	f.Var().Id(n.TableVar).Op("=").Qual(gocode.IdemPkg, "EntityTable").Types(gocode.Type(h.Msg)).Values(fieldList(pairs...)...)
+	f.Var().Id(n.TableVar).Op("=").Qual(gocode.ImplPkg, "EntityTable").Types(gocode.Type(h.Msg)).Values(fieldList(pairs...)...)
 	f.Line()
 	e.keyFunc(f)
 }
@@ -181,7 +181,7 @@ func hopFields(hops []model.Hop) []string {
 }
 
 // naturalWrapper writes the wrapper of a mode=natural handler, around an
-// idem.NaturalInbox.
+// idemimpl.NaturalInbox.
 func (e emitter) naturalWrapper(f *jen.File) {
 	h, n := e.H, e.N
 	f.Comment(gocode.Doc(fmt.Sprintf(
@@ -191,10 +191,10 @@ func (e emitter) naturalWrapper(f *jen.File) {
 		n.Wrapper, gocode.MessageName(h, e.Pkg.Path), gocode.HandlerName(h), h.Consumer, n.Test, n.Constructor)))
 	f.Comment("//")
 	f.Comment(gocode.Doc(fmt.Sprintf(
-		"Its methods are those of the idem.NaturalInbox it embeds%s: Handle and Deliver (idem.Handler). "+
+		"Its methods are those of the idemimpl.NaturalInbox it embeds%s: Handle and Deliver (idem.Handler). "+
 			"Ack a message exactly when its error is nil.", e.handleNote())))
 	f.Type().Id(n.Wrapper).Struct(
-		jen.Op("*").Qual(gocode.IdemPkg, "NaturalInbox").Types(gocode.Type(h.Msg), e.resultType()),
+		jen.Op("*").Qual(gocode.ImplPkg, "NaturalInbox").Types(gocode.Type(h.Msg), e.resultType()),
 	)
 	f.Line()
 
@@ -203,13 +203,13 @@ func (e emitter) naturalWrapper(f *jen.File) {
 			"opts choose the isolation level (idem.WithIsolation).", n.Constructor, gocode.HandlerName(h))))
 	params, handler := e.handlerRef()
 	if h.Result == nil {
-		handler = jen.Qual(gocode.IdemPkg, "NoResult").Call(handler)
+		handler = jen.Qual(gocode.ImplPkg, "NoResult").Call(handler)
 	}
 	e.constructor(f, params, "NewNaturalInbox", jen.Id("db"), jen.Id(n.TableVar), handler)
 
 	e.handle(f, "NaturalInbox", fmt.Sprintf(
 		"Handle runs %s for msg in a transaction and commits it: always idem.Processed, since nothing tells a redelivery from a first delivery. "+
-			"A serialization failure or deadlock is retried (idem.NaturalAttempts runs in all) and then returned as retryable. "+
+			"A serialization failure or deadlock is retried (idemimpl.NaturalAttempts runs in all) and then returned as retryable. "+
 			"Ack the message exactly when err is nil.", h.Func))
 
 	var fields []jen.Code
@@ -217,7 +217,7 @@ func (e emitter) naturalWrapper(f *jen.File) {
 		fields = append(fields, jen.Lit(k.Path))
 	}
 	f.Comment(gocode.Doc(fmt.Sprintf("%s describes the consumer %q (mode=natural): its key is only validated and named in errors.", n.TableVar, h.Consumer)))
-	f.Var().Id(n.TableVar).Op("=").Qual(gocode.IdemPkg, "NaturalTable").Types(gocode.Type(h.Msg)).Values(fieldList(
+	f.Var().Id(n.TableVar).Op("=").Qual(gocode.ImplPkg, "NaturalTable").Types(gocode.Type(h.Msg)).Values(fieldList(
 		"Consumer", jen.Lit(h.Consumer),
 		"KeyFields", e.Fit(len("\tKeyFields: "), func(multi bool) jen.Code { return jen.Index().String().Values(gocode.Items(multi, fields...)...) }),
 		"Key", jen.Id(n.KeyFunc),

@@ -10,7 +10,7 @@ import (
 )
 
 // externalWrapper writes the wrapper of a mode=external handler, around an
-// idem.ExternalInbox: the same methods as a mode=tx wrapper, and Sweep.
+// idemimpl.ExternalInbox: the same methods as a mode=tx wrapper, and Sweep.
 func (e emitter) externalWrapper(f *jen.File) {
 	h, n := e.H, e.N
 	msg := gocode.Type(h.Msg)
@@ -24,13 +24,13 @@ func (e emitter) externalWrapper(f *jen.File) {
 		n.Wrapper, gocode.MessageName(h, e.Pkg.Path), gocode.HandlerName(h), gocode.KeyPaths(h), h.Consumer, h.Table, lease, n.Constructor)))
 	f.Comment("//")
 	f.Comment(gocode.Doc(fmt.Sprintf(
-		"Its methods are those of the idem.ExternalInbox it embeds%s: Handle and Deliver (idem.Handler), "+
+		"Its methods are those of the idemimpl.ExternalInbox it embeds%s: Handle and Deliver (idem.Handler), "+
 			"Purge (rows that are not running and older than the retention of %s; the provider must keep idempotency keys at least as long), "+
 			"Sweep (releases the claims whose lease expired, their worker gone, and reports the stuck ones) "+
 			"and Maintenance (idem.Maintained, for an idem.Janitor). Ack a message exactly when its error is nil.",
 		e.handleNote(), gocode.DurationText(h.Retain))))
 	f.Type().Id(n.Wrapper).Struct(
-		jen.Op("*").Qual(gocode.IdemPkg, "ExternalInbox").Types(msg, e.resultType()),
+		jen.Op("*").Qual(gocode.ImplPkg, "ExternalInbox").Types(msg, e.resultType()),
 	)
 	f.Line()
 
@@ -40,7 +40,7 @@ func (e emitter) externalWrapper(f *jen.File) {
 		n.Constructor, gocode.HandlerName(h), h.Table, lease)))
 	params, handler := e.handlerRef()
 	if h.Result == nil {
-		handler = jen.Qual(gocode.IdemPkg, "NoResultExternal").Call(handler)
+		handler = jen.Qual(gocode.ImplPkg, "NoResultExternal").Call(handler)
 	}
 	e.constructor(f, params, "NewExternalInbox", jen.Id("db"), jen.Id(n.TableVar), handler)
 
@@ -73,5 +73,5 @@ func (e emitter) externalTable(f *jen.File) {
 		"Retain", gocode.Duration(h.Retain),
 		"Lease", gocode.Duration(h.Lease),
 	}
-	f.Var().Id(n.TableVar).Op("=").Qual(gocode.IdemPkg, "ExternalTable").Types(gocode.Type(h.Msg)).Values(fieldList(pairs...)...)
+	f.Var().Id(n.TableVar).Op("=").Qual(gocode.ImplPkg, "ExternalTable").Types(gocode.Type(h.Msg)).Values(fieldList(pairs...)...)
 }

@@ -1,8 +1,8 @@
 // Package gowrap emits idem_gen.go: for each handler of a package, the
 // wrapper type, which embeds the runtime's inbox and so has its methods, its
 // constructor, the Handle of a handler without a result, the table's
-// declaration (idem.Table, idem.ExternalTable, idem.EntityTable or
-// idem.NaturalTable: names and key columns, no SQL) and the key function.
+// declaration (idemimpl.Table, idemimpl.ExternalTable, idemimpl.EntityTable or
+// idemimpl.NaturalTable: names and key columns, no SQL) and the key function.
 // The protocol and its statements are the idem runtime's; what is emitted is
 // only what is specific to one handler, no line over gocode.Width columns.
 package gowrap
@@ -65,13 +65,13 @@ func (e emitter) wrapper(f *jen.File) {
 		n.Wrapper, gocode.MessageName(h, e.Pkg.Path), gocode.HandlerName(e.H), gocode.KeyPaths(e.H), h.Consumer, h.Table, publishes, n.Constructor)))
 	f.Comment("//")
 	f.Comment(gocode.Doc(fmt.Sprintf(
-		"Its methods are those of the idem.Inbox it embeds%s: Handle and Deliver (idem.Handler), "+
+		"Its methods are those of the idemimpl.Inbox it embeds%s: Handle and Deliver (idem.Handler), "+
 			"HandleBatch and DeliverBatch (idem.BatchHandler; %s), "+
 			"Purge (rows older than the retention of %s) and Maintenance (idem.Maintained, for an idem.Janitor). "+
 			"Ack a message exactly when its error is nil.",
 		e.handleNote(), batches, gocode.DurationText(h.Retain))))
 	f.Type().Id(n.Wrapper).Struct(
-		jen.Op("*").Qual(gocode.IdemPkg, "Inbox").Types(msg, result),
+		jen.Op("*").Qual(gocode.ImplPkg, "Inbox").Types(msg, result),
 	)
 	f.Line()
 
@@ -90,7 +90,7 @@ func (e emitter) wrapper(f *jen.File) {
 		newInbox, noResult = "NewPublishingInbox", "NoResultPublishing"
 	}
 	if h.Result == nil {
-		handler = jen.Qual(gocode.IdemPkg, noResult).Call(handler)
+		handler = jen.Qual(gocode.ImplPkg, noResult).Call(handler)
 	}
 	e.constructor(f, params, newInbox, jen.Id("db"), jen.Id(n.TableVar), handler)
 
@@ -142,10 +142,10 @@ func (e emitter) table(f *jen.File) {
 		)
 	}
 	pairs = append(pairs, "Retain", gocode.Duration(h.Retain))
-	f.Var().Id(n.TableVar).Op("=").Qual(gocode.IdemPkg, "Table").Types(gocode.Type(h.Msg)).Values(fieldList(pairs...)...)
+	f.Var().Id(n.TableVar).Op("=").Qual(gocode.ImplPkg, "Table").Types(gocode.Type(h.Msg)).Values(fieldList(pairs...)...)
 }
 
-// columns renders the key's columns (idem.Column, see
+// columns renders the key's columns (idemimpl.Column, see
 // inboxsql.KeyColumns; names are a mode=entity handler's columns): on one
 // line when they fit, else one a line, each of them over several lines when
 // it does not fit on its own.
@@ -168,7 +168,7 @@ func (e emitter) columns(names []string) jen.Code {
 		cols = append(cols, col)
 	}
 	list := func(multi bool) jen.Code {
-		return jen.Index().Qual(gocode.IdemPkg, "Column").Values(gocode.Items(multi, cols...)...)
+		return jen.Index().Qual(gocode.ImplPkg, "Column").Values(gocode.Items(multi, cols...)...)
 	}
 	if long {
 		return list(true)
@@ -245,7 +245,7 @@ func (x *extractor) fail(err jen.Code) jen.Code {
 // is missing.
 func (x *extractor) invalid(indent int, path, why string) jen.Code {
 	return x.e.Fit(indent, func(multi bool) jen.Code {
-		return x.fail(jen.Qual(gocode.IdemPkg, "InvalidKey").Call(gocode.Items(multi, jen.Lit(path), jen.Lit(why))...))
+		return x.fail(jen.Qual(gocode.ImplPkg, "InvalidKey").Call(gocode.Items(multi, jen.Lit(path), jen.Lit(why))...))
 	})
 }
 
@@ -310,7 +310,7 @@ func (x *extractor) check(indent int, k model.KeyPart, value jen.Code) []jen.Cod
 	}
 	return []jen.Code{x.e.Fit(indent, func(multi bool) jen.Code {
 		return jen.If(
-			jen.Err().Op(":=").Qual(gocode.IdemPkg, fn).Call(gocode.Items(multi, jen.Lit(k.Path), value)...),
+			jen.Err().Op(":=").Qual(gocode.ImplPkg, fn).Call(gocode.Items(multi, jen.Lit(k.Path), value)...),
 			jen.Err().Op("!=").Nil(),
 		).Block(x.fail(jen.Err()))
 	})}

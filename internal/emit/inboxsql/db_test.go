@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/idem/idemimpl"
 	"github.com/idemgen/idemgen/idem/idemtest"
 	"github.com/idemgen/idemgen/internal/migrate"
 	"github.com/idemgen/idemgen/internal/model"
@@ -40,7 +41,7 @@ func shipmentHandler(nullsNotDistinct bool) model.Handler {
 	}
 }
 
-func shipmentTable(h model.Handler) idem.Table[shipment] {
+func shipmentTable(h model.Handler) idemimpl.Table[shipment] {
 	return declare(h, func(msg shipment) ([]any, error) {
 		var parcel any
 		if msg.Parcel != nil {
@@ -50,13 +51,13 @@ func shipmentTable(h model.Handler) idem.Table[shipment] {
 	}, nil)
 }
 
-// declare returns the idem.Table that idemgen declares for h: its names and
+// declare returns the idemimpl.Table that idemgen declares for h: its names and
 // key columns as the generated code states them, the guard's versions table
 // when h has one (order then reads entity and version).
-func declare[M any](h model.Handler, key func(M) ([]any, error), order func(M) (any, int64, error)) idem.Table[M] {
-	t := idem.Table[M]{Consumer: h.Consumer, Name: TableName(h.Table), Key: key, Retain: time.Hour}
+func declare[M any](h model.Handler, key func(M) ([]any, error), order func(M) (any, int64, error)) idemimpl.Table[M] {
+	t := idemimpl.Table[M]{Consumer: h.Consumer, Name: TableName(h.Table), Key: key, Retain: time.Hour}
 	for _, c := range KeyColumns(h, nil) {
-		t.Columns = append(t.Columns, idem.Column{Field: c.Field, Name: c.Name, Type: c.Type, Nullable: c.Nullable})
+		t.Columns = append(t.Columns, idemimpl.Column{Field: c.Field, Name: c.Name, Type: c.Type, Nullable: c.Nullable})
 	}
 	if in := Schema(h); in.Guard != nil {
 		t.Order, t.Versions, t.EntityType = order, VersionsTable(in), in.Guard.Type
@@ -125,7 +126,7 @@ func TestNullableKeyParts(t *testing.T) {
 			h := shipmentHandler(strategy.nullsNotDistinct)
 			db := idemtest.New(t, migrations(createFile(Schema(h))))
 			ctx := context.Background()
-			inbox := idem.NewInbox(db.Pool, shipmentTable(h), recordEffect)
+			inbox := idemimpl.NewInbox(db.Pool, shipmentTable(h), recordEffect)
 
 			// 16 concurrent deliveries of (dhl, NULL): one effect.
 			nullMsg := shipment{Carrier: "dhl", Note: "x"}
@@ -208,7 +209,7 @@ DROP TABLE prices;
 
 	table := declare(h, func(m priced) ([]any, error) { return []any{m.Event}, nil },
 		func(m priced) (any, int64, error) { return m.SKU, m.Version, nil })
-	inbox := idem.NewInbox(db.Pool, table, idem.NoResult(func(ctx context.Context, tx pgx.Tx, m priced) error {
+	inbox := idemimpl.NewInbox(db.Pool, table, idemimpl.NoResult(func(ctx context.Context, tx pgx.Tx, m priced) error {
 		if _, err := tx.Exec(ctx, `INSERT INTO prices VALUES ($1, $2) ON CONFLICT (sku) DO UPDATE SET version = EXCLUDED.version`, m.SKU, m.Version); err != nil {
 			return err
 		}
@@ -404,7 +405,7 @@ func TestReservedNamesApply(t *testing.T) {
 				return key, nil
 			}, func(m reserved) (any, int64, error) { return m.Entity, m.Version, nil })
 			table.Retain = 0
-			inbox := idem.NewInbox(db.Pool, table, func(context.Context, pgx.Tx, reserved) (string, error) { return "r", nil })
+			inbox := idemimpl.NewInbox(db.Pool, table, func(context.Context, pgx.Tx, reserved) (string, error) { return "r", nil })
 			part, user := int64(1), "u"
 			for _, c := range []struct {
 				msg  reserved

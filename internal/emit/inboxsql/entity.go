@@ -3,7 +3,7 @@ package inboxsql
 import "github.com/idemgen/idemgen/internal/model"
 
 // The runtime's names for the fingerprint of a mode=entity handler's rows
-// (idem.FingerprintColumn, idem.FingerprintSetting), which the emitted
+// (idemimpl.FingerprintColumn, idemimpl.FingerprintSetting), which the emitted
 // migration spells out; idem's tests check that they agree.
 const (
 	FingerprintColumn  = "idem_fingerprint"

@@ -4,16 +4,16 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/idem/idemimpl"
 	"github.com/idemgen/idemgen/internal/model"
 )
 
 // TestEntityNamesAgreeWithRuntime: the SQL idemgen writes spells the
 // runtime's names.
 func TestEntityNamesAgreeWithRuntime(t *testing.T) {
-	if FingerprintColumn != idem.FingerprintColumn || FingerprintSetting != idem.FingerprintSetting {
+	if FingerprintColumn != idemimpl.FingerprintColumn || FingerprintSetting != idemimpl.FingerprintSetting {
 		t.Fatalf("inboxsql (%s, %s) and idem (%s, %s) disagree", FingerprintColumn, FingerprintSetting,
-			idem.FingerprintColumn, idem.FingerprintSetting)
+			idemimpl.FingerprintColumn, idemimpl.FingerprintSetting)
 	}
 }
 

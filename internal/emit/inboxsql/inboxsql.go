@@ -36,7 +36,7 @@ func comment(text string) string {
 	return strings.Join(append(lines, line), "\n")
 }
 
-// KeyColumn is what a generated table declaration (idem.Column) states of
+// KeyColumn is what a generated table declaration (idemimpl.Column) states of
 // one key part, from which the runtime builds the statements it runs
 // against the table: the part's Go path, its column as SQL writes it, the
 // column's type as the migration creates it, and whether the part may be

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/idem/idemimpl"
 	"github.com/idemgen/idemgen/idem/idemtest"
 	"github.com/idemgen/idemgen/internal/migrate"
 	"github.com/idemgen/idemgen/internal/model"
@@ -60,8 +61,8 @@ var noteHandler = model.Handler{
 	Key: []model.KeyPart{{Path: "ID", Column: "key_id", Kind: model.KeyString}},
 }
 
-func noteTable() idem.Table[note] {
-	return declare(noteHandler, func(m note) ([]any, error) { return []any{m.ID}, idem.CheckString("ID", m.ID) }, nil)
+func noteTable() idemimpl.Table[note] {
+	return declare(noteHandler, func(m note) ([]any, error) { return []any{m.ID}, idemimpl.CheckString("ID", m.ID) }, nil)
 }
 
 func echo(_ context.Context, _ pgx.Tx, m note) (echoed, error) {
@@ -82,7 +83,7 @@ func TestNULResultStoredAndReplayed(t *testing.T) {
 	ctx := context.Background()
 	for _, mode := range execModes {
 		t.Run(mode.String(), func(t *testing.T) {
-			inbox := idem.NewInbox(poolInMode(t, db, mode), noteTable(), echo)
+			inbox := idemimpl.NewInbox(poolInMode(t, db, mode), noteTable(), echo)
 			for i, text := range hostileTexts {
 				msg := note{ID: mode.String() + "/" + string(rune('a'+i)), Text: text}
 				first, o, err := inbox.Handle(ctx, msg)
@@ -124,7 +125,7 @@ func TestResultColumnEvolvesFromJSONB(t *testing.T) {
 	fsys := migrations(createFile(legacy))
 	db := idemtest.New(t, fsys)
 	ctx := context.Background()
-	inbox := idem.NewInbox(db.Pool, noteTable(), echo)
+	inbox := idemimpl.NewInbox(db.Pool, noteTable(), echo)
 	old := note{ID: "before", Text: "plain"}
 	if _, o, err := inbox.Handle(ctx, old); err != nil || o != idem.Processed {
 		t.Fatalf("delivery before the change: %v, %v", o, err)

@@ -1,4 +1,4 @@
-package idem
+package idemimpl
 
 import (
 	"context"
@@ -6,6 +6,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/idemgen/idemgen/idem/internal/pgutil"
 )
 
 // lazyTx is the transaction of a mode=entity delivery before and after it
@@ -29,7 +31,7 @@ func (l *lazyTx) begin(ctx context.Context) error {
 	if l.tx != nil {
 		return nil
 	}
-	b := newBatch(2)
+	b := pgutil.NewBatch(2)
 	b.BeginTx(l.opts)
 	b.Queue(setFingerprint, l.fp)
 	br := l.conn.SendBatch(ctx, b)
@@ -47,7 +49,7 @@ func (l *lazyTx) begin(ctx context.Context) error {
 // send sends BEGIN, the setting and the statement in one pipeline and
 // returns the batch with the statement's result next to read.
 func (l *lazyTx) send(ctx context.Context, sql string, args []any) (pgx.BatchResults, error) {
-	b := newBatch(3)
+	b := pgutil.NewBatch(3)
 	b.BeginTx(l.opts)
 	b.Queue(setFingerprint, l.fp)
 	b.Queue(sql, args...)
@@ -85,7 +87,7 @@ func (l *lazyTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, 
 	}
 	br, err := l.send(ctx, sql, args)
 	if err != nil {
-		return errRows{err}, err
+		return pgutil.Fail(err), err
 	}
 	rows, err := br.Query()
 	if err != nil {
@@ -98,7 +100,7 @@ func (l *lazyTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, 
 func (l *lazyTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 	rows, err := l.Query(ctx, sql, args...)
 	if err != nil {
-		return errRows{err}
+		return pgutil.Fail(err)
 	}
 	return firstRow{rows}
 }

@@ -1,10 +1,12 @@
-package idem
+package idemimpl
 
 import (
 	"bytes"
 	"encoding/json"
 	"errors"
 	"testing"
+
+	"github.com/idemgen/idemgen/idem"
 )
 
 // fuzzBody has a field of each kind a message key or fingerprint meets.
@@ -43,7 +45,7 @@ func FuzzDecodeKeyFingerprint(f *testing.F) {
 		// What the adapters' decoding does for an idem.Message (its own
 		// fuzz test is in idem/internal/consume): the body, then the
 		// delivery's id, attempt and headers.
-		msg := new(Message[fuzzBody])
+		msg := new(idem.Message[fuzzBody])
 		if err := json.Unmarshal(payload, msg.BodyTarget()); err != nil {
 			return
 		}
@@ -53,16 +55,16 @@ func FuzzDecodeKeyFingerprint(f *testing.F) {
 			CheckString("order_id", b.OrderID), CheckString("id", msg.ID), CheckInt("seq", b.Seq), CheckInt("count", b.Count),
 			CheckUUID("ref", b.Ref), checkKeySize([]string{"order_id", "id"}, []any{b.OrderID, msg.ID}),
 		} {
-			if err != nil && (!errors.Is(err, ErrInvalidKey) || ActionFor(err) != DeadLetter) {
+			if err != nil && (!errors.Is(err, idem.ErrInvalidKey) || idem.ActionFor(err) != idem.DeadLetter) {
 				t.Fatalf("a key check returned %v: not ErrInvalidKey, or not dead-lettered", err)
 			}
 		}
-		if k1, k2 := ExternalKey("c", []any{b.OrderID, b.Seq, b.Ref}), ExternalKey("c", []any{b.OrderID, b.Seq, b.Ref}); k1 != k2 {
+		if k1, k2 := idem.ExternalKey("c", []any{b.OrderID, b.Seq, b.Ref}), idem.ExternalKey("c", []any{b.OrderID, b.Seq, b.Ref}); k1 != k2 {
 			t.Fatalf("ExternalKey is not deterministic: %q vs %q", k1, k2)
 		}
 		fp, err := fingerprint(msg)
 		if err != nil {
-			if !errors.Is(err, ErrUnencodable) {
+			if !errors.Is(err, idem.ErrUnencodable) {
 				t.Fatalf("fingerprint: %v: not ErrUnencodable", err)
 			}
 			return
@@ -80,7 +82,7 @@ func FuzzDecodeKeyFingerprint(f *testing.F) {
 		if err := json.Unmarshal(again, &b2); err != nil {
 			t.Fatalf("the message's own JSON does not decode: %v\n%s", err, again)
 		}
-		fp2, err := fingerprint(&Message[fuzzBody]{ID: id, Body: b2, Attempt: 7})
+		fp2, err := fingerprint(&idem.Message[fuzzBody]{ID: id, Body: b2, Attempt: 7})
 		if err != nil {
 			t.Fatalf("fingerprint after a JSON round trip: %v", err)
 		}

@@ -1,4 +1,4 @@
-package idem
+package idemimpl
 
 import (
 	"context"
@@ -11,6 +11,10 @@ import (
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/idem/internal/link"
+	"github.com/idemgen/idemgen/idem/internal/pgutil"
 )
 
 // FingerprintSetting is the transaction-local setting through which the
@@ -62,10 +66,10 @@ type EntityTable[M any] struct {
 // Duplicate or ErrKeyReused. It is safe for concurrent use; generated
 // wrappers hold one.
 type EntityInbox[M, R any] struct {
-	db         DB
+	db         idem.DB
 	table      EntityTable[M]
 	sql        *entitySQL // the table's statements
-	handler    func(context.Context, pgx.Tx, *Outbox, M) (R, error)
+	handler    func(context.Context, pgx.Tx, *idem.Outbox, M) (R, error)
 	publishing bool
 	result     func(context.Context, pgx.Tx, M) (R, error)
 	txOptions  pgx.TxOptions
@@ -87,25 +91,25 @@ type EntityInbox[M, R any] struct {
 // wait does not apply (the handler's INSERT waits for a concurrent delivery
 // of its key to commit or roll back, as any INSERT does), nor do batches or
 // the options of mode=external.
-func NewEntityInbox[M, R any](db DB, table EntityTable[M], handler func(ctx context.Context, tx pgx.Tx, msg M) (R, error), result func(ctx context.Context, tx pgx.Tx, msg M) (R, error), opts ...Option) *EntityInbox[M, R] {
-	in := newEntityInbox("idem.NewEntityInbox", db, table, result, opts)
-	in.handler = func(ctx context.Context, tx pgx.Tx, _ *Outbox, msg M) (R, error) { return handler(ctx, tx, msg) }
+func NewEntityInbox[M, R any](db idem.DB, table EntityTable[M], handler func(ctx context.Context, tx pgx.Tx, msg M) (R, error), result func(ctx context.Context, tx pgx.Tx, msg M) (R, error), opts ...idem.Option) *EntityInbox[M, R] {
+	in := newEntityInbox("idemimpl.NewEntityInbox", db, table, result, opts)
+	in.handler = func(ctx context.Context, tx pgx.Tx, _ *idem.Outbox, msg M) (R, error) { return handler(ctx, tx, msg) }
 	return in
 }
 
 // NewPublishingEntityInbox is NewEntityInbox for a handler that publishes
 // outgoing messages through an *Outbox, written to idem_outbox in the
 // commit's round trip.
-func NewPublishingEntityInbox[M, R any](db DB, table EntityTable[M], handler func(ctx context.Context, tx pgx.Tx, out *Outbox, msg M) (R, error), result func(ctx context.Context, tx pgx.Tx, msg M) (R, error), opts ...Option) *EntityInbox[M, R] {
-	in := newEntityInbox("idem.NewPublishingEntityInbox", db, table, result, opts)
+func NewPublishingEntityInbox[M, R any](db idem.DB, table EntityTable[M], handler func(ctx context.Context, tx pgx.Tx, out *idem.Outbox, msg M) (R, error), result func(ctx context.Context, tx pgx.Tx, msg M) (R, error), opts ...idem.Option) *EntityInbox[M, R] {
+	in := newEntityInbox("idemimpl.NewPublishingEntityInbox", db, table, result, opts)
 	in.handler, in.publishing = handler, true
 	return in
 }
 
-func newEntityInbox[M, R any](constructor string, db DB, table EntityTable[M], result func(context.Context, pgx.Tx, M) (R, error), opts []Option) *EntityInbox[M, R] {
+func newEntityInbox[M, R any](constructor string, db idem.DB, table EntityTable[M], result func(context.Context, pgx.Tx, M) (R, error), opts []idem.Option) *EntityInbox[M, R] {
 	o := newOptions(constructor, table.Consumer, "entity", entityModeOptions, opts)
 	var zero R
-	if _, none := any(zero).(None); !none && result == nil {
+	if _, none := any(zero).(idem.None); !none && result == nil {
 		panic(fmt.Sprintf("idem: consumer %s: a mode=entity handler with a result (%T) needs a function that reads it back for duplicates (result=)", table.Consumer, zero))
 	}
 	name := table.Name
@@ -114,8 +118,8 @@ func newEntityInbox[M, R any](constructor string, db DB, table EntityTable[M], r
 	}
 	return &EntityInbox[M, R]{
 		db: db, table: table, result: result, sql: newEntitySQL(constructor, table),
-		txOptions: pgx.TxOptions{IsoLevel: o.isolation}, notify: !o.noNotify,
-		beforeCommit: o.beforeCommit,
+		txOptions: pgx.TxOptions{IsoLevel: o.Isolation}, notify: !o.NoNotify,
+		beforeCommit: o.BeforeCommit,
 		consumerOf:   newConsumerOf(o, table.Consumer, fieldsOf(table.Columns), table.Key),
 		constraint:   table.Constraint,
 		relname:      strings.Trim(name, `"`),
@@ -124,7 +128,7 @@ func newEntityInbox[M, R any](constructor string, db DB, table EntityTable[M], r
 
 // Deliver is Handle with the result dropped: it makes an EntityInbox a
 // Handler of M.
-func (in *EntityInbox[M, R]) Deliver(ctx context.Context, msg M) (Outcome, error) {
+func (in *EntityInbox[M, R]) Deliver(ctx context.Context, msg M) (idem.Outcome, error) {
 	_, o, err := in.Handle(ctx, msg)
 	return o, err
 }
@@ -138,13 +142,13 @@ func (in *EntityInbox[M, R]) Deliver(ctx context.Context, msg M) (Outcome, error
 // do with the message.
 //
 // Each delivery is counted (idem.deliveries, idem.handler.duration) and
-// logged at its outcome's level, as in every mode ([WithMeterProvider],
-// [WithLogger]; docs/observability.md).
-func (in *EntityInbox[M, R]) Handle(ctx context.Context, msg M) (R, Outcome, error) {
-	return handle(ctx, &in.consumerOf, msg, func(*int) (R, Outcome, error) { return in.handle(ctx, msg) })
+// logged at its outcome's level, as in every mode ([idem.WithMeterProvider],
+// [idem.WithLogger]; docs/observability.md).
+func (in *EntityInbox[M, R]) Handle(ctx context.Context, msg M) (R, idem.Outcome, error) {
+	return handle(ctx, &in.consumerOf, msg, func(*int) (R, idem.Outcome, error) { return in.handle(ctx, msg) })
 }
 
-func (in *EntityInbox[M, R]) handle(ctx context.Context, msg M) (R, Outcome, error) {
+func (in *EntityInbox[M, R]) handle(ctx context.Context, msg M) (R, idem.Outcome, error) {
 	var zero R
 	key, fp, err := identify(msg, in.table.Key, in.fields)
 	if err != nil {
@@ -159,9 +163,9 @@ func (in *EntityInbox[M, R]) handle(ctx context.Context, msg M) (R, Outcome, err
 
 	// BEGIN and the setting go with the handler's first statement.
 	tx := &lazyTx{conn: conn, opts: in.txOptions, fp: hex.EncodeToString(fp)}
-	var out *Outbox
+	var out *idem.Outbox
 	if in.publishing {
-		out = &Outbox{}
+		out = &idem.Outbox{}
 	}
 	htx := newHandlerTx(tx, conn)
 	htx.lazy = tx
@@ -169,18 +173,18 @@ func (in *EntityInbox[M, R]) handle(ctx context.Context, msg M) (R, Outcome, err
 	if err != nil {
 		dup, derr := in.isDuplicate(ctx, conn, err)
 		if derr != nil {
-			rollback(ctx, conn)
+			pgutil.Rollback(ctx, conn)
 			return zero, 0, in.fail(key, fmt.Errorf("idem: %w (after the handler's error: %v)", derr, err))
 		}
 		if dup {
 			return in.readBack(ctx, conn, key, fp, msg)
 		}
-		rollback(ctx, conn)
+		pgutil.Rollback(ctx, conn)
 		return zero, 0, in.classify(key, fmt.Errorf("idem: handler: %w", err))
 	}
 	if in.beforeCommit != nil {
 		if err := runBeforeCommit(ctx, conn, tx, in.beforeCommit); err != nil {
-			rollback(ctx, conn)
+			pgutil.Rollback(ctx, conn)
 			return zero, 0, in.fail(key, fmt.Errorf("idem: before commit: %w", err))
 		}
 	}
@@ -188,14 +192,14 @@ func (in *EntityInbox[M, R]) handle(ctx context.Context, msg M) (R, Outcome, err
 		return zero, 0, in.fail(key, in.noRow(key, errNoStatement))
 	}
 	if err := stillInTransaction(conn); err != nil {
-		rollback(ctx, conn)
+		pgutil.Rollback(ctx, conn)
 		return zero, 0, in.fail(key, err)
 	}
 	if err := in.commit(ctx, conn, key, out); err != nil {
-		rollback(ctx, conn)
+		pgutil.Rollback(ctx, conn)
 		return zero, 0, in.classify(key, err)
 	}
-	return result, Processed, nil
+	return result, idem.Processed, nil
 }
 
 // setFingerprint sets FingerprintSetting for the transaction only.
@@ -225,7 +229,7 @@ func (in *EntityInbox[M, R]) resolveConstraint(ctx context.Context, conn *pgx.Co
 	if in.constraint != "" {
 		return in.constraint, nil
 	}
-	rollback(ctx, conn)
+	pgutil.Rollback(ctx, conn)
 	var names []string
 	columns := make([]string, len(in.table.Columns))
 	for i, c := range in.table.Columns {
@@ -261,13 +265,13 @@ ORDER BY i.indisprimary DESC, c.relname`
 // inserted it with ON CONFLICT DO NOTHING, would leave the message
 // unrecorded: the check fails and the COMMIT after it rolls back), and
 // commits, in one round trip.
-func (in *EntityInbox[M, R]) commit(ctx context.Context, conn *pgx.Conn, key []any, out *Outbox) error {
-	var msgs []outgoing
+func (in *EntityInbox[M, R]) commit(ctx context.Context, conn *pgx.Conn, key []any, out *idem.Outbox) error {
+	var msgs []link.Message
 	if out != nil {
-		msgs = out.msgs
+		msgs = link.OutboxBuffer(out).Msgs
 	}
-	b := newBatch(4)
-	if queueOutbox(b, in.table.Consumer, in.fields, [][]any{key}, [][]outgoing{msgs}) > 0 && in.notify {
+	b := pgutil.NewBatch(4)
+	if queueOutbox(b, in.table.Consumer, in.fields, [][]any{key}, [][]link.Message{msgs}) > 0 && in.notify {
 		b.Queue(notifyOutbox)
 	}
 	q := in.sql.checkMarker(key)
@@ -283,7 +287,7 @@ func (in *EntityInbox[M, R]) commit(ctx context.Context, conn *pgx.Conn, key []a
 	br := conn.SendBatch(cctx, b)
 	var err error
 	if len(msgs) > 0 {
-		if _, err = br.Exec(); err != nil && !hasSQLState(err, pgerrcode.InFailedSQLTransaction) {
+		if _, err = br.Exec(); err != nil && !pgutil.HasSQLState(err, pgerrcode.InFailedSQLTransaction) {
 			err = errOutboxInsert(len(msgs), err)
 		}
 		if err == nil && in.notify {
@@ -303,7 +307,7 @@ func (in *EntityInbox[M, R]) commit(ctx context.Context, conn *pgx.Conn, key []a
 		err = closeErr
 	}
 	switch {
-	case hasSQLState(err, pgerrcode.InFailedSQLTransaction) || (err == nil && committed.String() == "ROLLBACK"):
+	case pgutil.HasSQLState(err, pgerrcode.InFailedSQLTransaction) || (err == nil && committed.String() == "ROLLBACK"):
 		return errAborted
 	case err != nil && strings.HasPrefix(err.Error(), "idem:"):
 		return err
@@ -320,7 +324,7 @@ func (in *EntityInbox[M, R]) noRow(key []any, why error) error {
 		what = "it " + why.Error()
 	}
 	return fmt.Errorf("idem: the handler returned without inserting the row of key %s into %s with this delivery's fingerprint (%s); "+
-		"in mode=entity that row is the message's only record, so nothing was committed", formatKey(in.fields, key), in.table.Name, what)
+		"in mode=entity that row is the message's only record, so nothing was committed", pgutil.FormatKey(in.fields, key), in.table.Name, what)
 }
 
 // MarkerCheckMessage is the text of the error the check before COMMIT of an
@@ -336,45 +340,45 @@ func isMarkerCheckFailure(err error) bool {
 // rolls back and reads the row's fingerprint in a fresh snapshot, in one
 // round trip once the lookup is prepared on the connection, and for an equal
 // one reads the result back (result=) in a read-only transaction.
-func (in *EntityInbox[M, R]) readBack(ctx context.Context, conn *pgx.Conn, key []any, fp []byte, msg M) (R, Outcome, error) {
+func (in *EntityInbox[M, R]) readBack(ctx context.Context, conn *pgx.Conn, key []any, fp []byte, msg M) (R, idem.Outcome, error) {
 	var zero R
 	stored, err := in.lookup(ctx, conn, key)
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) && !conn.IsClosed() && conn.PgConn().TxStatus() != txIdle {
 		// The aborted transaction refused the lookup's Parse, which pgx
 		// sends ahead of the pipeline for a statement it has not prepared
 		// on this connection yet: roll back on its own, then look up.
-		rollback(ctx, conn)
+		pgutil.Rollback(ctx, conn)
 		stored, err = in.lookup(ctx, conn, key)
 	}
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return zero, 0, in.retryable(key, fmt.Errorf("idem: the handler's insert collided with a row of %s that was gone when read back", in.table.Name))
 	case err != nil:
-		rollback(ctx, conn)
+		pgutil.Rollback(ctx, conn)
 		return zero, 0, in.fail(key, fmt.Errorf("idem: read the entity row's fingerprint: %w", err))
 	case stored == nil:
-		return zero, 0, in.fail(key, fmt.Errorf("%w: the row of %s has no fingerprint (%s is NULL: it was written outside the wrapper, or before the migration that added the column), so the message cannot be told a duplicate", ErrKeyReused, in.table.Name, FingerprintColumn))
+		return zero, 0, in.fail(key, fmt.Errorf("%w: the row of %s has no fingerprint (%s is NULL: it was written outside the wrapper, or before the migration that added the column), so the message cannot be told a duplicate", idem.ErrKeyReused, in.table.Name, FingerprintColumn))
 	}
 	switch same, err := sameFingerprint(stored, fp); {
 	case err != nil:
 		return zero, 0, in.fail(key, err)
 	case !same:
-		return zero, 0, in.fail(key, ErrKeyReused)
+		return zero, 0, in.fail(key, idem.ErrKeyReused)
 	}
 	if in.result == nil {
-		return zero, Duplicate, nil
+		return zero, idem.Duplicate, nil
 	}
 	result, err := in.readResult(ctx, conn, msg)
 	if err != nil {
 		return zero, 0, in.fail(key, fmt.Errorf("idem: read the result back (result=): %w", err))
 	}
-	return result, Duplicate, nil
+	return result, idem.Duplicate, nil
 }
 
 // lookup reads the fingerprint of key's row, after rolling back the
 // connection's transaction in the same round trip (the collision aborted it).
 func (in *EntityInbox[M, R]) lookup(ctx context.Context, conn *pgx.Conn, key []any) ([]byte, error) {
-	b := newBatch(2)
+	b := pgutil.NewBatch(2)
 	rb := conn.PgConn().TxStatus() != txIdle
 	if rb {
 		b.Queue("rollback")
@@ -409,7 +413,7 @@ func (in *EntityInbox[M, R]) readResult(ctx context.Context, conn *pgx.Conn, msg
 // classify wraps err for key, marking serialization failures and deadlocks
 // retryable.
 func (in *EntityInbox[M, R]) classify(key []any, err error) error {
-	if hasSQLState(err, pgerrcode.SerializationFailure, pgerrcode.DeadlockDetected) {
+	if pgutil.HasSQLState(err, pgerrcode.SerializationFailure, pgerrcode.DeadlockDetected) {
 		return in.retryable(key, err)
 	}
 	return in.fail(key, err)

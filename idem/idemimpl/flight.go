@@ -1,4 +1,4 @@
-package idem
+package idemimpl
 
 import (
 	"context"
@@ -7,6 +7,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/idem/internal/pgutil"
 )
 
 // Deliveries of one key that are in flight in this process at once, through
@@ -59,7 +62,7 @@ func keyID(key []any) string {
 			return s
 		}
 	}
-	return formatKey(nil, key)
+	return pgutil.FormatKey(nil, key)
 }
 
 // acquire takes the delivery's connection and returns the claim's
@@ -84,7 +87,7 @@ func (in *Inbox[M, R]) acquire(ctx context.Context, contended bool) (*pgxpool.Co
 	switch {
 	case err != nil && timedOut:
 		return nil, nil, fmt.Errorf("%w (waited %v for a connection while another delivery of the key, in this process, held one; see docs/poolers.md, Sizing the pool)",
-			ErrInProgress, wait)
+			idem.ErrInProgress, wait)
 	case err != nil:
 		return nil, nil, fmt.Errorf("idem: acquire a connection: %w", err)
 	}

@@ -1,4 +1,4 @@
-package idem
+package idemimpl
 
 import (
 	"context"
@@ -11,16 +11,12 @@ import (
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/idem/internal/config"
+	"github.com/idemgen/idemgen/idem/internal/link"
 	"github.com/idemgen/idemgen/idem/internal/obs"
+	"github.com/idemgen/idemgen/idem/internal/pgutil"
 )
-
-// DefaultLease is the lease of an [ExternalTable] that sets none, as the
-// directive's lease= defaults to.
-const DefaultLease = 5 * time.Minute
-
-// DefaultStuckAttempts is the threshold of [ExternalInbox.Sweep]'s report
-// without [WithStuckAttempts]: a claim whose attempts are above it is stuck.
-const DefaultStuckAttempts = 3
 
 // ExternalTable describes one mode=external consumer's table: how a
 // message's key is taken apart and the table's shape, from which the
@@ -52,19 +48,19 @@ type ExternalTable[M any] struct {
 	// idempotency keys is short: see docs/external.md.
 	Retain time.Duration
 	// Lease is how long a claim holds without a heartbeat (lease=);
-	// [WithLease] overrides it, and 0 means DefaultLease.
+	// [idem.WithLease] overrides it, and 0 means DefaultLease.
 	Lease time.Duration
 }
 
 // ExternalInbox runs a handler whose effect is outside the database (a
 // payment, an e-mail) at most once per key as far as the provider is
 // concerned: it claims the key in a short statement, runs the handler with no
-// transaction open and [KeyFrom] in its context, renews the claim while the
+// transaction open and [idem.KeyFrom] in its context, renews the claim while the
 // handler runs, and marks the key done with the result only while the claim
 // is still its own. Safe for concurrent use; generated wrappers of
 // mode=external handlers hold one.
 type ExternalInbox[M, R any] struct {
-	db             DB
+	db             idem.DB
 	table          ExternalTable[M]
 	handler        func(context.Context, M) (R, error)
 	lease          time.Duration
@@ -77,32 +73,32 @@ type ExternalInbox[M, R any] struct {
 }
 
 // NewExternalInbox returns the ExternalInbox of table that runs handler.
-// db must reach the database that holds the table. Options: [WithLease],
-// [WithStuckAttempts], [WithBeforeComplete], [WithLogger] and
-// [WithMeterProvider]; it panics, naming it, on an option of mode=tx (the
+// db must reach the database that holds the table. Options: [idem.WithLease],
+// [idem.WithStuckAttempts], [WithBeforeComplete], [WithLogger] and
+// [idem.WithMeterProvider]; it panics, naming it, on an option of mode=tx (the
 // isolation level, the claim wait, the before-commit hook, WithoutNotify,
 // batches), which cannot apply to a claim held outside any transaction, and
 // on a lease <= 0 or a stuck threshold below 1.
-func NewExternalInbox[M, R any](db DB, t ExternalTable[M], fn func(ctx context.Context, msg M) (R, error), opts ...Option) *ExternalInbox[M, R] {
-	o := newOptions("idem.NewExternalInbox", t.Consumer, "external", externalModeOptions, opts)
+func NewExternalInbox[M, R any](db idem.DB, t ExternalTable[M], fn func(ctx context.Context, msg M) (R, error), opts ...idem.Option) *ExternalInbox[M, R] {
+	o := newOptions("idemimpl.NewExternalInbox", t.Consumer, "external", externalModeOptions, opts)
 	lease := t.Lease
-	if o.lease != 0 {
-		lease = o.lease
+	if o.Lease != 0 {
+		lease = o.Lease
 	} else if lease == 0 {
-		lease = DefaultLease
+		lease = idem.DefaultLease
 	}
 	if lease <= 0 {
-		panic(fmt.Sprintf("idem.NewExternalInbox (consumer %s): the lease is %v; want a positive duration (lease= or idem.WithLease)", t.Consumer, lease))
+		panic(fmt.Sprintf("idemimpl.NewExternalInbox (consumer %s): the lease is %v; want a positive duration (lease= or idem.WithLease)", t.Consumer, lease))
 	}
-	stuck := DefaultStuckAttempts
-	if o.stuckSet {
-		stuck = o.stuckAttempts
+	stuck := idem.DefaultStuckAttempts
+	if o.StuckSet {
+		stuck = o.StuckAttempts
 	}
 	if stuck < 1 {
-		panic(fmt.Sprintf("idem.NewExternalInbox (consumer %s): idem.WithStuckAttempts(%d); want at least 1", t.Consumer, stuck))
+		panic(fmt.Sprintf("idemimpl.NewExternalInbox (consumer %s): idem.WithStuckAttempts(%d); want at least 1", t.Consumer, stuck))
 	}
 	var zero R
-	_, noResult := any(zero).(None)
+	_, noResult := any(zero).(idem.None)
 	return &ExternalInbox[M, R]{
 		db:             db,
 		table:          t,
@@ -110,8 +106,8 @@ func NewExternalInbox[M, R any](db DB, t ExternalTable[M], fn func(ctx context.C
 		lease:          lease,
 		stuckAttempts:  stuck,
 		noResult:       noResult,
-		beforeComplete: o.beforeComplete,
-		sql:            newExternalSQL("idem.NewExternalInbox", t),
+		beforeComplete: o.BeforeComplete,
+		sql:            newExternalSQL("idemimpl.NewExternalInbox", t),
 		consumerOf:     externalConsumer(o, t),
 	}
 }
@@ -120,24 +116,24 @@ func NewExternalInbox[M, R any](db DB, t ExternalTable[M], fn func(ctx context.C
 // error to NewExternalInbox.
 //
 // For generated code: the constructor of a generated wrapper calls it.
-func NoResultExternal[M any](fn func(ctx context.Context, msg M) error) func(ctx context.Context, msg M) (None, error) {
-	return func(ctx context.Context, msg M) (None, error) {
-		return None{}, fn(ctx, msg)
+func NoResultExternal[M any](fn func(ctx context.Context, msg M) error) func(ctx context.Context, msg M) (idem.None, error) {
+	return func(ctx context.Context, msg M) (idem.None, error) {
+		return idem.None{}, fn(ctx, msg)
 	}
 }
 
 // Deliver is Handle with the result dropped: it makes an ExternalInbox a
-// [Handler] of M.
-func (x *ExternalInbox[M, R]) Deliver(ctx context.Context, msg M) (Outcome, error) {
+// [idem.Handler] of M.
+func (x *ExternalInbox[M, R]) Deliver(ctx context.Context, msg M) (idem.Outcome, error) {
 	_, o, err := x.Handle(ctx, msg)
 	return o, err
 }
 
-var _ Handler[struct{}] = (*ExternalInbox[struct{}, None])(nil)
+var _ idem.Handler[struct{}] = (*ExternalInbox[struct{}, idem.None])(nil)
 
 // Handle delivers msg. It claims the key (one autocommit statement), runs
 // the handler with no transaction open and the idempotency key in its
-// context ([KeyFrom]), renews the claim every third of the lease while the
+// context ([idem.KeyFrom]), renews the claim every third of the lease while the
 // handler runs, and stores the result with status done only where the claim
 // is still its own (Processed). A key that is done already is a Duplicate
 // with the stored result, without a call of the handler.
@@ -154,14 +150,14 @@ var _ Handler[struct{}] = (*ExternalInbox[struct{}, None])(nil)
 // Each delivery is counted (idem.deliveries, idem.handler.duration; a claim
 // taken over from an expired lease in idem.lease.takeovers) and logged at its
 // outcome's level, with the key parts and the idempotency key
-// ([WithMeterProvider], [WithLogger]; docs/observability.md).
-func (x *ExternalInbox[M, R]) Handle(ctx context.Context, msg M) (R, Outcome, error) {
-	return handle(ctx, &x.consumerOf, msg, func(claimAttempt *int) (R, Outcome, error) { return x.handle(ctx, msg, claimAttempt) })
+// ([idem.WithMeterProvider], [WithLogger]; docs/observability.md).
+func (x *ExternalInbox[M, R]) Handle(ctx context.Context, msg M) (R, idem.Outcome, error) {
+	return handle(ctx, &x.consumerOf, msg, func(claimAttempt *int) (R, idem.Outcome, error) { return x.handle(ctx, msg, claimAttempt) })
 }
 
 // externalConsumer is the consumerOf of a mode=external table: its records
 // carry the idempotency key.
-func externalConsumer[M any](o options, t ExternalTable[M]) consumerOf[M] {
+func externalConsumer[M any](o config.Options, t ExternalTable[M]) consumerOf[M] {
 	c := newConsumerOf(o, t.Consumer, fieldsOf(t.Columns), t.Key)
 	c.external = true
 	return c
@@ -169,13 +165,13 @@ func externalConsumer[M any](o options, t ExternalTable[M]) consumerOf[M] {
 
 // handle is Handle; it sets *claimAttempt to the attempts of the claim it
 // made, if any.
-func (x *ExternalInbox[M, R]) handle(ctx context.Context, msg M, claimAttempt *int) (R, Outcome, error) {
+func (x *ExternalInbox[M, R]) handle(ctx context.Context, msg M, claimAttempt *int) (R, idem.Outcome, error) {
 	var zero R
 	key, fp, err := identify(msg, x.table.Key, x.fields)
 	if err != nil {
 		return zero, 0, x.fail(key, err)
 	}
-	idemKey := ExternalKey(x.table.Consumer, key)
+	idemKey := idem.ExternalKey(x.table.Consumer, key)
 
 	for try := 0; ; try++ {
 		claimedAt := time.Now()
@@ -205,7 +201,7 @@ func (x *ExternalInbox[M, R]) handle(ctx context.Context, msg M, claimAttempt *i
 		case err != nil:
 			return zero, 0, x.fail(key, err)
 		case !same:
-			return zero, 0, x.fail(key, ErrKeyReused)
+			return zero, 0, x.fail(key, idem.ErrKeyReused)
 		}
 		switch {
 		case row.status == statusDone:
@@ -213,14 +209,14 @@ func (x *ExternalInbox[M, R]) handle(ctx context.Context, msg M, claimAttempt *i
 			if err != nil {
 				return zero, 0, x.fail(key, err)
 			}
-			return result, Duplicate, nil
+			return result, idem.Duplicate, nil
 		case row.status == statusRunning && row.live:
-			return zero, 0, inProgress(x.fail(key, ErrInProgress), row.leaseLeft)
+			return zero, 0, link.InProgress(x.fail(key, idem.ErrInProgress), row.leaseLeft)
 		case try == 0:
 			// Released, or its lease ran out, since the claim: claim again.
 			continue
 		default:
-			return zero, 0, x.fail(key, ErrInProgress)
+			return zero, 0, x.fail(key, idem.ErrInProgress)
 		}
 	}
 }
@@ -285,16 +281,16 @@ func (x *ExternalInbox[M, R]) lookup(ctx context.Context, idemKey string) (exter
 }
 
 // run runs the handler of a claimed key and completes or releases the claim.
-func (x *ExternalInbox[M, R]) run(ctx context.Context, msg M, key []any, idemKey string, c externalClaim, claimedAt time.Time) (R, Outcome, error) {
+func (x *ExternalInbox[M, R]) run(ctx context.Context, msg M, key []any, idemKey string, c externalClaim, claimedAt time.Time) (R, idem.Outcome, error) {
 	var zero R
-	hctx, cancel := context.WithCancelCause(context.WithValue(ctx, keyContext{}, idemKey))
+	hctx, cancel := context.WithCancelCause(context.WithValue(ctx, link.KeyContext{}, idemKey))
 	defer cancel(nil)
 	hb := x.startHeartbeat(ctx, cancel, idemKey, c.fence, claimedAt)
 
 	result, err := x.call(hctx, hb, msg, idemKey, c.fence)
 	hb.stop()
 	if err != nil {
-		if cause := context.Cause(hctx); errors.Is(cause, ErrClaimLost) {
+		if cause := context.Cause(hctx); errors.Is(cause, idem.ErrClaimLost) {
 			err = fmt.Errorf("%w (while it ran: %w)", err, cause)
 		}
 		if rerr := x.release(ctx, idemKey, c.fence); rerr != nil {
@@ -317,9 +313,9 @@ func (x *ExternalInbox[M, R]) run(ctx context.Context, msg M, key []any, idemKey
 	case err != nil:
 		return zero, 0, x.fail(key, fmt.Errorf("idem: store the result: %w", err))
 	case !done:
-		return zero, 0, x.fail(key, fmt.Errorf("%w: another worker took it over after its lease ran out, or the sweeper reset it; the handler's result was discarded and the key not marked done (this worker's fence %d no longer holds)", ErrClaimLost, c.fence))
+		return zero, 0, x.fail(key, fmt.Errorf("%w: another worker took it over after its lease ran out, or the sweeper reset it; the handler's result was discarded and the key not marked done (this worker's fence %d no longer holds)", idem.ErrClaimLost, c.fence))
 	}
-	return result, Processed, nil
+	return result, idem.Processed, nil
 }
 
 // call runs the handler and then the before-complete hook. A panic
@@ -352,7 +348,7 @@ func (x *ExternalInbox[M, R]) complete(ctx context.Context, idemKey string, fenc
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
 	defer cancel()
 	q := x.sql.completeClaim(idemKey, fence, result)
-	tag, err := exec(cctx, x.db, q.sql, q.args...)
+	tag, err := pgutil.Exec(cctx, x.db, q.sql, q.args...)
 	if err != nil {
 		return false, err
 	}
@@ -361,10 +357,10 @@ func (x *ExternalInbox[M, R]) complete(ctx context.Context, idemKey string, fenc
 
 // release frees the claim for the retry, even when ctx is cancelled.
 func (x *ExternalInbox[M, R]) release(ctx context.Context, idemKey string, fence int64) error {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), pgutil.RollbackTimeout)
 	defer cancel()
 	q := x.sql.releaseClaim(idemKey, fence)
-	_, err := exec(rctx, x.db, q.sql, q.args...)
+	_, err := pgutil.Exec(rctx, x.db, q.sql, q.args...)
 	return err
 }
 
@@ -406,13 +402,13 @@ func (x *ExternalInbox[M, R]) startHeartbeat(ctx context.Context, cancel context
 			case <-tick.C:
 			}
 			if !time.Now().Before(expires) {
-				cancel(fmt.Errorf("%w: the heartbeats could not renew it before its lease of %v ran out: %v", ErrClaimLost, x.lease, lastErr))
+				cancel(fmt.Errorf("%w: the heartbeats could not renew it before its lease of %v ran out: %v", idem.ErrClaimLost, x.lease, lastErr))
 				return
 			}
 			sent := time.Now()
 			sctx, stop := context.WithDeadline(hctx, expires)
 			q := x.sql.heartbeatClaim(idemKey, fence, x.lease)
-			tag, err := exec(sctx, x.db, q.sql, q.args...)
+			tag, err := pgutil.Exec(sctx, x.db, q.sql, q.args...)
 			stop()
 			switch {
 			case hctx.Err() != nil:
@@ -420,12 +416,12 @@ func (x *ExternalInbox[M, R]) startHeartbeat(ctx context.Context, cancel context
 			case err == nil && tag.RowsAffected() == 1:
 				expires = sent.Add(x.lease)
 			case err == nil:
-				cancel(ErrClaimLost)
+				cancel(idem.ErrClaimLost)
 				return
 			default:
 				lastErr = err
 				if !time.Now().Before(expires) {
-					cancel(fmt.Errorf("%w: the heartbeats could not renew it before its lease of %v ran out: %v", ErrClaimLost, x.lease, lastErr))
+					cancel(fmt.Errorf("%w: the heartbeats could not renew it before its lease of %v ran out: %v", idem.ErrClaimLost, x.lease, lastErr))
 					return
 				}
 			}
@@ -442,37 +438,8 @@ func (x *ExternalInbox[M, R]) Purge(ctx context.Context) (int64, error) {
 	return purge(ctx, x.db, &x.consumerOf, x.table.Name, obs.KindExternal, q.sql, q.args)
 }
 
-// SweepReport is what one [ExternalInbox.Sweep] did and found.
-type SweepReport struct {
-	// Consumer is the consumer of the swept table.
-	Consumer string
-	// Reset is the number of expired claims reset to released.
-	Reset int64
-	// Stuck are the claims not done whose attempts are above the threshold
-	// ([WithStuckAttempts]), most attempts first, at most StuckLimit.
-	Stuck []StuckClaim
-}
-
-// StuckClaim is a claim that keeps failing: its attempts are above the
-// sweeper's threshold.
-type StuckClaim struct {
-	// Key is the idempotency key (idem_key).
-	Key string
-	// Status is running or released.
-	Status string
-	// Attempts is the number of the attempt running or to run next.
-	Attempts int
-	// Since is when the row last changed.
-	Since time.Time
-}
-
-// The sizes of a sweep: how many expired claims one statement resets, and
-// how many stuck claims a report lists.
-const (
-	sweepBatch = 1000
-	// StuckLimit bounds the stuck claims a SweepReport lists.
-	StuckLimit = 100
-)
+// sweepBatch is how many expired claims one statement of a sweep resets.
+const sweepBatch = 1000
 
 // Sweep resets the claims whose lease ran out, whose workers are gone (or
 // cut off from the database), to released with attempts + 1 and a new
@@ -480,11 +447,11 @@ const (
 // longer complete; and it reports the claims whose attempts are above the
 // threshold. It works in batches that skip rows another sweeper holds, so
 // that several may run at once, each row reset once.
-func (x *ExternalInbox[M, R]) Sweep(ctx context.Context) (SweepReport, error) {
-	rep := SweepReport{Consumer: x.table.Consumer}
+func (x *ExternalInbox[M, R]) Sweep(ctx context.Context) (idem.SweepReport, error) {
+	rep := idem.SweepReport{Consumer: x.table.Consumer}
 	for {
 		q := x.sql.sweepExpired()
-		tag, err := exec(ctx, x.db, q.sql, q.args...)
+		tag, err := pgutil.Exec(ctx, x.db, q.sql, q.args...)
 		x.ob.c.SweeperResets(ctx, tag.RowsAffected())
 		if err != nil {
 			return rep, x.fail(nil, fmt.Errorf("idem: sweep %s: %w", x.table.Name, err))
@@ -505,7 +472,7 @@ func (x *ExternalInbox[M, R]) Sweep(ctx context.Context) (SweepReport, error) {
 		return rep, x.fail(nil, fmt.Errorf("idem: sweep %s: list the stuck claims: %w", x.table.Name, err))
 	}
 	for rows.Next() {
-		var s StuckClaim
+		var s idem.StuckClaim
 		if err := rows.Scan(&s.Key, &s.Status, &s.Attempts, &s.Since); err != nil {
 			rows.Close()
 			return rep, x.fail(nil, fmt.Errorf("idem: sweep %s: read the stuck claims: %w", x.table.Name, err))
@@ -520,12 +487,16 @@ func (x *ExternalInbox[M, R]) Sweep(ctx context.Context) (SweepReport, error) {
 
 // newError is the *Error of a consumer's delivery.
 func newError(consumer string, fields []string, key []any, err error) error {
-	e := &Error{Consumer: consumer, Err: err}
+	return newErrorOf(consumer, fields, key, err, pgutil.HasSQLState(err, pgerrcode.SerializationFailure, pgerrcode.DeadlockDetected))
+}
+
+// newErrorOf is newError with retryable given.
+func newErrorOf(consumer string, fields []string, key []any, err error, retryable bool) error {
+	var k string
 	if key != nil {
-		e.Key = formatKey(fields, key)
+		k = pgutil.FormatKey(fields, key)
 	}
-	e.retryable = hasSQLState(err, pgerrcode.SerializationFailure, pgerrcode.DeadlockDetected)
-	return e
+	return link.NewError(consumer, k, err, retryable)
 }
 
 // encodeResult encodes a handler's result as its row stores it: nil for a
@@ -536,7 +507,7 @@ func encodeResult(noResult bool, result any) ([]byte, error) {
 	}
 	data, err := json.Marshal(result)
 	if err != nil {
-		return nil, fmt.Errorf("%w: encode the result: %w", ErrUnencodable, err)
+		return nil, fmt.Errorf("%w: encode the result: %w", idem.ErrUnencodable, err)
 	}
 	return data, nil
 }
@@ -549,14 +520,14 @@ func decodeResult[R any](noResult bool, stored []byte) (R, error) {
 	}
 	if err := json.Unmarshal(stored, &result); err != nil {
 		var zero R
-		return zero, fmt.Errorf("%w (%T): %w; the message was processed, only its stored result cannot be replayed", ErrUndecodableResult, result, err)
+		return zero, fmt.Errorf("%w (%T): %w; the message was processed, only its stored result cannot be replayed", idem.ErrUndecodableResult, result, err)
 	}
 	return result, nil
 }
 
 // queryRow runs a statement that returns at most one row on a connection of
 // db and scans it.
-func queryRow(ctx context.Context, db DB, sql string, args []any, dest ...any) error {
+func queryRow(ctx context.Context, db idem.DB, sql string, args []any, dest ...any) error {
 	c, err := db.Acquire(ctx)
 	if err != nil {
 		return fmt.Errorf("acquire a connection: %w", err)

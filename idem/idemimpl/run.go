@@ -1,9 +1,13 @@
-package idem
+package idemimpl
 
 import (
 	"context"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/idem/internal/link"
+	"github.com/idemgen/idemgen/idem/internal/pgutil"
 )
 
 // The handler's part of a delivery in a transaction, the same in every mode
@@ -13,14 +17,14 @@ import (
 // transaction back before it goes on up the stack, a handler that ended the
 // transaction through SQL fails with what it did, and once it returned, tx
 // and out refuse further use.
-func callHandler[R any](ctx context.Context, conn *pgx.Conn, tx *handlerTx, run func(context.Context, pgx.Tx) (R, error), out *Outbox) (result R, err error) {
+func callHandler[R any](ctx context.Context, conn *pgx.Conn, tx *handlerTx, run func(context.Context, pgx.Tx) (R, error), out *idem.Outbox) (result R, err error) {
 	defer func() {
 		tx.s.ended = true
 		if out != nil {
-			out.closed = true
+			link.OutboxBuffer(out).Closed = true
 		}
 		if p := recover(); p != nil {
-			rollback(ctx, conn)
+			pgutil.Rollback(ctx, conn)
 			panic(p)
 		}
 		if tx.s.escaped != nil {
@@ -47,7 +51,7 @@ func runBeforeCommit(ctx context.Context, conn *pgx.Conn, tx pgx.Tx, hook func(c
 	defer func() {
 		htx.s.ended = true
 		if p := recover(); p != nil {
-			rollback(ctx, conn)
+			pgutil.Rollback(ctx, conn)
 			panic(p)
 		}
 		if htx.s.escaped != nil {

@@ -1,7 +1,6 @@
-package idem
+package idemimpl
 
 import (
-	"encoding/hex"
 	"fmt"
 	"strconv"
 	"strings"
@@ -9,6 +8,9 @@ import (
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/idem/internal/pgutil"
 )
 
 // Table describes one consumer's inbox table: how a message's key is taken
@@ -52,7 +54,7 @@ func keyText(part any) string {
 	case string:
 		return v
 	case [16]byte:
-		return formatUUID(v)
+		return pgutil.FormatUUID(v)
 	case int64:
 		return strconv.FormatInt(v, 10)
 	case uint64:
@@ -74,11 +76,6 @@ func param(v any) any {
 	return v
 }
 
-// MaxKeyBytes bounds the total size of a key's string parts. PostgreSQL cannot
-// index a B-tree entry much larger than 2.7 kB; a longer key is rejected with
-// ErrInvalidKey before anything is written, instead of failing in the index.
-const MaxKeyBytes = 2048
-
 // CheckString validates a string key part: not empty, valid UTF-8, no NUL byte
 // (PostgreSQL text cannot hold one), at most MaxKeyBytes long.
 //
@@ -88,8 +85,8 @@ func CheckString(path, v string) error {
 	switch {
 	case v == "":
 		return InvalidKey(path, "is empty")
-	case len(v) > MaxKeyBytes:
-		return InvalidKey(path, fmt.Sprintf("is %d bytes long, more than %d", len(v), MaxKeyBytes))
+	case len(v) > idem.MaxKeyBytes:
+		return InvalidKey(path, fmt.Sprintf("is %d bytes long, more than %d", len(v), idem.MaxKeyBytes))
 	case !utf8.ValidString(v):
 		return InvalidKey(path, "is not valid UTF-8")
 	case strings.IndexByte(v, 0) >= 0:
@@ -154,45 +151,18 @@ func checkKeySize(fields []string, key []any) error {
 			total += len(s)
 		}
 	}
-	if total > MaxKeyBytes {
-		return InvalidKey(strings.Join(fields, ","), fmt.Sprintf("together are %d bytes long, more than %d", total, MaxKeyBytes))
+	if total > idem.MaxKeyBytes {
+		return InvalidKey(strings.Join(fields, ","), fmt.Sprintf("together are %d bytes long, more than %d", total, idem.MaxKeyBytes))
 	}
 	return nil
 }
 
-// formatKey renders key parts as Field=value pairs for errors and logs.
-func formatKey(fields []string, key []any) string {
-	var b strings.Builder
-	for i, part := range key {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		if i < len(fields) {
-			b.WriteString(fields[i])
-			b.WriteByte('=')
-		}
-		switch v := part.(type) {
-		case string:
-			b.WriteString(strconv.Quote(v))
-		case [16]byte:
-			b.WriteString(formatUUID(v))
-		default:
-			fmt.Fprint(&b, v)
-		}
-	}
-	return b.String()
-}
-
-func formatUUID(u [16]byte) string {
-	var buf [36]byte
-	hex.Encode(buf[0:8], u[0:4])
-	buf[8] = '-'
-	hex.Encode(buf[9:13], u[4:6])
-	buf[13] = '-'
-	hex.Encode(buf[14:18], u[6:8])
-	buf[18] = '-'
-	hex.Encode(buf[19:23], u[8:10])
-	buf[23] = '-'
-	hex.Encode(buf[24:], u[10:])
-	return string(buf[:])
+// InvalidKey returns an error wrapping ErrInvalidKey for the key part at path
+// (a Go field path such as "Meta.ID").
+//
+// For generated code: the key functions of generated Tables return it. To
+// have a message dead-lettered from a handler, return an error wrapping
+// ErrUndecodablePayload (or ErrInvalidKey) with fmt.Errorf.
+func InvalidKey(path, reason string) error {
+	return fmt.Errorf("%w: %s %s", idem.ErrInvalidKey, path, reason)
 }

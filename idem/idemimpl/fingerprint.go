@@ -1,4 +1,4 @@
-package idem
+package idemimpl
 
 import (
 	"bytes"
@@ -15,6 +15,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/idemgen/idemgen/idem"
 )
 
 // The payload fingerprint stored in an inbox row records the scheme that
@@ -68,7 +70,7 @@ const (
 func fingerprint(msg any) ([]byte, error) {
 	out := make([]byte, 1, fingerprintLen)
 	out[0] = fingerprintV1
-	if f, ok := msg.(Fingerprinter); ok {
+	if f, ok := msg.(idem.Fingerprinter); ok {
 		sum := sha256.Sum256(f.IdemFingerprint())
 		return append(out, sum[:]...), nil
 	}
@@ -76,7 +78,7 @@ func fingerprint(msg any) ([]byte, error) {
 	defer encStates.Put(e)
 	e.reset()
 	if err := e.value(reflect.ValueOf(msg)); err != nil {
-		return nil, fmt.Errorf("%w: fingerprint the message: %w", ErrUnencodable, err)
+		return nil, fmt.Errorf("%w: fingerprint the message: %w", idem.ErrUnencodable, err)
 	}
 	return e.sum(out), nil
 }

@@ -1,9 +1,15 @@
-package idem
+package idemimpl
 
 import (
 	"context"
 	"fmt"
+
 	"time"
+
+	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/idem/internal/config"
+	"github.com/idemgen/idemgen/idem/internal/link"
+	"github.com/idemgen/idemgen/idem/internal/pgutil"
 )
 
 // consumerOf is what an inbox of every mode knows of its consumer: the name
@@ -25,21 +31,19 @@ type consumerOf[M any] struct {
 	wait time.Duration
 }
 
-func newConsumerOf[M any](o options, name string, fields []string, key func(M) ([]any, error)) consumerOf[M] {
+func newConsumerOf[M any](o config.Options, name string, fields []string, key func(M) ([]any, error)) consumerOf[M] {
 	return consumerOf[M]{name: name, fields: fields, key: key, ob: newObserver(o, name)}
 }
 
 // fail is the *Error of a delivery of key (nil when the key could not be
 // taken apart); serialization failures and deadlocks are retryable.
 func (c *consumerOf[M]) fail(key []any, err error) error {
-	return inProgress(newError(c.name, c.fields, key, err), c.wait)
+	return link.InProgress(newError(c.name, c.fields, key, err), c.wait)
 }
 
 // retryable is fail, marked retryable (errors.Is(err, ErrRetryable)).
 func (c *consumerOf[M]) retryable(key []any, err error) error {
-	e := c.fail(key, err).(*Error)
-	e.retryable = true
-	return e
+	return link.InProgress(newErrorOf(c.name, c.fields, key, err, true), c.wait)
 }
 
 // keyText is the key of msg as the log record shows it (keyTextOf), and for
@@ -48,14 +52,14 @@ func (c *consumerOf[M]) keyText(msg M, err error) (key, idemKey string) {
 	key = keyTextOf(c.fields, c.key, msg, err)
 	if c.external && key != "" {
 		if parts, kerr := c.key(msg); kerr == nil {
-			idemKey = ExternalKey(c.name, parts)
+			idemKey = idem.ExternalKey(c.name, parts)
 		}
 	}
 	return key, idemKey
 }
 
 // handle runs one delivery of msg through run and observes it (observe).
-func handle[M, R any](ctx context.Context, c *consumerOf[M], msg M, run func(claimAttempt *int) (R, Outcome, error)) (R, Outcome, error) {
+func handle[M, R any](ctx context.Context, c *consumerOf[M], msg M, run func(claimAttempt *int) (R, idem.Outcome, error)) (R, idem.Outcome, error) {
 	return observe(ctx, &c.ob, msg, func(err error) (string, string) { return c.keyText(msg, err) }, run)
 }
 
@@ -63,10 +67,10 @@ func handle[M, R any](ctx context.Context, c *consumerOf[M], msg M, run func(cla
 // the batch size purgeBatch) until a run deletes less than a batch, so that
 // no statement holds its locks for long, and returns how many rows it
 // deleted; each run is counted in idem.purged under table and kind.
-func purge[M any](ctx context.Context, db DB, c *consumerOf[M], table, kind string, sql string, args []any) (int64, error) {
+func purge[M any](ctx context.Context, db idem.DB, c *consumerOf[M], table, kind string, sql string, args []any) (int64, error) {
 	var total int64
 	for {
-		tag, err := exec(ctx, db, sql, args...)
+		tag, err := pgutil.Exec(ctx, db, sql, args...)
 		c.ob.ins.Purged(ctx, table, kind, tag.RowsAffected())
 		if err != nil {
 			return total, c.fail(nil, fmt.Errorf("idem: purge %s: %w", table, err))

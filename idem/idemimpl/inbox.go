@@ -1,4 +1,4 @@
-package idem
+package idemimpl
 
 import (
 	"context"
@@ -12,49 +12,33 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/idem/internal/link"
 	"github.com/idemgen/idemgen/idem/internal/obs"
+	"github.com/idemgen/idemgen/idem/internal/pgutil"
 )
-
-// None is the result type of handlers that return only an error: their inbox
-// rows store no result.
-//
-// For generated code: it appears in the Inbox type of a generated wrapper
-// whose handler has no result; the wrapper's Handle returns no result.
-type None struct{}
 
 // NoResult adapts a handler that returns only an error to NewInbox.
 //
 // For generated code: the constructor of a generated wrapper calls it.
-func NoResult[M any](handler func(ctx context.Context, tx pgx.Tx, msg M) error) func(context.Context, pgx.Tx, M) (None, error) {
-	return func(ctx context.Context, tx pgx.Tx, msg M) (None, error) {
-		return None{}, handler(ctx, tx, msg)
+func NoResult[M any](handler func(ctx context.Context, tx pgx.Tx, msg M) error) func(context.Context, pgx.Tx, M) (idem.None, error) {
+	return func(ctx context.Context, tx pgx.Tx, msg M) (idem.None, error) {
+		return idem.None{}, handler(ctx, tx, msg)
 	}
-}
-
-// Fingerprinter lets a message type choose the bytes its payload fingerprint is
-// computed from. By default the fingerprint is the SHA-256 of the message's
-// canonical encoding: its fields as encoding/json names them, sorted, with
-// every field at its zero value left out (so that a message type that gains a
-// field keeps its fingerprints while the field is zero). A message that
-// carries fields which differ between deliveries of the same message (a
-// delivery count, a receive time) must leave them out here, or every
-// redelivery would be ErrKeyReused.
-type Fingerprinter interface {
-	IdemFingerprint() []byte
 }
 
 // Inbox runs a handler at most once per key of one consumer, in one
 // transaction with the inbox row that records the key. It is safe for
 // concurrent use; generated wrappers hold one.
 type Inbox[M, R any] struct {
-	db       DB
+	db       idem.DB
 	flightDB any // db, or the Inbox itself when db is not comparable: see flightKey
 	table    Table[M]
 	sql      *inboxSQL // the table's statements
 	handler  func(context.Context, pgx.Tx, M) (R, error)
 	// publishing is the handler of NewPublishingInbox (handler is nil then).
-	publishing func(context.Context, pgx.Tx, *Outbox, M) (R, error)
-	notify     bool // send NOTIFY OutboxChannel with outbox rows (not WithoutNotify)
+	publishing func(context.Context, pgx.Tx, *idem.Outbox, M) (R, error)
+	notify     bool // send NOTIFY idem.OutboxChannel with outbox rows (not WithoutNotify)
 	txOptions  pgx.TxOptions
 	claimWait  time.Duration
 	lockWait   any // the claim's lock_timeout value, boxed once
@@ -67,44 +51,44 @@ type Inbox[M, R any] struct {
 }
 
 // NewInbox returns the Inbox of table that runs handler. db (a
-// *pgxpool.Pool, or any [DB]) must reach the database that holds both the
+// *pgxpool.Pool, or any [idem.DB]) must reach the database that holds both the
 // inbox table and the handler's own tables.
 //
 // NewInbox panics on an option that would make every delivery fail (a claim
 // wait beyond PostgreSQL's lock_timeout range, an unknown isolation level),
 // naming the option, the value and the bound: call it at startup.
-func NewInbox[M, R any](db DB, table Table[M], handler func(ctx context.Context, tx pgx.Tx, msg M) (R, error), opts ...Option) *Inbox[M, R] {
-	in := newInbox[M, R]("idem.NewInbox", db, table, opts)
+func NewInbox[M, R any](db idem.DB, table Table[M], handler func(ctx context.Context, tx pgx.Tx, msg M) (R, error), opts ...idem.Option) *Inbox[M, R] {
+	in := newInbox[M, R]("idemimpl.NewInbox", db, table, opts)
 	in.handler = handler
 	return in
 }
 
 // newInbox is NewInbox without the handler.
-func newInbox[M, R any](constructor string, db DB, table Table[M], opts []Option) *Inbox[M, R] {
+func newInbox[M, R any](constructor string, db idem.DB, table Table[M], opts []idem.Option) *Inbox[M, R] {
 	o := newOptions(constructor, table.Consumer, "tx", txModeOptions, opts)
 	var zero R
-	_, noResult := any(zero).(None)
+	_, noResult := any(zero).(idem.None)
 	in := &Inbox[M, R]{
 		db:        db,
 		flightDB:  db,
 		table:     table,
 		sql:       newInboxSQL(constructor, table, !noResult),
-		notify:    !o.noNotify,
-		txOptions: pgx.TxOptions{IsoLevel: o.isolation},
-		claimWait: o.claimWait,
-		lockWait:  o.lockTimeout(),
+		notify:    !o.NoNotify,
+		txOptions: pgx.TxOptions{IsoLevel: o.Isolation},
+		claimWait: o.ClaimWait,
+		lockWait:  lockTimeout(o.ClaimWait),
 		noResult:  noResult,
-		batchCap:  o.batchCap,
+		batchCap:  o.BatchCap,
 
-		beforeCommit: o.beforeCommit,
+		beforeCommit: o.BeforeCommit,
 		consumerOf:   newConsumerOf(o, table.Consumer, fieldsOf(table.Columns), table.Key),
 	}
 	if in.batchCap == 0 {
-		in.batchCap = DefaultBatchCap
+		in.batchCap = idem.DefaultBatchCap
 	}
 	// A key in progress can be claimed again, at the earliest, once another
 	// claim wait has passed (RetryAfter).
-	in.wait = o.claimWait
+	in.wait = o.ClaimWait
 	if !reflect.ValueOf(db).Comparable() {
 		in.flightDB = in
 	}
@@ -126,14 +110,14 @@ func newInbox[M, R any](constructor string, db DB, table Table[M], opts []Option
 // the outcome unknown: the redelivery resolves it.
 //
 // Each delivery is counted (idem.deliveries, idem.handler.duration) and
-// logged at its outcome's level ([WithMeterProvider], [WithLogger];
+// logged at its outcome's level ([idem.WithMeterProvider], [WithLogger];
 // docs/observability.md), a handler's panic as an error before it goes on
 // up the stack.
-func (in *Inbox[M, R]) Handle(ctx context.Context, msg M) (R, Outcome, error) {
-	return handle(ctx, &in.consumerOf, msg, func(*int) (R, Outcome, error) { return in.handle(ctx, msg) })
+func (in *Inbox[M, R]) Handle(ctx context.Context, msg M) (R, idem.Outcome, error) {
+	return handle(ctx, &in.consumerOf, msg, func(*int) (R, idem.Outcome, error) { return in.handle(ctx, msg) })
 }
 
-func (in *Inbox[M, R]) handle(ctx context.Context, msg M) (R, Outcome, error) {
+func (in *Inbox[M, R]) handle(ctx context.Context, msg M) (R, idem.Outcome, error) {
 	var zero R
 	key, fp, err := identify(msg, in.table.Key, in.fields)
 	if err != nil {
@@ -163,10 +147,10 @@ func (in *Inbox[M, R]) handle(ctx context.Context, msg M) (R, Outcome, error) {
 	switch {
 	case err == nil && claimed && !fresh:
 		// A version as new or newer of the entity was applied already.
-		rollback(ctx, conn)
-		return zero, 0, in.fail(key, ErrStale)
+		pgutil.Rollback(ctx, conn)
+		return zero, 0, in.fail(key, idem.ErrStale)
 	case err == nil && claimed:
-	case err == nil || hasSQLState(err, pgerrcode.SerializationFailure, pgerrcode.DeadlockDetected):
+	case err == nil || pgutil.HasSQLState(err, pgerrcode.SerializationFailure, pgerrcode.DeadlockDetected):
 		// Another delivery holds or held the key. Under REPEATABLE READ and
 		// SERIALIZABLE a conflict with a row committed after our snapshot
 		// is a serialization failure rather than a silent DO NOTHING; either
@@ -184,47 +168,47 @@ func (in *Inbox[M, R]) handle(ctx context.Context, msg M) (R, Outcome, error) {
 			// decides.
 			result, o, err := in.readBack(ctx, conn, key, fp, msg, nil)
 			if errors.Is(err, errRunningRow) {
-				err = in.fail(key, ErrInProgress)
+				err = in.fail(key, idem.ErrInProgress)
 			}
 			return result, o, err
 		}
-	case hasSQLState(err, pgerrcode.LockNotAvailable):
-		rollback(ctx, conn)
-		return zero, 0, in.fail(key, ErrInProgress)
+	case pgutil.HasSQLState(err, pgerrcode.LockNotAvailable):
+		pgutil.Rollback(ctx, conn)
+		return zero, 0, in.fail(key, idem.ErrInProgress)
 	default:
-		rollback(ctx, conn)
+		pgutil.Rollback(ctx, conn)
 		return zero, 0, in.fail(key, fmt.Errorf("idem: claim: %w", err))
 	}
 
-	var out *Outbox
+	var out *idem.Outbox
 	if in.publishing != nil {
-		out = &Outbox{}
+		out = &idem.Outbox{}
 	}
 	result, err := in.call(ctx, conn, newHandlerTx(tx, conn), out, msg)
 	if err != nil {
-		rollback(ctx, conn)
+		pgutil.Rollback(ctx, conn)
 		return zero, 0, in.fail(key, fmt.Errorf("idem: handler: %w", err))
 	}
 	if in.beforeCommit != nil {
 		if err := runBeforeCommit(ctx, conn, tx, in.beforeCommit); err != nil {
-			rollback(ctx, conn)
+			pgutil.Rollback(ctx, conn)
 			return zero, 0, in.fail(key, fmt.Errorf("idem: before commit: %w", err))
 		}
 	}
 	if err := stillInTransaction(conn); err != nil {
-		rollback(ctx, conn)
+		pgutil.Rollback(ctx, conn)
 		return zero, 0, in.fail(key, err)
 	}
 	encoded, err := encodeResult(in.noResult, result)
 	if err != nil {
-		rollback(ctx, conn)
+		pgutil.Rollback(ctx, conn)
 		return zero, 0, in.fail(key, err)
 	}
 	if err := in.complete(ctx, conn, key, encoded, out); err != nil {
-		rollback(ctx, conn)
+		pgutil.Rollback(ctx, conn)
 		return zero, 0, in.fail(key, err)
 	}
-	return result, Processed, nil
+	return result, idem.Processed, nil
 }
 
 // claim begins the transaction and claims the key, in one round trip. It
@@ -235,7 +219,7 @@ func (in *Inbox[M, R]) handle(ctx context.Context, msg M) (R, Outcome, error) {
 func (in *Inbox[M, R]) claim(ctx context.Context, conn *pgx.Conn, key []any, fp []byte, lockWait any, order []any) (tx pgx.Tx, claimed, fresh bool, err error) {
 	// The claim statement bounds its own wait with lock_timeout and
 	// restores the session's value before it returns (see claimSQL in statements.go).
-	b := newBatch(2)
+	b := pgutil.NewBatch(2)
 	b.BeginTx(in.txOptions)
 	q := in.sql.claim(key, fp, lockWait, order)
 	b.Queue(q.sql, q.args...)
@@ -255,7 +239,7 @@ func (in *Inbox[M, R]) claim(ctx context.Context, conn *pgx.Conn, key []any, fp 
 // delivery took it over and finished first; err is ErrInProgress when that
 // one is still at it after the claim wait.
 func (in *Inbox[M, R]) takeOver(ctx context.Context, conn *pgx.Conn, key []any, fp []byte, lockWait any) (tx pgx.Tx, took bool, err error) {
-	b := newBatch(2)
+	b := pgutil.NewBatch(2)
 	b.BeginTx(in.txOptions)
 	q := in.sql.takeOverKey(key, fp, lockWait)
 	b.Queue(q.sql, q.args...)
@@ -268,13 +252,13 @@ func (in *Inbox[M, R]) takeOver(ctx context.Context, conn *pgx.Conn, key []any, 
 	case err == nil && claimed:
 		return br.Tx(), true, nil
 	case err == nil:
-		rollback(ctx, conn)
+		pgutil.Rollback(ctx, conn)
 		return nil, false, nil
-	case hasSQLState(err, pgerrcode.LockNotAvailable, pgerrcode.SerializationFailure, pgerrcode.DeadlockDetected):
-		rollback(ctx, conn)
-		return nil, false, in.fail(key, ErrInProgress)
+	case pgutil.HasSQLState(err, pgerrcode.LockNotAvailable, pgerrcode.SerializationFailure, pgerrcode.DeadlockDetected):
+		pgutil.Rollback(ctx, conn)
+		return nil, false, in.fail(key, idem.ErrInProgress)
 	default:
-		rollback(ctx, conn)
+		pgutil.Rollback(ctx, conn)
 		return nil, false, in.fail(key, fmt.Errorf("idem: take over the key's running row: %w", err))
 	}
 }
@@ -296,7 +280,7 @@ func readClaim(br pgx.BatchResults) (claimed, fresh bool, err error) {
 }
 
 // call runs the handler, with out for a publishing one (see callHandler).
-func (in *Inbox[M, R]) call(ctx context.Context, conn *pgx.Conn, tx *handlerTx, out *Outbox, msg M) (R, error) {
+func (in *Inbox[M, R]) call(ctx context.Context, conn *pgx.Conn, tx *handlerTx, out *idem.Outbox, msg M) (R, error) {
 	return callHandler(ctx, conn, tx, func(ctx context.Context, tx pgx.Tx) (R, error) {
 		if in.publishing != nil {
 			return in.publishing(ctx, tx, out, msg)
@@ -340,16 +324,16 @@ func isClaimCheckFailure(err error) bool {
 // has one, where the connection is still in the claim's transaction (else
 // it fails: markDoneSQL), writes the outgoing messages of out (one INSERT,
 // and the NOTIFY unless WithoutNotify), and commits, all in one round trip.
-func (in *Inbox[M, R]) complete(ctx context.Context, conn *pgx.Conn, key []any, result []byte, out *Outbox) error {
-	var msgs []outgoing
+func (in *Inbox[M, R]) complete(ctx context.Context, conn *pgx.Conn, key []any, result []byte, out *idem.Outbox) error {
+	var msgs []link.Message
 	if out != nil {
-		msgs = out.msgs
+		msgs = link.OutboxBuffer(out).Msgs
 	}
-	b := newBatch(4)
+	b := pgutil.NewBatch(4)
 	q := in.sql.markKeyDone(key, result)
 	b.Queue(q.sql, q.args...)
 	notify := len(msgs) > 0 && in.notify
-	if queueOutbox(b, in.table.Consumer, in.fields, [][]any{key}, [][]outgoing{msgs}) > 0 && notify {
+	if queueOutbox(b, in.table.Consumer, in.fields, [][]any{key}, [][]link.Message{msgs}) > 0 && notify {
 		b.Queue(notifyOutbox)
 	}
 	b.Queue("commit")
@@ -372,12 +356,12 @@ func (in *Inbox[M, R]) complete(ctx context.Context, conn *pgx.Conn, key []any, 
 		err = errClaimLost
 	}
 	if err == nil && len(msgs) > 0 {
-		if _, err = br.Exec(); err != nil && !hasSQLState(err, pgerrcode.InFailedSQLTransaction) {
+		if _, err = br.Exec(); err != nil && !pgutil.HasSQLState(err, pgerrcode.InFailedSQLTransaction) {
 			outboxErr = errOutboxInsert(len(msgs), err)
 		}
 		if err == nil && notify {
-			if _, err = br.Exec(); err != nil && !hasSQLState(err, pgerrcode.InFailedSQLTransaction) {
-				outboxErr = fmt.Errorf("idem: NOTIFY %s: %w", OutboxChannel, err)
+			if _, err = br.Exec(); err != nil && !pgutil.HasSQLState(err, pgerrcode.InFailedSQLTransaction) {
+				outboxErr = fmt.Errorf("idem: NOTIFY %s: %w", idem.OutboxChannel, err)
 			}
 		}
 	}
@@ -393,7 +377,7 @@ func (in *Inbox[M, R]) complete(ctx context.Context, conn *pgx.Conn, key []any, 
 		return outboxErr
 	case errors.Is(err, errClaimLost):
 		return err
-	case hasSQLState(err, pgerrcode.InFailedSQLTransaction) || (err == nil && committed.String() == "ROLLBACK"):
+	case pgutil.HasSQLState(err, pgerrcode.InFailedSQLTransaction) || (err == nil && committed.String() == "ROLLBACK"):
 		return errAborted
 	case err != nil:
 		// A failed COMMIT may or may not have committed: the redelivery
@@ -410,16 +394,16 @@ var errRunningRow = errors.New("idem: the key's committed inbox row is running")
 // readBack resolves a claim that this delivery did not win: it rolls back and
 // reads the key's committed row in a fresh snapshot, in one round trip. A
 // committed running row is errRunningRow, for the caller to take over.
-func (in *Inbox[M, R]) readBack(ctx context.Context, conn *pgx.Conn, key []any, fp []byte, msg M, claimErr error) (R, Outcome, error) {
+func (in *Inbox[M, R]) readBack(ctx context.Context, conn *pgx.Conn, key []any, fp []byte, msg M, claimErr error) (R, idem.Outcome, error) {
 	var zero R
 	if conn.PgConn().TxStatus() == txFailed {
 		// A failed claim aborted the transaction, and an aborted transaction
 		// refuses even the Parse of the lookup that pgx may send ahead of
 		// the batch: roll back on its own first. (The claim fails this way
 		// only under REPEATABLE READ or SERIALIZABLE.)
-		rollback(ctx, conn)
+		pgutil.Rollback(ctx, conn)
 	}
-	b := newBatch(2)
+	b := pgutil.NewBatch(2)
 	if conn.PgConn().TxStatus() != txIdle {
 		b.Queue("rollback")
 	}
@@ -449,27 +433,27 @@ func (in *Inbox[M, R]) readBack(ctx context.Context, conn *pgx.Conn, key []any, 
 		}
 		return zero, 0, in.retryable(key, claimErr)
 	case err != nil:
-		rollback(ctx, conn)
+		pgutil.Rollback(ctx, conn)
 		return zero, 0, in.fail(key, fmt.Errorf("idem: read the processed row: %w", err))
 	}
 	switch same, err := sameFingerprint(storedFP, fp); {
 	case err != nil:
 		return zero, 0, in.fail(key, err)
 	case !same:
-		return zero, 0, in.fail(key, ErrKeyReused)
+		return zero, 0, in.fail(key, idem.ErrKeyReused)
 	case status == statusRunning:
 		// Committed, yet running: a handler ended its transaction through
 		// SQL before the row was marked done (a delivery in progress holds
 		// its row uncommitted, and the claim waited for it).
 		return zero, 0, errRunningRow
 	case status != statusDone:
-		return zero, 0, in.fail(key, ErrInProgress)
+		return zero, 0, in.fail(key, idem.ErrInProgress)
 	}
 	result, err := decodeResult[R](in.noResult, stored)
 	if err != nil {
 		return zero, 0, in.fail(key, err)
 	}
-	return result, Duplicate, nil
+	return result, idem.Duplicate, nil
 }
 
 // Purge deletes the inbox rows older than the table's retention, in batches so
@@ -481,46 +465,6 @@ func (in *Inbox[M, R]) Purge(ctx context.Context) (int64, error) {
 	return purge(ctx, in.db, &in.consumerOf, in.table.Name, obs.KindInbox, q.sql, q.args)
 }
 
-// rollbackTimeout bounds the rollback after a failure; it runs even when the
-// caller's context is already cancelled.
-const rollbackTimeout = 5 * time.Second
-
 // commitTimeout bounds the commit round trip, which runs even when the
 // caller's context is cancelled once it was sent (see complete).
 const commitTimeout = 30 * time.Second
-
-// rollback ends the connection's transaction, if it has one. When even that
-// fails the connection's state is unknown, so it is closed: the server rolls
-// back, and the pool discards the connection.
-func rollback(ctx context.Context, conn *pgx.Conn) {
-	if conn.IsClosed() || conn.PgConn().TxStatus() == txIdle {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
-	defer cancel()
-	if _, err := conn.Exec(ctx, "rollback"); err != nil {
-		_ = conn.Close(ctx)
-	}
-}
-
-// newBatch returns a batch with room for n queries, so that queueing them
-// does not grow the slice step by step.
-func newBatch(n int) *pgx.Batch {
-	return &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, n)}
-}
-
-func hasSQLState(err error, codes ...string) bool {
-	if err == nil {
-		return false // without the allocation of pgErr, which escapes
-	}
-	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) {
-		return false
-	}
-	for _, code := range codes {
-		if pgErr.Code == code {
-			return true
-		}
-	}
-	return false
-}

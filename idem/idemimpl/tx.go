@@ -1,4 +1,4 @@
-package idem
+package idemimpl
 
 import (
 	"context"
@@ -7,7 +7,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/idemgen/idemgen/idem/internal/pgutil"
 )
 
 // The transaction status of a connection, as the server reports it in every
@@ -189,7 +190,7 @@ func (t *handlerTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.C
 
 func (t *handlerTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
 	if err := t.before(); err != nil {
-		return errRows{err}, err
+		return pgutil.Fail(err), err
 	}
 	rows, err := t.Tx.Query(ctx, sql, args...)
 	if err != nil {
@@ -201,11 +202,11 @@ func (t *handlerTx) Query(ctx context.Context, sql string, args ...any) (pgx.Row
 
 func (t *handlerTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 	if err := t.before(); err != nil {
-		return errRows{err}
+		return pgutil.Fail(err)
 	}
 	rows, err := t.Query(ctx, sql, args...)
 	if err != nil {
-		return errRows{err}
+		return pgutil.Fail(err)
 	}
 	return checkedRow{rows.(*checkedRows)}
 }
@@ -296,17 +297,3 @@ func stillInTransaction(conn *pgx.Conn) error {
 
 // errOutsideBeforeCommit is what stillInTransaction reports.
 var errOutsideBeforeCommit = errors.New("idem: the connection was outside the inbox's transaction before the commit: the handler ended it through SQL sent around its Tx (through tx.Conn()); nothing was committed by the inbox")
-
-// errRows is what Query and QueryRow return once the Tx refuses statements.
-type errRows struct{ err error }
-
-func (errRows) Close()                                       {}
-func (r errRows) Err() error                                 { return r.err }
-func (errRows) CommandTag() pgconn.CommandTag                { return pgconn.CommandTag{} }
-func (errRows) FieldDescriptions() []pgconn.FieldDescription { return nil }
-func (errRows) Next() bool                                   { return false }
-func (r errRows) Scan(...any) error                          { return r.err }
-func (r errRows) Values() ([]any, error)                     { return nil, r.err }
-func (errRows) RawValues() [][]byte                          { return nil }
-func (errRows) Conn() *pgx.Conn                              { return nil }
-func (errRows) TypeMap() *pgtype.Map                         { return nil }

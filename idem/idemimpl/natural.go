@@ -1,4 +1,4 @@
-package idem
+package idemimpl
 
 import (
 	"context"
@@ -8,6 +8,9 @@ import (
 
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/idem/internal/pgutil"
 )
 
 // NaturalTable describes a mode=natural consumer: it records nothing, so it
@@ -37,7 +40,7 @@ const NaturalAttempts = 10
 // running it again leaves the state as one run did. It is safe for
 // concurrent use; generated wrappers hold one.
 type NaturalInbox[M, R any] struct {
-	db           DB
+	db           idem.DB
 	table        NaturalTable[M]
 	handler      func(context.Context, pgx.Tx, M) (R, error)
 	txOptions    pgx.TxOptions
@@ -51,16 +54,16 @@ type NaturalInbox[M, R any] struct {
 // retries make that cheap), WithBeforeCommit, WithLogger, WithMeterProvider;
 // it panics on any other, naming it (a natural consumer claims nothing, so
 // has no claim wait, and publishes nothing).
-func NewNaturalInbox[M, R any](db DB, table NaturalTable[M], handler func(ctx context.Context, tx pgx.Tx, msg M) (R, error), opts ...Option) *NaturalInbox[M, R] {
-	o := newOptions("idem.NewNaturalInbox", table.Consumer, "natural", naturalModeOptions, opts)
+func NewNaturalInbox[M, R any](db idem.DB, table NaturalTable[M], handler func(ctx context.Context, tx pgx.Tx, msg M) (R, error), opts ...idem.Option) *NaturalInbox[M, R] {
+	o := newOptions("idemimpl.NewNaturalInbox", table.Consumer, "natural", naturalModeOptions, opts)
 	return &NaturalInbox[M, R]{db: db, table: table, handler: handler,
-		txOptions: pgx.TxOptions{IsoLevel: o.isolation}, beforeCommit: o.beforeCommit,
+		txOptions: pgx.TxOptions{IsoLevel: o.Isolation}, beforeCommit: o.BeforeCommit,
 		consumerOf: newConsumerOf(o, table.Consumer, table.KeyFields, table.Key)}
 }
 
 // Deliver is Handle with the result dropped: it makes a NaturalInbox a
 // Handler of M.
-func (in *NaturalInbox[M, R]) Deliver(ctx context.Context, msg M) (Outcome, error) {
+func (in *NaturalInbox[M, R]) Deliver(ctx context.Context, msg M) (idem.Outcome, error) {
 	_, o, err := in.Handle(ctx, msg)
 	return o, err
 }
@@ -71,13 +74,13 @@ func (in *NaturalInbox[M, R]) Deliver(ctx context.Context, msg M) (Outcome, erro
 // ErrRetryable)); any other error is the handler's, and nothing committed.
 //
 // Each delivery is counted (idem.deliveries, idem.handler.duration) and
-// logged at its outcome's level, as in every mode ([WithMeterProvider],
-// [WithLogger]; docs/observability.md).
-func (in *NaturalInbox[M, R]) Handle(ctx context.Context, msg M) (R, Outcome, error) {
-	return handle(ctx, &in.consumerOf, msg, func(*int) (R, Outcome, error) { return in.handle(ctx, msg) })
+// logged at its outcome's level, as in every mode ([idem.WithMeterProvider],
+// [idem.WithLogger]; docs/observability.md).
+func (in *NaturalInbox[M, R]) Handle(ctx context.Context, msg M) (R, idem.Outcome, error) {
+	return handle(ctx, &in.consumerOf, msg, func(*int) (R, idem.Outcome, error) { return in.handle(ctx, msg) })
 }
 
-func (in *NaturalInbox[M, R]) handle(ctx context.Context, msg M) (R, Outcome, error) {
+func (in *NaturalInbox[M, R]) handle(ctx context.Context, msg M) (R, idem.Outcome, error) {
 	var zero R
 	key, err := validKey(msg, in.table.Key, in.table.KeyFields)
 	if err != nil {
@@ -92,9 +95,9 @@ func (in *NaturalInbox[M, R]) handle(ctx context.Context, msg M) (R, Outcome, er
 	for attempt := 1; ; attempt++ {
 		result, err := in.run(ctx, conn, msg)
 		if err == nil {
-			return result, Processed, nil
+			return result, idem.Processed, nil
 		}
-		retry := hasSQLState(err, pgerrcode.SerializationFailure, pgerrcode.DeadlockDetected)
+		retry := pgutil.HasSQLState(err, pgerrcode.SerializationFailure, pgerrcode.DeadlockDetected)
 		if !retry || attempt == NaturalAttempts || ctx.Err() != nil || conn.IsClosed() {
 			return zero, 0, in.fail(key, err)
 		}
@@ -117,21 +120,21 @@ func (in *NaturalInbox[M, R]) run(ctx context.Context, conn *pgx.Conn, msg M) (R
 	}
 	result, err := callHandler(ctx, conn, newHandlerTx(tx, conn), func(ctx context.Context, tx pgx.Tx) (R, error) { return in.handler(ctx, tx, msg) }, nil)
 	if err != nil {
-		rollback(ctx, conn)
+		pgutil.Rollback(ctx, conn)
 		return zero, fmt.Errorf("idem: handler: %w", err)
 	}
 	if in.beforeCommit != nil {
 		if err := runBeforeCommit(ctx, conn, tx, in.beforeCommit); err != nil {
-			rollback(ctx, conn)
+			pgutil.Rollback(ctx, conn)
 			return zero, fmt.Errorf("idem: before commit: %w", err)
 		}
 	}
 	if err := stillInTransaction(conn); err != nil {
-		rollback(ctx, conn)
+		pgutil.Rollback(ctx, conn)
 		return zero, err
 	}
 	if err := ctx.Err(); err != nil {
-		rollback(ctx, conn)
+		pgutil.Rollback(ctx, conn)
 		return zero, fmt.Errorf("idem: %w before the commit; the transaction was rolled back", err)
 	}
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
@@ -139,7 +142,7 @@ func (in *NaturalInbox[M, R]) run(ctx context.Context, conn *pgx.Conn, msg M) (R
 	tag, err := conn.Exec(cctx, "commit")
 	switch {
 	case err != nil:
-		rollback(ctx, conn)
+		pgutil.Rollback(ctx, conn)
 		return zero, fmt.Errorf("idem: commit: %w", err)
 	case tag.String() == "ROLLBACK":
 		return zero, errAborted

@@ -1,10 +1,12 @@
-package idem
+package idemimpl
 
 import (
 	"bytes"
 	"errors"
 	"math"
 	"testing"
+
+	"github.com/idemgen/idemgen/idem"
 )
 
 type messageBody struct {
@@ -24,7 +26,7 @@ func TestMessageFingerprint(t *testing.T) {
 		}
 		return b
 	}
-	first := Message[messageBody]{ID: "m-1", Body: messageBody{OrderID: "o-1", Amount: 5}, Attempt: 1}
+	first := idem.Message[messageBody]{ID: "m-1", Body: messageBody{OrderID: "o-1", Amount: 5}, Attempt: 1}
 	redelivered := first
 	redelivered.Attempt = 4
 	redelivered.Headers = map[string]string{"x-delivery-count": "3", "traceparent": "00-abc"}
@@ -39,7 +41,7 @@ func TestMessageFingerprint(t *testing.T) {
 	otherID.ID = "m-2"
 	otherBody := first
 	otherBody.Body.Amount = 6
-	for name, m := range map[string]Message[messageBody]{"another ID": otherID, "another body": otherBody} {
+	for name, m := range map[string]idem.Message[messageBody]{"another ID": otherID, "another body": otherBody} {
 		if bytes.Equal(fp(t, first), fp(t, m)) {
 			t.Errorf("%s: same fingerprint as the first message", name)
 		}
@@ -53,7 +55,7 @@ func TestMessageFingerprint(t *testing.T) {
 
 	nan := first
 	nan.Body.Amount = math.NaN()
-	if _, err := fingerprint(nan); !errors.Is(err, ErrUnencodable) {
+	if _, err := fingerprint(nan); !errors.Is(err, idem.ErrUnencodable) {
 		t.Errorf("a NaN in the body: %v; want ErrUnencodable", err)
 	}
 }

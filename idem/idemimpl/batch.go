@@ -1,4 +1,4 @@
-package idem
+package idemimpl
 
 import (
 	"bytes"
@@ -10,47 +10,19 @@ import (
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/idem/internal/link"
+	"github.com/idemgen/idemgen/idem/internal/pgutil"
 )
 
-// DefaultBatchCap is how many messages one HandleBatch transaction holds at
-// most, by default: a longer batch is split into transactions of that many.
-const DefaultBatchCap = 100
-
-// WithBatchCap bounds how many messages one HandleBatch transaction holds
-// (DefaultBatchCap when not given, or given 0): a longer batch is handled as
-// several transactions, in order. The cap bounds how long the transaction
-// holds its row locks and how much a failing handler costs (the batch falls
-// back to one transaction per message). NewInbox panics on a negative cap.
-func WithBatchCap(n int) Option {
-	return func(o *options) { o.batchCap = n; o.given |= optBatchCap }
-}
-
-// Result is the outcome of one message of a batch (HandleBatch): what Handle
-// would have returned for it. Ack the message exactly when Err is nil.
-type Result[R any] struct {
-	Value   R
-	Outcome Outcome
-	Err     error
-}
-
-// BatchHandler is a [Handler] that also delivers many messages at once, as
-// broker adapters do with what their broker hands them together (a
-// JetStream fetch, a Kafka poll, a RabbitMQ prefetch): DeliverBatch returns
-// one Result per message, in input order, and each message is acked or
-// nacked by its own (ActionFor(r.Err)). Every generated tx-mode wrapper and
-// every [Inbox] satisfy it.
-type BatchHandler[M any] interface {
-	Handler[M]
-	DeliverBatch(ctx context.Context, msgs []M) []Result[None]
-}
-
 // DeliverBatch is HandleBatch with the results dropped: it makes an Inbox a
-// [BatchHandler] of M.
-func (in *Inbox[M, R]) DeliverBatch(ctx context.Context, msgs []M) []Result[None] {
+// [idem.BatchHandler] of M.
+func (in *Inbox[M, R]) DeliverBatch(ctx context.Context, msgs []M) []idem.Result[idem.None] {
 	results, _ := in.HandleBatch(ctx, msgs)
-	out := make([]Result[None], len(results))
+	out := make([]idem.Result[idem.None], len(results))
 	for i, r := range results {
-		out[i] = Result[None]{Outcome: r.Outcome, Err: r.Err}
+		out[i] = idem.Result[idem.None]{Outcome: r.Outcome, Err: r.Err}
 	}
 	return out
 }
@@ -81,8 +53,8 @@ func (in *Inbox[M, R]) DeliverBatch(ctx context.Context, msgs []M) []Result[None
 // could be tried at all (no connection could be acquired, the context was
 // done): every Result then holds it too. Each message is counted and logged
 // as a delivery of its own.
-func (in *Inbox[M, R]) HandleBatch(ctx context.Context, msgs []M) ([]Result[R], error) {
-	results := make([]Result[R], len(msgs))
+func (in *Inbox[M, R]) HandleBatch(ctx context.Context, msgs []M) ([]idem.Result[R], error) {
+	results := make([]idem.Result[R], len(msgs))
 	var first error
 	failed := 0
 	for start := 0; start < len(msgs); start += in.batchCap {
@@ -104,7 +76,7 @@ func (in *Inbox[M, R]) HandleBatch(ctx context.Context, msgs []M) ([]Result[R], 
 type batch[M, R any] struct {
 	in      *Inbox[M, R]
 	msgs    []M
-	results []Result[R]
+	results []idem.Result[R]
 	start   time.Time
 
 	keys    [][]any
@@ -119,7 +91,7 @@ type batch[M, R any] struct {
 
 // handleBatch fills results for msgs, at most batchCap of them. It returns
 // an error only when no message could be tried (every result holds it).
-func (in *Inbox[M, R]) handleBatch(ctx context.Context, msgs []M, results []Result[R]) error {
+func (in *Inbox[M, R]) handleBatch(ctx context.Context, msgs []M, results []idem.Result[R]) error {
 	b := &batch[M, R]{in: in, msgs: msgs, results: results, start: time.Now(),
 		keys: make([][]any, len(msgs)), fps: make([][]byte, len(msgs)), dupOf: make([]int, len(msgs)), done: make([]bool, len(msgs))}
 	b.prepare()
@@ -154,20 +126,20 @@ func (b *batch[M, R]) prepare() {
 		b.dupOf[i] = -1
 		key, err := validKey(msg, in.table.Key, in.fields)
 		if err != nil {
-			b.decide(context.Background(), i, Result[R]{Err: in.fail(nil, err)})
+			b.decide(context.Background(), i, idem.Result[R]{Err: in.fail(nil, err)})
 			continue
 		}
 		b.keys[i] = key
 		fp, err := fingerprint(msg)
 		if err != nil {
-			b.decide(context.Background(), i, Result[R]{Err: in.fail(key, err)})
+			b.decide(context.Background(), i, idem.Result[R]{Err: in.fail(key, err)})
 			continue
 		}
 		b.fps[i] = fp
 		id := keyID(key)
 		if first, ok := seen[id]; ok {
 			if !bytes.Equal(b.fps[first], fp) {
-				b.decide(context.Background(), i, Result[R]{Err: in.fail(key, ErrKeyReused)})
+				b.decide(context.Background(), i, idem.Result[R]{Err: in.fail(key, idem.ErrKeyReused)})
 				continue
 			}
 			b.dupOf[i] = first
@@ -179,7 +151,7 @@ func (b *batch[M, R]) prepare() {
 }
 
 // decide records message i's outcome and observes it as a delivery.
-func (b *batch[M, R]) decide(ctx context.Context, i int, r Result[R]) {
+func (b *batch[M, R]) decide(ctx context.Context, i int, r idem.Result[R]) {
 	b.results[i] = r
 	b.done[i] = true
 	in, msg := b.in, b.msgs[i]
@@ -195,7 +167,7 @@ func (b *batch[M, R]) copyDuplicates(ctx context.Context) {
 		}
 		r := b.results[first]
 		if r.Err == nil {
-			r.Outcome = Duplicate
+			r.Outcome = idem.Duplicate
 		}
 		b.decide(ctx, i, r)
 	}
@@ -205,7 +177,7 @@ func (b *batch[M, R]) copyDuplicates(ctx context.Context) {
 func (b *batch[M, R]) failAll(ctx context.Context, err error) error {
 	for _, i := range b.primary {
 		if !b.done[i] {
-			b.decide(ctx, i, Result[R]{Err: b.in.fail(b.keys[i], err)})
+			b.decide(ctx, i, idem.Result[R]{Err: b.in.fail(b.keys[i], err)})
 		}
 	}
 	return err
@@ -216,7 +188,7 @@ func (b *batch[M, R]) failAll(ctx context.Context, err error) error {
 func (b *batch[M, R]) oneByOne(ctx context.Context, indexes []int) {
 	for _, i := range indexes {
 		v, o, err := b.in.Handle(ctx, b.msgs[i])
-		b.results[i] = Result[R]{Value: v, Outcome: o, Err: err}
+		b.results[i] = idem.Result[R]{Value: v, Outcome: o, Err: err}
 		b.done[i] = true
 	}
 }
@@ -231,7 +203,7 @@ func (b *batch[M, R]) run(ctx context.Context, conn *pgx.Conn) (retry []int) {
 	}
 
 	// BEGIN and the claim, in one round trip.
-	pb := newBatch(2)
+	pb := pgutil.NewBatch(2)
 	pb.BeginTx(in.txOptions)
 	q := in.sql.batchClaimKeys(keys, fps, in.lockWait)
 	pb.Queue(q.sql, q.args...)
@@ -243,14 +215,14 @@ func (b *batch[M, R]) run(ctx context.Context, conn *pgx.Conn) (retry []int) {
 	tx := br.Tx()
 	switch {
 	case err == nil:
-	case hasSQLState(err, pgerrcode.LockNotAvailable, pgerrcode.SerializationFailure, pgerrcode.DeadlockDetected):
+	case pgutil.HasSQLState(err, pgerrcode.LockNotAvailable, pgerrcode.SerializationFailure, pgerrcode.DeadlockDetected):
 		// A key is held by a concurrent delivery, or the isolation level
 		// refused a row committed after the snapshot: each message on its
 		// own resolves it (ErrInProgress, Duplicate, or processed).
-		rollback(ctx, conn)
+		pgutil.Rollback(ctx, conn)
 		return b.primary
 	default:
-		rollback(ctx, conn)
+		pgutil.Rollback(ctx, conn)
 		b.failAll(ctx, fmt.Errorf("idem: batch claim: %w", err))
 		return nil
 	}
@@ -276,7 +248,7 @@ func (b *batch[M, R]) run(ctx context.Context, conn *pgx.Conn) (retry []int) {
 		}
 		if err := b.lookup(ctx, conn, lost, lostKeys, len(won) == 0); err != nil {
 			// Nothing decided: each message on its own.
-			rollback(ctx, conn)
+			pgutil.Rollback(ctx, conn)
 			return b.primary
 		}
 	}
@@ -287,12 +259,12 @@ func (b *batch[M, R]) run(ctx context.Context, conn *pgx.Conn) (retry []int) {
 	// The handlers, in input order, on the one transaction.
 	values := make([]R, len(won))
 	encoded := make([]string, len(won))
-	var outs []*Outbox
+	var outs []*idem.Outbox
 	if in.publishing != nil {
-		outs = make([]*Outbox, len(won))
+		outs = make([]*idem.Outbox, len(won))
 	}
 	fallback := func() []int {
-		rollback(ctx, conn)
+		pgutil.Rollback(ctx, conn)
 		retry = retry[:0]
 		for _, j := range won {
 			retry = append(retry, b.primary[j])
@@ -301,9 +273,9 @@ func (b *batch[M, R]) run(ctx context.Context, conn *pgx.Conn) (retry []int) {
 	}
 	for k, j := range won {
 		i := b.primary[j]
-		var out *Outbox
+		var out *idem.Outbox
 		if outs != nil {
-			out = &Outbox{}
+			out = &idem.Outbox{}
 			outs[k] = out
 		}
 		v, err := in.call(ctx, conn, newHandlerTx(tx, conn), out, b.msgs[i])
@@ -338,12 +310,12 @@ func (b *batch[M, R]) run(ctx context.Context, conn *pgx.Conn) (retry []int) {
 		// resolve it (Duplicate, or processed).
 		for _, j := range won {
 			i := b.primary[j]
-			b.decide(ctx, i, Result[R]{Err: in.fail(b.keys[i], err)})
+			b.decide(ctx, i, idem.Result[R]{Err: in.fail(b.keys[i], err)})
 		}
 		return nil
 	}
 	for k, j := range won {
-		b.decide(ctx, b.primary[j], Result[R]{Value: values[k], Outcome: Processed})
+		b.decide(ctx, b.primary[j], idem.Result[R]{Value: values[k], Outcome: idem.Processed})
 	}
 	return nil
 }
@@ -381,7 +353,7 @@ func readBatchClaim(br pgx.BatchResults, n int) ([]bool, error) {
 // lookup failed and nothing was decided.
 func (b *batch[M, R]) lookup(ctx context.Context, conn *pgx.Conn, lost []int, keys [][]any, rollbackFirst bool) error {
 	in := b.in
-	pb := newBatch(2)
+	pb := pgutil.NewBatch(2)
 	if rollbackFirst {
 		pb.Queue("rollback")
 	}
@@ -429,27 +401,27 @@ func (b *batch[M, R]) lookup(ctx context.Context, conn *pgx.Conn, lost []int, ke
 		i := b.primary[j]
 		key, r := b.keys[i], rows[k]
 		if !r.found {
-			b.decide(ctx, i, Result[R]{Err: in.retryable(key, errors.New("idem: the claim conflicted with an inbox row that was gone when read back"))})
+			b.decide(ctx, i, idem.Result[R]{Err: in.retryable(key, errors.New("idem: the claim conflicted with an inbox row that was gone when read back"))})
 			continue
 		}
 		switch same, err := sameFingerprint(r.fp, b.fps[i]); {
 		case err != nil:
-			b.decide(ctx, i, Result[R]{Err: in.fail(key, err)})
+			b.decide(ctx, i, idem.Result[R]{Err: in.fail(key, err)})
 		case !same:
-			b.decide(ctx, i, Result[R]{Err: in.fail(key, ErrKeyReused)})
+			b.decide(ctx, i, idem.Result[R]{Err: in.fail(key, idem.ErrKeyReused)})
 		case r.status == statusRunning:
 			// Committed, yet running: a handler ended its transaction
 			// through SQL. Handle takes it over, after the batch.
 			b.running = append(b.running, i)
 		case r.status != statusDone:
-			b.decide(ctx, i, Result[R]{Err: in.fail(key, ErrInProgress)})
+			b.decide(ctx, i, idem.Result[R]{Err: in.fail(key, idem.ErrInProgress)})
 		default:
 			v, err := decodeResult[R](in.noResult, r.stored)
 			if err != nil {
-				b.decide(ctx, i, Result[R]{Err: in.fail(key, err)})
+				b.decide(ctx, i, idem.Result[R]{Err: in.fail(key, err)})
 				continue
 			}
-			b.decide(ctx, i, Result[R]{Value: v, Outcome: Duplicate})
+			b.decide(ctx, i, idem.Result[R]{Value: v, Outcome: idem.Duplicate})
 		}
 	}
 	return nil
@@ -463,15 +435,15 @@ var errBatchRolledBack = errors.New("idem: the batch was rolled back before its 
 // rows, checks that the connection is still in the claim's transaction and
 // commits, in one round trip (see Inbox.complete). errBatchRolledBack:
 // nothing committed; any other error: the COMMIT's outcome is unknown.
-func (b *batch[M, R]) complete(ctx context.Context, conn *pgx.Conn, keys [][]any, results []string, outs []*Outbox) error {
+func (b *batch[M, R]) complete(ctx context.Context, conn *pgx.Conn, keys [][]any, results []string, outs []*idem.Outbox) error {
 	in := b.in
-	pb := newBatch(5)
+	pb := pgutil.NewBatch(5)
 	q := in.sql.batchCompleteKeys(keys, results)
 	pb.Queue(q.sql, q.args...)
-	msgs := make([][]outgoing, len(outs))
+	msgs := make([][]link.Message, len(outs))
 	for k, out := range outs {
 		if out != nil {
-			msgs[k] = out.msgs
+			msgs[k] = link.OutboxBuffer(out).Msgs
 		}
 	}
 	published := queueOutbox(pb, in.table.Consumer, in.fields, keys, msgs)
@@ -508,7 +480,7 @@ func (b *batch[M, R]) complete(ctx context.Context, conn *pgx.Conn, keys [][]any
 	}
 	switch {
 	case err != nil && before:
-		rollback(ctx, conn)
+		pgutil.Rollback(ctx, conn)
 		return fmt.Errorf("%w: %w", errBatchRolledBack, err)
 	case err == nil && committed.String() == "ROLLBACK":
 		return errBatchRolledBack // a handler's failed statement aborted it

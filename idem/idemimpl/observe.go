@@ -1,4 +1,4 @@
-package idem
+package idemimpl
 
 import (
 	"context"
@@ -6,7 +6,11 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/idem/internal/config"
+	"github.com/idemgen/idemgen/idem/internal/link"
 	"github.com/idemgen/idemgen/idem/internal/obs"
+	"github.com/idemgen/idemgen/idem/internal/pgutil"
 )
 
 // observer records the deliveries of one consumer: a count and a duration
@@ -17,38 +21,32 @@ type observer struct {
 	log *slog.Logger
 }
 
-func newObserver(o options, consumer string) observer {
-	ins := obs.New(o.meter)
-	return observer{ins: ins, c: ins.Consumer(consumer), log: o.loggerOrDefault()}
+func newObserver(o config.Options, consumer string) observer {
+	ins := obs.New(o.Meter)
+	return observer{ins: ins, c: ins.Consumer(consumer), log: loggerOrDefault(o)}
 }
 
 // outcomeOf names what a delivery came to, for the metrics and the log.
-func outcomeOf(o Outcome, err error) obs.Outcome {
+func outcomeOf(o idem.Outcome, err error) obs.Outcome {
 	switch {
-	case err == nil && o == Duplicate:
+	case err == nil && o == idem.Duplicate:
 		return obs.Duplicate
 	case err == nil:
 		return obs.Processed
-	case errors.Is(err, ErrClaimLost), errors.Is(err, errClaimLost):
+	case errors.Is(err, idem.ErrClaimLost), errors.Is(err, errClaimLost):
 		return obs.ClaimLost
-	case errors.Is(err, ErrInProgress):
+	case errors.Is(err, idem.ErrInProgress):
 		return obs.InProgress
-	case errors.Is(err, ErrKeyReused):
+	case errors.Is(err, idem.ErrKeyReused):
 		return obs.KeyReused
-	case errors.Is(err, ErrInvalidKey):
+	case errors.Is(err, idem.ErrInvalidKey):
 		return obs.InvalidKey
-	case errors.Is(err, ErrStale):
+	case errors.Is(err, idem.ErrStale):
 		return obs.Stale
 	default:
 		return obs.Error
 	}
 }
-
-// attempter is implemented by Message[T]: the broker's delivery attempt,
-// for the log record.
-type attempter interface{ deliveryAttempt() int }
-
-func (m Message[T]) deliveryAttempt() int { return m.Attempt }
 
 // errPanicked is what the log record of a delivery whose handler panicked
 // says (the panic's value, which may hold a payload, is not logged; the
@@ -59,7 +57,7 @@ var errPanicked = errors.New("idem: the handler panicked")
 // for mode=external the idempotency key) for the log record; it, like the boxing of msg for its attempt, runs only when
 // the record is logged, so that a delivery whose record the logger's level
 // leaves out costs the two measurements alone.
-func observeDelivery[M any](ctx context.Context, ob *observer, msg M, o Outcome, err error, d time.Duration, claimAttempt int, keyText func() (key, idemKey string)) {
+func observeDelivery[M any](ctx context.Context, ob *observer, msg M, o idem.Outcome, err error, d time.Duration, claimAttempt int, keyText func() (key, idemKey string)) {
 	oc := outcomeOf(o, err)
 	ob.c.Outcome(ctx, oc, d)
 	if !obs.Enabled(ctx, ob.log, oc) {
@@ -67,8 +65,8 @@ func observeDelivery[M any](ctx context.Context, ob *observer, msg M, o Outcome,
 	}
 	rec := obs.Delivery{Consumer: ob.c.Name(), Outcome: oc, ClaimAttempt: claimAttempt, Duration: d, Err: err}
 	rec.Key, rec.IdemKey = keyText()
-	if a, ok := any(msg).(attempter); ok {
-		rec.Attempt = a.deliveryAttempt()
+	if attempt, ok := link.Attempt(msg); ok {
+		rec.Attempt = attempt
 	}
 	obs.Log(ctx, ob.log, rec)
 }
@@ -80,7 +78,7 @@ func observeDelivery[M any](ctx context.Context, ob *observer, msg M, o Outcome,
 // msg and the delivery's error; run sets *claimAttempt to the attempts of a
 // mode=external claim. Every mode's Handle goes through it, so that every
 // mode writes the same record and the same data points per outcome.
-func observe[M, R any](ctx context.Context, ob *observer, msg M, keyText func(err error) (key, idemKey string), run func(claimAttempt *int) (R, Outcome, error)) (result R, o Outcome, err error) {
+func observe[M, R any](ctx context.Context, ob *observer, msg M, keyText func(err error) (key, idemKey string), run func(claimAttempt *int) (R, idem.Outcome, error)) (result R, o idem.Outcome, err error) {
 	start := time.Now()
 	var claimAttempt int
 	observed := false
@@ -99,7 +97,7 @@ func observe[M, R any](ctx context.Context, ob *observer, msg M, keyText func(er
 // Field=value pairs (the *Error's, when err has them), or "" when they cannot
 // be taken from msg.
 func keyTextOf[M any](fields []string, keyOf func(M) ([]any, error), msg M, err error) string {
-	var e *Error
+	var e *idem.Error
 	if errors.As(err, &e) && e.Key != "" {
 		return e.Key
 	}
@@ -107,5 +105,5 @@ func keyTextOf[M any](fields []string, keyOf func(M) ([]any, error), msg M, err 
 	if kerr != nil {
 		return ""
 	}
-	return formatKey(fields, key)
+	return pgutil.FormatKey(fields, key)
 }

@@ -1,4 +1,4 @@
-package idem
+package idemimpl
 
 import (
 	"fmt"
@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/idemgen/idemgen/idem"
 	"github.com/idemgen/idemgen/idem/internal/sqlhook"
 )
 
@@ -601,7 +602,7 @@ func (s *externalSQL) sweepExpired() query {
 // stuckClaims returns idem_key, status, attempts and updated_at of the
 // claims above threshold: the threshold and the limit of the report.
 func (s *externalSQL) stuckClaims(threshold int) query {
-	return query{s.stuck, []any{threshold, StuckLimit}}
+	return query{s.stuck, []any{threshold, idem.StuckLimit}}
 }
 
 // purgeRows deletes one batch of the rows past retain that are not

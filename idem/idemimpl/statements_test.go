@@ -1,4 +1,4 @@
-package idem
+package idemimpl
 
 import (
 	"fmt"
@@ -17,19 +17,19 @@ func TestDeclarationRefused(t *testing.T) {
 		name, want string
 		build      func()
 	}{
-		{"no columns", "idem.NewPublishingInbox (consumer c): the table declares no key columns", func() {
+		{"no columns", "idemimpl.NewPublishingInbox (consumer c): the table declares no key columns", func() {
 			NewPublishingInbox(nil, Table[int]{Consumer: "c", Name: "t", Key: key}, NoResultPublishing[int](nil))
 		}},
-		{"a column without a type", "idem.NewInbox (consumer c): key column 1", func() {
+		{"a column without a type", "idemimpl.NewInbox (consumer c): key column 1", func() {
 			NewInbox(nil, Table[int]{Consumer: "c", Name: "t", Key: key, Columns: []Column{{Field: "ID", Name: "key_id"}}}, NoResult[int](nil))
 		}},
-		{"a guard without its table", "idem.NewInbox (consumer c): a stale-message guard needs Order, Versions and EntityType", func() {
+		{"a guard without its table", "idemimpl.NewInbox (consumer c): a stale-message guard needs Order, Versions and EntityType", func() {
 			NewInbox(nil, Table[int]{Consumer: "c", Name: "t", Key: key, Columns: text, Order: order}, NoResult[int](nil))
 		}},
-		{"external", "idem.NewExternalInbox (consumer c): the table declares no key columns", func() {
+		{"external", "idemimpl.NewExternalInbox (consumer c): the table declares no key columns", func() {
 			NewExternalInbox(nil, ExternalTable[int]{Consumer: "c", Name: "t", Key: key}, NoResultExternal[int](nil))
 		}},
-		{"entity", "idem.NewEntityInbox (consumer c): the table declares no key columns", func() {
+		{"entity", "idemimpl.NewEntityInbox (consumer c): the table declares no key columns", func() {
 			NewEntityInbox(nil, EntityTable[int]{Consumer: "c", Name: "t", Key: key}, NoResult[int](nil), nil)
 		}},
 	} {
@@ -49,7 +49,7 @@ func TestDeclarationRefused(t *testing.T) {
 // of the placeholders after the key; the variants of a nullable key match
 // its NULL parts with IS NULL and number only the others.
 func TestStatementsBuiltOnce(t *testing.T) {
-	s := newInboxSQL("idem.NewInbox", Table[int]{Consumer: "c", Name: `app."order"`, Columns: []Column{
+	s := newInboxSQL("idemimpl.NewInbox", Table[int]{Consumer: "c", Name: `app."order"`, Columns: []Column{
 		{Field: "A", Name: "key_a", Type: "text"},
 		{Field: "B", Name: "key_b", Type: "bigint", Nullable: true},
 	}}, true)

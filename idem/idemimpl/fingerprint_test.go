@@ -1,4 +1,4 @@
-package idem
+package idemimpl
 
 import (
 	"bytes"

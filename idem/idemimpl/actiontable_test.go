@@ -1,4 +1,4 @@
-package idem
+package idemimpl
 
 import (
 	"context"
@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"github.com/jackc/pgerrcode"
+
+	"github.com/idemgen/idemgen/idem"
 )
 
 // actionTableMarker precedes the documentation's table of what the consumer
@@ -54,13 +56,13 @@ func documentedErrors() map[string][]error {
 // a page of docs/, wherever the section lives) and the table's lines.
 func findActionTable(t *testing.T) (string, []string) {
 	t.Helper()
-	pages, err := filepath.Glob("../docs/*.md")
+	pages, err := filepath.Glob("../../docs/*.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	var found []string
 	var table []string
-	for _, path := range append([]string{"../README.md"}, pages...) {
+	for _, path := range append([]string{"../../README.md"}, pages...) {
 		data, err := os.ReadFile(path)
 		if err != nil {
 			t.Fatal(err)
@@ -95,7 +97,7 @@ func findActionTable(t *testing.T) (string, []string) {
 }
 
 // actionNames are the actions as the table writes them.
-var actionNames = map[Action]string{Ack: "`idem.Ack`", Retry: "`idem.Retry`", DeadLetter: "`idem.DeadLetter`"}
+var actionNames = map[idem.Action]string{idem.Ack: "`idem.Ack`", idem.Retry: "`idem.Retry`", idem.DeadLetter: "`idem.DeadLetter`"}
 
 func tableCells(line string) []string {
 	cells := strings.Split(strings.Trim(strings.TrimSpace(line), "|"), "|")
@@ -136,7 +138,7 @@ func TestActionTable(t *testing.T) {
 		}
 		seen[cells[0]] = true
 		for _, err := range errs {
-			if want := actionNames[ActionFor(err)]; cells[column] != want {
+			if want := actionNames[idem.ActionFor(err)]; cells[column] != want {
 				t.Errorf("%s: the row %s says %s, but ActionFor(%v) = %s", path, cells[0], cells[column], err, want)
 			}
 		}

@@ -1,0 +1,46 @@
+package idemimpl
+
+// SupportPackageIsVersion3 names the contract between the idem runtime and
+// the code idemgen generates for it: the names, signatures and meaning of what
+// a generated wrapper calls, embeds and declares ([Table] and [Column], from
+// which the runtime builds the inbox's statements, [NewInbox],
+// [NewPublishingInbox], [Inbox] and its methods, [NoResult],
+// [NoResultPublishing], [InvalidKey], [CheckString], [CheckUUID], [CheckInt];
+// for mode=external [ExternalTable], [NewExternalInbox], [ExternalInbox] and
+// its methods, [NoResultExternal]; for mode=entity [EntityTable],
+// [NewEntityInbox], [NewPublishingEntityInbox], [EntityInbox],
+// [FingerprintColumn], [FingerprintSetting], [MarkerCheckMessage]; for
+// mode=natural [NaturalTable], [NewNaturalInbox], [NaturalInbox]; and of
+// package idem the types they use, idem.DB, idem.Option, idem.None,
+// idem.Outcome, idem.Handler, idem.BatchHandler, idem.Maintained) and of what
+// the generated tests call in idem/idemtest.
+//
+// Every generated idem_gen.go references it in a line of its own,
+//
+//	const _ = idemimpl.SupportPackageIsVersion3
+//
+// as generated gRPC code references grpc.SupportPackageIsVersionN: code
+// generated for another contract than the one of the runtime it is built with
+// fails to compile on that line, with a comment above it that says to
+// regenerate with the idemgen of the same module version as the runtime (go
+// run github.com/idemgen/idemgen/cmd/idemgen, which builds the version go.mod
+// requires), rather than compiling and misbehaving.
+//
+// It is bumped, to SupportPackageIsVersion4 and so on, with the old name
+// removed, whenever a change to this package, to what generated code uses of
+// package idem, or to idemtest would make code generated before it wrong or
+// fail to compile: a field of a table declaration added or whose meaning
+// changes, a function generated code calls that changes its signature or goes
+// away. Changes that code generated before still works with (a new option, a
+// fix inside the protocol) keep the version. idemgen emits the name of the
+// version it generates for, and its golden tests compile what it emits
+// against this package.
+//
+// Version 2: the generated declarations hold no SQL (the runtime builds the
+// statements from the table's name and key columns), and the wrappers embed
+// the runtime's inbox instead of forwarding to it.
+//
+// Version 3: what only generated code calls moved from package idem to this
+// package (idem.SupportPackageIsVersion2 is gone with it), so that package
+// idem documents what users call.
+const SupportPackageIsVersion3 = true
