@@ -49,8 +49,10 @@ var sentinels = []sentinel{
 // actionInbox builds errors exactly as Handle does, through fail and
 // retryable.
 var actionInbox = &Inbox[deliveryForAction, idem.None]{
-	table:      Table[deliveryForAction]{Consumer: "test.action"},
-	consumerOf: consumerOf[deliveryForAction]{name: "test.action", fields: []string{"ID"}},
+	table: Table[deliveryForAction]{Consumer: "test.action"},
+	delivery: delivery[deliveryForAction, idem.None]{
+		consumerOf: consumerOf[deliveryForAction]{name: "test.action", fields: []string{"ID"}},
+	},
 }
 
 type deliveryForAction struct {

@@ -58,9 +58,33 @@ func (c *consumerOf[M]) keyText(msg M, err error) (key, idemKey string) {
 	return key, idemKey
 }
 
-// handle runs one delivery of msg through run and observes it (observe).
-func handle[M, R any](ctx context.Context, c *consumerOf[M], msg M, run func(claimAttempt *int) (R, idem.Outcome, error)) (R, idem.Outcome, error) {
-	return observe(ctx, &c.ob, msg, func(err error) (string, string) { return c.keyText(msg, err) }, run)
+// delivery is what the inbox of every mode embeds: its consumer, and the
+// Handle and Deliver that run the mode's part of a delivery (part) once per
+// message and observe it, so that every mode counts, logs and recovers a
+// delivery the same way. part sets *claimAttempt to the attempts of a
+// mode=external claim.
+type delivery[M, R any] struct {
+	consumerOf[M]
+	part func(ctx context.Context, msg M, claimAttempt *int) (R, idem.Outcome, error)
+}
+
+// Handle delivers msg and returns what the handler returned (or, for a
+// Duplicate, its stored result), the outcome and the error; what the
+// consumer then does with the message is idem.ActionFor(err). Each delivery
+// is counted (idem.deliveries, idem.handler.duration) and logged at its
+// outcome's level (idem.WithMeterProvider, idem.WithLogger;
+// docs/observability.md), a handler's panic as an error before it goes on
+// up the stack. The type's doc says how its mode runs a delivery.
+func (d *delivery[M, R]) Handle(ctx context.Context, msg M) (R, idem.Outcome, error) {
+	return observe(ctx, &d.ob, msg, func(err error) (string, string) { return d.keyText(msg, err) },
+		func(claimAttempt *int) (R, idem.Outcome, error) { return d.part(ctx, msg, claimAttempt) })
+}
+
+// Deliver is Handle with the result dropped: it makes the inbox an
+// [idem.Handler] of M, the form broker adapters take.
+func (d *delivery[M, R]) Deliver(ctx context.Context, msg M) (idem.Outcome, error) {
+	_, o, err := d.Handle(ctx, msg)
+	return o, err
 }
 
 // purge runs a table's purge statement (sql with args: the retention and

@@ -65,6 +65,18 @@ type EntityTable[M any] struct {
 // rolls back and the row's fingerprint, read in a fresh snapshot, decides
 // Duplicate or ErrKeyReused. It is safe for concurrent use; generated
 // wrappers hold one.
+//
+// Handle delivers msg: the handler's insert of the entity row commits with
+// the fingerprint (Processed), or collides with the row of an earlier
+// delivery of the key (Duplicate, with the result read back, or
+// ErrKeyReused when the row records another payload). Any other error of the
+// handler, including a unique violation of another constraint, is returned
+// as the handler's error; nothing was committed. ActionFor(err) says what to
+// do with the message.
+//
+// Each delivery is counted (idem.deliveries, idem.handler.duration) and
+// logged at its outcome's level, as in every mode ([idem.WithMeterProvider],
+// [idem.WithLogger]; docs/observability.md).
 type EntityInbox[M, R any] struct {
 	db         idem.DB
 	table      EntityTable[M]
@@ -76,7 +88,7 @@ type EntityInbox[M, R any] struct {
 	notify     bool
 
 	beforeCommit func(ctx context.Context, tx pgx.Tx) error
-	consumerOf[M]
+	delivery[M, R]
 
 	mu         sync.Mutex
 	constraint string // resolved table.Constraint
@@ -116,39 +128,19 @@ func newEntityInbox[M, R any](constructor string, db idem.DB, table EntityTable[
 	if i := strings.LastIndexByte(name, '.'); i >= 0 {
 		name = name[i+1:]
 	}
-	return &EntityInbox[M, R]{
+	in := &EntityInbox[M, R]{
 		db: db, table: table, result: result, sql: newEntitySQL(constructor, table),
 		txOptions: pgx.TxOptions{IsoLevel: o.Isolation}, notify: !o.NoNotify,
 		beforeCommit: o.BeforeCommit,
-		consumerOf:   newConsumerOf(o, table.Consumer, fieldsOf(table.Columns), table.Key),
+		delivery:     delivery[M, R]{consumerOf: newConsumerOf(o, table.Consumer, fieldsOf(table.Columns), table.Key)},
 		constraint:   table.Constraint,
 		relname:      strings.Trim(name, `"`),
 	}
+	in.part = in.handle
+	return in
 }
 
-// Deliver is Handle with the result dropped: it makes an EntityInbox a
-// Handler of M.
-func (in *EntityInbox[M, R]) Deliver(ctx context.Context, msg M) (idem.Outcome, error) {
-	_, o, err := in.Handle(ctx, msg)
-	return o, err
-}
-
-// Handle delivers msg: the handler's insert of the entity row commits with
-// the fingerprint (Processed), or collides with the row of an earlier
-// delivery of the key (Duplicate, with the result read back, or
-// ErrKeyReused when the row records another payload). Any other error of the
-// handler, including a unique violation of another constraint, is returned
-// as the handler's error; nothing was committed. ActionFor(err) says what to
-// do with the message.
-//
-// Each delivery is counted (idem.deliveries, idem.handler.duration) and
-// logged at its outcome's level, as in every mode ([idem.WithMeterProvider],
-// [idem.WithLogger]; docs/observability.md).
-func (in *EntityInbox[M, R]) Handle(ctx context.Context, msg M) (R, idem.Outcome, error) {
-	return handle(ctx, &in.consumerOf, msg, func(*int) (R, idem.Outcome, error) { return in.handle(ctx, msg) })
-}
-
-func (in *EntityInbox[M, R]) handle(ctx context.Context, msg M) (R, idem.Outcome, error) {
+func (in *EntityInbox[M, R]) handle(ctx context.Context, msg M, _ *int) (R, idem.Outcome, error) {
 	var zero R
 	key, fp, err := identify(msg, in.table.Key, in.fields)
 	if err != nil {

@@ -59,6 +59,27 @@ type ExternalTable[M any] struct {
 // handler runs, and marks the key done with the result only while the claim
 // is still its own. Safe for concurrent use; generated wrappers of
 // mode=external handlers hold one.
+//
+// Handle delivers msg. It claims the key (one autocommit statement), runs
+// the handler with no transaction open and the idempotency key in its
+// context ([idem.KeyFrom]), renews the claim every third of the lease while the
+// handler runs, and stores the result with status done only where the claim
+// is still its own (Processed). A key that is done already is a Duplicate
+// with the stored result, without a call of the handler.
+//
+// Errors are *Error values wrapping ErrInvalidKey, ErrKeyReused,
+// ErrInProgress (another worker's claim is live: retry later; it does not
+// wait), ErrClaimLost (the claim was taken over or reset while the handler
+// ran; its result was discarded), ErrUndecodableResult, ErrUnencodable, the
+// handler's own error (the claim is released for the retry), or a database
+// error. The handler's context is cancelled, with cause ErrClaimLost, as soon
+// as a heartbeat finds the claim lost or cannot renew it before its lease
+// runs out.
+//
+// Each delivery is counted (idem.deliveries, idem.handler.duration; a claim
+// taken over from an expired lease in idem.lease.takeovers) and logged at its
+// outcome's level, with the key parts and the idempotency key
+// ([idem.WithMeterProvider], [WithLogger]; docs/observability.md).
 type ExternalInbox[M, R any] struct {
 	db             idem.DB
 	table          ExternalTable[M]
@@ -69,7 +90,7 @@ type ExternalInbox[M, R any] struct {
 	beforeComplete func(ctx context.Context) error
 
 	sql *externalSQL // the table's statements
-	consumerOf[M]
+	delivery[M, R]
 }
 
 // NewExternalInbox returns the ExternalInbox of table that runs handler.
@@ -99,7 +120,7 @@ func NewExternalInbox[M, R any](db idem.DB, t ExternalTable[M], fn func(ctx cont
 	}
 	var zero R
 	_, noResult := any(zero).(idem.None)
-	return &ExternalInbox[M, R]{
+	x := &ExternalInbox[M, R]{
 		db:             db,
 		table:          t,
 		handler:        fn,
@@ -108,8 +129,10 @@ func NewExternalInbox[M, R any](db idem.DB, t ExternalTable[M], fn func(ctx cont
 		noResult:       noResult,
 		beforeComplete: o.BeforeComplete,
 		sql:            newExternalSQL("idemimpl.NewExternalInbox", t),
-		consumerOf:     externalConsumer(o, t),
+		delivery:       delivery[M, R]{consumerOf: externalConsumer(o, t)},
 	}
+	x.part = x.handle
+	return x
 }
 
 // NoResultExternal adapts a mode=external handler that returns only an
@@ -122,38 +145,7 @@ func NoResultExternal[M any](fn func(ctx context.Context, msg M) error) func(ctx
 	}
 }
 
-// Deliver is Handle with the result dropped: it makes an ExternalInbox a
-// [idem.Handler] of M.
-func (x *ExternalInbox[M, R]) Deliver(ctx context.Context, msg M) (idem.Outcome, error) {
-	_, o, err := x.Handle(ctx, msg)
-	return o, err
-}
-
 var _ idem.Handler[struct{}] = (*ExternalInbox[struct{}, idem.None])(nil)
-
-// Handle delivers msg. It claims the key (one autocommit statement), runs
-// the handler with no transaction open and the idempotency key in its
-// context ([idem.KeyFrom]), renews the claim every third of the lease while the
-// handler runs, and stores the result with status done only where the claim
-// is still its own (Processed). A key that is done already is a Duplicate
-// with the stored result, without a call of the handler.
-//
-// Errors are *Error values wrapping ErrInvalidKey, ErrKeyReused,
-// ErrInProgress (another worker's claim is live: retry later; it does not
-// wait), ErrClaimLost (the claim was taken over or reset while the handler
-// ran; its result was discarded), ErrUndecodableResult, ErrUnencodable, the
-// handler's own error (the claim is released for the retry), or a database
-// error. The handler's context is cancelled, with cause ErrClaimLost, as soon
-// as a heartbeat finds the claim lost or cannot renew it before its lease
-// runs out.
-//
-// Each delivery is counted (idem.deliveries, idem.handler.duration; a claim
-// taken over from an expired lease in idem.lease.takeovers) and logged at its
-// outcome's level, with the key parts and the idempotency key
-// ([idem.WithMeterProvider], [WithLogger]; docs/observability.md).
-func (x *ExternalInbox[M, R]) Handle(ctx context.Context, msg M) (R, idem.Outcome, error) {
-	return handle(ctx, &x.consumerOf, msg, func(claimAttempt *int) (R, idem.Outcome, error) { return x.handle(ctx, msg, claimAttempt) })
-}
 
 // externalConsumer is the consumerOf of a mode=external table: its records
 // carry the idempotency key.

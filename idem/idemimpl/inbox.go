@@ -30,6 +30,25 @@ func NoResult[M any](handler func(ctx context.Context, tx pgx.Tx, msg M) error) 
 // Inbox runs a handler at most once per key of one consumer, in one
 // transaction with the inbox row that records the key. It is safe for
 // concurrent use; generated wrappers hold one.
+//
+// Handle delivers msg: it runs the handler and commits its writes together
+// with the inbox row and, for a publishing inbox, the outbox rows of what it
+// published (Processed), or returns the stored result of an earlier
+// delivery of the same key without calling the handler (Duplicate). What the
+// consumer does with the message is ActionFor(err): Ack when err is nil.
+//
+// Errors are *Error values wrapping ErrInvalidKey, ErrKeyReused,
+// ErrInProgress, ErrStale (a handler with a stale-message guard),
+// ErrUndecodableResult, ErrUnencodable, the handler's own error, or a
+// database error; errors.Is(err, ErrRetryable)
+// reports a serialization failure or deadlock. In every error
+// case nothing was committed, except that an error from COMMIT itself leaves
+// the outcome unknown: the redelivery resolves it.
+//
+// Each delivery is counted (idem.deliveries, idem.handler.duration) and
+// logged at its outcome's level ([idem.WithMeterProvider], [WithLogger];
+// docs/observability.md), a handler's panic as an error before it goes on
+// up the stack.
 type Inbox[M, R any] struct {
 	db       idem.DB
 	flightDB any // db, or the Inbox itself when db is not comparable: see flightKey
@@ -47,7 +66,7 @@ type Inbox[M, R any] struct {
 
 	beforeCommit func(ctx context.Context, tx pgx.Tx) error
 
-	consumerOf[M]
+	delivery[M, R]
 }
 
 // NewInbox returns the Inbox of table that runs handler. db (a
@@ -81,7 +100,7 @@ func newInbox[M, R any](constructor string, db idem.DB, table Table[M], opts []i
 		batchCap:  o.BatchCap,
 
 		beforeCommit: o.BeforeCommit,
-		consumerOf:   newConsumerOf(o, table.Consumer, fieldsOf(table.Columns), table.Key),
+		delivery:     delivery[M, R]{consumerOf: newConsumerOf(o, table.Consumer, fieldsOf(table.Columns), table.Key)},
 	}
 	if in.batchCap == 0 {
 		in.batchCap = idem.DefaultBatchCap
@@ -92,32 +111,11 @@ func newInbox[M, R any](constructor string, db idem.DB, table Table[M], opts []i
 	if !reflect.ValueOf(db).Comparable() {
 		in.flightDB = in
 	}
+	in.part = in.handle
 	return in
 }
 
-// Handle delivers msg: it runs the handler and commits its writes together
-// with the inbox row and, for a publishing inbox, the outbox rows of what it
-// published (Processed), or returns the stored result of an earlier
-// delivery of the same key without calling the handler (Duplicate). What the
-// consumer does with the message is ActionFor(err): Ack when err is nil.
-//
-// Errors are *Error values wrapping ErrInvalidKey, ErrKeyReused,
-// ErrInProgress, ErrStale (a handler with a stale-message guard),
-// ErrUndecodableResult, ErrUnencodable, the handler's own error, or a
-// database error; errors.Is(err, ErrRetryable)
-// reports a serialization failure or deadlock. In every error
-// case nothing was committed, except that an error from COMMIT itself leaves
-// the outcome unknown: the redelivery resolves it.
-//
-// Each delivery is counted (idem.deliveries, idem.handler.duration) and
-// logged at its outcome's level ([idem.WithMeterProvider], [WithLogger];
-// docs/observability.md), a handler's panic as an error before it goes on
-// up the stack.
-func (in *Inbox[M, R]) Handle(ctx context.Context, msg M) (R, idem.Outcome, error) {
-	return handle(ctx, &in.consumerOf, msg, func(*int) (R, idem.Outcome, error) { return in.handle(ctx, msg) })
-}
-
-func (in *Inbox[M, R]) handle(ctx context.Context, msg M) (R, idem.Outcome, error) {
+func (in *Inbox[M, R]) handle(ctx context.Context, msg M, _ *int) (R, idem.Outcome, error) {
 	var zero R
 	key, fp, err := identify(msg, in.table.Key, in.fields)
 	if err != nil {

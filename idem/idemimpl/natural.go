@@ -39,13 +39,22 @@ const NaturalAttempts = 10
 // and is Processed; the generated test (idemtest.NaturalSuite) proves that
 // running it again leaves the state as one run did. It is safe for
 // concurrent use; generated wrappers hold one.
+//
+// Handle runs the handler in a transaction and commits it (Processed). A
+// serialization failure or deadlock is retried, up to NaturalAttempts runs
+// in all, and then returned marked retryable (errors.Is(err,
+// ErrRetryable)); any other error is the handler's, and nothing committed.
+//
+// Each delivery is counted (idem.deliveries, idem.handler.duration) and
+// logged at its outcome's level, as in every mode ([idem.WithMeterProvider],
+// [idem.WithLogger]; docs/observability.md).
 type NaturalInbox[M, R any] struct {
 	db           idem.DB
 	table        NaturalTable[M]
 	handler      func(context.Context, pgx.Tx, M) (R, error)
 	txOptions    pgx.TxOptions
 	beforeCommit func(ctx context.Context, tx pgx.Tx) error
-	consumerOf[M]
+	delivery[M, R]
 }
 
 // NewNaturalInbox returns the NaturalInbox of table that runs handler.
@@ -56,31 +65,14 @@ type NaturalInbox[M, R any] struct {
 // has no claim wait, and publishes nothing).
 func NewNaturalInbox[M, R any](db idem.DB, table NaturalTable[M], handler func(ctx context.Context, tx pgx.Tx, msg M) (R, error), opts ...idem.Option) *NaturalInbox[M, R] {
 	o := newOptions("idemimpl.NewNaturalInbox", table.Consumer, "natural", naturalModeOptions, opts)
-	return &NaturalInbox[M, R]{db: db, table: table, handler: handler,
+	in := &NaturalInbox[M, R]{db: db, table: table, handler: handler,
 		txOptions: pgx.TxOptions{IsoLevel: o.Isolation}, beforeCommit: o.BeforeCommit,
-		consumerOf: newConsumerOf(o, table.Consumer, table.KeyFields, table.Key)}
+		delivery: delivery[M, R]{consumerOf: newConsumerOf(o, table.Consumer, table.KeyFields, table.Key)}}
+	in.part = in.handle
+	return in
 }
 
-// Deliver is Handle with the result dropped: it makes a NaturalInbox a
-// Handler of M.
-func (in *NaturalInbox[M, R]) Deliver(ctx context.Context, msg M) (idem.Outcome, error) {
-	_, o, err := in.Handle(ctx, msg)
-	return o, err
-}
-
-// Handle runs the handler in a transaction and commits it (Processed). A
-// serialization failure or deadlock is retried, up to NaturalAttempts runs
-// in all, and then returned marked retryable (errors.Is(err,
-// ErrRetryable)); any other error is the handler's, and nothing committed.
-//
-// Each delivery is counted (idem.deliveries, idem.handler.duration) and
-// logged at its outcome's level, as in every mode ([idem.WithMeterProvider],
-// [idem.WithLogger]; docs/observability.md).
-func (in *NaturalInbox[M, R]) Handle(ctx context.Context, msg M) (R, idem.Outcome, error) {
-	return handle(ctx, &in.consumerOf, msg, func(*int) (R, idem.Outcome, error) { return in.handle(ctx, msg) })
-}
-
-func (in *NaturalInbox[M, R]) handle(ctx context.Context, msg M) (R, idem.Outcome, error) {
+func (in *NaturalInbox[M, R]) handle(ctx context.Context, msg M, _ *int) (R, idem.Outcome, error) {
 	var zero R
 	key, err := validKey(msg, in.table.Key, in.table.KeyFields)
 	if err != nil {
