@@ -6,6 +6,8 @@ import (
 
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/idemgen/idemgen/idem"
 	"github.com/idemgen/idemgen/idem/internal/config"
 	"github.com/idemgen/idemgen/idem/internal/link"
@@ -59,13 +61,16 @@ func (c *consumerOf[M]) keyText(msg M, err error) (key, idemKey string) {
 }
 
 // delivery is what the inbox of every mode embeds: its consumer, and the
-// Handle and Deliver that run the mode's part of a delivery (part) once per
-// message and observe it, so that every mode counts, logs and recovers a
-// delivery the same way. part sets *claimAttempt to the attempts of a
+// Handle and Deliver that validate a message's key, fingerprint it (unless
+// the mode records nothing: noFingerprint), run the mode's part of the
+// delivery (part) and observe it, once per message, so that every mode
+// refuses, counts, logs and recovers a delivery the same way. part gets the
+// valid key and the fingerprint, and sets *claimAttempt to the attempts of a
 // mode=external claim.
 type delivery[M, R any] struct {
 	consumerOf[M]
-	part func(ctx context.Context, msg M, claimAttempt *int) (R, idem.Outcome, error)
+	part          func(ctx context.Context, msg M, key []any, fp []byte, claimAttempt *int) (R, idem.Outcome, error)
+	noFingerprint bool
 }
 
 // Handle delivers msg and returns what the handler returned (or, for a
@@ -77,7 +82,23 @@ type delivery[M, R any] struct {
 // up the stack. The type's doc says how its mode runs a delivery.
 func (d *delivery[M, R]) Handle(ctx context.Context, msg M) (R, idem.Outcome, error) {
 	return observe(ctx, &d.ob, msg, func(err error) (string, string) { return d.keyText(msg, err) },
-		func(claimAttempt *int) (R, idem.Outcome, error) { return d.part(ctx, msg, claimAttempt) })
+		func(claimAttempt *int) (R, idem.Outcome, error) {
+			key, fp, err := identify(msg, d.key, d.fields, !d.noFingerprint)
+			if err != nil {
+				var zero R
+				return zero, 0, d.fail(key, err)
+			}
+			return d.part(ctx, msg, key, fp, claimAttempt)
+		})
+}
+
+// acquire takes a connection of db for a delivery.
+func acquire(ctx context.Context, db idem.DB) (*pgxpool.Conn, error) {
+	c, err := db.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("idem: acquire a connection: %w", err)
+	}
+	return c, nil
 }
 
 // Deliver is Handle with the result dropped: it makes the inbox an

@@ -140,15 +140,11 @@ func newEntityInbox[M, R any](constructor string, db idem.DB, table EntityTable[
 	return in
 }
 
-func (in *EntityInbox[M, R]) handle(ctx context.Context, msg M, _ *int) (R, idem.Outcome, error) {
+func (in *EntityInbox[M, R]) handle(ctx context.Context, msg M, key []any, fp []byte, _ *int) (R, idem.Outcome, error) {
 	var zero R
-	key, fp, err := identify(msg, in.table.Key, in.fields)
+	pooled, err := acquire(ctx, in.db)
 	if err != nil {
 		return zero, 0, in.fail(key, err)
-	}
-	pooled, err := in.db.Acquire(ctx)
-	if err != nil {
-		return zero, 0, in.fail(key, fmt.Errorf("idem: acquire a connection: %w", err))
 	}
 	defer pooled.Release()
 	conn := pooled.Conn()

@@ -155,14 +155,10 @@ func externalConsumer[M any](o config.Options, t ExternalTable[M]) consumerOf[M]
 	return c
 }
 
-// handle is Handle; it sets *claimAttempt to the attempts of the claim it
-// made, if any.
-func (x *ExternalInbox[M, R]) handle(ctx context.Context, msg M, claimAttempt *int) (R, idem.Outcome, error) {
+// handle is the mode's part of Handle; it sets *claimAttempt to the
+// attempts of the claim it made, if any.
+func (x *ExternalInbox[M, R]) handle(ctx context.Context, msg M, key []any, fp []byte, claimAttempt *int) (R, idem.Outcome, error) {
 	var zero R
-	key, fp, err := identify(msg, x.table.Key, x.fields)
-	if err != nil {
-		return zero, 0, x.fail(key, err)
-	}
 	idemKey := idem.ExternalKey(x.table.Consumer, key)
 
 	for try := 0; ; try++ {

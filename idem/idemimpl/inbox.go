@@ -115,12 +115,8 @@ func newInbox[M, R any](constructor string, db idem.DB, table Table[M], opts []i
 	return in
 }
 
-func (in *Inbox[M, R]) handle(ctx context.Context, msg M, _ *int) (R, idem.Outcome, error) {
+func (in *Inbox[M, R]) handle(ctx context.Context, msg M, key []any, fp []byte, _ *int) (R, idem.Outcome, error) {
 	var zero R
-	key, fp, err := identify(msg, in.table.Key, in.fields)
-	if err != nil {
-		return zero, 0, in.fail(key, err)
-	}
 
 	var order []any
 	if in.table.Order != nil {

@@ -67,20 +67,16 @@ func NewNaturalInbox[M, R any](db idem.DB, table NaturalTable[M], handler func(c
 	o := newOptions("idemimpl.NewNaturalInbox", table.Consumer, "natural", naturalModeOptions, opts)
 	in := &NaturalInbox[M, R]{db: db, table: table, handler: handler,
 		txOptions: pgx.TxOptions{IsoLevel: o.Isolation}, beforeCommit: o.BeforeCommit,
-		delivery: delivery[M, R]{consumerOf: newConsumerOf(o, table.Consumer, table.KeyFields, table.Key)}}
+		delivery: delivery[M, R]{consumerOf: newConsumerOf(o, table.Consumer, table.KeyFields, table.Key), noFingerprint: true}}
 	in.part = in.handle
 	return in
 }
 
-func (in *NaturalInbox[M, R]) handle(ctx context.Context, msg M, _ *int) (R, idem.Outcome, error) {
+func (in *NaturalInbox[M, R]) handle(ctx context.Context, msg M, key []any, _ []byte, _ *int) (R, idem.Outcome, error) {
 	var zero R
-	key, err := validKey(msg, in.table.Key, in.table.KeyFields)
+	pooled, err := acquire(ctx, in.db)
 	if err != nil {
-		return zero, 0, in.fail(nil, err)
-	}
-	pooled, err := in.db.Acquire(ctx)
-	if err != nil {
-		return zero, 0, in.fail(key, fmt.Errorf("idem: acquire a connection: %w", err))
+		return zero, 0, in.fail(key, err)
 	}
 	defer pooled.Release()
 	conn := pooled.Conn()

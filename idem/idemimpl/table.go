@@ -128,13 +128,16 @@ func validKey[M any](msg M, keyOf func(M) ([]any, error), fields []string) ([]an
 	return key, err
 }
 
-// identify returns msg's valid key parts (validKey) and its payload
-// fingerprint: what every mode that records a key needs before it sends
+// identify returns msg's valid key parts (validKey) and, when fingerprinted,
+// its payload fingerprint: what every delivery needs before it sends
 // anything. On an error the key is nil unless the key was valid.
-func identify[M any](msg M, keyOf func(M) ([]any, error), fields []string) ([]any, []byte, error) {
+func identify[M any](msg M, keyOf func(M) ([]any, error), fields []string, fingerprinted bool) ([]any, []byte, error) {
 	key, err := validKey(msg, keyOf, fields)
-	if err != nil {
+	switch {
+	case err != nil:
 		return nil, nil, err
+	case !fingerprinted:
+		return key, nil, nil
 	}
 	fp, err := fingerprint(msg)
 	if err != nil {
