@@ -12,7 +12,6 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/idemgen/idemgen/idem"
-	"github.com/idemgen/idemgen/idem/internal/link"
 	"github.com/idemgen/idemgen/idem/internal/pgutil"
 )
 
@@ -440,27 +439,14 @@ func (b *batch[M, R]) complete(ctx context.Context, conn *pgx.Conn, keys [][]any
 	pb := pgutil.NewBatch(5)
 	q := in.sql.batchCompleteKeys(keys, results)
 	pb.Queue(q.sql, q.args...)
-	msgs := make([][]link.Message, len(outs))
-	for k, out := range outs {
-		if out != nil {
-			msgs[k] = link.OutboxBuffer(out).Msgs
-		}
-	}
-	published := queueOutbox(pb, in.table.Consumer, in.fields, keys, msgs)
-	notify := published > 0 && in.notify
-	if notify {
-		pb.Queue(notifyOutbox)
-	}
+	published, notify := queueOutgoing(pb, in.table.Consumer, in.fields, keys, outs, in.notify)
 	pb.Queue(claimCheck)
-	pb.Queue("commit")
-	if err := ctx.Err(); err != nil {
+	br, done, err := sendCommit(ctx, conn, pb)
+	if err != nil {
 		return fmt.Errorf("%w: %w", errBatchRolledBack, err)
 	}
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
-	defer cancel()
-	br := conn.SendBatch(cctx, pb)
+	defer done()
 	var updated, committed pgconn.CommandTag
-	var err error
 	before := true // err comes from a statement before the COMMIT
 	updated, err = br.Exec()
 	if err == nil && published > 0 {

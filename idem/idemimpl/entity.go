@@ -13,7 +13,6 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/idemgen/idemgen/idem"
-	"github.com/idemgen/idemgen/idem/internal/link"
 	"github.com/idemgen/idemgen/idem/internal/pgutil"
 )
 
@@ -254,31 +253,20 @@ ORDER BY i.indisprimary DESC, c.relname`
 // unrecorded: the check fails and the COMMIT after it rolls back), and
 // commits, in one round trip.
 func (in *EntityInbox[M, R]) commit(ctx context.Context, conn *pgx.Conn, key []any, out *idem.Outbox) error {
-	var msgs []link.Message
-	if out != nil {
-		msgs = link.OutboxBuffer(out).Msgs
-	}
 	b := pgutil.NewBatch(4)
-	if queueOutbox(b, in.table.Consumer, in.fields, [][]any{key}, [][]link.Message{msgs}) > 0 && in.notify {
-		b.Queue(notifyOutbox)
-	}
+	published, notified := queueOutgoing(b, in.table.Consumer, in.fields, [][]any{key}, []*idem.Outbox{out}, in.notify)
 	q := in.sql.checkMarker(key)
 	b.Queue(q.sql, q.args...)
-	b.Queue("commit")
-	if err := ctx.Err(); err != nil {
+	br, done, err := sendCommit(ctx, conn, b)
+	if err != nil {
 		return fmt.Errorf("idem: %w before the commit; the transaction was rolled back", err)
 	}
-	// As in Inbox.complete: once the COMMIT is on its way, the caller's
-	// cancellation must not cut the round trip short.
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
-	defer cancel()
-	br := conn.SendBatch(cctx, b)
-	var err error
-	if len(msgs) > 0 {
+	defer done()
+	if published > 0 {
 		if _, err = br.Exec(); err != nil && !pgutil.HasSQLState(err, pgerrcode.InFailedSQLTransaction) {
-			err = errOutboxInsert(len(msgs), err)
+			err = errOutboxInsert(published, err)
 		}
-		if err == nil && in.notify {
+		if err == nil && notified {
 			_, err = br.Exec()
 		}
 	}

@@ -13,7 +13,6 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/idemgen/idemgen/idem"
-	"github.com/idemgen/idemgen/idem/internal/link"
 	"github.com/idemgen/idemgen/idem/internal/obs"
 	"github.com/idemgen/idemgen/idem/internal/pgutil"
 )
@@ -319,41 +318,25 @@ func isClaimCheckFailure(err error) bool {
 // it fails: markDoneSQL), writes the outgoing messages of out (one INSERT,
 // and the NOTIFY unless WithoutNotify), and commits, all in one round trip.
 func (in *Inbox[M, R]) complete(ctx context.Context, conn *pgx.Conn, key []any, result []byte, out *idem.Outbox) error {
-	var msgs []link.Message
-	if out != nil {
-		msgs = link.OutboxBuffer(out).Msgs
-	}
 	b := pgutil.NewBatch(4)
 	q := in.sql.markKeyDone(key, result)
 	b.Queue(q.sql, q.args...)
-	notify := len(msgs) > 0 && in.notify
-	if queueOutbox(b, in.table.Consumer, in.fields, [][]any{key}, [][]link.Message{msgs}) > 0 && notify {
-		b.Queue(notifyOutbox)
-	}
-	b.Queue("commit")
-	// A cancellation that comes before the commit round trip rolls back: the
-	// outcome is known, nothing committed. Once the COMMIT is on its way, the
-	// caller's cancellation must not cut the round trip short: a COMMIT whose
-	// reply is never read has an unknown outcome, and a consumer that stops
-	// (cancelling its deliveries) would leave a committed message unacked, to
-	// come back as a Duplicate. So the round trip runs to its end, bounded by
-	// commitTimeout instead.
-	if err := ctx.Err(); err != nil {
+	published, notified := queueOutgoing(b, in.table.Consumer, in.fields, [][]any{key}, []*idem.Outbox{out}, in.notify)
+	br, done, err := sendCommit(ctx, conn, b)
+	if err != nil {
 		return fmt.Errorf("idem: %w before the commit; the transaction was rolled back", err)
 	}
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
-	defer cancel()
-	br := conn.SendBatch(cctx, b)
+	defer done()
 	var committed pgconn.CommandTag
-	var err, outboxErr error
+	var outboxErr error
 	if _, err = br.Exec(); isClaimCheckFailure(err) {
 		err = errClaimLost
 	}
-	if err == nil && len(msgs) > 0 {
+	if err == nil && published > 0 {
 		if _, err = br.Exec(); err != nil && !pgutil.HasSQLState(err, pgerrcode.InFailedSQLTransaction) {
-			outboxErr = errOutboxInsert(len(msgs), err)
+			outboxErr = errOutboxInsert(published, err)
 		}
-		if err == nil && notify {
+		if err == nil && notified {
 			if _, err = br.Exec(); err != nil && !pgutil.HasSQLState(err, pgerrcode.InFailedSQLTransaction) {
 				outboxErr = fmt.Errorf("idem: NOTIFY %s: %w", idem.OutboxChannel, err)
 			}

@@ -60,3 +60,39 @@ func runBeforeCommit(ctx context.Context, conn *pgx.Conn, tx pgx.Tx, hook func(c
 	}()
 	return hook(ctx, htx)
 }
+
+// queueOutgoing queues on b, for the commit's round trip, the outbox rows of
+// what the deliveries of keys published (outs[k], nil for a handler without
+// an outbox) and, when notify and there are any, the NOTIFY. It returns how
+// many rows it queued and whether it queued the NOTIFY.
+func queueOutgoing(b *pgx.Batch, consumer string, fields []string, keys [][]any, outs []*idem.Outbox, notify bool) (published int, notified bool) {
+	msgs := make([][]link.Message, len(outs))
+	for k, out := range outs {
+		if out != nil {
+			msgs[k] = link.OutboxBuffer(out).Msgs
+		}
+	}
+	published = queueOutbox(b, consumer, fields, keys, msgs)
+	if published > 0 && notify {
+		b.Queue(notifyOutbox)
+		return published, true
+	}
+	return published, false
+}
+
+// sendCommit queues COMMIT on b and sends the round trip, unless ctx is done
+// already: then nothing is sent, the transaction is to be rolled back and
+// the outcome is known, and it returns ctx's error. Once the COMMIT is on its
+// way, the caller's cancellation must not cut the round trip short: a COMMIT
+// whose reply is never read has an unknown outcome, and a consumer that
+// stops (cancelling its deliveries) would leave a committed message
+// unacked, to come back as a Duplicate. So the round trip runs to its end,
+// bounded by commitTimeout instead; call done when its results are read.
+func sendCommit(ctx context.Context, conn *pgx.Conn, b *pgx.Batch) (br pgx.BatchResults, done context.CancelFunc, err error) {
+	b.Queue("commit")
+	if err := ctx.Err(); err != nil {
+		return nil, nil, err
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
+	return conn.SendBatch(cctx, b), cancel, nil
+}
