@@ -182,14 +182,7 @@ func (in *Inbox[M, R]) handle(ctx context.Context, msg M, key []any, fp []byte, 
 		pgutil.Rollback(ctx, conn)
 		return zero, 0, in.fail(key, fmt.Errorf("idem: handler: %w", err))
 	}
-	if in.beforeCommit != nil {
-		if err := runBeforeCommit(ctx, conn, tx, in.beforeCommit); err != nil {
-			pgutil.Rollback(ctx, conn)
-			return zero, 0, in.fail(key, fmt.Errorf("idem: before commit: %w", err))
-		}
-	}
-	if err := stillInTransaction(conn); err != nil {
-		pgutil.Rollback(ctx, conn)
+	if err := readyToCommit(ctx, conn, tx, in.beforeCommit); err != nil {
 		return zero, 0, in.fail(key, err)
 	}
 	encoded, err := encodeResult(in.noResult, result)

@@ -111,23 +111,19 @@ func (in *NaturalInbox[M, R]) run(ctx context.Context, conn *pgx.Conn, msg M) (R
 		pgutil.Rollback(ctx, conn)
 		return zero, fmt.Errorf("idem: handler: %w", err)
 	}
-	if in.beforeCommit != nil {
-		if err := runBeforeCommit(ctx, conn, tx, in.beforeCommit); err != nil {
-			pgutil.Rollback(ctx, conn)
-			return zero, fmt.Errorf("idem: before commit: %w", err)
-		}
-	}
-	if err := stillInTransaction(conn); err != nil {
-		pgutil.Rollback(ctx, conn)
+	if err := readyToCommit(ctx, conn, tx, in.beforeCommit); err != nil {
 		return zero, err
 	}
-	if err := ctx.Err(); err != nil {
+	br, done, err := sendCommit(ctx, conn, pgutil.NewBatch(1))
+	if err != nil {
 		pgutil.Rollback(ctx, conn)
 		return zero, fmt.Errorf("idem: %w before the commit; the transaction was rolled back", err)
 	}
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
-	defer cancel()
-	tag, err := conn.Exec(cctx, "commit")
+	defer done()
+	tag, err := br.Exec()
+	if closeErr := br.Close(); err == nil {
+		err = closeErr
+	}
 	switch {
 	case err != nil:
 		pgutil.Rollback(ctx, conn)

@@ -2,6 +2,7 @@ package idemimpl
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/jackc/pgx/v5"
 
@@ -95,4 +96,22 @@ func sendCommit(ctx context.Context, conn *pgx.Conn, b *pgx.Batch) (br pgx.Batch
 	}
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
 	return conn.SendBatch(cctx, b), cancel, nil
+}
+
+// readyToCommit runs the WithBeforeCommit hook, if there is one
+// (runBeforeCommit), and checks that the connection is still in the
+// delivery's transaction (stillInTransaction): the last steps before a
+// commit round trip. On an error it rolls back.
+func readyToCommit(ctx context.Context, conn *pgx.Conn, tx pgx.Tx, hook func(context.Context, pgx.Tx) error) error {
+	if hook != nil {
+		if err := runBeforeCommit(ctx, conn, tx, hook); err != nil {
+			pgutil.Rollback(ctx, conn)
+			return fmt.Errorf("idem: before commit: %w", err)
+		}
+	}
+	if err := stillInTransaction(conn); err != nil {
+		pgutil.Rollback(ctx, conn)
+		return err
+	}
+	return nil
 }
