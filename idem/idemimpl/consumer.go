@@ -6,6 +6,7 @@ import (
 
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemgen/idemgen/idem"
@@ -62,15 +63,24 @@ func (c *consumerOf[M]) keyText(msg M, err error) (key, idemKey string) {
 
 // delivery is what the inbox of every mode embeds: its consumer, and the
 // Handle and Deliver that validate a message's key, fingerprint it (unless
-// the mode records nothing: noFingerprint), run the mode's part of the
-// delivery (part) and observe it, once per message, so that every mode
-// refuses, counts, logs and recovers a delivery the same way. part gets the
-// valid key and the fingerprint, and sets *claimAttempt to the attempts of a
-// mode=external claim.
+// the mode records nothing: noFingerprint), take the delivery's connection
+// of connOf (for the modes that do nothing else before), run the mode's part
+// of the delivery (part) and observe it, once per message, so that every
+// mode refuses, counts, logs and recovers a delivery the same way. part gets
+// the valid key, the fingerprint and the connection (nil without connOf),
+// and sets *claimAttempt to the attempts of a mode=external claim.
 type delivery[M, R any] struct {
 	consumerOf[M]
-	part          func(ctx context.Context, msg M, key []any, fp []byte, claimAttempt *int) (R, idem.Outcome, error)
+	part          func(ctx context.Context, msg M, d deliveryOf, claimAttempt *int) (R, idem.Outcome, error)
 	noFingerprint bool
+	connOf        idem.DB
+}
+
+// deliveryOf is what Handle hands a mode's part of a delivery.
+type deliveryOf struct {
+	key  []any
+	fp   []byte
+	conn *pgx.Conn
 }
 
 // Handle delivers msg and returns what the handler returned (or, for a
@@ -83,12 +93,21 @@ type delivery[M, R any] struct {
 func (d *delivery[M, R]) Handle(ctx context.Context, msg M) (R, idem.Outcome, error) {
 	return observe(ctx, &d.ob, msg, func(err error) (string, string) { return d.keyText(msg, err) },
 		func(claimAttempt *int) (R, idem.Outcome, error) {
+			var zero R
 			key, fp, err := identify(msg, d.key, d.fields, !d.noFingerprint)
 			if err != nil {
-				var zero R
 				return zero, 0, d.fail(key, err)
 			}
-			return d.part(ctx, msg, key, fp, claimAttempt)
+			of := deliveryOf{key: key, fp: fp}
+			if d.connOf != nil {
+				pooled, err := acquire(ctx, d.connOf)
+				if err != nil {
+					return zero, 0, d.fail(key, err)
+				}
+				defer pooled.Release()
+				of.conn = pooled.Conn()
+			}
+			return d.part(ctx, msg, of, claimAttempt)
 		})
 }
 

@@ -131,7 +131,7 @@ func newEntityInbox[M, R any](constructor string, db idem.DB, table EntityTable[
 		db: db, table: table, result: result, sql: newEntitySQL(constructor, table),
 		txOptions: pgx.TxOptions{IsoLevel: o.Isolation}, notify: !o.NoNotify,
 		beforeCommit: o.BeforeCommit,
-		delivery:     delivery[M, R]{consumerOf: newConsumerOf(o, table.Consumer, fieldsOf(table.Columns), table.Key)},
+		delivery:     delivery[M, R]{consumerOf: newConsumerOf(o, table.Consumer, fieldsOf(table.Columns), table.Key), connOf: db},
 		constraint:   table.Constraint,
 		relname:      strings.Trim(name, `"`),
 	}
@@ -139,14 +139,9 @@ func newEntityInbox[M, R any](constructor string, db idem.DB, table EntityTable[
 	return in
 }
 
-func (in *EntityInbox[M, R]) handle(ctx context.Context, msg M, key []any, fp []byte, _ *int) (R, idem.Outcome, error) {
+func (in *EntityInbox[M, R]) handle(ctx context.Context, msg M, d deliveryOf, _ *int) (R, idem.Outcome, error) {
 	var zero R
-	pooled, err := acquire(ctx, in.db)
-	if err != nil {
-		return zero, 0, in.fail(key, err)
-	}
-	defer pooled.Release()
-	conn := pooled.Conn()
+	key, fp, conn := d.key, d.fp, d.conn
 
 	// BEGIN and the setting go with the handler's first statement.
 	tx := &lazyTx{conn: conn, opts: in.txOptions, fp: hex.EncodeToString(fp)}

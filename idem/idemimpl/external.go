@@ -157,8 +157,9 @@ func externalConsumer[M any](o config.Options, t ExternalTable[M]) consumerOf[M]
 
 // handle is the mode's part of Handle; it sets *claimAttempt to the
 // attempts of the claim it made, if any.
-func (x *ExternalInbox[M, R]) handle(ctx context.Context, msg M, key []any, fp []byte, claimAttempt *int) (R, idem.Outcome, error) {
+func (x *ExternalInbox[M, R]) handle(ctx context.Context, msg M, d deliveryOf, claimAttempt *int) (R, idem.Outcome, error) {
 	var zero R
+	key, fp := d.key, d.fp
 	idemKey := idem.ExternalKey(x.table.Consumer, key)
 
 	for try := 0; ; try++ {

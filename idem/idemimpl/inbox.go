@@ -114,8 +114,9 @@ func newInbox[M, R any](constructor string, db idem.DB, table Table[M], opts []i
 	return in
 }
 
-func (in *Inbox[M, R]) handle(ctx context.Context, msg M, key []any, fp []byte, _ *int) (R, idem.Outcome, error) {
+func (in *Inbox[M, R]) handle(ctx context.Context, msg M, d deliveryOf, _ *int) (R, idem.Outcome, error) {
 	var zero R
+	key, fp := d.key, d.fp
 
 	var order []any
 	if in.table.Order != nil {

@@ -67,19 +67,14 @@ func NewNaturalInbox[M, R any](db idem.DB, table NaturalTable[M], handler func(c
 	o := newOptions("idemimpl.NewNaturalInbox", table.Consumer, "natural", naturalModeOptions, opts)
 	in := &NaturalInbox[M, R]{db: db, table: table, handler: handler,
 		txOptions: pgx.TxOptions{IsoLevel: o.Isolation}, beforeCommit: o.BeforeCommit,
-		delivery: delivery[M, R]{consumerOf: newConsumerOf(o, table.Consumer, table.KeyFields, table.Key), noFingerprint: true}}
+		delivery: delivery[M, R]{consumerOf: newConsumerOf(o, table.Consumer, table.KeyFields, table.Key), noFingerprint: true, connOf: db}}
 	in.part = in.handle
 	return in
 }
 
-func (in *NaturalInbox[M, R]) handle(ctx context.Context, msg M, key []any, _ []byte, _ *int) (R, idem.Outcome, error) {
+func (in *NaturalInbox[M, R]) handle(ctx context.Context, msg M, d deliveryOf, _ *int) (R, idem.Outcome, error) {
 	var zero R
-	pooled, err := acquire(ctx, in.db)
-	if err != nil {
-		return zero, 0, in.fail(key, err)
-	}
-	defer pooled.Release()
-	conn := pooled.Conn()
+	key, conn := d.key, d.conn
 	for attempt := 1; ; attempt++ {
 		result, err := in.run(ctx, conn, msg)
 		if err == nil {
