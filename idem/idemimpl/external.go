@@ -296,7 +296,7 @@ func (x *ExternalInbox[M, R]) run(ctx context.Context, msg M, key []any, idemKey
 			}
 			return zero, 0, x.fail(key, err)
 		}
-		encoded = string(data) // as text: see inboxSQL.completeKey
+		encoded = string(data) // as text: see inboxSQL.markKeyDone
 	}
 	switch done, err := x.complete(ctx, idemKey, c.fence, encoded); {
 	case err != nil:

@@ -582,7 +582,7 @@ func (s *externalSQL) heartbeatClaim(idemKey string, fence int64, lease time.Dur
 
 // completeClaim records a running claim that still has fence done: the
 // idempotency key, the fence and the result, JSON as a string (never
-// []byte: see inboxSQL.completeKey) or nil.
+// []byte: see inboxSQL.markKeyDone) or nil.
 func (s *externalSQL) completeClaim(idemKey string, fence int64, result any) query {
 	return query{s.complete, []any{idemKey, fence, result}}
 }
