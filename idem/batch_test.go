@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -182,10 +183,11 @@ func TestHandleBatchCap(t *testing.T) {
 	}
 }
 
-func TestHandleBatchWithoutBatchStatements(t *testing.T) {
+// TestHandleBatchNullableKey: a table with a nullable key part batches in
+// one transaction too.
+func TestHandleBatchNullableKey(t *testing.T) {
 	db := idemtest.New(t, migrations)
 	rec := &txRecorder{}
-	// A nullable key part leaves a table without batch statements.
 	table := depositTable
 	table.Columns = slices.Clone(table.Columns)
 	table.Columns[1].Nullable = true
@@ -198,8 +200,173 @@ func TestHandleBatchWithoutBatchStatements(t *testing.T) {
 	if results[0].Outcome != idem.Processed || results[1].Outcome != idem.Processed || results[2].Outcome != idem.Duplicate {
 		t.Errorf("outcomes %v %v %v; want Processed Processed Duplicate", results[0].Outcome, results[1].Outcome, results[2].Outcome)
 	}
-	if calls, txs := rec.transactions(); calls != 2 || txs != 2 {
-		t.Errorf("%d calls in %d transactions; want 2 in 2 (one per message without batch statements)", calls, txs)
+	if calls, txs := rec.transactions(); calls != 2 || txs != 1 {
+		t.Errorf("%d calls in %d transactions; want 2 in 1", calls, txs)
+	}
+}
+
+// setRecorder is a set-based credit handler that records what each call
+// was given and in which transaction, and fails a call given a ref of fail.
+type setRecorder struct {
+	txRecorder
+	given [][]int64 // the refs of each call
+	extra int       // results returned beyond one a message
+}
+
+func (r *setRecorder) handle(ctx context.Context, tx pgx.Tx, msgs []deposit) ([]receipt, error) {
+	var id int64
+	if err := tx.QueryRow(ctx, `SELECT txid_current()`).Scan(&id); err != nil {
+		return nil, err
+	}
+	refs := make([]int64, len(msgs))
+	for i, m := range msgs {
+		refs[i] = m.Ref
+	}
+	r.mu.Lock()
+	r.txids, r.given = append(r.txids, id), append(r.given, refs)
+	r.mu.Unlock()
+	out := make([]receipt, 0, len(msgs)+r.extra)
+	for _, m := range msgs {
+		if r.fail[m.Ref] {
+			return nil, fmt.Errorf("ref %d refused", m.Ref)
+		}
+		rc, err := credit(ctx, tx, m)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, rc)
+	}
+	for range r.extra {
+		out = append(out, receipt{})
+	}
+	return out, nil
+}
+
+// TestHandleBatchSetBased: a set-based handler is called once a batch, in
+// its one transaction, with the messages whose keys the claim won, in
+// input order; Handle gives it a batch of one; a failing message sends the
+// batch one message at a time, each alone; a wrong number of results is an
+// error naming the handler and both lengths, nothing committed.
+func TestHandleBatchSetBased(t *testing.T) {
+	db := idemtest.New(t, migrations)
+	ctx := context.Background()
+	rec := &setRecorder{}
+	table := depositTable
+	table.Handler = "creditAll"
+	inbox := idemimpl.NewSetInbox(db.Pool, table, rec.handle)
+
+	if _, o, err := inbox.Handle(ctx, deposit{Account: "set", Ref: 1, Amount: 1}); err != nil || o != idem.Processed {
+		t.Fatalf("Handle: %v, %v", o, err)
+	}
+	if !slices.Equal(rec.given[0], []int64{1}) {
+		t.Fatalf("Handle gave the handler %v; want a batch of one, [1]", rec.given)
+	}
+	rec.given, rec.txids = nil, nil
+	msgs := []deposit{
+		{Account: "set", Ref: 3, Amount: 3}, // processed
+		{Account: "set", Ref: 1, Amount: 1}, // processed before: Duplicate
+		{Account: "set", Ref: 2, Amount: 2}, // processed
+		{Account: "set", Ref: 3, Amount: 3}, // in-batch duplicate
+		{Account: "set", Ref: 2, Amount: 9}, // in-batch reuse
+		{Account: "", Ref: 4, Amount: 1},    // invalid
+		{Account: "set", Ref: 5, Amount: 5}, // processed
+	}
+	results, err := inbox.HandleBatch(ctx, msgs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rec.given) != 1 || !slices.Equal(rec.given[0], []int64{3, 2, 5}) {
+		t.Errorf("the handler was given %v; want one call with the won keys in input order, [[3 2 5]]", rec.given)
+	}
+	want := []struct {
+		o   idem.Outcome
+		err error
+	}{{idem.Processed, nil}, {idem.Duplicate, nil}, {idem.Processed, nil}, {idem.Duplicate, nil},
+		{0, idem.ErrKeyReused}, {0, idem.ErrInvalidKey}, {idem.Processed, nil}}
+	for i, w := range want {
+		r := results[i]
+		if r.Outcome != w.o || (w.err == nil) != (r.Err == nil) || (w.err != nil && !errors.Is(r.Err, w.err)) {
+			t.Errorf("message %d %+v: %v, %v; want %v, %v", i, msgs[i], r.Outcome, r.Err, w.o, w.err)
+		}
+	}
+	if results[6].Value.Balance != 11 || results[3].Value != results[0].Value {
+		t.Errorf("results %+v; want the balance after each message in input order, and the in-batch duplicate's equal to the first", results)
+	}
+
+	// A failing message: the batch rolls back, then each message alone.
+	rec.given, rec.fail = nil, map[int64]bool{7: true}
+	results, err = inbox.HandleBatch(ctx, []deposit{{Account: "set", Ref: 6, Amount: 1}, {Account: "set", Ref: 7, Amount: 1}, {Account: "set", Ref: 8, Amount: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.EqualFunc(rec.given, [][]int64{{6, 7, 8}, {6}, {7}, {8}}, slices.Equal) {
+		t.Errorf("the handler was given %v; want the batch, then each message alone", rec.given)
+	}
+	if results[0].Outcome != idem.Processed || results[1].Err == nil || results[2].Outcome != idem.Processed {
+		t.Errorf("results %+v; want Processed, the failure, Processed", results)
+	}
+
+	// One result too many.
+	rec.given, rec.fail, rec.extra = nil, nil, 1
+	before := inboxRows(t, db)
+	results, _ = inbox.HandleBatch(ctx, []deposit{{Account: "set", Ref: 9, Amount: 1}, {Account: "set", Ref: 10, Amount: 1}})
+	for i, r := range results {
+		if r.Err == nil || !strings.Contains(r.Err.Error(), "the set-based handler creditAll returned 2 results for 1 message") {
+			t.Errorf("message %d of a handler with one result too many: %v, %v; want the error naming the handler and both lengths", i, r.Outcome, r.Err)
+		}
+	}
+	if len(rec.given) != 3 {
+		t.Errorf("the handler was given %v; want the batch, then each message alone", rec.given)
+	}
+	if got := inboxRows(t, db); got != before {
+		t.Errorf("%d inbox rows after the failed batch, %d before; want nothing committed", got, before)
+	}
+}
+
+// TestHandleBatchSetBasedPublishing: a set-based handler publishes through
+// out.For(i), and each outgoing message gets the id a handler of msgs[i]
+// alone mints; the run's Outbox refuses Publish.
+func TestHandleBatchSetBasedPublishing(t *testing.T) {
+	db := orderDB(t)
+	ctx := context.Background()
+	var direct error
+	in := idemimpl.NewPublishingSetInbox(db.Pool, orderTable, func(ctx context.Context, tx pgx.Tx, out *idem.Outbox, msgs []order) ([]int, error) {
+		direct = out.Publish("test.placed", "refused")
+		n := make([]int, len(msgs))
+		for i, m := range msgs {
+			var err error
+			if n[i], err = placeOrder(ctx, tx, out.For(i), m); err != nil {
+				return nil, err
+			}
+		}
+		return n, nil
+	})
+	msgs := []order{{Shop: "s", Number: 1, Publish: 2}, {Shop: "s", Number: 2, Publish: 0}, {Shop: "s", Number: 3, Publish: 1}}
+	results, err := in.HandleBatch(ctx, msgs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if direct == nil || !strings.Contains(direct.Error(), "out.For(i)") {
+		t.Errorf("Publish on the run's Outbox: %v; want an error pointing to out.For(i)", direct)
+	}
+	for i, r := range results {
+		if r.Outcome != idem.Processed || r.Err != nil || r.Value != msgs[i].Publish {
+			t.Errorf("message %d: %v, %v, %v", i, r.Value, r.Outcome, r.Err)
+		}
+	}
+	rows := outboxRows(t, db.Pool)
+	want := []string{
+		idem.OutgoingMessageID("test.order", []any{"s", int64(1)}, 0),
+		idem.OutgoingMessageID("test.order", []any{"s", int64(1)}, 1),
+		idem.OutgoingMessageID("test.order", []any{"s", int64(3)}, 0),
+	}
+	if len(rows) != len(want) {
+		t.Fatalf("%d outbox rows, want %d", len(rows), len(want))
+	}
+	for i, r := range rows {
+		if r.ID != want[i] {
+			t.Errorf("outbox row %d: id %s; want %s (the id of msgs[i]'s key)", i, r.ID, want[i])
+		}
 	}
 }
 

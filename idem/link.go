@@ -6,6 +6,14 @@ import "github.com/idemgen/idemgen/idem/internal/link"
 // idem/idemimpl reaches of this package's unexported state.
 func init() {
 	link.OutboxBuffer = func(out any) *link.Buffer { return &out.(*Outbox).buf }
+	link.NewSetOutbox = func(n int) (any, []any) {
+		set, each := newSetOutbox(n)
+		outs := make([]any, n)
+		for i, o := range each {
+			outs[i] = o
+		}
+		return set, outs
+	}
 	link.MaintenanceTables = func(m any) *link.Tables { return &m.(*Maintenance).t }
 	link.Attempt = func(msg any) (int, bool) {
 		a, ok := msg.(attempter)

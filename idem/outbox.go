@@ -28,8 +28,49 @@ import (
 // concurrent use (a handler that publishes from several goroutines
 // serialises the calls itself, and their order is the messages' order), and
 // it refuses Publish once the handler has returned.
+//
+// A set-based handler, one that takes the whole batch (msgs []M), gets one
+// Outbox for the run and publishes what msgs[i] causes through out.For(i):
+// each outgoing message is tied to the incoming message that caused it, whose
+// key its id derives from, exactly as if a handler of one message had
+// published it. The run's Outbox itself refuses Publish.
 type Outbox struct {
 	buf link.Buffer
+	// each are the Outboxes of the messages of a set-based handler's run, in
+	// the order of its msgs; nil for the Outbox of one message.
+	each []*Outbox
+	// set is the run's Outbox of a set-based handler, for the Outbox of one
+	// of its messages (For): it is closed when the run is.
+	set *Outbox
+}
+
+// For returns the Outbox of msgs[i], for a set-based handler (one that takes
+// msgs []M and out *Outbox): what it publishes there is written with the
+// commit and gets the ids of msgs[i]'s key ([OutgoingMessageID] of the
+// consumer, that key and the position among msgs[i]'s messages). It panics
+// when i is out of range, like an index of msgs, and on the Outbox of a
+// handler of one message, which has no For: it publishes on out itself.
+func (o *Outbox) For(i int) *Outbox {
+	if o.each == nil {
+		panic("idem: Outbox.For on the Outbox of a handler of one message; publish on it directly (For is for a set-based handler, whose msgs []M each have an Outbox)")
+	}
+	if i < 0 || i >= len(o.each) {
+		panic(fmt.Sprintf("idem: Outbox.For(%d) out of range: the run has %d messages", i, len(o.each)))
+	}
+	return o.each[i]
+}
+
+// closed reports whether the run the Outbox belongs to is over.
+func (o *Outbox) closed() bool { return o.buf.Closed || (o.set != nil && o.set.buf.Closed) }
+
+// newSetOutbox returns the Outbox of a set-based handler's run of n
+// messages, and the Outbox of each.
+func newSetOutbox(n int) (*Outbox, []*Outbox) {
+	set := &Outbox{each: make([]*Outbox, n)}
+	for i := range set.each {
+		set.each[i] = &Outbox{set: set}
+	}
+	return set, set.each
 }
 
 // PublishOption configures one message of [Outbox.Publish].
@@ -74,8 +115,11 @@ func WithHeader(name, value string) PublishOption {
 // Publish that failed buffers nothing and takes no position in the sequence
 // of ids.
 func (o *Outbox) Publish(destination string, payload any, opts ...PublishOption) error {
-	if o.buf.Closed {
+	if o.closed() {
 		return fmt.Errorf("idem: Outbox.Publish(%q) after the handler returned: an Outbox belongs to one run of the handler and must not be kept beyond it", destination)
+	}
+	if o.each != nil {
+		return fmt.Errorf("idem: Outbox.Publish(%q) on the Outbox of a set-based handler's run: publish through out.For(i), the Outbox of msgs[i], so that the message is tied to the one that caused it (its id derives from that message's key)", destination)
 	}
 	var po publishOptions
 	for _, opt := range opts {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -220,21 +221,28 @@ func TestStatementsEveryKeyShape(t *testing.T) {
 					nullable = append(nullable, p)
 				}
 			}
-			for pattern := 1; pattern < 1<<len(nullable); pattern++ {
-				m := newShaped()
-				m.Text, m.UUID, m.Int, m.Small = first.Text, first.UUID, first.Int, first.Small
+			// withPattern gives m's nullable parts values where pattern
+			// says (bit j: the j-th nullable part is not NULL).
+			withPattern := func(m shaped, pattern int) shaped {
 				for j, p := range nullable {
 					if pattern&(1<<j) == 0 {
 						continue
 					}
 					switch p.part.Path {
 					case "NullInt":
-						m.NullInt = &m.Int
+						v := m.Int
+						m.NullInt = &v
 					case "NullText":
-						m.NullText = &m.Body
+						v := m.Body
+						m.NullText = &v
 					}
 				}
-				msgs = append(msgs, m)
+				return m
+			}
+			for pattern := 1; pattern < 1<<len(nullable); pattern++ {
+				m := newShaped()
+				m.Text, m.UUID, m.Int, m.Small = first.Text, first.UUID, first.Int, first.Small
+				msgs = append(msgs, withPattern(m, pattern))
 			}
 			for _, m := range msgs {
 				deliver(m, idem.Processed)
@@ -258,21 +266,55 @@ func TestStatementsEveryKeyShape(t *testing.T) {
 				}
 			}
 
+			// A batch, in one transaction: new keys (of every null
+			// pattern), a key twice, the processed keys of every null
+			// pattern; with a guard, a stale version, and two new
+			// versions of one entity (the second delivered after the
+			// batch, and stale).
 			a, b := newShaped(), newShaped()
-			batch := []shaped{a, b, a, first}
+			batch := []shaped{a, b, a}
+			want := []idem.Outcome{idem.Processed, idem.Processed, idem.Duplicate}
+			for pattern := 1; pattern < 1<<len(nullable); pattern++ {
+				batch, want = append(batch, withPattern(newShaped(), pattern)), append(want, idem.Processed)
+			}
+			for _, m := range msgs {
+				batch, want = append(batch, m), append(want, idem.Duplicate)
+			}
+			added := len(batch) - len(msgs) - 1 // the new keys
+			var staleAt []int
+			if s.guard {
+				old := newShaped()
+				old.Entity, old.Version = first.Entity, 0
+				newer, older := newShaped(), newShaped()
+				newer.Version, older.Entity, older.Version = 5, newer.Entity, 4
+				staleAt = []int{len(batch), len(batch) + 2}
+				batch, want = append(batch, old, newer, older), append(want, 0, idem.Processed, 0)
+				added++
+			}
+			runs.Store(0)
 			results, err := inbox.HandleBatch(ctx, batch)
 			if err != nil {
 				t.Fatal(err)
 			}
-			for i, want := range []idem.Outcome{idem.Processed, idem.Processed, idem.Duplicate, idem.Duplicate} {
-				if r := results[i]; r.Err != nil || r.Outcome != want || r.Value != batch[i].Body {
+			for i, want := range want {
+				r := results[i]
+				if slices.Contains(staleAt, i) {
+					if !errors.Is(r.Err, idem.ErrStale) {
+						t.Errorf("batch message %d, an older version: %v, %v; want ErrStale", i, r.Outcome, r.Err)
+					}
+					continue
+				}
+				if r.Err != nil || r.Outcome != want || r.Value != batch[i].Body {
 					t.Errorf("batch message %d: %q, %v, %v; want %q, %v", i, r.Value, r.Outcome, r.Err, batch[i].Body, want)
 				}
 			}
+			if got := runs.Load(); got != int64(added) {
+				t.Errorf("the batch ran the handler %d times; want %d, once for each new key", got, added)
+			}
 
 			rows := countRows(t, db, `SELECT count(*) FROM `+inboxsql.TableName(s.table))
-			if rows != len(msgs)+2 {
-				t.Fatalf("%d inbox rows, want %d", rows, len(msgs)+2)
+			if rows != len(msgs)+added {
+				t.Fatalf("%d inbox rows, want %d (no row for a stale message)", rows, len(msgs)+added)
 			}
 			if n, err := inbox.Purge(ctx); err != nil || n != int64(rows) {
 				t.Fatalf("Purge: %d, %v; want %d rows", n, err, rows)

@@ -29,9 +29,11 @@ func (in *Inbox[M, R]) DeliverBatch(ctx context.Context, msgs []M) []idem.Result
 // HandleBatch delivers msgs, each with the outcome Handle would give it, in
 // as few transactions as it can: one per WithBatchCap messages (100 by
 // default). In that transaction the keys are claimed in one statement, the
-// keys processed before are answered from one lookup, the handlers run in
-// input order on the same transaction, and the results and outbox rows are
-// stored in the round trip of the COMMIT.
+// keys processed before are answered from one lookup, the handler runs on
+// the same transaction (a set-based one once, with the messages whose keys
+// the claim won, in input order; a handler of one message once for each, in
+// that order), and the results and outbox rows are stored in the round trip
+// of the COMMIT.
 //
 // A key twice in msgs is processed once: the later message is a Duplicate of
 // the first (with its result, or its error if the first failed), or
@@ -43,9 +45,11 @@ func (in *Inbox[M, R]) DeliverBatch(ctx context.Context, msgs []M) []idem.Result
 // through Handle, so each gets its own outcome and the others commit once.
 // A handler's panic rolls the transaction back and goes on up the stack.
 //
-// An inbox whose Table has a stale-message guard or nullable key parts,
-// which the batch statements do not cover, runs each message in a
-// transaction of its own, with the same results.
+// With a stale-message guard, a message older than its entity's last
+// applied version gets ErrStale and leaves no row, as in Handle; a batch
+// takes one message of an entity, and the later messages of that entity are
+// delivered after it, one transaction each, in input order, so that each is
+// judged against the versions before it as one by one.
 //
 // The results are in input order, one per message; ack each message
 // exactly when its Err is nil. The error is non-nil only when no message
@@ -80,12 +84,16 @@ type batch[M, R any] struct {
 
 	keys    [][]any
 	fps     [][]byte
-	dupOf   []int // the index of the first message with the same key, or -1
-	primary []int // the messages to claim: valid, first of their key
+	order   [][2]any // the entity and version of each message, with a guard
+	dupOf   []int    // the index of the first message with the same key, or -1
+	primary []int    // the messages to claim: valid, first of their key
 	done    []bool
 	// running are the messages whose keys' committed rows were found
 	// running: each is delivered alone after the batch, taking its key over.
 	running []int
+	// later are the messages of an entity that an earlier message of the
+	// batch has (with a guard): each is delivered alone after the batch.
+	later []int
 }
 
 // handleBatch fills results for msgs, at most batchCap of them. It returns
@@ -98,10 +106,6 @@ func (in *Inbox[M, R]) handleBatch(ctx context.Context, msgs []M, results []idem
 	if len(b.primary) == 0 {
 		return nil
 	}
-	if !in.sql.batches() {
-		b.oneByOne(ctx, b.primary)
-		return nil
-	}
 	if err := ctx.Err(); err != nil {
 		return b.failAll(ctx, err)
 	}
@@ -112,7 +116,7 @@ func (in *Inbox[M, R]) handleBatch(ctx context.Context, msgs []M, results []idem
 	conn := pooled.Conn()
 	retry := b.run(ctx, conn)
 	pooled.Release()
-	b.oneByOne(ctx, append(retry, b.running...))
+	b.oneByOne(ctx, append(append(retry, b.running...), b.later...))
 	return nil
 }
 
@@ -121,6 +125,10 @@ func (in *Inbox[M, R]) handleBatch(ctx context.Context, msgs []M, results []idem
 func (b *batch[M, R]) prepare() {
 	in := b.in
 	seen := make(map[string]int, len(b.msgs))
+	entities := map[string]bool{}
+	if in.table.Order != nil {
+		b.order = make([][2]any, len(b.msgs))
+	}
 	for i, msg := range b.msgs {
 		b.dupOf[i] = -1
 		key, err := validKey(msg, in.table.Key, in.fields)
@@ -145,6 +153,20 @@ func (b *batch[M, R]) prepare() {
 			continue
 		}
 		seen[id] = i
+		if b.order != nil {
+			entity, version, err := in.table.Order(msg)
+			if err != nil {
+				b.decide(context.Background(), i, idem.Result[R]{Err: in.fail(key, err)})
+				continue
+			}
+			b.order[i] = [2]any{entity, version}
+			e := keyText(entity)
+			if entities[e] {
+				b.later = append(b.later, i)
+				continue
+			}
+			entities[e] = true
+		}
 		b.primary = append(b.primary, i)
 	}
 }
@@ -174,7 +196,7 @@ func (b *batch[M, R]) copyDuplicates(ctx context.Context) {
 
 // failAll gives every undecided message err; it is what the batch returns.
 func (b *batch[M, R]) failAll(ctx context.Context, err error) error {
-	for _, i := range b.primary {
+	for _, i := range append(append([]int(nil), b.primary...), b.later...) {
 		if !b.done[i] {
 			b.decide(ctx, i, idem.Result[R]{Err: b.in.fail(b.keys[i], err)})
 		}
@@ -182,10 +204,13 @@ func (b *batch[M, R]) failAll(ctx context.Context, err error) error {
 	return err
 }
 
-// oneByOne delivers the messages at the given indexes through Handle, one
-// transaction each, in order; Handle observes them.
+// oneByOne delivers the messages at the given indexes that are not decided
+// yet through Handle, one transaction each, in order; Handle observes them.
 func (b *batch[M, R]) oneByOne(ctx context.Context, indexes []int) {
 	for _, i := range indexes {
+		if b.done[i] {
+			continue
+		}
 		v, o, err := b.in.Handle(ctx, b.msgs[i])
 		b.results[i] = idem.Result[R]{Value: v, Outcome: o, Err: err}
 		b.done[i] = true
@@ -197,17 +222,24 @@ func (b *batch[M, R]) oneByOne(ctx context.Context, indexes []int) {
 func (b *batch[M, R]) run(ctx context.Context, conn *pgx.Conn) (retry []int) {
 	in := b.in
 	keys, fps := make([][]any, len(b.primary)), make([][]byte, len(b.primary))
+	var order [][2]any
+	if b.order != nil {
+		order = make([][2]any, len(b.primary))
+	}
 	for j, i := range b.primary {
 		keys[j], fps[j] = b.keys[i], b.fps[i]
+		if order != nil {
+			order[j] = b.order[i]
+		}
 	}
 
 	// BEGIN and the claim, in one round trip.
 	pb := pgutil.NewBatch(2)
 	pb.BeginTx(in.txOptions)
-	q := in.sql.batchClaimKeys(keys, fps, in.lockWait)
+	q := in.sql.batchClaimKeys(keys, fps, in.lockWait, order)
 	pb.Queue(q.sql, q.args...)
 	br := conn.SendBatch(ctx, pb)
-	claimed, err := readBatchClaim(br, len(b.primary))
+	claimed, fresh, err := readBatchClaim(br, len(b.primary))
 	if closeErr := br.Close(); err == nil {
 		err = closeErr
 	}
@@ -226,14 +258,18 @@ func (b *batch[M, R]) run(ctx context.Context, conn *pgx.Conn) (retry []int) {
 		return nil
 	}
 
-	var won, lost []int // indexes into b.primary
+	var won, stale, lost []int // indexes into b.primary
 	for j := range b.primary {
-		if claimed[j] {
+		switch {
+		case claimed[j] && fresh[j]:
 			won = append(won, j)
-		} else {
+		case claimed[j]:
+			stale = append(stale, j)
+		default:
 			lost = append(lost, j)
 		}
 	}
+
 	if len(lost) > 0 {
 		// The keys this batch did not insert were committed by other
 		// deliveries (the claim waited for them): under READ COMMITTED the
@@ -251,17 +287,26 @@ func (b *batch[M, R]) run(ctx context.Context, conn *pgx.Conn) (retry []int) {
 			return b.primary
 		}
 	}
+	// A stale message's verdict holds whatever the batch does: its entity
+	// has no other message in the batch, so the version it lost to was
+	// committed before. Its row goes: with the rollback when nothing is
+	// won, or by the commit's round trip.
+	var staleKeys [][]any
+	for _, j := range stale {
+		i := b.primary[j]
+		staleKeys = append(staleKeys, b.keys[i])
+		b.decide(ctx, i, idem.Result[R]{Err: in.fail(b.keys[i], idem.ErrStale)})
+	}
 	if len(won) == 0 {
+		if len(lost) == 0 {
+			pgutil.Rollback(ctx, conn) // the lookup did not roll back
+		}
 		return nil
 	}
 
-	// The handlers, in input order, on the one transaction.
-	values := make([]R, len(won))
-	encoded := make([]string, len(won))
-	var outs []*idem.Outbox
-	if in.publishing != nil {
-		outs = make([]*idem.Outbox, len(won))
-	}
+	// The handler, on the one transaction: a set-based one once with the
+	// won messages, in input order; a handler of one message once for each,
+	// in that order.
 	fallback := func() []int {
 		pgutil.Rollback(ctx, conn)
 		retry = retry[:0]
@@ -270,22 +315,21 @@ func (b *batch[M, R]) run(ctx context.Context, conn *pgx.Conn) (retry []int) {
 		}
 		return retry
 	}
+	wonMsgs := make([]M, len(won))
 	for k, j := range won {
-		i := b.primary[j]
-		var out *idem.Outbox
-		if outs != nil {
-			out = &idem.Outbox{}
-			outs[k] = out
-		}
-		v, err := in.call(ctx, conn, newHandlerTx(tx, conn), out, b.msgs[i])
-		if err != nil {
-			return fallback()
-		}
+		wonMsgs[k] = b.msgs[b.primary[j]]
+	}
+	values, outs, err := in.runHandler(ctx, conn, tx, wonMsgs)
+	if err != nil {
+		return fallback()
+	}
+	encoded := make([]string, len(won))
+	for k, v := range values {
 		enc, err := encodeResult(in.noResult, v)
 		if err != nil {
 			return fallback()
 		}
-		values[k], encoded[k] = v, string(enc)
+		encoded[k] = string(enc)
 	}
 	if in.beforeCommit != nil {
 		if err := runBeforeCommit(ctx, conn, tx, in.beforeCommit); err != nil {
@@ -300,7 +344,7 @@ func (b *batch[M, R]) run(ctx context.Context, conn *pgx.Conn) (retry []int) {
 	for k, j := range won {
 		wonKeys[k] = keys[j]
 	}
-	switch err := b.complete(ctx, conn, wonKeys, encoded, outs); {
+	switch err := b.complete(ctx, conn, wonKeys, encoded, outs, staleKeys); {
 	case err == nil:
 	case errors.Is(err, errBatchRolledBack):
 		return fallback()
@@ -319,30 +363,31 @@ func (b *batch[M, R]) run(ctx context.Context, conn *pgx.Conn) (retry []int) {
 	return nil
 }
 
-// readBatchClaim reads BEGIN and the claim: which of the n keys it inserted.
-func readBatchClaim(br pgx.BatchResults, n int) ([]bool, error) {
+// readBatchClaim reads BEGIN and the claim: which of the n keys it
+// inserted, and whether each of those is fresh.
+func readBatchClaim(br pgx.BatchResults, n int) (claimed, fresh []bool, err error) {
 	if _, err := br.Exec(); err != nil { // BEGIN
-		return nil, err
+		return nil, nil, err
 	}
 	rows, err := br.Query()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	claimed := make([]bool, n)
+	defer rows.Close()
+	claimed, fresh = make([]bool, n), make([]bool, n)
 	for rows.Next() {
 		var pos int64
-		if err := rows.Scan(&pos); err != nil {
-			rows.Close()
-			return nil, err
+		var isFresh bool
+		if err := rows.Scan(&pos, &isFresh); err != nil {
+			return nil, nil, err
 		}
 		if pos < 1 || pos > int64(n) {
-			rows.Close()
-			return nil, fmt.Errorf("idem: the batch claim returned the position %d of %d keys", pos, n)
+			return nil, nil, fmt.Errorf("idem: the batch claim returned the position %d of %d keys", pos, n)
 		}
-		claimed[pos-1] = true
+		claimed[pos-1], fresh[pos-1] = true, isFresh
 	}
 	rows.Close()
-	return claimed, rows.Err()
+	return claimed, fresh, rows.Err()
 }
 
 // lookup reads the rows of the keys the batch did not claim (lost, indexes
@@ -352,12 +397,15 @@ func readBatchClaim(br pgx.BatchResults, n int) ([]bool, error) {
 // lookup failed and nothing was decided.
 func (b *batch[M, R]) lookup(ctx context.Context, conn *pgx.Conn, lost []int, keys [][]any, rollbackFirst bool) error {
 	in := b.in
-	pb := pgutil.NewBatch(2)
+	groups := byPattern(keys)
+	pb := pgutil.NewBatch(1 + len(groups))
 	if rollbackFirst {
 		pb.Queue("rollback")
 	}
-	q := in.sql.batchLookupKeys(keys)
-	pb.Queue(q.sql, q.args...)
+	for _, g := range groups {
+		q := in.sql.batchLookupKeys(pick(keys, g), g.nulls)
+		pb.Queue(q.sql, q.args...)
+	}
 	br := conn.SendBatch(ctx, pb)
 	type row struct {
 		fp, stored []byte
@@ -365,12 +413,7 @@ func (b *batch[M, R]) lookup(ctx context.Context, conn *pgx.Conn, lost []int, ke
 		found      bool
 	}
 	rows := make([]row, len(lost))
-	err := func() error {
-		if rollbackFirst {
-			if _, err := br.Exec(); err != nil {
-				return err
-			}
-		}
+	readGroup := func(g patternKeys) error {
 		rs, err := br.Query()
 		if err != nil {
 			return err
@@ -382,13 +425,26 @@ func (b *batch[M, R]) lookup(ctx context.Context, conn *pgx.Conn, lost []int, ke
 			if err := rs.Scan(&pos, &r.fp, &r.status, &r.stored); err != nil {
 				return err
 			}
-			if pos < 1 || pos > int64(len(lost)) {
-				return fmt.Errorf("idem: the batch lookup returned the position %d of %d keys", pos, len(lost))
+			if pos < 1 || pos > int64(len(g.at)) {
+				return fmt.Errorf("idem: the batch lookup returned the position %d of %d keys", pos, len(g.at))
 			}
 			r.found = true
-			rows[pos-1] = r
+			rows[g.at[pos-1]] = r
 		}
 		return rs.Err()
+	}
+	err := func() error {
+		if rollbackFirst {
+			if _, err := br.Exec(); err != nil {
+				return err
+			}
+		}
+		for _, g := range groups {
+			if err := readGroup(g); err != nil {
+				return err
+			}
+		}
+		return nil
 	}()
 	if closeErr := br.Close(); err == nil {
 		err = closeErr
@@ -430,15 +486,24 @@ func (b *batch[M, R]) lookup(ctx context.Context, conn *pgx.Conn, lost []int, ke
 // COMMIT: nothing was committed, and the messages can be delivered again.
 var errBatchRolledBack = errors.New("idem: the batch was rolled back before its commit")
 
-// complete marks the keys' rows done with their results, writes the outbox
-// rows, checks that the connection is still in the claim's transaction and
-// commits, in one round trip (see Inbox.complete). errBatchRolledBack:
-// nothing committed; any other error: the COMMIT's outcome is unknown.
-func (b *batch[M, R]) complete(ctx context.Context, conn *pgx.Conn, keys [][]any, results []string, outs []*idem.Outbox) error {
+// complete marks the keys' rows done with their results, deletes the rows
+// of the batch's stale messages (stale), writes the outbox rows, checks that
+// the connection is still in the claim's transaction and commits, in one
+// round trip (see Inbox.complete): one UPDATE (and DELETE) per null pattern
+// of the keys. errBatchRolledBack: nothing committed; any other error: the
+// COMMIT's outcome is unknown.
+func (b *batch[M, R]) complete(ctx context.Context, conn *pgx.Conn, keys [][]any, results []string, outs []*idem.Outbox, stale [][]any) error {
 	in := b.in
-	pb := pgutil.NewBatch(5)
-	q := in.sql.batchCompleteKeys(keys, results)
-	pb.Queue(q.sql, q.args...)
+	groups, staleGroups := byPattern(keys), byPattern(stale)
+	pb := pgutil.NewBatch(5 + len(groups) + len(staleGroups))
+	for _, g := range groups {
+		q := in.sql.batchCompleteKeys(pick(keys, g), g.nulls, pick(results, g))
+		pb.Queue(q.sql, q.args...)
+	}
+	for _, g := range staleGroups {
+		q := in.sql.batchForgetKeys(pick(stale, g), g.nulls)
+		pb.Queue(q.sql, q.args...)
+	}
 	published, notify := queueOutgoing(pb, in.table.Consumer, in.fields, keys, outs, in.notify)
 	pb.Queue(claimCheck)
 	br, done, err := sendCommit(ctx, conn, pb)
@@ -446,9 +511,21 @@ func (b *batch[M, R]) complete(ctx context.Context, conn *pgx.Conn, keys [][]any
 		return fmt.Errorf("%w: %w", errBatchRolledBack, err)
 	}
 	defer done()
-	var updated, committed pgconn.CommandTag
+	var committed pgconn.CommandTag
+	var updated int64
 	before := true // err comes from a statement before the COMMIT
-	updated, err = br.Exec()
+	for range groups {
+		var tag pgconn.CommandTag
+		if tag, err = br.Exec(); err != nil {
+			break
+		}
+		updated += tag.RowsAffected()
+	}
+	for range staleGroups {
+		if err == nil {
+			_, err = br.Exec()
+		}
+	}
 	if err == nil && published > 0 {
 		if _, err = br.Exec(); err == nil && notify {
 			_, err = br.Exec()
@@ -472,10 +549,10 @@ func (b *batch[M, R]) complete(ctx context.Context, conn *pgx.Conn, keys [][]any
 		return errBatchRolledBack // a handler's failed statement aborted it
 	case err != nil:
 		return fmt.Errorf("idem: store the batch's results and commit: %w", err)
-	case updated.RowsAffected() != int64(len(keys)):
+	case updated != int64(len(keys)):
 		// Committed, but some rows did not get their result: a handler
 		// deleted an inbox row. The messages are done; say so.
-		return fmt.Errorf("idem: %d of %d inbox rows were gone when the batch's results were stored; did a handler delete them?", int64(len(keys))-updated.RowsAffected(), len(keys))
+		return fmt.Errorf("idem: %d of %d inbox rows were gone when the batch's results were stored; did a handler delete them?", int64(len(keys))-updated, len(keys))
 	}
 	return nil
 }

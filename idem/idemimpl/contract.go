@@ -4,8 +4,9 @@ package idemimpl
 // the code idemgen generates for it: the names, signatures and meaning of what
 // a generated wrapper calls, embeds and declares ([Table] and [Column], from
 // which the runtime builds the inbox's statements, [NewInbox],
-// [NewPublishingInbox], [Inbox] and its methods, [NoResult],
-// [NoResultPublishing], [InvalidKey], [CheckString], [CheckUUID], [CheckInt];
+// [NewPublishingInbox], [NewSetInbox], [NewPublishingSetInbox], [Inbox] and
+// its methods, [NoResult], [NoResultPublishing], [NoResultSet],
+// [NoResultPublishingSet], [InvalidKey], [CheckString], [CheckUUID], [CheckInt];
 // for mode=external [ExternalTable], [NewExternalInbox], [ExternalInbox] and
 // its methods, [NoResultExternal]; for mode=entity [EntityTable],
 // [NewEntityInbox], [NewPublishingEntityInbox], [EntityInbox],

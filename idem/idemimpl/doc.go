@@ -3,8 +3,10 @@
 // [ExternalTable], [EntityTable], [NaturalTable], their key columns
 // [Column]), the
 // delivery engine each wrapper embeds ([Inbox], [ExternalInbox],
-// [EntityInbox], [NaturalInbox]) and their constructors, the adapters of
-// handlers without a result ([NoResult], [NoResultPublishing],
+// [EntityInbox], [NaturalInbox]) and their constructors (for a set-based
+// handler, one that takes the whole batch, [NewSetInbox] and
+// [NewPublishingSetInbox]), the adapters of handlers without a result
+// ([NoResult], [NoResultPublishing], [NoResultSet], [NoResultPublishingSet],
 // [NoResultExternal]), and the checks of the generated key functions
 // ([CheckString], [CheckUUID], [CheckInt], [InvalidKey]).
 //

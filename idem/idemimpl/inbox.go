@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/idem/internal/link"
 	"github.com/idemgen/idemgen/idem/internal/obs"
 	"github.com/idemgen/idemgen/idem/internal/pgutil"
 )
@@ -53,9 +54,12 @@ type Inbox[M, R any] struct {
 	flightDB any // db, or the Inbox itself when db is not comparable: see flightKey
 	table    Table[M]
 	sql      *inboxSQL // the table's statements
-	handler  func(context.Context, pgx.Tx, M) (R, error)
-	// publishing is the handler of NewPublishingInbox (handler is nil then).
-	publishing func(context.Context, pgx.Tx, *idem.Outbox, M) (R, error)
+	// each is a handler of one message (NewInbox, NewPublishingInbox), set
+	// a set-based one (NewSetInbox, NewPublishingSetInbox): one of the two
+	// is set. out is nil unless publishing.
+	each       func(ctx context.Context, tx pgx.Tx, out *idem.Outbox, msg M) (R, error)
+	set        func(ctx context.Context, tx pgx.Tx, out *idem.Outbox, msgs []M) ([]R, error)
+	publishing bool // the handler takes an *idem.Outbox
 	notify     bool // send NOTIFY idem.OutboxChannel with outbox rows (not WithoutNotify)
 	txOptions  pgx.TxOptions
 	claimWait  time.Duration
@@ -76,8 +80,11 @@ type Inbox[M, R any] struct {
 // wait beyond PostgreSQL's lock_timeout range, an unknown isolation level),
 // naming the option, the value and the bound: call it at startup.
 func NewInbox[M, R any](db idem.DB, table Table[M], handler func(ctx context.Context, tx pgx.Tx, msg M) (R, error), opts ...idem.Option) *Inbox[M, R] {
+	if handler == nil {
+		panic(fmt.Sprintf("idemimpl.NewInbox (consumer %s): the handler is nil", table.Consumer))
+	}
 	in := newInbox[M, R]("idemimpl.NewInbox", db, table, opts)
-	in.handler = handler
+	in.each = func(ctx context.Context, tx pgx.Tx, _ *idem.Outbox, msg M) (R, error) { return handler(ctx, tx, msg) }
 	return in
 }
 
@@ -174,15 +181,12 @@ func (in *Inbox[M, R]) handle(ctx context.Context, msg M, d deliveryOf, _ *int) 
 		return zero, 0, in.fail(key, fmt.Errorf("idem: claim: %w", err))
 	}
 
-	var out *idem.Outbox
-	if in.publishing != nil {
-		out = &idem.Outbox{}
-	}
-	result, err := in.call(ctx, conn, newHandlerTx(tx, conn), out, msg)
+	results, outs, err := in.runHandler(ctx, conn, tx, []M{msg})
 	if err != nil {
 		pgutil.Rollback(ctx, conn)
 		return zero, 0, in.fail(key, fmt.Errorf("idem: handler: %w", err))
 	}
+	result, out := results[0], outs[0]
 	if err := readyToCommit(ctx, conn, tx, in.beforeCommit); err != nil {
 		return zero, 0, in.fail(key, err)
 	}
@@ -266,14 +270,59 @@ func readClaim(br pgx.BatchResults) (claimed, fresh bool, err error) {
 	return true, fresh, nil
 }
 
-// call runs the handler, with out for a publishing one (see callHandler).
-func (in *Inbox[M, R]) call(ctx context.Context, conn *pgx.Conn, tx *handlerTx, out *idem.Outbox, msg M) (R, error) {
-	return callHandler(ctx, conn, tx, func(ctx context.Context, tx pgx.Tx) (R, error) {
-		if in.publishing != nil {
-			return in.publishing(ctx, tx, out, msg)
+// runHandler runs the handler on tx for msgs (one, for Handle), in input
+// order: a set-based handler once with all of them, a handler of one message
+// once for each, each run with a Tx (and, publishing, an Outbox) of its own
+// (see callHandler). It returns the result and the Outbox (nil unless
+// publishing) of each message. A set-based handler's results must be one a
+// message: other than that is an error naming the handler and both lengths.
+func (in *Inbox[M, R]) runHandler(ctx context.Context, conn *pgx.Conn, tx pgx.Tx, msgs []M) ([]R, []*idem.Outbox, error) {
+	outs := make([]*idem.Outbox, len(msgs))
+	if in.set != nil {
+		var set *idem.Outbox
+		if in.publishing {
+			s, each := link.NewSetOutbox(len(msgs))
+			set = s.(*idem.Outbox)
+			for i, o := range each {
+				outs[i] = o.(*idem.Outbox)
+			}
 		}
-		return in.handler(ctx, tx, msg)
-	}, out)
+		results, err := callHandler(ctx, conn, newHandlerTx(tx, conn), func(ctx context.Context, tx pgx.Tx) ([]R, error) {
+			return in.set(ctx, tx, set, msgs)
+		}, set)
+		if err == nil && len(results) != len(msgs) {
+			noun := "messages"
+			if len(msgs) == 1 {
+				noun = "message"
+			}
+			err = fmt.Errorf("idem: the set-based handler %s returned %d results for %d %s; it must return one result a message, in the order of msgs",
+				in.handlerName(), len(results), len(msgs), noun)
+		}
+		return results, outs, err
+	}
+	results := make([]R, len(msgs))
+	for i, msg := range msgs {
+		if in.publishing {
+			outs[i] = &idem.Outbox{}
+		}
+		r, err := callHandler(ctx, conn, newHandlerTx(tx, conn), func(ctx context.Context, tx pgx.Tx) (R, error) {
+			return in.each(ctx, tx, outs[i], msg)
+		}, outs[i])
+		if err != nil {
+			return nil, nil, err
+		}
+		results[i] = r
+	}
+	return results, outs, nil
+}
+
+// handlerName names the handler in errors: the table's Handler, or else the
+// consumer's.
+func (in *Inbox[M, R]) handlerName() string {
+	if in.table.Handler != "" {
+		return in.table.Handler
+	}
+	return "of the consumer " + in.table.Consumer
 }
 
 // errAborted explains a transaction that a handler's failed statement aborted

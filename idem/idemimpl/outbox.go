@@ -37,7 +37,7 @@ func NewPublishingInbox[M, R any](db idem.DB, table Table[M], handler func(ctx c
 		panic(fmt.Sprintf("idemimpl.NewPublishingInbox (consumer %s): the handler is nil", table.Consumer))
 	}
 	in := newInbox[M, R]("idemimpl.NewPublishingInbox", db, table, opts)
-	in.publishing = handler
+	in.each, in.publishing = handler, true
 	return in
 }
 

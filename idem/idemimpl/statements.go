@@ -1,7 +1,10 @@
 package idemimpl
 
 import (
+	"cmp"
 	"fmt"
+	"math/bits"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -63,10 +66,11 @@ func checkColumns(constructor, consumer string, cols []Column) {
 // fill replaces each {name} in sql with its value: the statements below are
 // written as the SQL they are, with their varying parts named.
 func fill(sql string, pairs ...string) string {
+	named := make([]string, len(pairs))
 	for i := 0; i < len(pairs); i += 2 {
-		pairs[i] = "{" + pairs[i] + "}"
+		named[i], named[i+1] = "{"+pairs[i]+"}", pairs[i+1]
 	}
-	return strings.NewReplacer(pairs...).Replace(sql)
+	return strings.NewReplacer(named...).Replace(sql)
 }
 
 // ph is placeholder n.
@@ -173,14 +177,16 @@ WHERE {match}`
 ))`
 
 	// The statements of HandleBatch: the key parts come as one text[] per
-	// part, cast to the column's type. The claim inserts the keys in key
-	// order, so that batches with overlapping keys lock them in one order
-	// (no deadlock between them), bounds its wait as the claim above does,
-	// and returns the position of each key it inserted. lock_timeout is
-	// restored once every key is inserted, not in the INSERT's RETURNING:
-	// that runs as each row is inserted, and would lift the bound from the
-	// keys after the first. The restore's scalar subquery counts the whole
-	// claim first, and it runs once, before the first row is returned.
+	// part, cast to the column's type (NULL for a NULL part). The claim
+	// inserts the keys in key order, so that batches with overlapping keys
+	// lock them in one order (no deadlock between them), bounds its wait as
+	// the claim above does, and returns the position of each key it
+	// inserted, and whether the message is fresh (always true without a
+	// stale-message guard). lock_timeout is restored once every key is
+	// inserted, not in the INSERT's RETURNING: that runs as each row is
+	// inserted, and would lift the bound from the keys after the first. The
+	// restore's scalar subquery counts the whole claim first, and it runs
+	// once, before the first row is returned.
 	batchClaimSQL = claimWait + `,
 m AS MATERIALIZED (
   SELECT * FROM unnest({arrays}, {fingerprint}::bytea[]) WITH ORDINALITY AS m ({aliases}, fp, n)
@@ -195,22 +201,70 @@ restored AS (
   SELECT set_config('lock_timeout', current_setting('idem.lock_timeout'), true) AS r
   FROM (SELECT count(*) FROM claim) AS everything
 )
-SELECT m.n FROM m JOIN claim ON {join_claim}
+SELECT m.n, true FROM m JOIN claim ON {join_claim}
 WHERE (SELECT r FROM restored) IS NOT NULL`
 
+	// With a stale-message guard, the batch's claim also records, for each
+	// claimed message, its version as its entity's last applied one when it
+	// is newer (in entity order, bounded by the same wait), and returns
+	// whether it was. A batch holds at most one message of an entity (the
+	// later ones are delivered after it, one by one), so that no entity's
+	// row is written twice by one statement.
+	guardedBatchClaimSQL = claimWait + `,
+m AS MATERIALIZED (
+  SELECT * FROM unnest({arrays}, {fingerprint}::bytea[], {entities}::text[]::{entity_type}[], {versions_arg}::bigint[])
+    WITH ORDINALITY AS m ({aliases}, fp, e, v, n)
+),
+claim AS (
+  INSERT INTO {table} ({columns}, fingerprint, status)
+  SELECT {alias_values}, m.fp, 'running' FROM wait, m ORDER BY {alias_values}
+  ON CONFLICT DO NOTHING
+  RETURNING {columns}
+),
+claimed AS MATERIALIZED (
+  SELECT m.n, m.e, m.v FROM m JOIN claim ON {join_claim}
+),
+fresh AS (
+  INSERT INTO {versions} (entity, version)
+  SELECT claimed.e, claimed.v FROM claimed ORDER BY claimed.e
+  ON CONFLICT (entity) DO UPDATE SET version = EXCLUDED.version, updated_at = now()
+  WHERE {versions}.version < EXCLUDED.version
+  RETURNING entity
+),
+restored AS (
+  SELECT set_config('lock_timeout', current_setting('idem.lock_timeout'), true) AS r
+  FROM (SELECT count(*) FROM fresh) AS everything
+)
+SELECT claimed.n, EXISTS (SELECT FROM fresh WHERE fresh.entity = claimed.e) FROM claimed
+WHERE (SELECT r FROM restored) IS NOT NULL`
+
+	// The lookup, completion and removal of a batch's keys run once per
+	// null pattern of the keys (one statement each, in one round trip),
+	// with the parts that are not NULL as arrays and the NULL ones matched
+	// with IS NULL: each is then a plain join on the key's unique index (the
+	// partial index of that null pattern), which = on a nullable column or
+	// IS NOT DISTINCT FROM would not be.
+	// {keys} is the unnest of the key arrays (see batchStatements).
 	batchLookupSQL = `SELECT m.n, t.fingerprint, t.status, t.result
-FROM unnest({arrays}) WITH ORDINALITY AS m ({aliases}, n)
+FROM {keys}
 JOIN {table} AS t ON {join_table}`
 
 	// The batch's rows are marked done (with their results) in the
 	// commit's round trip, whose claim check fails the COMMIT outside the
 	// claim's transaction.
 	batchCompleteSQL = `UPDATE {table} AS t SET status = 'done', result = m.r::json
-FROM unnest({arrays}, {results}::text[]) AS m ({aliases}, r)
+FROM {keys}
 WHERE {join_table}`
 
 	batchDoneSQL = `UPDATE {table} AS t SET status = 'done'
-FROM unnest({arrays}) AS m ({aliases})
+FROM {keys}
+WHERE {join_table}`
+
+	// The rows of the batch's stale messages (claimed, then found stale by
+	// the guard) are deleted in the commit's round trip, so that a stale
+	// message leaves no row, as Handle's rollback leaves none.
+	batchForgetSQL = `DELETE FROM {table} AS t
+USING {keys}
 WHERE {join_table}`
 )
 
@@ -227,10 +281,18 @@ type inboxSQL struct {
 	// result: the rows store the handler's result (markDone sets it).
 	result bool
 	purge  string
-	// batchClaim, batchLookup and batchComplete are the statements of
-	// HandleBatch; empty for a table with a stale-message guard or
-	// nullable key parts, whose batches run one transaction per message.
-	batchClaim, batchLookup, batchComplete string
+	// batchClaim is the claim of HandleBatch, and batch the lookup,
+	// completion and removal of its keys, by null pattern as markDone.
+	batchClaim string
+	batch      map[uint64]batchSQL
+	// nullable are the key parts that may be NULL.
+	nullable []bool
+}
+
+// batchSQL are the statements of HandleBatch for the keys of one null
+// pattern: their parts that are not NULL come as arrays (keyArrays).
+type batchSQL struct {
+	lookup, complete, forget string
 }
 
 // newInboxSQL builds the statements of t, for a handler with a result or
@@ -258,11 +320,14 @@ func newInboxSQL[M any](constructor string, t Table[M], result bool) *inboxSQL {
 	s.purge = edit("purge", fill(purgeSQL, "table", t.Name))
 
 	var nullable []int
+	s.nullable = make([]bool, n)
 	for i, c := range cols {
 		if c.Nullable {
 			nullable = append(nullable, i)
+			s.nullable[i] = true
 		}
 	}
+	s.batch = map[uint64]batchSQL{}
 	for pattern := range 1 << len(nullable) {
 		var nulls uint64
 		for j, i := range nullable {
@@ -279,36 +344,85 @@ func newInboxSQL[M any](constructor string, t Table[M], result bool) *inboxSQL {
 		s.takeOver[nulls] = edit("take_over", fill(takeOverSQL, "wait", "$"+strconv.Itoa(nextN(next)+1),
 			"table", t.Name, "match", match, "fingerprint", next))
 		s.lookup[nulls] = edit("lookup", fill(lookupSQL, "table", t.Name, "match", match))
+		s.batch[nulls] = batchStatements(t.Name, cols, nulls, result, edit)
 	}
-	if s.guarded || len(nullable) > 0 {
-		return s
-	}
-	arrays := list(cols, ", ", func(i int, c Column) string {
-		if c.Type == "text" {
-			return ph(i+1) + "::text[]"
+
+	all := batchArrays(cols, 0)
+	claimJoin := list(cols, " AND ", func(i int, c Column) string {
+		if c.Nullable {
+			return "claim." + c.Name + " IS NOT DISTINCT FROM m.k" + strconv.Itoa(i+1)
 		}
-		return ph(i+1) + "::text[]::" + c.Type + "[]"
+		return "claim." + c.Name + " = m.k" + strconv.Itoa(i+1)
 	})
-	aliases := list(cols, ", ", func(i int, _ Column) string { return "k" + strconv.Itoa(i+1) })
-	aliasValues := list(cols, ", ", func(i int, _ Column) string { return "m.k" + strconv.Itoa(i+1) })
-	join := func(alias string) string {
-		return list(cols, " AND ", func(i int, c Column) string {
-			return alias + "." + c.Name + " = m.k" + strconv.Itoa(i+1)
-		})
-	}
-	s.batchClaim = edit("batch_claim", fill(batchClaimSQL, "wait", ph(n+2), "arrays", arrays,
-		"fingerprint", ph(n+1), "aliases", aliases, "table", t.Name, "columns", columns,
-		"alias_values", aliasValues, "join_claim", join("claim")))
-	s.batchLookup = edit("batch_lookup", fill(batchLookupSQL, "arrays", arrays, "aliases", aliases,
-		"table", t.Name, "join_table", join("t")))
-	if result {
-		s.batchComplete = edit("batch_complete", fill(batchCompleteSQL, "table", t.Name, "arrays", arrays,
-			"results", ph(n+1), "aliases", aliases, "join_table", join("t")))
+	claimPairs := []string{"wait", ph(n + 2), "arrays", all.arrays, "fingerprint", ph(n + 1),
+		"aliases", all.aliases, "table", t.Name, "columns", columns,
+		"alias_values", all.values, "join_claim", claimJoin}
+	if s.guarded {
+		s.batchClaim = edit("batch_claim", fill(guardedBatchClaimSQL, append(claimPairs,
+			"entities", ph(n+3), "entity_type", t.EntityType, "versions_arg", ph(n+4), "versions", t.Versions)...))
 	} else {
-		s.batchComplete = edit("batch_complete", fill(batchDoneSQL, "table", t.Name, "arrays", arrays,
-			"aliases", aliases, "join_table", join("t")))
+		s.batchClaim = edit("batch_claim", fill(batchClaimSQL, claimPairs...))
 	}
 	return s
+}
+
+// keyColumns are the parts of a batch statement's key arrays: the
+// placeholders cast to arrays of the columns' types, their aliases in
+// unnest, and the aliases as values.
+type keyColumns struct{ arrays, aliases, values string }
+
+// batchArrays returns the key arrays of cols but the NULL parts of nulls,
+// numbered from $1.
+func batchArrays(cols []Column, nulls uint64) keyColumns {
+	var arrays, aliases, values []string
+	for i, c := range cols {
+		if nulls&(1<<i) != 0 {
+			continue
+		}
+		p := ph(len(arrays) + 1)
+		if c.Type == "text" {
+			arrays = append(arrays, p+"::text[]")
+		} else {
+			arrays = append(arrays, p+"::text[]::"+c.Type+"[]")
+		}
+		alias := "k" + strconv.Itoa(i+1)
+		aliases, values = append(aliases, alias), append(values, "m."+alias)
+	}
+	return keyColumns{strings.Join(arrays, ", "), strings.Join(aliases, ", "), strings.Join(values, ", ")}
+}
+
+// batchStatements builds the lookup, completion and removal of the keys of
+// one null pattern: the parts that are not NULL joined with =, the others
+// matched with IS NULL. Keys whose every part is NULL are one key: a batch
+// holds it once, so its statements read one row, without arrays.
+func batchStatements(table string, cols []Column, nulls uint64, result bool, edit func(name, sql string) string) batchSQL {
+	k := batchArrays(cols, nulls)
+	join := list(cols, " AND ", func(i int, c Column) string {
+		if nulls&(1<<i) != 0 {
+			return "t." + c.Name + " IS NULL"
+		}
+		return "t." + c.Name + " = m.k" + strconv.Itoa(i+1)
+	})
+	parts := len(cols) - bits.OnesCount64(nulls)
+	numbered, withResults, plain := "unnest("+k.arrays+") WITH ORDINALITY AS m ("+k.aliases+", n)",
+		"unnest("+k.arrays+", "+ph(parts+1)+"::text[]) AS m ("+k.aliases+", r)",
+		"unnest("+k.arrays+") AS m ("+k.aliases+")"
+	if parts == 0 {
+		numbered, withResults, plain = "(SELECT 1::bigint AS n) AS m", "unnest($1::text[]) AS m (r)", "(SELECT) AS m"
+	}
+	stmt := func(name, sql, keys string) string {
+		return edit(name, fill(sql, "table", table, "keys", keys, "join_table", join))
+	}
+	b := batchSQL{
+		lookup: stmt("batch_lookup", batchLookupSQL, numbered),
+		forget: stmt("batch_forget", batchForgetSQL, plain),
+	}
+	if result {
+		b.complete = stmt("batch_complete", batchCompleteSQL, withResults)
+	} else {
+		b.complete = stmt("batch_complete", batchDoneSQL, plain)
+	}
+	return b
 }
 
 // nextN is the number of placeholder p ("$3": 3).
@@ -395,48 +509,136 @@ func byNulls(variants map[uint64]string, key []any) (string, []any) {
 	return variants[nulls], args
 }
 
-// batches reports whether the table has the statements of HandleBatch.
-func (s *inboxSQL) batches() bool { return s.batchClaim != "" }
+// nullsOf is the null pattern of key: bit i set when part i is NULL.
+func nullsOf(key []any) uint64 {
+	var nulls uint64
+	for i, part := range key {
+		if part == nil {
+			nulls |= 1 << i
+		}
+	}
+	return nulls
+}
 
-// keyArrays returns the key parts of keys as the batch statements take them:
-// one []string per key part, each the parts' text forms in keys' order,
-// which the statements cast to the columns' types, so that pgx encodes them
-// in every query exec mode.
-func (s *inboxSQL) keyArrays(keys [][]any, extra int) []any {
+// keyArrays returns the parts of keys that are not NULL in nulls as the
+// batch statements take them: one []string per part, each the parts' text
+// forms in keys' order, which the statements cast to the columns' types, so
+// that pgx encodes them in every query exec mode. (The claim's arrays hold
+// every part: see claimArrays.)
+func (s *inboxSQL) keyArrays(keys [][]any, nulls uint64, extra int) []any {
+	args := make([]any, 0, s.parts+extra)
+	for p := range s.parts {
+		if nulls&(1<<p) == 0 {
+			args = append(args, partTexts(keys, p))
+		}
+	}
+	return args
+}
+
+// partTexts returns part p of each of keys in its text form.
+func partTexts(keys [][]any, p int) []string {
+	texts := make([]string, len(keys))
+	for i, key := range keys {
+		texts[i] = keyText(key[p])
+	}
+	return texts
+}
+
+// claimArrays returns every part of keys as the batch claim takes them:
+// []string for a part that cannot be NULL, []*string (nil for NULL) for
+// one that can.
+func (s *inboxSQL) claimArrays(keys [][]any, extra int) []any {
 	args := make([]any, s.parts, s.parts+extra)
 	for p := range s.parts {
-		col := make([]string, len(keys))
-		for i, key := range keys {
-			col[i] = keyText(key[p])
+		if !s.nullable[p] {
+			args[p] = partTexts(keys, p)
+			continue
 		}
-		args[p] = col
+		texts := make([]*string, len(keys))
+		for i, key := range keys {
+			if key[p] != nil {
+				text := keyText(key[p])
+				texts[i] = &text
+			}
+		}
+		args[p] = texts
 	}
 	return args
 }
 
 // batchClaimKeys claims keys in key order (so that two batches with
 // overlapping keys take their locks in one order and cannot deadlock): the
-// key arrays, the fingerprints (bytea[]), the claim's lock_timeout. It bounds
-// and restores lock_timeout as the claim does, and returns the 1-based
-// position in the arrays of each key it inserted.
-func (s *inboxSQL) batchClaimKeys(keys [][]any, fps [][]byte, lockWait any) query {
-	return query{s.batchClaim, append(s.keyArrays(keys, 2), fps, lockWait)}
+// key arrays, the fingerprints (bytea[]), the claim's lock_timeout and, for
+// a table with a stale-message guard, the entities (text[]) and versions
+// (bigint[]) of order. It bounds and restores lock_timeout as the claim
+// does, and returns the 1-based position in the arrays of each key it
+// inserted and whether its message is fresh.
+func (s *inboxSQL) batchClaimKeys(keys [][]any, fps [][]byte, lockWait any, order [][2]any) query {
+	args := append(s.claimArrays(keys, 4), fps, lockWait)
+	if s.guarded {
+		entities, versions := make([]string, len(order)), make([]int64, len(order))
+		for i, o := range order {
+			entities[i], versions[i] = keyText(o[0]), o[1].(int64)
+		}
+		args = append(args, entities, versions)
+	}
+	return query{s.batchClaim, args}
+}
+
+// byPattern groups the positions of keys by their null pattern, in a stable
+// order (the patterns ascending, the positions in keys' order).
+func byPattern(keys [][]any) []patternKeys {
+	var groups []patternKeys
+	at := map[uint64]int{}
+	for i, key := range keys {
+		nulls := nullsOf(key)
+		g, ok := at[nulls]
+		if !ok {
+			g = len(groups)
+			at[nulls] = g
+			groups = append(groups, patternKeys{nulls: nulls})
+		}
+		groups[g].at = append(groups[g].at, i)
+	}
+	slices.SortFunc(groups, func(a, b patternKeys) int { return cmp.Compare(a.nulls, b.nulls) })
+	return groups
+}
+
+// patternKeys are the positions (at) of the keys of one null pattern.
+type patternKeys struct {
+	nulls uint64
+	at    []int
+}
+
+// pick returns the keys (or values) at g's positions.
+func pick[T any](all []T, g patternKeys) []T {
+	out := make([]T, len(g.at))
+	for j, i := range g.at {
+		out[j] = all[i]
+	}
+	return out
 }
 
 // batchLookupKeys reads position, fingerprint, status and result of each
-// of keys it finds: the key arrays.
-func (s *inboxSQL) batchLookupKeys(keys [][]any) query {
-	return query{s.batchLookup, s.keyArrays(keys, 0)}
+// of keys it finds, keys all of null pattern nulls: the key arrays.
+func (s *inboxSQL) batchLookupKeys(keys [][]any, nulls uint64) query {
+	return query{s.batch[nulls].lookup, s.keyArrays(keys, nulls, 0)}
 }
 
-// batchCompleteKeys marks keys' rows done and stores their results (JSON
-// texts, see markKeyDone), for a handler that has one: the key arrays, then
-// the results as text[].
-func (s *inboxSQL) batchCompleteKeys(keys [][]any, results []string) query {
+// batchCompleteKeys marks keys' rows done, keys all of null pattern nulls,
+// and stores their results (JSON texts, see markKeyDone), for a handler
+// that has one: the key arrays, then the results as text[].
+func (s *inboxSQL) batchCompleteKeys(keys [][]any, nulls uint64, results []string) query {
 	if !s.result {
-		return query{s.batchComplete, s.keyArrays(keys, 0)}
+		return query{s.batch[nulls].complete, s.keyArrays(keys, nulls, 0)}
 	}
-	return query{s.batchComplete, append(s.keyArrays(keys, 1), results)}
+	return query{s.batch[nulls].complete, append(s.keyArrays(keys, nulls, 1), results)}
+}
+
+// batchForgetKeys deletes keys' rows, keys all of null pattern nulls: the
+// key arrays.
+func (s *inboxSQL) batchForgetKeys(keys [][]any, nulls uint64) query {
+	return query{s.batch[nulls].forget, s.keyArrays(keys, nulls, 0)}
 }
 
 // purgeBatch bounds how many rows one purge statement deletes.

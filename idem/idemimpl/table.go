@@ -27,19 +27,21 @@ type Table[M any] struct {
 	// Name is the inbox table, as SQL writes it: schema-qualified and
 	// double-quoted where needed.
 	Name string
-	// Columns are the key's columns, in key order. With a Nullable column,
-	// HandleBatch runs one transaction per message.
+	// Columns are the key's columns, in key order.
 	Columns []Column
 	// Key returns the key parts of msg in column order (nil for a NULL
 	// part), or an error wrapping ErrInvalidKey.
 	Key func(msg M) ([]any, error)
 	// Retain is how long inbox rows are kept before Purge deletes them.
 	Retain time.Duration
+	// Handler is the Go name of a set-based handler (PostAll,
+	// Service.PostAll), as its errors name it; empty for a handler of one
+	// message.
+	Handler string
 
 	// Order returns the entity and the version of msg for a table with a
 	// stale-message guard (order= and version= in the directive); nil
-	// without one. With a guard, HandleBatch runs one transaction per
-	// message.
+	// without one.
 	Order func(msg M) (entity any, version int64, err error)
 	// Versions is the guard's versions table, as SQL writes it, and
 	// EntityType the SQL type of its entity column; both empty without a

@@ -17,3 +17,7 @@ type Buffer struct {
 
 // OutboxBuffer returns the Buffer of out, an *idem.Outbox.
 var OutboxBuffer func(out any) *Buffer
+
+// NewSetOutbox returns the *idem.Outbox of a set-based handler's run of n
+// messages and the *idem.Outbox of each (what the run's For(i) returns).
+var NewSetOutbox func(n int) (set any, each []any)
