@@ -178,14 +178,7 @@ func (s Suite[V, M, R]) batchConcurrent(t testing.TB, seen *fixtureSeen) {
 		all = append(all, got...)
 		mu.Unlock()
 	})
-	var first *delivery[R]
-	processed := 0
-	for i, d := range all {
-		if d.err == nil && d.o == idem.Processed {
-			processed++
-			first = &all[i]
-		}
-	}
+	first, processed := processedOf(all)
 	if processed != 1 {
 		t.Fatalf("%d batches of the message twice at once: %d Processed; want exactly 1 (%s)", n, processed, summarizeDeliveries(all))
 	}
@@ -225,6 +218,17 @@ func (s Suite[V, M, R]) batchKilledMidBatch(t testing.TB, seen *fixtureSeen) {
 	again := sc.batch(sc.newBatch(sc.pool), []M{msg})
 	sc.wantDuplicate("a batch of the message after the redelivered one", again[0], got[0])
 	sc.wantRuns(1, "a Duplicate must not run the handler")
+}
+
+// processedOf returns how many of ds were Processed, and the last of them.
+func processedOf[R any](ds []delivery[R]) (last *delivery[R], processed int) {
+	for i, d := range ds {
+		if d.err == nil && d.o == idem.Processed {
+			processed++
+			last = &ds[i]
+		}
+	}
+	return last, processed
 }
 
 func summarizeDeliveries[R any](ds []delivery[R]) string {

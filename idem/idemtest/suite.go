@@ -164,6 +164,25 @@ type Suite[V, M, R any] struct {
 	// publishes through an *idem.Outbox; nil for one that does not.
 	Outbox *Outbox[M]
 
+	// The batch scenarios of a set-based handler (one that takes msgs []M),
+	// which need messages of several keys and the handler itself:
+	//
+	// Rekey returns a copy of msg with fresh values in its key (and in the
+	// entity of a stale-message guard), a message of another key the
+	// handler processes in the same seeded database; it must not modify
+	// msg. With it, ScenarioBatchOverlapping runs.
+	Rekey func(msg M) M
+	// SetWith builds the consumer's batch delivery as Batch does, with its
+	// handler wrapped by wrap (see Wrapped), so that a scenario can see
+	// what the handler is given and change what it returns. With it and
+	// Rekey, ScenarioBatchFreshMessages, ScenarioBatchEachAlone and
+	// ScenarioBatchWrongLength run.
+	SetWith func(recv V, pool *pgxpool.Pool, wrap SetWrap[M, R], opts ...idem.Option) BatchFunc[M, R]
+	// Handler is the handler's name as its errors name it (the
+	// idemimpl.Table's Handler), which ScenarioBatchWrongLength looks for
+	// in the error.
+	Handler string
+
 	// markers: Inbox is a mode=entity handler's business table, whose
 	// markers are its rows with a fingerprint (EntitySuite); rows seeded
 	// by the fixture have none and are not counted.
@@ -242,7 +261,7 @@ func (s Suite[V, M, R]) scenarios(seen *fixtureSeen) []Scenario {
 			return seen.applies(func(p fixtureParts) bool { return p.conflict },
 				"the fixture supplies no Conflict (a row that makes the handler's write violate a unique constraint)")
 		}},
-	}, s.batchScenarios(seen)...)
+	}, append(s.batchScenarios(seen), s.setScenarios(seen)...)...)
 }
 
 // fixtureSeen records which optional parts the fixtures returned so far

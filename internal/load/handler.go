@@ -68,6 +68,9 @@ func (c *checker) handler(fd *ast.FuncDecl, d directive.Directive) (model.Handle
 		return h, false
 	}
 	msg, msgOK := c.signature(fd, sig, &h)
+	if h.Set && !c.setMode(d, h, sig) {
+		return h, false
+	}
 
 	keyOpt, hasKey := d.Lookup("key")
 	if !hasKey {
@@ -143,4 +146,23 @@ func (c *checker) externalGuard(d directive.Directive, h model.Handler) bool {
 		}
 	}
 	return refused
+}
+
+// setMode refuses a set-based handler (msgs []M) in a mode other than
+// mode=tx, saying why, and reports whether the mode takes it.
+func (c *checker) setMode(d directive.Directive, h model.Handler, sig *types.Signature) bool {
+	why := map[model.Mode]string{
+		model.ModeExternal: "a mode=external handler calls a provider outside the database once per message, with that message's idempotency key (idem.KeyFrom(ctx)) and a lease of its own, so there is no batch to hand it",
+		model.ModeEntity:   "in mode=entity each message's marker is the row its own handler inserts, and a unique violation of one marker would abort the whole batch's statement, so the wrapper could not tell which message was the duplicate",
+		model.ModeNatural:  "a mode=natural wrapper records nothing, so it has no claim to hand the handler only the fresh messages of; its handler is idempotent one message at a time",
+	}[h.Mode]
+	if why == "" {
+		return true
+	}
+	params := sig.Params()
+	msgs := params.At(params.Len() - 1).Type()
+	elem := msgs.(*types.Slice).Elem()
+	c.errorf(h.ModePos, "%shandler mode=%s does not take a set-based handler (%s takes %s): %s; take msg %s, or use mode=tx (the default), which does",
+		directive.Prefix, h.Mode, h.Func, c.typeString(msgs), why, c.typeString(elem))
+	return false
 }

@@ -37,7 +37,8 @@ func (c *checker) signature(fd *ast.FuncDecl, sig *types.Signature, h *model.Han
 	if h.External() {
 		return c.externalSignature(fd, sig, h)
 	}
-	const want = "want func(ctx context.Context, tx pgx.Tx, msg M) (R, error) or (...) error, or the same with out *idem.Outbox right after tx, with M a named struct type or a pointer to one"
+	const want = "want func(ctx context.Context, tx pgx.Tx, msg M) (R, error) or (...) error, or the same with out *idem.Outbox right after tx, with M a named struct type or a pointer to one " +
+		"(or, set-based, msgs []M and ([]R, error) or error)"
 	params := sig.Params()
 	at := c.pos(fd.Type)
 	if c.variadic(fd, sig, h, want) || !c.outbox(fd, sig, h) {
@@ -123,12 +124,27 @@ func (c *checker) variadic(fd *ast.FuncDecl, sig *types.Signature, h *model.Hand
 // either form, and returns the message's struct type.
 func (c *checker) resultAndMessage(fd *ast.FuncDecl, sig *types.Signature, h *model.Handler, msgAt int, want string) (types.Type, bool) {
 	params, results := sig.Params(), sig.Results()
+	mt := params.At(msgAt).Type()
+	if s, ok := types.Unalias(mt).(*types.Slice); ok {
+		// A set-based handler: it takes the whole batch, msgs []M, and
+		// returns one R a message.
+		mt, h.Set = s.Elem(), true
+	}
 	errorType := types.Universe.Lookup("error").Type()
 	switch {
 	case results.Len() == 1 && types.Identical(results.At(0).Type(), errorType):
 	case results.Len() == 2 && types.Identical(results.At(1).Type(), errorType):
 		r := results.At(0).Type()
 		rpos := c.pos(fd.Type.Results.List[0].Type)
+		if h.Set {
+			rs, ok := types.Unalias(r).(*types.Slice)
+			if !ok {
+				c.errorf(rpos, "the set-based handler %s (its message parameter is a slice) returns %s; want []R and error, one result a message in the order of msgs, or error alone",
+					h.Func, c.typeString(r))
+				break
+			}
+			r = rs.Elem()
+		}
 		if shape, problem := jsonShape(r, true, c.qualifier); problem != "" {
 			c.errorf(rpos, "the result type %s of handler %s cannot be stored and replayed: %s", c.typeString(r), h.Func, problem)
 		} else if t, ok := c.modelType(r, c.resultPos(fd)); ok {
@@ -138,7 +154,6 @@ func (c *checker) resultAndMessage(fd *ast.FuncDecl, sig *types.Signature, h *mo
 		c.errorf(c.resultPos(fd), "handler %s must return (R, error) or error; %s", h.Func, want)
 	}
 
-	mt := params.At(msgAt).Type()
 	named := mt
 	if p, ok := mt.(*types.Pointer); ok {
 		named = p.Elem()
@@ -148,7 +163,7 @@ func (c *checker) resultAndMessage(fd *ast.FuncDecl, sig *types.Signature, h *mo
 	mpos := c.paramPos(fd, msgAt)
 	switch {
 	case !isNamedType || !isStruct:
-		c.errorf(mpos, "the message parameter of handler %s has type %s; want a named struct type or a pointer to one", h.Func, c.typeString(mt))
+		c.errorf(mpos, "the message parameter of handler %s has type %s; want a named struct type or a pointer to one (or a slice of one, for a set-based handler)", h.Func, c.typeString(params.At(msgAt).Type()))
 		return nil, false
 	case isNamed(n, idemPath, "Message"):
 		if !c.envelopeBody(n, mpos, h) {

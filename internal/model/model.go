@@ -74,6 +74,10 @@ type Handler struct {
 	// publish outgoing messages, which the wrapper writes to idem_outbox in
 	// its commit round trip.
 	Outbox bool
+	// Set: the handler is set-based, it takes the whole batch: its message
+	// parameter is msgs []M (Msg is M) and its results ([]R, error) (Result
+	// is R) or error, one result a message it is given.
+	Set bool
 	// Result is the handler's result type, nil when it returns only error.
 	Result *Type
 	// ResultShape is the JSON shape of Result's values, as stored in the

@@ -55,6 +55,12 @@ func (e emitter) test(f *jen.File) {
 	if h.Vary != nil {
 		suite = append(suite, jen.Id("Variant"), e.variant())
 	}
+	if h.Set {
+		if rekey := e.rekey(); rekey != nil {
+			suite = append(suite, jen.Id("Rekey"), rekey)
+		}
+		suite = append(suite, jen.Id("SetWith"), e.setWith(), jen.Id("Handler"), jen.Lit(gocode.HandlerName(h)))
+	}
 	if h.Outbox {
 		suite = append(suite, jen.Id("Outbox"), jen.Op("&").Qual(gocode.IdemtestPkg, "Outbox").Types(msg).Values(
 			jen.Line().Id("Consumer").Op(":").Lit(h.Consumer),
@@ -135,6 +141,80 @@ func (e emitter) batchFunc() jen.Code {
 		jen.Id("opts").Op("...").Qual(gocode.IdemPkg, "Option"),
 	}, jen.Qual(gocode.IdemtestPkg, "BatchFunc").Types(gocode.Type(h.Msg), e.resultType()),
 		jen.Return(jen.Id(e.N.Constructor).Call(args...).Dot("HandleBatch")))
+}
+
+// setWith builds a set-based handler's HandleBatch with the scenario's
+// wrap around the handler:
+//
+//	func(s *Service, pool *pgxpool.Pool, wrap idemtest.SetWrap[M, R], opts ...idem.Option) idemtest.BatchFunc[M, R] {
+//		handler := idemtest.Wrapped(wrap, s.PostAll)
+//		return idemimpl.NewSetInbox(pool, idemPostAllTable, handler, opts...).HandleBatch
+//	}
+func (e emitter) setWith() jen.Code {
+	h := e.H
+	var recvParam jen.Code = jen.Id("_").Add(e.recvType())
+	var handler jen.Code = jen.Id(h.Func)
+	if h.Recv != nil {
+		name := gocode.ReceiverName(h.Recv.Type)
+		recvParam = jen.Id(name).Add(e.recvType())
+		handler = jen.Id(name).Dot(h.Func)
+	}
+	newInbox, noResult, wrapped := "NewSetInbox", "NoResultSet", "Wrapped"
+	if h.Outbox {
+		newInbox, noResult, wrapped = "NewPublishingSetInbox", "NoResultPublishingSet", "WrappedPublishing"
+	}
+	if h.Result == nil {
+		handler = jen.Qual(gocode.ImplPkg, noResult).Call(handler)
+	}
+	return e.funcLit([]jen.Code{
+		recvParam,
+		jen.Id("pool").Op("*").Qual(gocode.PgxpoolPkg, "Pool"),
+		jen.Id("wrap").Qual(gocode.IdemtestPkg, "SetWrap").Types(gocode.Type(h.Msg), e.resultType()),
+		jen.Id("opts").Op("...").Qual(gocode.IdemPkg, "Option"),
+	}, jen.Qual(gocode.IdemtestPkg, "BatchFunc").Types(gocode.Type(h.Msg), e.resultType()),
+		jen.Id("handler").Op(":=").Qual(gocode.IdemtestPkg, wrapped).Call(jen.Id("wrap"), handler),
+		e.Fit(3, func(multi bool) jen.Code {
+			return jen.Return(jen.Qual(gocode.ImplPkg, newInbox).Call(gocode.Items(multi,
+				jen.Id("pool"), jen.Id(e.N.TableVar), jen.Id("handler"), jen.Id("opts").Op("..."))...).Dot("HandleBatch"))
+		}))
+}
+
+// rekey returns a copy of the message with fresh unique values in its key
+// parts (and the entity of a stale-message guard), for the batch scenarios
+// of a set-based handler that need several keys; nil when no key part can
+// be changed that way (every part nullable, or reached through a pointer,
+// which a copy would share).
+func (e emitter) rekey() jen.Code {
+	h := e.H
+	v, body := e.copyOf()
+	parts := append([]model.KeyPart(nil), h.Key...)
+	if h.Guard != nil {
+		parts = append(parts, h.Guard.Entity)
+	}
+	changed := map[string]bool{}
+	for _, k := range parts {
+		if k.Null != nil || changed[k.Path] {
+			continue
+		}
+		through := false
+		for _, hop := range k.Hops[:len(k.Hops)-1] {
+			through = through || hop.Pointer
+		}
+		unique, ok := map[model.KeyKind]string{model.KeyString: "UniqueString", model.KeyInt: "UniqueInt", model.KeyUUID: "UniqueUUID"}[k.Kind]
+		if through || !ok {
+			continue
+		}
+		changed[k.Path] = true
+		field := jen.Id(v)
+		for _, hop := range k.Hops {
+			field = field.Dot(hop.Field)
+		}
+		body = append(body, field.Op("=").Qual(gocode.IdemtestPkg, unique).Types(gocode.Type(k.Type)).Call())
+	}
+	if len(changed) == 0 {
+		return nil
+	}
+	return e.copyFunc(v, body)
 }
 
 // fixture is the fixture= function, or else a function that builds a
@@ -241,12 +321,7 @@ func (e emitter) zeroReceiver() jen.Code {
 // variant changes the Vary field of a copy of the message.
 func (e emitter) variant() jen.Code {
 	h := e.H
-	v := "msg"
-	var body []jen.Code
-	if h.Msg.Kind == model.Pointer {
-		v = "v"
-		body = append(body, jen.Id("v").Op(":=").Op("*").Id("msg"))
-	}
+	v, body := e.copyOf()
 	if h.Envelope && h.Body().Kind == model.Pointer {
 		// A copy of the envelope shares its body: change a copy of that.
 		if v == "msg" {
@@ -264,10 +339,25 @@ func (e emitter) variant() jen.Code {
 	case model.VaryBool:
 		body = append(body, field.Op("=").Op("!").Id(v).Dot(h.Vary.Field))
 	}
-	switch {
-	case h.Msg.Kind == model.Pointer:
+	return e.copyFunc(v, body)
+}
+
+// copyOf begins a function of msg that changes a copy of it: the name of
+// the copy, and the statement that makes it when msg is a pointer.
+func (e emitter) copyOf() (string, []jen.Code) {
+	if e.H.Msg.Kind == model.Pointer {
+		return "v", []jen.Code{jen.Id("v").Op(":=").Op("*").Id("msg")}
+	}
+	return "msg", nil
+}
+
+// copyFunc is func(msg M) M of body, which changes the copy v (copyOf),
+// then returns it.
+func (e emitter) copyFunc(v string, body []jen.Code) jen.Code {
+	h := e.H
+	if h.Msg.Kind == model.Pointer {
 		body = append(body, jen.Return(jen.Op("&").Id("v")))
-	default:
+	} else {
 		body = append(body, jen.Return(jen.Id(v)))
 	}
 	return jen.Func().Params(jen.Id("msg").Add(gocode.Type(h.Msg))).Add(gocode.Type(h.Msg)).Block(body...)
@@ -355,9 +445,6 @@ func (e emitter) doc() string {
 			"and no duplicate adds a row.", h.Func, failed, h.Consumer))
 	}
 	how := "one transaction per batch"
-	if h.Guard != nil || hasNullablePart(h) {
-		how = "one transaction per message, since its inbox has a stale-message guard or nullable key parts"
-	}
 	d.para(fmt.Sprintf("The batch scenarios deliver through %s.HandleBatch (%s): "+
 		"batch_key_twice: a batch holding the message twice (and, with a Variant, its key with another payload) runs the handler once: "+
 		"idem.Processed, idem.Duplicate with an equal result, idem.ErrKeyReused; "+
@@ -367,6 +454,21 @@ func (e emitter) doc() string {
 		"batch_killed_mid_batch: a child process delivering the message twice as a batch is killed with SIGKILL inside the batch's transaction, after the handler and before the COMMIT: "+
 		"nothing is recorded, and the redelivered batch is processed once.",
 		n.Wrapper, how, Deliveries))
+	if h.Set {
+		d.para(fmt.Sprintf("%s is set-based, so the batch scenarios also give it messages of several keys (Rekey: the message with fresh key values) "+
+			"and wrap it (SetWith): batch_fresh_messages: after the message was processed, a batch of it, a new key, it again, "+
+			"its key with another payload and a third key calls %s once, with the two new keys' messages in input order; "+
+			"batch_overlapping: %d batches at once of two keys out of three, overlapping and in different orders, "+
+			"process each key exactly once without an error; "+
+			"batch_each_alone: a batch of two keys whose handler fails is rolled back and each message is then delivered alone, "+
+			"as a batch of one, and processed; "+
+			"batch_wrong_length: a handler that returns one result too many fails each message with an error naming %s and both lengths, "+
+			"and commits nothing.", h.Func, h.Func, Deliveries, gocode.HandlerName(h)))
+		if e.rekey() == nil {
+			d.para("These four are not run: every key part is nullable or reached through a pointer, " +
+				"so no message of another key can be made from the fixture's.")
+		}
+	}
 	d.para("Without IDEMGEN_TEST_DATABASE_URL (DATABASE_URL is never used) the test is skipped, and with IDEMGEN_REQUIRE_DB set it fails instead; " +
 		fmt.Sprintf("IDEMGEN_TEST_DELIVERIES sets another number of concurrent deliveries than %d.", Deliveries))
 	return d.String()
@@ -475,14 +577,4 @@ func wrap(text, first, rest string) string {
 	}
 	lines = append(lines, line)
 	return strings.Join(lines, "\n")
-}
-
-// hasNullablePart reports whether a key part of h can be NULL.
-func hasNullablePart(h model.Handler) bool {
-	for _, k := range h.Key {
-		if k.Null != nil {
-			return true
-		}
-	}
-	return false
 }

@@ -52,10 +52,15 @@ func (e emitter) wrapper(f *jen.File) {
 	if h.Outbox {
 		publishes = "The handler publishes through the outbox: the messages it gives to its *idem.Outbox are written to idem_outbox " +
 			"in the same commit, with ids derived from the consumer and the key, or not at all; an idem.Relay delivers them. "
+		if h.Set {
+			publishes = "The handler publishes through the outbox: what it gives to out.For(i) is written to idem_outbox " +
+				"in the same commit, with ids derived from the consumer and the key of msgs[i], or not at all; an idem.Relay delivers them. "
+		}
 	}
 	batches := "the keys of a batch claimed in one statement, in one transaction per batch"
-	if h.Guard != nil || hasNullablePart(h) {
-		batches = "one transaction per message: its inbox has a stale-message guard or nullable key parts, which batches do not cover"
+	if h.Set {
+		batches = fmt.Sprintf("the keys of a batch claimed in one statement and %s called once with the messages whose keys were freshly claimed, "+
+			"in input order, in one transaction per batch; Handle is a batch of one", h.Func)
 	}
 	f.Comment(gocode.Doc(fmt.Sprintf(
 		"%s delivers %s messages to %s at most once per key (%s) for the consumer %q: "+
@@ -89,6 +94,9 @@ func (e emitter) wrapper(f *jen.File) {
 	if h.Outbox {
 		newInbox, noResult = "NewPublishingInbox", "NoResultPublishing"
 	}
+	if h.Set {
+		newInbox, noResult = strings.TrimSuffix(newInbox, "Inbox")+"SetInbox", noResult+"Set"
+	}
 	if h.Result == nil {
 		handler = jen.Qual(gocode.ImplPkg, noResult).Call(handler)
 	}
@@ -98,10 +106,14 @@ func (e emitter) wrapper(f *jen.File) {
 	if h.Result != nil {
 		duplicate = "returns the stored result as idem.Duplicate"
 	}
+	runs := "runs " + h.Func + " for msg"
+	if h.Set {
+		runs = "runs " + h.Func + " with a batch of one, msg,"
+	}
 	e.handle(f, "Inbox", fmt.Sprintf(
-		"Handle runs %s for msg in one transaction with the claim of its key, or, when the key was processed before, "+
+		"Handle %s in one transaction with the claim of its key, or, when the key was processed before, "+
 			"%s without running it. Ack the message exactly when err is nil.",
-		h.Func, duplicate),
+		runs, duplicate),
 		jen.Qual(gocode.IdemPkg, "BatchHandler").Types(gocode.Type(h.Msg)),
 		jen.Qual(gocode.IdemPkg, "Maintained"))
 
@@ -112,16 +124,6 @@ func (e emitter) wrapper(f *jen.File) {
 		f.Line()
 		e.orderFunc(f)
 	}
-}
-
-// hasNullablePart reports whether a key part of h can be NULL.
-func hasNullablePart(h model.Handler) bool {
-	for _, k := range h.Key {
-		if k.Null != nil {
-			return true
-		}
-	}
-	return false
 }
 
 func (e emitter) table(f *jen.File) {
@@ -142,6 +144,9 @@ func (e emitter) table(f *jen.File) {
 		)
 	}
 	pairs = append(pairs, "Retain", gocode.Duration(h.Retain))
+	if h.Set {
+		pairs = append(pairs, "Handler", jen.Lit(gocode.HandlerName(h)))
+	}
 	f.Var().Id(n.TableVar).Op("=").Qual(gocode.ImplPkg, "Table").Types(gocode.Type(h.Msg)).Values(fieldList(pairs...)...)
 }
 
