@@ -79,11 +79,10 @@ func idemReceiveGoodsKey(msg CloudEvent) ([]any, error) {
 // without running the handler again. Build it with NewBookReturnIdem.
 //
 // Its methods are those of the idemimpl.Inbox it embeds: Handle and Deliver
-// (idem.Handler), HandleBatch and DeliverBatch (idem.BatchHandler; one
-// transaction per message: its inbox has a stale-message guard or nullable key
-// parts, which batches do not cover), Purge (rows older than the retention of
-// 720h (30 days)) and Maintenance (idem.Maintained, for an idem.Janitor). Ack a
-// message exactly when its error is nil.
+// (idem.Handler), HandleBatch and DeliverBatch (idem.BatchHandler; the keys of
+// a batch claimed in one statement, in one transaction per batch), Purge (rows
+// older than the retention of 720h (30 days)) and Maintenance (idem.Maintained,
+// for an idem.Janitor). Ack a message exactly when its error is nil.
 type BookReturnIdem struct {
 	*idemimpl.Inbox[ReturnReceived, Level]
 }
@@ -139,11 +138,10 @@ func idemBookReturnKey(msg ReturnReceived) ([]any, error) {
 // Its methods are those of the idemimpl.Inbox it embeds (Handle, written out
 // below, returns only the outcome and the error, the handler having no result):
 // Handle and Deliver (idem.Handler), HandleBatch and DeliverBatch
-// (idem.BatchHandler; one transaction per message: its inbox has a
-// stale-message guard or nullable key parts, which batches do not cover), Purge
-// (rows older than the retention of 720h (30 days)) and Maintenance
-// (idem.Maintained, for an idem.Janitor). Ack a message exactly when its error
-// is nil.
+// (idem.BatchHandler; the keys of a batch claimed in one statement, in one
+// transaction per batch), Purge (rows older than the retention of 720h (30
+// days)) and Maintenance (idem.Maintained, for an idem.Janitor). Ack a message
+// exactly when its error is nil.
 type ApplyCountIdem struct {
 	*idemimpl.Inbox[StockCounted, idem.None]
 }

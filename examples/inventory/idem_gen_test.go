@@ -116,9 +116,8 @@ func TestReceiveGoodsIdem(t *testing.T) {
 // unchanged by the failed one of business_unique_violation).
 //
 // The batch scenarios deliver through BookReturnIdem.HandleBatch (one
-// transaction per message, since its inbox has a stale-message guard or
-// nullable key parts): batch_key_twice: a batch holding the message twice (and,
-// with a Variant, its key with another payload) runs the handler once:
+// transaction per batch): batch_key_twice: a batch holding the message twice
+// (and, with a Variant, its key with another payload) runs the handler once:
 // idem.Processed, idem.Duplicate with an equal result, idem.ErrKeyReused;
 // batch_processed_key: a batch of an already processed message gives
 // idem.Duplicate with the stored result and does not run the handler;
@@ -191,9 +190,8 @@ func TestBookReturnIdem(t *testing.T) {
 // unchanged by the failed one of business_unique_violation).
 //
 // The batch scenarios deliver through ApplyCountIdem.HandleBatch (one
-// transaction per message, since its inbox has a stale-message guard or
-// nullable key parts): batch_key_twice: a batch holding the message twice (and,
-// with a Variant, its key with another payload) runs the handler once:
+// transaction per batch): batch_key_twice: a batch holding the message twice
+// (and, with a Variant, its key with another payload) runs the handler once:
 // idem.Processed, idem.Duplicate with an equal result, idem.ErrKeyReused;
 // batch_processed_key: a batch of an already processed message gives
 // idem.Duplicate with the stored result and does not run the handler;
