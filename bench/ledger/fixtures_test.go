@@ -28,3 +28,9 @@ func postFixture(t testing.TB, db *idemtest.DB) idemtest.Fixture[idemtest.NoRece
 		},
 	}
 }
+
+// postAllFixture is the fixture of the generated TestPostAllIdem: Post's,
+// for PostAll's consumer (the same tables, the same effect).
+func postAllFixture(t testing.TB, db *idemtest.DB) idemtest.Fixture[idemtest.NoReceiver, Deposit] {
+	return postFixture(t, db)
+}

@@ -62,3 +62,52 @@ func idemPostKey(msg Deposit) ([]any, error) {
 	}
 	return []any{msg.MessageID}, nil
 }
+
+// PostAllIdem delivers Deposit messages to PostAll at most once per key
+// (MessageID) for the consumer "bench.ledger.all": the handler's writes commit
+// together with the key's row in the inbox table idem_bench_ledger_all, and a
+// redelivered message gets the stored result back without running the handler
+// again. Build it with NewPostAllIdem.
+//
+// Its methods are those of the idemimpl.Inbox it embeds: Handle and Deliver
+// (idem.Handler), HandleBatch and DeliverBatch (idem.BatchHandler; the keys of
+// a batch claimed in one statement and PostAll called once with the messages
+// whose keys were freshly claimed, in input order, in one transaction per
+// batch; Handle is a batch of one), Purge (rows older than the retention of
+// 720h (30 days)) and Maintenance (idem.Maintained, for an idem.Janitor). Ack a
+// message exactly when its error is nil.
+type PostAllIdem struct {
+	*idemimpl.Inbox[Deposit, Posted]
+}
+
+// NewPostAllIdem returns the idempotent wrapper of PostAll. db must reach the
+// database that holds idem_bench_ledger_all and the handler's own tables; opts
+// choose the isolation level (idem.WithIsolation) and how long a concurrent
+// delivery of the same key waits (idem.WithClaimWait).
+func NewPostAllIdem(db idem.DB, opts ...idem.Option) *PostAllIdem {
+	return &PostAllIdem{idemimpl.NewSetInbox(db, idemPostAllTable, PostAll, opts...)}
+}
+
+var (
+	_ idem.Handler[Deposit]      = (*PostAllIdem)(nil)
+	_ idem.BatchHandler[Deposit] = (*PostAllIdem)(nil)
+	_ idem.Maintained            = (*PostAllIdem)(nil)
+)
+
+// idemPostAllTable is the inbox of the consumer "bench.ledger.all".
+var idemPostAllTable = idemimpl.Table[Deposit]{
+	Consumer: "bench.ledger.all",
+	Name:     "idem_bench_ledger_all",
+	Columns:  []idemimpl.Column{{Field: "MessageID", Name: "key_message_id", Type: "text"}},
+	Key:      idemPostAllKey,
+	Retain:   720 * time.Hour,
+	Handler:  "PostAll",
+}
+
+// idemPostAllKey returns the key parts of msg in column order: MessageID.
+func idemPostAllKey(msg Deposit) ([]any, error) {
+	if err := idemimpl.CheckString("MessageID", msg.MessageID); err != nil {
+		return nil, err
+	}
+	return []any{msg.MessageID}, nil
+}

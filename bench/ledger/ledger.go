@@ -2,7 +2,9 @@
 // business change is one statement, UPDATE accounts SET balance = balance +
 // $1 WHERE id = $2, delivered three ways: without deduplication (Apply on its
 // own), through a hand-written inbox (HandWritten) and through the wrapper
-// idemgen generates for Post (PostIdem in idem_gen.go).
+// idemgen generates for Post (PostIdem in idem_gen.go); PostAll makes the
+// change of a whole batch in one statement, a set-based handler
+// (PostAllIdem).
 package ledger
 
 //go:generate go run github.com/idemgen/idemgen/cmd/idemgen -migrations migrations .
@@ -66,11 +68,64 @@ func Post(ctx context.Context, tx pgx.Tx, msg Deposit) (Posted, error) {
 	return Apply(ctx, tx, msg)
 }
 
+// UpdateBalances is PostAll's change: every deposit of a batch in one
+// statement. The deposits are summed per account first, since an UPDATE ...
+// FROM changes each account once however many rows of FROM match it, and
+// taken in account order, the order the rows are locked in when the planner
+// walks them with the primary key, as it does for a batch's few accounts.
+const UpdateBalances = `UPDATE accounts AS a SET balance = a.balance + d.amount
+FROM (
+  SELECT id, sum(amount)::bigint AS amount
+  FROM unnest($1::bigint[], $2::bigint[]) AS m (id, amount)
+  GROUP BY id ORDER BY id
+) AS d
+WHERE a.id = d.id
+RETURNING a.id`
+
+// PostAll is Post for a whole batch: the handler idemgen wraps as a
+// set-based one (its message parameter is a slice), so that HandleBatch
+// calls it once with every message whose key it freshly claimed, and it
+// makes their change in one statement, one round trip, however many they
+// are. It returns one Posted a deposit, in the order of msgs. A deposit to
+// an unknown account fails the batch with ErrUnknownAccount; the wrapper
+// then delivers each message alone, so that only that one fails.
+//
+//idem:handler consumer=bench.ledger.all key=MessageID fixture=postAllFixture
+func PostAll(ctx context.Context, tx pgx.Tx, msgs []Deposit) ([]Posted, error) {
+	accounts, amounts := make([]int64, len(msgs)), make([]int64, len(msgs))
+	want := make(map[int64]bool, len(msgs))
+	for i, msg := range msgs {
+		accounts[i], amounts[i] = msg.Account, msg.Amount
+		want[msg.Account] = true
+	}
+	rows, err := tx.Query(ctx, UpdateBalances, accounts, amounts)
+	if err != nil {
+		return nil, fmt.Errorf("ledger: post %d deposits: %w", len(msgs), err)
+	}
+	updated, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, fmt.Errorf("ledger: post %d deposits: %w", len(msgs), err)
+	}
+	for _, id := range updated {
+		delete(want, id)
+	}
+	for _, msg := range msgs {
+		if want[msg.Account] {
+			return nil, fmt.Errorf("%w %d", ErrUnknownAccount, msg.Account)
+		}
+	}
+	posted := make([]Posted, len(msgs))
+	for i, msg := range msgs {
+		posted[i] = Posted{Account: msg.Account, Amount: msg.Amount}
+	}
+	return posted, nil
+}
+
 //go:embed migrations/*.sql
 var migrations embed.FS
 
 // Migrations returns the goose migrations of the benchmark's tables: the
-// accounts, the hand-written inbox and the generated inbox.
+// accounts, the hand-written inbox and the generated inboxes.
 func Migrations() fs.FS {
 	sub, err := fs.Sub(migrations, "migrations")
 	if err != nil {
