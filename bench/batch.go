@@ -26,6 +26,7 @@ import (
 const (
 	scBareBatched = "bare batched"
 	scBatch       = "HandleBatch"
+	scBatchSet    = "HandleBatch, set-based"
 	scBatchDup    = "HandleBatch, duplicates"
 )
 
@@ -43,6 +44,17 @@ func batchScenarios(size int) []scenario {
 		}
 		slices.SortFunc(msgs, func(a, b ledger.Deposit) int { return cmp.Compare(a.Account, b.Account) })
 		return msgs
+	}
+	// newBatches delivers each worker's batches of new messages through the
+	// HandleBatch that wrapper builds on the cell's pool.
+	newBatches := func(name, what string, wrapper func(*pgxpool.Pool) handleBatch) scenario {
+		return scenario{name: name, what: what, perCall: size,
+			prepare: func(ctx context.Context, pool *pgxpool.Pool, _ int) (deliverFunc, error) {
+				handle := wrapper(pool)
+				return func(ctx context.Context, w *worker) error {
+					return expectAll(handle(ctx, batch(w)))(idem.Processed)
+				}, nil
+			}}
 	}
 	return []scenario{
 		byName[scBare],
@@ -63,17 +75,10 @@ func batchScenarios(size int) []scenario {
 			},
 		},
 		byName[scGenerated],
-		{
-			name:    scBatch,
-			what:    fmt.Sprintf("`ledger.PostIdem.HandleBatch` of %d new messages: one transaction", size),
-			perCall: size,
-			prepare: func(ctx context.Context, pool *pgxpool.Pool, _ int) (deliverFunc, error) {
-				gen := ledger.NewPostIdem(pool)
-				return func(ctx context.Context, w *worker) error {
-					return expectAll(gen.HandleBatch(ctx, batch(w)))(idem.Processed)
-				}, nil
-			},
-		},
+		newBatches(scBatch, fmt.Sprintf("`ledger.PostIdem.HandleBatch` of %d new messages: one transaction", size),
+			func(pool *pgxpool.Pool) handleBatch { return ledger.NewPostIdem(pool).HandleBatch }),
+		newBatches(scBatchSet, fmt.Sprintf("`ledger.PostAllIdem.HandleBatch` of %d new messages: one transaction, and the set-based handler `PostAll` makes them all with one `UPDATE ... FROM unnest(...)`", size),
+			func(pool *pgxpool.Pool) handleBatch { return ledger.NewPostAllIdem(pool).HandleBatch }),
 		byName[scDuplicate],
 		{
 			name:    scBatchDup,
@@ -101,6 +106,9 @@ func batchScenarios(size int) []scenario {
 		},
 	}
 }
+
+// handleBatch is a generated ledger wrapper's HandleBatch.
+type handleBatch func(ctx context.Context, msgs []ledger.Deposit) ([]idem.Result[ledger.Posted], error)
 
 // expectAll turns a batch's results into an error unless every outcome is want.
 func expectAll(results []idem.Result[ledger.Posted], err error) func(want idem.Outcome) error {

@@ -8,8 +8,9 @@ import (
 // TestBatchPartTiny runs the batch part small (batches of 10, 2 workers,
 // 1s cells): every batched delivery is checked by the part (all Processed,
 // or all Duplicate for the replay); this checks that a batch of 10 takes
-// fewer round trips a message than one message a transaction, and that the
-// report writes its section and its targets.
+// fewer round trips a message than one message a transaction, and the
+// set-based one fewer than that, and that the report writes its section and
+// its targets.
 func TestBatchPartTiny(t *testing.T) {
 	ctx, url := testDB(t, 3*time.Minute)
 	cfg := &config{db: url, accounts: 100, rounds: 1, warmup: 200 * time.Millisecond, duration: time.Second, batchSize: 10, batchWorkers: []int{2}}
@@ -24,7 +25,13 @@ func TestBatchPartTiny(t *testing.T) {
 	if b, g := res.cell(scBatch, 2).summary().tripsPerMsg, res.cell(scGenerated, 2).summary().tripsPerMsg; b >= g/2 {
 		t.Errorf("HandleBatch of 10: %.3f round trips a message, generated one at a time %.3f", b, g)
 	}
+	// The set-based handler's one UPDATE a batch replaces HandleBatch's one
+	// a message.
+	if s, b := res.cell(scBatchSet, 2).summary().tripsPerMsg, res.cell(scBatch, 2).summary().tripsPerMsg; s >= b/2 {
+		t.Errorf("HandleBatch of 10, set-based: %.3f round trips a message, HandleBatch of Post %.3f", s, b)
+	}
 	r := &report{cfg: cfg, batch: res}
-	reportHas(t, []string{"## Batches", "| 2 | HandleBatch |", "HandleBatch of 10 at 2 workers ≥ 5× the single-message generated throughput", "a replay through HandleBatch"},
+	reportHas(t, []string{"## Batches", "| 2 | HandleBatch |", "| 2 | HandleBatch, set-based |", "HandleBatch of 10 at 2 workers ≥ 5× the single-message generated throughput",
+		"HandleBatch (set-based) of 10 at 2 workers ≥ 0.75× bare batched", "a replay through HandleBatch"},
 		r.batchTargets, r.writeBatch)
 }

@@ -44,6 +44,13 @@ func (r *report) batchTargets(w writer) {
 	line(fmt.Sprintf("HandleBatch of %d at %d workers ≥ %.0f× the single-message generated throughput", b.size, n, targetBatchVsGen), batch/rate(scGenerated), targetBatchVsGen, scGenerated)
 	line(fmt.Sprintf("HandleBatch of %d at %d workers ≥ %.1f× bare (one UPDATE a transaction)", b.size, n, targetBatchVsBare), batch/rate(scBare), targetBatchVsBare, scBare)
 	line(fmt.Sprintf("HandleBatch of %d at %d workers ≥ %.2f× bare batched (the same UPDATEs in one transaction)", b.size, n, targetBatchVsBatched), batch/rate(scBareBatched), targetBatchVsBatched, scBareBatched)
+	set := rate(scBatchSet) / rate(scBareBatched)
+	setWhy := ""
+	if set < targetBatchVsBatched {
+		setWhy = "; " + b.bound(scBatchSet, n) + "; " + b.bound(scBareBatched, n)
+	}
+	w("| HandleBatch (set-based) of %d at %d workers ≥ %.2f× bare batched | %s ([below](#batches))%s | %s |\n",
+		b.size, n, targetBatchVsBatched, ratio(set), setWhy, verdict(set >= targetBatchVsBatched))
 	q := rate(scBatchDup) / rate(scDuplicate)
 	why := ""
 	if q < targetBatchDup {
