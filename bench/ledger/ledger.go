@@ -70,16 +70,25 @@ func Post(ctx context.Context, tx pgx.Tx, msg Deposit) (Posted, error) {
 
 // UpdateBalances is PostAll's change: every deposit of a batch in one
 // statement. The deposits are summed per account first, since an UPDATE ...
-// FROM changes each account once however many rows of FROM match it, and
-// taken in account order, the order the rows are locked in when the planner
-// walks them with the primary key, as it does for a batch's few accounts.
-const UpdateBalances = `UPDATE accounts AS a SET balance = a.balance + d.amount
-FROM (
+// FROM changes each account once however many rows of FROM match it, and the
+// accounts are locked in id order (FOR UPDATE applies after the ORDER BY)
+// before any is updated: the order the UPDATE would visit them in is the
+// plan's (a hash join visits the table in its physical order, which every
+// update changes), and two batches that lock shared accounts in different
+// orders deadlock.
+const UpdateBalances = `WITH d AS (
   SELECT id, sum(amount)::bigint AS amount
   FROM unnest($1::bigint[], $2::bigint[]) AS m (id, amount)
-  GROUP BY id ORDER BY id
-) AS d
-WHERE a.id = d.id
+  GROUP BY id
+),
+locked AS MATERIALIZED (
+  SELECT a.id, d.amount FROM accounts AS a JOIN d ON a.id = d.id
+  ORDER BY a.id
+  FOR UPDATE OF a
+)
+UPDATE accounts AS a SET balance = a.balance + locked.amount
+FROM locked
+WHERE a.id = locked.id
 RETURNING a.id`
 
 // PostAll is Post for a whole batch: the handler idemgen wraps as a
