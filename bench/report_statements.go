@@ -33,7 +33,9 @@ func stmtRole(query string) (rank int, role string) {
 		return 4, "the handler's UPDATE"
 	case has("select fingerprint, status, result"):
 		return 6, "read the stored row"
-	case has("update", "status = 'done'"):
+	case has("update", "set status") && has("select case"):
+		return 5, "mark done, store the result, claim check"
+	case has("update", "set status"):
 		return 5, "mark done, store the result"
 	case has("select case"):
 		return 5, "claim check"
@@ -84,20 +86,26 @@ func shortSQL(q string, n int) string {
 	return "`" + strings.ReplaceAll(q, "|", `\|`) + "`"
 }
 
-func (r *report) statementsTargets(w writer) {
-	var first, dup *stmtScenario
-	for _, s := range r.stmts.scenarios {
-		switch s.name {
-		case scGenerated:
-			first = s
-		case scDuplicate:
-			dup = s
+// scenario is the named scenario at n workers (nil if it did not run).
+func (r *stmtResults) scenario(name string, n int) *stmtScenario {
+	for _, s := range r.scenarios {
+		if s.name == name && s.workers == n {
+			return s
 		}
 	}
-	t1, td := first.total(), dup.total()
-	w("| the per-statement server cost of a first delivery and a duplicate reported | first delivery %.0f statements, %s in them, %s of backend CPU, %s B of WAL in statements a message; duplicate %.0f, %s, %s, %s B ([below](#statements)) | reported |\n",
-		first.perMsg(float64(t1.calls)), dur(msDur(first.perMsg(t1.execMs+t1.planMs))), cpuPer(first), thousands(first.perMsg(t1.walBytes)),
-		dup.perMsg(float64(td.calls)), dur(msDur(dup.perMsg(td.execMs+td.planMs))), cpuPer(dup), thousands(dup.perMsg(td.walBytes)))
+	return nil
+}
+
+func (r *report) statementsTargets(w writer) {
+	var cells []string
+	for _, n := range r.stmts.workers {
+		first, dup := r.stmts.scenario(scGenerated, n), r.stmts.scenario(scDuplicate, n)
+		t1, td := first.total(), dup.total()
+		cells = append(cells, fmt.Sprintf("at %d worker(s): a first delivery %s in its statements, %s of backend CPU, %s B of WAL a message; a duplicate %s, %s, %s B",
+			n, dur(msDur(first.perMsg(t1.execMs+t1.planMs))), cpuPer(first), thousands(first.perMsg(t1.walBytes)),
+			dur(msDur(dup.perMsg(td.execMs+td.planMs))), cpuPer(dup), thousands(dup.perMsg(td.walBytes))))
+	}
+	w("| the per-statement server cost of a first delivery and a duplicate reported | %s ([below](#statements)) | reported |\n", strings.Join(cells, "; "))
 }
 
 // cpuPer is a scenario's backend CPU per message, when it is known.
@@ -112,19 +120,22 @@ func (r *report) writeStatements(w writer) {
 	st := r.stmts
 	w("## Statements\n\n")
 	w("What each statement of a delivery costs the server, from `pg_stat_statements`, on %s (%s). ", st.where, st.version)
-	w("Each scenario ran %d time(s), in turn with the others (the order rotating), in a fresh schema, on a pool of one connection: %d messages to warm up (pgx prepares its statements, the server caches their plans), then %s messages between two reads of `pg_stat_statements`, whose difference the tables give, pooled over the rounds, per message. ",
-		st.rounds, stmtWarmup, thousands(float64(st.msgs)))
-	w("One connection, so that no statement waits on another delivery's locks: the times are the statements' own work.\n\n")
+	w("Each scenario ran %d time(s) at each concurrency (%s workers, on a pool of as many connections), in turn with the others (the order rotating), in a fresh schema: at least %d messages to warm up (every connection prepares its statements, the server caches their plans), then %s messages between two reads of `pg_stat_statements`, whose difference the tables give, pooled over the rounds, per message. ",
+		st.rounds, joinInts(st.workers, " and "), stmtWarmup, thousands(float64(st.msgs)))
+	w("At one worker no statement waits on another delivery: the times are the statements' own work; with more, a statement's time also holds its waits for locks (rows, buffers, the WAL) and for a core.\n\n")
 	w("The scenarios:\n\n")
 	for _, s := range st.scenarios {
-		w("- **%s**: %s;\n", s.name, s.what)
+		if s.workers == st.workers[0] {
+			w("- **%s**: %s;\n", s.name, s.what)
+		}
 	}
 	w("\n**time** is `total_exec_time` ÷ `calls`, the statement's execution on the server; **plan** is its planning, counted only when `pg_stat_statements.track_planning` is on (%s here): a statement pgx prepared once runs its cached plan and is not planned again. ", onOff(st.planning))
 	w("**shared hit** and **dirtied** are buffers of `shared_buffers` read and first modified; **WAL** the bytes its execution wrote. ")
-	w("A `COMMIT`'s own work (its WAL record, the wait for the flush) happens after the statement, when the transaction ends, and is in no statement's counters: it is in the backend CPU and the WAL of the second table.\n\n")
+	w("A `COMMIT`'s own work (its WAL record, the wait for the flush) happens after the statement, when the transaction ends, and is in no statement's counters: it is in the backend CPU and the WAL of the second table. ")
+	w("PostgreSQL 15's pg_stat_statements counts a utility statement sent as a prepared statement (pgx's `begin`, `commit` and `rollback` in a pipeline) only the first time, in the warm-up: where such a row is missing, the statement ran, at the cost of a `begin` or `commit` sent as a simple query (the hand-written rows), under a microsecond.\n\n")
 
-	w("| scenario | statement | calls/msg | time | plans/msg | plan | rows/msg | shared hit/msg | dirtied/msg | WAL/msg | SQL |\n")
-	w("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n")
+	w("| workers | scenario | statement | calls/msg | time | plans/msg | plan | rows/msg | shared hit/msg | dirtied/msg | WAL/msg | SQL |\n")
+	w("| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n")
 	for _, s := range st.scenarios {
 		for _, c := range s.statements() {
 			_, role := stmtRole(c.query)
@@ -132,7 +143,7 @@ func (r *report) writeStatements(w writer) {
 			if c.plans > 0 {
 				plan = dur(msDur(c.planMs / float64(c.plans)))
 			}
-			w("| %s | %s | %.2f | %s | %.2f | %s | %.2f | %.1f | %.2f | %s B | %s |\n", s.name, role,
+			w("| %d | %s | %s | %.2f | %s | %.2f | %s | %.2f | %.1f | %.2f | %s B | %s |\n", s.workers, s.name, role,
 				s.perMsg(float64(c.calls)), dur(msDur(c.execMs/float64(max(c.calls, 1)))), s.perMsg(float64(c.plans)), plan,
 				s.perMsg(float64(c.rows)), s.perMsg(float64(c.hit)), s.perMsg(float64(c.dirtied)), thousands(s.perMsg(c.walBytes)), shortSQL(c.query, 90))
 		}
@@ -144,15 +155,15 @@ func (r *report) writeStatements(w writer) {
 		w(" (not known on a shared server: other sessions move the WAL position)")
 	}
 	w(". What the backend spent beyond its statements is the protocol (reading, parsing and answering each message, a wake-up per round trip) and the end of each transaction (the commit record, the flush).\n\n")
-	w("| scenario | round trips/msg | statements/msg | time + plan in statements/msg | backend CPU/msg | WAL in statements/msg | WAL, all/msg |\n")
-	w("| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+	w("| workers | scenario | round trips/msg | statements counted/msg | time + plan in statements/msg | backend CPU/msg | WAL in statements/msg | WAL, all/msg |\n")
+	w("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 	for _, s := range st.scenarios {
 		t := s.total()
 		wal := "–"
 		if s.wal >= 0 {
 			wal = thousands(s.perMsg(float64(s.wal))) + " B"
 		}
-		w("| %s | %.2f | %.2f | %s | %s | %s B | %s |\n", s.name, s.perMsg(float64(s.trips)), s.perMsg(float64(t.calls)),
+		w("| %d | %s | %.2f | %.2f | %s | %s | %s B | %s |\n", s.workers, s.name, s.perMsg(float64(s.trips)), s.perMsg(float64(t.calls)),
 			dur(msDur(s.perMsg(t.execMs+t.planMs))), cpuPer(s), thousands(s.perMsg(t.walBytes)), wal)
 	}
 	w("\n")

@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -48,12 +49,14 @@ type stmtResults struct {
 	planning  bool // pg_stat_statements.track_planning
 	msgs      int  // messages of each scenario in each round
 	rounds    int
-	scenarios []*stmtScenario
+	workers   []int
+	scenarios []*stmtScenario // every scenario at each of workers
 }
 
 // stmtScenario is one scenario's statements, pooled over the rounds.
 type stmtScenario struct {
 	name, what string
+	workers    int // concurrent workers, on a pool of as many connections
 	msgs       int64
 	trips      int64
 	serverCPU  time.Duration // -1 when unknown
@@ -166,7 +169,7 @@ func handDuplicates() scenario {
 // the target server if it preloads it, else a throwaway cluster of the
 // part's own.
 func runStatements(ctx context.Context, cfg *config) (*stmtResults, error) {
-	res := &stmtResults{msgs: cfg.stmtMsgs, rounds: cfg.rounds}
+	res := &stmtResults{msgs: cfg.stmtMsgs, rounds: cfg.rounds, workers: cfg.stmtWorkers}
 	base, err := statementsServer(ctx, cfg, res)
 	if err != nil {
 		return nil, err
@@ -189,16 +192,20 @@ func runStatements(ctx context.Context, cfg *config) (*stmtResults, error) {
 	res.planning = planning == "on"
 
 	defs := stmtScenarios()
-	for _, d := range defs {
-		res.scenarios = append(res.scenarios, &stmtScenario{name: d.sc.name, what: d.sc.what, stmts: map[string]*stmtCost{}})
+	for _, n := range res.workers {
+		for _, d := range defs {
+			res.scenarios = append(res.scenarios, &stmtScenario{name: d.sc.name, what: d.sc.what, workers: n, stmts: map[string]*stmtCost{}})
+		}
 	}
 	for round := range cfg.rounds {
-		for i := range defs {
-			j := (i + round) % len(defs)
-			d, into := defs[j], res.scenarios[j]
-			logf("statements: round %d, %s", round+1, d.sc.name)
-			if err := measureStatements(ctx, cfg, base, admin, d, into, res.own); err != nil {
-				return nil, fmt.Errorf("statements: round %d, %s: %w", round+1, d.sc.name, err)
+		for wi, n := range res.workers {
+			for i := range defs {
+				j := (i + round) % len(defs)
+				d, into := defs[j], res.scenarios[wi*len(defs)+j]
+				logf("statements: round %d, %d worker(s), %s", round+1, n, d.sc.name)
+				if err := measureStatements(ctx, cfg, base, admin, d, into, res.own); err != nil {
+					return nil, fmt.Errorf("statements: round %d, %d worker(s), %s: %w", round+1, n, d.sc.name, err)
+				}
 			}
 		}
 	}
@@ -236,10 +243,10 @@ func statementsServer(ctx context.Context, cfg *config, res *stmtResults) (strin
 	return c.URL("postgres"), nil
 }
 
-// measureStatements runs one scenario once in a fresh schema on one
-// connection: the warm-up, then cfg.stmtMsgs messages between two reads of
-// pg_stat_statements (and of the WAL position and the backend's CPU), and
-// adds the difference to into.
+// measureStatements runs one scenario once in a fresh schema, into.workers
+// workers on a pool of as many connections: the warm-up, then cfg.stmtMsgs
+// messages between two reads of pg_stat_statements (and of the WAL position
+// and the backends' CPU), and adds the difference to into.
 func measureStatements(ctx context.Context, cfg *config, base string, admin *pgx.Conn, d stmtScenarioDef, into *stmtScenario, own bool) error {
 	url := base
 	if d.mode != "" {
@@ -250,7 +257,7 @@ func measureStatements(ctx context.Context, cfg *config, base string, admin *pgx
 		return err
 	}
 	defer s.drop()
-	pool, counter, err := s.pool(ctx, 1)
+	pool, counter, err := s.pool(ctx, into.workers)
 	if err != nil {
 		return err
 	}
@@ -259,11 +266,13 @@ func measureStatements(ctx context.Context, cfg *config, base string, admin *pgx
 	if err != nil {
 		return fmt.Errorf("prepare: %w", err)
 	}
-	w := &worker{rng: rand.New(rand.NewPCG(1, uint64(time.Now().UnixNano()))), accounts: cfg.accounts}
-	for range stmtWarmup {
-		if err := deliver(ctx, w); err != nil {
-			return fmt.Errorf("warm-up: %w", err)
-		}
+	ws := make([]*worker, into.workers)
+	for i := range ws {
+		ws[i] = &worker{id: i, rng: rand.New(rand.NewPCG(uint64(i), uint64(time.Now().UnixNano()))), accounts: cfg.accounts}
+	}
+	// Every connection of the pool prepares its statements in the warm-up.
+	if err := deliverEach(ctx, ws, deliver, max(stmtWarmup, 20*into.workers)); err != nil {
+		return fmt.Errorf("warm-up: %w", err)
 	}
 
 	before, err := readStatements(ctx, admin)
@@ -276,10 +285,8 @@ func measureStatements(ctx context.Context, cfg *config, base string, admin *pgx
 	}
 	counter.reset()
 	cpu0, cpuOK := counter.serverCPU()
-	for range cfg.stmtMsgs {
-		if err := deliver(ctx, w); err != nil {
-			return err
-		}
+	if err := deliverEach(ctx, ws, deliver, cfg.stmtMsgs); err != nil {
+		return err
 	}
 	cpu1, cpuOK1 := counter.serverCPU()
 	trips := counter.load()
@@ -318,6 +325,34 @@ func measureStatements(ctx context.Context, cfg *config, base string, admin *pgx
 		}
 	}
 	return nil
+}
+
+// deliverEach delivers n messages in all, shared among the workers, each
+// on a goroutine of its own.
+func deliverEach(ctx context.Context, ws []*worker, deliver deliverFunc, n int) error {
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		first error
+	)
+	for i, w := range ws {
+		share := n / len(ws)
+		if i < n%len(ws) {
+			share++
+		}
+		wg.Go(func() {
+			for range share {
+				if err := deliver(ctx, w); err != nil {
+					mu.Lock()
+					first = keepFirst(first, err)
+					mu.Unlock()
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return first
 }
 
 // withParam returns url with the query parameter name=value added.

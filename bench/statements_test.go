@@ -12,7 +12,7 @@ import (
 // a section and a target line in the report.
 func TestStatementsPartTiny(t *testing.T) {
 	ctx, url := testDB(t, 3*time.Minute)
-	cfg := &config{db: url, accounts: 100, rounds: 1, stmtMsgs: 50}
+	cfg := &config{db: url, accounts: 100, rounds: 1, stmtMsgs: 50, stmtWorkers: []int{1}}
 	res, err := runStatements(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -47,7 +47,7 @@ func TestStatementsPartTiny(t *testing.T) {
 		t.Errorf("generated: %d bytes of WAL on the part's own cluster", byName[scGenerated].wal)
 	}
 	r := &report{cfg: cfg, stmts: res}
-	reportHas(t, []string{"## Statements", "| generated | claim |", "| generated, duplicates | read the stored row |",
+	reportHas(t, []string{"## Statements", "| 1 | generated | claim |", "| 1 | generated, duplicates | read the stored row |", "| 1 | generated | mark done, store the result, claim check |",
 		"the per-statement server cost of a first delivery and a duplicate reported"},
 		r.statementsTargets, r.writeStatements)
 }
