@@ -119,7 +119,7 @@ func cpuPer(s *stmtScenario) string {
 func (r *report) writeStatements(w writer) {
 	st := r.stmts
 	w("## Statements\n\n")
-	w("What each statement of a delivery costs the server, from `pg_stat_statements`, on %s (%s). ", st.where, st.version)
+	w("What each statement of a delivery costs the server, from `pg_stat_statements`, on %s; the server: `%s`. ", st.where, st.version)
 	w("Each scenario ran %d time(s) at each concurrency (%s workers, on a pool of as many connections), in turn with the others (the order rotating), in a fresh schema: at least %d messages to warm up (every connection prepares its statements, the server caches their plans), then %s messages between two reads of `pg_stat_statements`, whose difference the tables give, pooled over the rounds, per message. ",
 		st.rounds, joinInts(st.workers, " and "), stmtWarmup, thousands(float64(st.msgs)))
 	w("At one worker no statement waits on another delivery: the times are the statements' own work; with more, a statement's time also holds its waits for locks (rows, buffers, the WAL) and for a core.\n\n")
