@@ -279,7 +279,7 @@ func measureStatements(ctx context.Context, cfg *config, base string, admin *pgx
 	if err != nil {
 		return err
 	}
-	lsn0, err := walPosition(ctx, admin)
+	lsn0, err := walInsertBytes(ctx, admin)
 	if err != nil {
 		return err
 	}
@@ -290,7 +290,7 @@ func measureStatements(ctx context.Context, cfg *config, base string, admin *pgx
 	}
 	cpu1, cpuOK1 := counter.serverCPU()
 	trips := counter.load()
-	lsn1, err := walPosition(ctx, admin)
+	lsn1, err := walInsertBytes(ctx, admin)
 	if err != nil {
 		return err
 	}
@@ -405,8 +405,8 @@ WHERE toplevel
 	return out, rows.Err()
 }
 
-// walPosition is the server's WAL insert position, in bytes.
-func walPosition(ctx context.Context, admin *pgx.Conn) (int64, error) {
+// walInsertBytes is the server's WAL insert position, in bytes.
+func walInsertBytes(ctx context.Context, admin *pgx.Conn) (int64, error) {
 	var lsn int64
 	err := admin.QueryRow(ctx, "SELECT (pg_current_wal_insert_lsn() - '0/0')::int8").Scan(&lsn)
 	return lsn, err
