@@ -432,14 +432,14 @@ var errBatchRolledBack = errors.New("idem: the batch was rolled back before its 
 
 // complete marks the keys' rows done with their results, writes the outbox
 // rows, checks that the connection is still in the claim's transaction and
-// commits, in one round trip (see Inbox.complete). errBatchRolledBack:
+// commits, in one round trip, then has the relays woken (see Inbox.complete). errBatchRolledBack:
 // nothing committed; any other error: the COMMIT's outcome is unknown.
 func (b *batch[M, R]) complete(ctx context.Context, conn *pgx.Conn, keys [][]any, results []string, outs []*idem.Outbox) error {
 	in := b.in
 	pb := pgutil.NewBatch(5)
 	q := in.sql.batchCompleteKeys(keys, results)
 	pb.Queue(q.sql, q.args...)
-	published, notify := queueOutgoing(pb, in.table.Consumer, in.fields, keys, outs, in.notify)
+	published := queueOutgoing(pb, in.table.Consumer, in.fields, keys, outs)
 	pb.Queue(claimCheck)
 	br, done, err := sendCommit(ctx, conn, pb)
 	if err != nil {
@@ -450,9 +450,7 @@ func (b *batch[M, R]) complete(ctx context.Context, conn *pgx.Conn, keys [][]any
 	before := true // err comes from a statement before the COMMIT
 	updated, err = br.Exec()
 	if err == nil && published > 0 {
-		if _, err = br.Exec(); err == nil && notify {
-			_, err = br.Exec()
-		}
+		_, err = br.Exec()
 	}
 	if err == nil {
 		_, err = br.Exec() // claimCheck
@@ -470,6 +468,10 @@ func (b *batch[M, R]) complete(ctx context.Context, conn *pgx.Conn, keys [][]any
 		return fmt.Errorf("%w: %w", errBatchRolledBack, err)
 	case err == nil && committed.String() == "ROLLBACK":
 		return errBatchRolledBack // a handler's failed statement aborted it
+	}
+	// Committed, or the COMMIT's outcome is unknown: wake the relays.
+	in.wake.committed(published)
+	switch {
 	case err != nil:
 		return fmt.Errorf("idem: store the batch's results and commit: %w", err)
 	case updated.RowsAffected() != int64(len(keys)):
