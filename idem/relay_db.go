@@ -2,10 +2,12 @@ package idem
 
 import (
 	"context"
+	"fmt"
 	"sync"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemgen/idemgen/generated/outboxdb"
@@ -78,3 +80,68 @@ func (r releasingRow) Scan(dest ...any) error {
 	defer r.c.Release()
 	return r.row.Scan(dest...)
 }
+
+// pipelined marks c's rows published and claims the next batch with token,
+// in one round trip: sqlc's MarkPublished and Claim (or ClaimOrdered) are
+// queued on one batch (queueDB), which runs as one transaction, and their
+// results read back in order (resultsDB), so that the claim sees the marks.
+// It returns how many of c's rows were marked and the claimed rows.
+func (r *Relay) pipelined(ctx context.Context, c *confirmed, token pgtype.UUID) (int64, []claimedRow, error) {
+	mark := outboxdb.MarkPublishedParams{Ids: c.ids(), ClaimToken: c.token}
+	var b pgx.Batch
+	queue := outboxdb.New(queueDB{&b})
+	_, _ = queue.MarkPublished(ctx, mark)
+	_, _ = r.claimWith(ctx, queue, token)
+	conn, err := r.db.Acquire(ctx)
+	if err != nil {
+		return 0, nil, r.markFailed(c, err)
+	}
+	defer conn.Release()
+	br := conn.SendBatch(ctx, &b)
+	read := outboxdb.New(resultsDB{br})
+	n, err := read.MarkPublished(ctx, mark)
+	if err != nil {
+		_ = br.Close()
+		return 0, nil, r.markFailed(c, err)
+	}
+	rows, err := r.claimWith(ctx, read, token)
+	if closeErr := br.Close(); err == nil && closeErr != nil {
+		err = fmt.Errorf("idem: relay %s: mark and claim: %w", r.o.id, closeErr)
+	}
+	if err != nil {
+		return 0, nil, err
+	}
+	return n, rows, nil
+}
+
+// queueDB is an outboxdb.DBTX that queues each statement on a batch instead
+// of running it: a query returns no row and no error. Called again on a
+// resultsDB of the sent batch, the same queries read their results.
+type queueDB struct{ b *pgx.Batch }
+
+func (q queueDB) Exec(_ context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	q.b.Queue(sql, args...)
+	return pgconn.CommandTag{}, nil
+}
+
+func (q queueDB) Query(_ context.Context, sql string, args ...any) (pgx.Rows, error) {
+	q.b.Queue(sql, args...)
+	return pgutil.Fail(nil), nil
+}
+
+func (q queueDB) QueryRow(_ context.Context, sql string, args ...any) pgx.Row {
+	q.b.Queue(sql, args...)
+	return pgutil.Fail(nil)
+}
+
+// resultsDB is an outboxdb.DBTX that reads the next result of a sent batch
+// for each statement, in the order they were queued (by queueDB).
+type resultsDB struct{ br pgx.BatchResults }
+
+func (d resultsDB) Exec(context.Context, string, ...any) (pgconn.CommandTag, error) {
+	return d.br.Exec()
+}
+
+func (d resultsDB) Query(context.Context, string, ...any) (pgx.Rows, error) { return d.br.Query() }
+
+func (d resultsDB) QueryRow(context.Context, string, ...any) pgx.Row { return d.br.QueryRow() }
