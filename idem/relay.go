@@ -205,15 +205,6 @@ func rowIDs(rows []claimedRow) []int64 {
 	return ids
 }
 
-// claim runs the claim statement to its end even when ctx is cancelled
-// meanwhile (bounded by the lease), so that a stop never leaves a claim the
-// relay does not know of.
-func (r *Relay) claim(ctx context.Context, token pgtype.UUID) ([]claimedRow, error) {
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.o.lease)
-	defer cancel()
-	return r.claimWith(cctx, r.q, token)
-}
-
 // claimWith runs the claim of the relay's mode through q.
 func (r *Relay) claimWith(ctx context.Context, q *outboxdb.Queries, token pgtype.UUID) ([]claimedRow, error) {
 	var rows []claimedRow

@@ -124,7 +124,7 @@ func bookkeeping(ctx context.Context) (context.Context, context.CancelFunc) {
 }
 
 // markAndClaim marks the rows of c (nil: none) and, when claim, claims the
-// next batch, in one round trip and one transaction. It returns the claimed
+// next batch, in one round trip and one transaction (pipelined). It returns the claimed
 // batch, held, or nil when it claimed nothing.
 func (r *Relay) markAndClaim(ctx context.Context, c *confirmed, claim bool) (*flight, error) {
 	book, cancel := bookkeeping(ctx)
@@ -137,7 +137,12 @@ func (r *Relay) markAndClaim(ctx context.Context, c *confirmed, claim bool) (*fl
 	var rows []claimedRow
 	var err error
 	if c == nil {
-		rows, err = r.claim(ctx, token)
+		// Run to its end even when ctx is cancelled meanwhile (bounded by
+		// the lease), so that a stop never leaves a claim the relay does
+		// not know of.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.o.lease)
+		defer cancel()
+		_, rows, err = r.pipelined(cctx, nil, token)
 	} else {
 		var marked int64
 		marked, rows, err = r.pipelined(book, c, token)
