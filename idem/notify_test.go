@@ -36,14 +36,7 @@ func TestNotifyIsCoalescedAndNeverDropped(t *testing.T) {
 	commitOutbox(t, db.Pool, makeRows("first", 1))
 	waitFor(t, 5*time.Second, "the first row published", func() bool { return rec.len() == 1 })
 
-	listener, err := pgx.Connect(ctx, db.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer listener.Close(ctx)
-	if _, err := listener.Exec(ctx, "LISTEN "+idem.OutboxChannel); err != nil {
-		t.Fatal(err)
-	}
+	listener := outboxListener(t, db.URL)
 	var backends sync.Map // the PIDs of the pool's connections
 	cfg, err := pgxpool.ParseConfig(db.URL)
 	if err != nil {

@@ -321,6 +321,22 @@ func runKilledWorker(url, at string) {
 	fail(fmt.Errorf("Handle returned %v, %v without being killed", o, err))
 }
 
+// outboxListener is a connection of its own that listens on
+// idem.OutboxChannel, closed when the test ends.
+func outboxListener(t *testing.T, url string) *pgx.Conn {
+	t.Helper()
+	ctx := context.Background()
+	listener, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = listener.Close(context.Background()) })
+	if _, err := listener.Exec(ctx, "LISTEN "+idem.OutboxChannel); err != nil {
+		t.Fatal(err)
+	}
+	return listener
+}
+
 // TestOutboxNotify: a committing delivery that wrote outbox rows, alone in
 // its interval, is followed by one NOTIFY on idem.OutboxChannel, sent on a
 // connection of its pool and seen by a LISTEN on a second connection; with
@@ -330,14 +346,7 @@ func runKilledWorker(url, at string) {
 func TestOutboxNotify(t *testing.T) {
 	db := orderDB(t)
 	ctx := context.Background()
-	listener, err := pgx.Connect(ctx, db.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer listener.Close(ctx)
-	if _, err := listener.Exec(ctx, "LISTEN "+idem.OutboxChannel); err != nil {
-		t.Fatal(err)
-	}
+	listener := outboxListener(t, db.URL)
 	// One connection, so that every delivery's backend is the same.
 	cfg, err := pgxpool.ParseConfig(db.URL)
 	if err != nil {
@@ -408,14 +417,7 @@ func TestOutboxNotify(t *testing.T) {
 func TestOutboxCostsNoRoundTrip(t *testing.T) {
 	db := orderDB(t)
 	ctx := context.Background()
-	listener, err := pgx.Connect(ctx, db.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer listener.Close(ctx)
-	if _, err := listener.Exec(ctx, "LISTEN "+idem.OutboxChannel); err != nil {
-		t.Fatal(err)
-	}
+	listener := outboxListener(t, db.URL)
 	for _, mode := range execModes {
 		t.Run(mode.String(), func(t *testing.T) {
 			var trips atomic.Int64

@@ -1,13 +1,10 @@
 package idem_test
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -174,19 +171,9 @@ func TestRelayKilledWithABatchInFlight(t *testing.T) {
 	if url := os.Getenv(envInFlightRelayURL); url != "" {
 		runInFlightRelay(url) // never returns
 	}
-	db := idemtest.New(t, outboxFS(t, map[string]string{"00100_downstream_inbox.sql": downstreamTableMigration, "00101_downstream.sql": downstreamMigration}))
-	rows := makeRows("inflight", 250)
-	commitOutbox(t, db.Pool, rows)
+	db, rows := downstreamBacklog(t, "inflight", 250)
 
-	cmd := exec.Command(os.Args[0], "-test.run=^TestRelayKilledWithABatchInFlight$", "-test.count=1")
-	cmd.Env = append(os.Environ(), envInFlightRelayURL+"="+db.URL)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err := cmd.Run()
-	var exit *exec.ExitError
-	if !errors.As(err, &exit) || exit.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
-		t.Fatalf("the relay process ended with %v, want killed by SIGKILL; its output:\n%s", err, out.String())
-	}
+	runKilledRelayChild(t, envInFlightRelayURL, db.URL)
 	if got := queryInt(t, db.Pool, `SELECT count(*)::int FROM idem_outbox WHERE published_at IS NOT NULL`); got != 100 {
 		t.Errorf("%d rows marked by the killed relay, want the first batch's 100", got)
 	}
