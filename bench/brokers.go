@@ -32,7 +32,9 @@ import (
 //     adapter's publisher, against a plain publisher of the same library
 //     sending the same messages in batches of the relay's size, each
 //     confirmed (RabbitMQ publisher confirms, JetStream PubAcks, Kafka
-//     produce acks from the idempotent producer);
+//     produce acks from the idempotent producer), and against the same relay
+//     with the outbox part's recording publisher, which confirms at once
+//     (once a round: what the relay does with a broker that costs nothing);
 //   - the Watermill comparison (watermill.go).
 //
 // RabbitMQ and NATS are the servers at -amqp and -nats; Kafka is kfake, an
@@ -134,6 +136,7 @@ func runBrokers(ctx context.Context, cfg *config) (*brokersResults, error) {
 		consume: map[brkKey]*cell{}, relay: map[brkKey]*cell{}, amqpURL: cfg.amqpURL, natsURL: cfg.natsURL,
 	}
 	res.relayRows = res.msgs
+	res.relay[brkKey{recordingName, 0, false}] = &cell{}
 	kinds := map[string]brokerKind{}
 	for _, name := range cfg.brokers {
 		k, err := newBroker(ctx, cfg, name)
@@ -153,7 +156,7 @@ func runBrokers(ctx context.Context, cfg *config) (*brokersResults, error) {
 	if peer {
 		res.peer = newPeerResults(cfg)
 	}
-	total := cfg.rounds * len(cfg.brokers) * (2*len(cfg.workers) + 2)
+	total := cfg.rounds * (len(cfg.brokers)*(2*len(cfg.workers)+2) + 1)
 	if peer {
 		total += cfg.rounds * res.peer.runsPerRound()
 	}
@@ -164,6 +167,23 @@ func runBrokers(ctx context.Context, cfg *config) (*brokersResults, error) {
 	}
 	for round := range cfg.rounds {
 		var order []string
+		recording := func() error {
+			step("round %d, publish, idem.Relay with the recording publisher", round+1)
+			smp, err := runPublishCell(ctx, cfg, recordingKind{}, res.partitions, res.relayRows, false)
+			if err != nil {
+				return fmt.Errorf("brokers round %d, publish, idem.Relay with the recording publisher: %w", round+1, err)
+			}
+			logf("    %s msgs/s", thousands(smp.rate()))
+			c := res.relayCell(recordingName, false)
+			c.samples = append(c.samples, smp)
+			order = append(order, "idem.Relay, recording publisher")
+			return nil
+		}
+		if round%2 == 0 {
+			if err := recording(); err != nil {
+				return nil, err
+			}
+		}
 		for bi := range cfg.brokers {
 			name := cfg.brokers[(bi+round)%len(cfg.brokers)]
 			k := kinds[name]
@@ -192,6 +212,11 @@ func runBrokers(ctx context.Context, cfg *config) (*brokersResults, error) {
 				order = append(order, fmt.Sprintf("%s %s", name, relayName(raw)))
 			}
 		}
+		if round%2 == 1 {
+			if err := recording(); err != nil {
+				return nil, err
+			}
+		}
 		if peer {
 			o, err := res.peer.runRound(ctx, cfg, round, step)
 			if err != nil {
@@ -203,6 +228,42 @@ func runBrokers(ctx context.Context, cfg *config) (*brokersResults, error) {
 	}
 	return res, nil
 }
+
+// recordingName keys the relay cell whose publisher is the outbox part's
+// recording publisher (recordingKind).
+const recordingName = "recording"
+
+// recordingKind is the destination of the relay cell against which the
+// adapters' relay cells are set: the recording publisher, which confirms
+// every message at once. It has no source and no raw publisher.
+type recordingKind struct{}
+
+func (recordingKind) name() string { return recordingName }
+
+func (recordingKind) source(context.Context, string, []wireMsg, int) (source, error) {
+	return nil, fmt.Errorf("the recording publisher has no source")
+}
+
+func (recordingKind) sink(_ context.Context, tag string, _ int) (sink, error) {
+	return recordingSink{rec: newRecorder(), tag: tag}, nil
+}
+
+func (recordingKind) close() {}
+
+type recordingSink struct {
+	rec *recorder
+	tag string
+}
+
+func (s recordingSink) publisher() (idem.Publisher, func()) { return s.rec.publisher(s.tag), func() {} }
+
+func (recordingSink) rawPublish(context.Context, []idem.OutgoingMessage, int) error {
+	return fmt.Errorf("the recording publisher has no raw publisher")
+}
+
+func (s recordingSink) count(context.Context) (int, error) { return s.rec.distinct(), nil }
+
+func (recordingSink) close() {}
 
 // pairOrder alternates which of a pair runs first from round to round.
 func pairOrder(i int) []bool {

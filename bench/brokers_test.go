@@ -21,7 +21,7 @@ func TestBrokersPart(t *testing.T) {
 	defer cancel()
 	cfg := &config{
 		db: idemtest.DatabaseURL(t), rounds: 1, workers: []int{1, 3}, accounts: 100,
-		duration: time.Second, warmup: 500 * time.Millisecond, obxRate: 100,
+		duration: time.Second, warmup: 500 * time.Millisecond, obxRates: []int{100},
 		brokers: brokerNames, brkMsgs: 200, peerMsgs: 60,
 		amqpURL: envOr("IDEMGEN_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/"),
 		natsURL: envOr("IDEMGEN_TEST_NATS_URL", "nats://127.0.0.1:4222"),
@@ -49,6 +49,9 @@ func TestBrokersPart(t *testing.T) {
 			}
 			t.Logf("%s %s: %.0f msgs/s", b, relayName(raw), c.samples[0].rate())
 		}
+	}
+	if c := res.relayCell(recordingName, false); len(c.samples) != 1 || c.samples[0].msgs != 200 || !(c.samples[0].rate() > 0) {
+		t.Errorf("idem.Relay with the recording publisher: samples %+v; want one of 200 messages", c.samples)
 	}
 	for si, side := range peerSides {
 		for _, mode := range peerModes {

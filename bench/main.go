@@ -69,7 +69,7 @@ type config struct {
 	// The outbox part: the message rate and the relays' poll interval of
 	// the latency runs, the backlog and the relay counts of the
 	// throughput runs.
-	obxRate    int
+	obxRates   []int
 	obxPoll    time.Duration
 	obxBacklog int
 	obxRelays  []int
@@ -208,7 +208,7 @@ func run() error {
 
 func parseFlags() (*config, error) {
 	cfg := &config{args: os.Args[1:]}
-	var workers, sizes, parts, relays, brokers, netRTTs, netWorkers, batchWorkers, stmtWorkers string
+	var workers, sizes, parts, relays, brokers, netRTTs, netWorkers, batchWorkers, stmtWorkers, obxRates string
 	flag.StringVar(&cfg.db, "db", "", "PostgreSQL `URL` (default: $IDEMGEN_TEST_DATABASE_URL, else database idemgen_test on the local socket, created if missing)")
 	flag.DurationVar(&cfg.duration, "duration", 5*time.Second, "measured time of each cell")
 	flag.DurationVar(&cfg.warmup, "warmup", time.Second, "warm-up before each cell's measurement")
@@ -220,7 +220,7 @@ func parseFlags() (*config, error) {
 	flag.IntVar(&cfg.genReps, "genreps", 5, "repetitions of each idemgen and go vet timing")
 	flag.StringVar(&sizes, "gensizes", "50,100,250,500", "handlers in the synthetic packages, comma-separated")
 	flag.StringVar(&cfg.benchTime, "benchtime", "2s", "-benchtime of the go test -benchmem benchmarks")
-	flag.IntVar(&cfg.obxRate, "obxrate", 200, "outbox: messages per second of the commit-to-publish latency runs")
+	flag.StringVar(&obxRates, "obxrate", "200,2000", "outbox: messages per second of the commit-to-publish latency runs, comma-separated (the first is also the rate of the Watermill comparison's steady runs)")
 	flag.DurationVar(&cfg.obxPoll, "obxpoll", idem.DefaultRelayPoll, "outbox: the relay's poll interval in the latency runs (NOTIFY and poll-only)")
 	flag.IntVar(&cfg.obxBacklog, "obxbacklog", 50000, "outbox: rows in the backlog of the relay throughput runs")
 	flag.StringVar(&relays, "obxrelays", "1,4", "outbox: relays at once in the throughput runs, comma-separated")
@@ -279,8 +279,11 @@ func parseFlags() (*config, error) {
 	if cfg.obxRelays, err = intList(relays); err != nil {
 		return nil, fmt.Errorf("-obxrelays: %w", err)
 	}
-	if cfg.obxRate < 1 || cfg.obxRate > 100000 || cfg.obxPoll <= 0 || cfg.obxBacklog < 1 {
-		return nil, fmt.Errorf("-obxrate must be 1 to 100000, -obxpoll positive and -obxbacklog at least 1")
+	if cfg.obxRates, err = intList(obxRates); err != nil {
+		return nil, fmt.Errorf("-obxrate: %w", err)
+	}
+	if slices.Min(cfg.obxRates) < 1 || slices.Max(cfg.obxRates) > 100000 || cfg.obxPoll <= 0 || cfg.obxBacklog < 1 {
+		return nil, fmt.Errorf("-obxrate must be 1 to 100000 each, -obxpoll positive and -obxbacklog at least 1")
 	}
 	for _, b := range strings.Split(brokers, ",") {
 		if !slices.Contains(brokerNames, b) {

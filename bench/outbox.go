@@ -20,11 +20,11 @@ import (
 // The outbox part measures a handler that publishes through idem's outbox
 // (ledger.NewPublishingPost: Post's UPDATE, then n messages) and idem.Relay:
 //
-//   - first deliveries that publish 0, 1 and 10 messages, and 1 without the
-//     NOTIFY (idem.WithoutNotify), as cells like those of the db part, at the
-//     lowest and the highest concurrency;
-//   - commit-to-publish latency at a steady rate, a relay woken by NOTIFY
-//     against a relay that only polls;
+//   - first deliveries that publish 0, 1 and 10 messages, and 1 and 10
+//     without the NOTIFY (idem.WithoutNotify), as cells like those of the db
+//     part, at the lowest and the highest concurrency;
+//   - commit-to-publish latency at each steady rate of -obxrate, a relay
+//     woken by NOTIFY against a relay that only polls;
 //   - relay throughput over a backlog, for 1 and more relays.
 //
 // The rounds interleave the cells as in the db part.
@@ -47,24 +47,29 @@ func (v obxVariant) name() string {
 }
 
 // obxVariants are the first-delivery cells, in table order.
-var obxVariants = []obxVariant{{0, true}, {1, true}, {10, true}, {1, false}}
+var obxVariants = []obxVariant{{0, true}, {1, true}, {10, true}, {1, false}, {10, false}}
 
 // outboxResults is what the outbox part measured.
 type outboxResults struct {
 	workers []int // the concurrencies of the first-delivery cells
 	cells   map[obxKey]*cell
-	// latency holds the commit-to-publish runs, by poll-only (true) or
-	// NOTIFY (false), one per round.
-	latency map[bool][]latencyRun
+	// latency holds the commit-to-publish runs, by rate and poll-only
+	// (true) or NOTIFY (false), one per round.
+	latency map[latencyKey][]latencyRun
 	// relays holds the throughput runs by number of relays, one per round.
 	relays     map[int][]relayRun
 	relayNs    []int
 	order      [][]string
-	rate       int // messages per second of the latency runs
+	rates      []int // messages per second of the latency runs
 	poll       time.Duration
 	backlog    int
-	producers  int
 	fillWorker int
+}
+
+// latencyKey is one latency cell: a rate, and a poll-only or NOTIFY relay.
+type latencyKey struct {
+	rate     int
+	pollOnly bool
 }
 
 type obxKey struct {
@@ -74,9 +79,11 @@ type obxKey struct {
 
 func (r *outboxResults) cell(v obxVariant, workers int) *cell { return r.cells[obxKey{v, workers}] }
 
-// latencyProducers deliver the messages of a latency run, each at its
-// scheduled time: enough that a slow commit does not delay the next message.
-const latencyProducers = 4
+// latencyProducers is how many producers deliver the messages of a latency
+// run at rate, each at its scheduled time: enough that a slow commit does not
+// delay the next message (a producer for every 100 messages per second, at
+// least 4).
+func latencyProducers(rate int) int { return min(max(4, rate/100), 64) }
 
 // fillWorkers write the relay runs' backlog.
 const fillWorkers = 16
@@ -87,10 +94,10 @@ const fillMessages = 10
 func runOutbox(ctx context.Context, cfg *config) (*outboxResults, error) {
 	res := &outboxResults{
 		cells:   map[obxKey]*cell{},
-		latency: map[bool][]latencyRun{},
+		latency: map[latencyKey][]latencyRun{},
 		relays:  map[int][]relayRun{},
-		relayNs: cfg.obxRelays, rate: cfg.obxRate, poll: cfg.obxPoll, backlog: cfg.obxBacklog,
-		producers: latencyProducers, fillWorker: fillWorkers,
+		relayNs: cfg.obxRelays, rates: cfg.obxRates, poll: cfg.obxPoll, backlog: cfg.obxBacklog,
+		fillWorker: fillWorkers,
 	}
 	res.workers = []int{slices.Min(cfg.workers)}
 	if hi := slices.Max(cfg.workers); hi != res.workers[0] {
@@ -101,7 +108,7 @@ func runOutbox(ctx context.Context, cfg *config) (*outboxResults, error) {
 			res.cells[obxKey{v, n}] = &cell{}
 		}
 	}
-	total := cfg.rounds * (len(res.workers)*len(obxVariants) + 2 + len(cfg.obxRelays))
+	total := cfg.rounds * (len(res.workers)*len(obxVariants) + 2*len(cfg.obxRates) + len(cfg.obxRelays))
 	done := 0
 	step := func(format string, args ...any) {
 		done++
@@ -138,22 +145,21 @@ func runOutbox(ctx context.Context, cfg *config) (*outboxResults, error) {
 				}
 			}
 		}
-		modes := []bool{false, true}
-		if round%2 == 1 {
-			modes = []bool{true, false}
-		}
-		for _, pollOnly := range modes {
-			step("round %d, commit-to-publish latency, %s", round+1, latencyMode(pollOnly))
-			run, err := runLatency(ctx, cfg, pollOnly)
-			if err != nil {
-				return nil, fmt.Errorf("outbox round %d, latency %s: %w", round+1, latencyMode(pollOnly), err)
-			}
-			slices.Sort(run.lat)
-			logf("    %d messages at %.0f/s: p50 %s, p99 %s", len(run.lat), run.achieved(), dur(percentile(run.lat, 50)), dur(percentile(run.lat, 99)))
-			res.latency[pollOnly] = append(res.latency[pollOnly], run)
-			order = append(order, "latency "+latencyMode(pollOnly))
-			if err := settle(); err != nil {
-				return nil, err
+		for _, rate := range cfg.obxRates {
+			for _, pollOnly := range pairOrder(round) {
+				step("round %d, commit-to-publish latency at %d/s, %s", round+1, rate, latencyMode(pollOnly))
+				run, err := runLatency(ctx, cfg, rate, pollOnly)
+				if err != nil {
+					return nil, fmt.Errorf("outbox round %d, latency at %d/s %s: %w", round+1, rate, latencyMode(pollOnly), err)
+				}
+				slices.Sort(run.lat)
+				logf("    %d messages at %.0f/s: p50 %s, p99 %s", len(run.lat), run.achieved(), dur(percentile(run.lat, 50)), dur(percentile(run.lat, 99)))
+				k := latencyKey{rate, pollOnly}
+				res.latency[k] = append(res.latency[k], run)
+				order = append(order, fmt.Sprintf("latency %s at %d/s", latencyMode(pollOnly), rate))
+				if err := settle(); err != nil {
+					return nil, err
+				}
 			}
 		}
 		for i := range cfg.obxRelays {
@@ -301,10 +307,10 @@ type latencyRun struct {
 
 func (l latencyRun) achieved() float64 { return float64(l.msgs) / l.elapsed.Seconds() }
 
-// latencyPools opens the two pools of a latency run on s: latencyProducers
-// connections for the producers and 3 for the relay.
-func (s *schema) latencyPools(ctx context.Context) (producers, relay *pgxpool.Pool, err error) {
-	producers, _, err = s.pool(ctx, latencyProducers)
+// latencyPools opens the two pools of a latency run on s: a connection for
+// each of n producers, and 3 for the relay.
+func (s *schema) latencyPools(ctx context.Context, n int) (producers, relay *pgxpool.Pool, err error) {
+	producers, _, err = s.pool(ctx, n)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -316,18 +322,19 @@ func (s *schema) latencyPools(ctx context.Context) (producers, relay *pgxpool.Po
 	return producers, relay, nil
 }
 
-// runLatency delivers cfg.obxRate messages per second, each publishing one
+// runLatency delivers rate messages per second, each publishing one
 // message, for the warm-up and the measured time, with one relay running on
 // a pool of its own (woken by NOTIFY, or poll-only), both polling every
 // cfg.obxPoll. A message's latency runs from the moment Handle returned (the
 // commit acknowledged) to the moment the Publisher was handed it.
-func runLatency(ctx context.Context, cfg *config, pollOnly bool) (latencyRun, error) {
+func runLatency(ctx context.Context, cfg *config, rate int, pollOnly bool) (latencyRun, error) {
 	s, err := newOutboxSchema(ctx, cfg.db, cfg.accounts)
 	if err != nil {
 		return latencyRun{}, err
 	}
 	defer s.drop()
-	producers, relayPool, err := s.latencyPools(ctx)
+	nProducers := latencyProducers(rate)
+	producers, relayPool, err := s.latencyPools(ctx, nProducers)
 	if err != nil {
 		return latencyRun{}, err
 	}
@@ -348,7 +355,7 @@ func runLatency(ctx context.Context, cfg *config, pollOnly bool) (latencyRun, er
 	}()
 
 	in := ledger.NewPublishingPost(producers, 1)
-	interval := time.Second / time.Duration(cfg.obxRate)
+	interval := time.Second / time.Duration(rate)
 	warm := int(cfg.warmup / interval)
 	total := warm + int(cfg.duration/interval)
 	ids := make([]string, total)
@@ -360,7 +367,7 @@ func runLatency(ctx context.Context, cfg *config, pollOnly bool) (latencyRun, er
 		first error
 	)
 	start := time.Now()
-	for p := range latencyProducers {
+	for p := range nProducers {
 		wg.Go(func() {
 			rng := rand.New(rand.NewPCG(uint64(p), uint64(start.UnixNano())))
 			for ctx.Err() == nil {

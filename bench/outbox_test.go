@@ -57,7 +57,7 @@ func TestOutboxNames(t *testing.T) {
 	for _, v := range obxVariants {
 		names = append(names, v.name())
 	}
-	want := []string{"0 messages", "1 message", "10 messages", "1 message, WithoutNotify"}
+	want := []string{"0 messages", "1 message", "10 messages", "1 message, WithoutNotify", "10 messages, WithoutNotify"}
 	if !slices.Equal(names, want) {
 		t.Fatalf("variants %q, want %q", names, want)
 	}

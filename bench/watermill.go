@@ -102,7 +102,9 @@ type peerResults struct {
 }
 
 func newPeerResults(cfg *config) *peerResults {
-	return &peerResults{runs: map[peerKey][]peerRun{}, burst: cfg.peerMsgs, rate: cfg.obxRate, producers: latencyProducers,
+	// The steady runs go at the first rate of -obxrate.
+	rate := cfg.obxRates[0]
+	return &peerResults{runs: map[peerKey][]peerRun{}, burst: cfg.peerMsgs, rate: rate, producers: latencyProducers(rate),
 		warmup: cfg.warmup, duration: cfg.duration}
 }
 
@@ -145,7 +147,8 @@ func runPeer(ctx context.Context, cfg *config, side peerSide, mode peerMode) (pe
 		return peerRun{}, err
 	}
 	defer s.drop()
-	producers, relayPool, err := s.latencyPools(ctx)
+	nProducers := latencyProducers(cfg.obxRates[0])
+	producers, relayPool, err := s.latencyPools(ctx, nProducers)
 	if err != nil {
 		return peerRun{}, err
 	}
@@ -166,7 +169,7 @@ func runPeer(ctx context.Context, cfg *config, side peerSide, mode peerMode) (pe
 	var total, warm int
 	var interval time.Duration
 	if mode == modeSteady {
-		interval = time.Second / time.Duration(cfg.obxRate)
+		interval = time.Second / time.Duration(cfg.obxRates[0])
 		warm = int(cfg.warmup / interval)
 		total = warm + int(cfg.duration/interval)
 	} else {
@@ -230,7 +233,7 @@ func runPeer(ctx context.Context, cfg *config, side peerSide, mode peerMode) (pe
 		first error
 	)
 	start := time.Now()
-	for p := range latencyProducers {
+	for p := range nProducers {
 		wg.Go(func() {
 			rng := rand.New(rand.NewPCG(uint64(p), uint64(start.UnixNano())))
 			for ctx.Err() == nil {

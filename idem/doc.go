@@ -32,9 +32,10 @@
 //     connection must still be inside the transaction.
 //  5. In one round trip: mark the inbox row done with the result (failing
 //     outside the claim's transaction), write the messages a publishing
-//     handler buffered in its [Outbox] (one INSERT into idem_outbox, one
-//     NOTIFY), and COMMIT. Then
-//     return [Processed]; the caller acks. A [Relay] publishes the committed
+//     handler buffered in its [Outbox] (one INSERT into idem_outbox), and
+//     COMMIT. Then return [Processed]; the caller acks. Once such a commit
+//     is acknowledged, a NOTIFY of its own, shared by the commits of a few
+//     milliseconds, wakes the relays. A [Relay] publishes the committed
 //     outbox rows, at least once each, with their stable ids
 //     ([OutgoingMessageID]).
 //

@@ -190,12 +190,15 @@ func checkText(what, s string) error {
 	return nil
 }
 
-// WithoutNotify turns off the NOTIFY on [OutboxChannel] that the commit round
-// trip of a publishing inbox sends when it wrote outbox rows. A NOTIFY takes
-// a database-wide lock at commit that serialises the committing transactions
-// which notify; without it, relays find the rows by polling (their poll
-// interval is then the latency from commit to publish). Without outbox rows
-// nothing is sent either way.
+// WithoutNotify turns off the NOTIFY on [OutboxChannel] that wakes the
+// relays after a publishing inbox committed outbox rows. The NOTIFY is not
+// part of the delivery's transaction (whose commit it would serialise with
+// every other notifying commit, PostgreSQL takes a server-wide lock for it):
+// once the commit is acknowledged, one NOTIFY of its own is sent on a
+// connection of the inbox's DB, shared by the commits of that DB within a
+// few milliseconds (docs/outbox.md). Without it, relays find the rows by
+// polling (their poll interval is then the latency from commit to publish).
+// Without outbox rows nothing is sent either way.
 func WithoutNotify() Option {
 	return func(o *options) { o.NoNotify = true; o.Given |= config.WithoutNotify }
 }

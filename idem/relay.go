@@ -11,7 +11,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5/pgtype"
 
@@ -21,18 +20,22 @@ import (
 	"github.com/idemgen/idemgen/idem/internal/pgutil"
 )
 
-// OutboxChannel is the channel of the NOTIFY that a committing transaction
-// which wrote outbox rows sends, one per transaction; a [Relay] listens on it.
+// OutboxChannel is the channel of the NOTIFY that wakes the relays after
+// commits that wrote outbox rows: sent once such a commit is acknowledged,
+// on its own, at most one per DB every few milliseconds for the commits of
+// that time; a [Relay] listens on it.
 const OutboxChannel = "idem_outbox"
 
 // Relay publishes the committed rows of the outbox table, idem_outbox (the
 // migrations in github.com/idemgen/idemgen/migrations), through a
 // [Publisher], at least once each, with the row's stable id as the message id.
 //
-// Each round claims a batch of due rows in one short statement (FOR UPDATE
-// SKIP LOCKED, a fresh claim token and a lease), publishes it with no
+// It claims a batch of due rows in one short statement (FOR UPDATE SKIP
+// LOCKED, a fresh claim token and a lease), publishes it with no
 // transaction open, and marks published only the rows the broker confirmed
-// and the token still holds. A failed row is tried again after an exponential
+// and the token still holds. While a full batch is at the broker, one round
+// trip marks the batch before it and claims the next, so that the broker's
+// confirms and the database's work overlap; it goes on while it finds rows. A failed row is tried again after an exponential
 // backoff, with its error in last_error, and dead-lettered after the maximum
 // number of attempts: kept and visible (dead_at), never published, holding
 // back no other row. Any number of relays can run on one table and share the
@@ -130,7 +133,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		n, err := r.round(ctx)
+		err := r.drain(ctx)
 		switch {
 		case err != nil && pgutil.HasSQLState(err, pgerrcode.UndefinedTable, pgerrcode.UndefinedColumn):
 			return fmt.Errorf("idem: relay %s: the outbox table idem_outbox is missing or out of date (apply the migrations of github.com/idemgen/idemgen/migrations): %w", r.o.id, err)
@@ -155,11 +158,8 @@ func (r *Relay) Run(ctx context.Context) error {
 		}
 		failures = 0
 		r.outages.OK(ctx, r.o.logger, outboxTable, "idem relay rounds succeed again")
-		if n > 0 {
-			// A full or partial batch: there may be more (and in ordered mode
-			// the next row of each key is due now).
-			continue
-		}
+		// drain's last claim, sent after its last mark, found no row: wait
+		// for a NOTIFY or the poll.
 		timer := time.NewTimer(r.o.poll)
 		select {
 		case <-ctx.Done():
@@ -170,90 +170,6 @@ func (r *Relay) Run(ctx context.Context) error {
 		}
 		timer.Stop()
 	}
-}
-
-// round claims one batch, publishes it and records the outcome. It returns
-// how many rows it claimed.
-func (r *Relay) round(ctx context.Context) (int, error) {
-	token := pgtype.UUID{Bytes: uuid.New(), Valid: true}
-	claimedAt := time.Now()
-	rows, err := r.claim(ctx, token)
-	if err != nil || len(rows) == 0 {
-		return 0, err
-	}
-	ids := make([]int64, len(rows))
-	for i, row := range rows {
-		ids[i] = row.ID
-	}
-	// The claim committed; from here on every row goes back or forward,
-	// whatever ctx does: the bookkeeping runs on a context of its own.
-	bookkeeping := func() (context.Context, context.CancelFunc) {
-		return context.WithTimeout(context.WithoutCancel(ctx), bookkeepingTimeout)
-	}
-	if ctx.Err() != nil {
-		book, cancel := bookkeeping()
-		defer cancel()
-		r.release(book, token, ids)
-		return len(rows), nil
-	}
-
-	msgs := make([]OutgoingMessage, 0, len(rows))
-	sent := make([]claimedRow, 0, len(rows))
-	var failed []claimedRow
-	var failedErrs []string
-	for _, row := range rows {
-		m, err := row.message()
-		if err != nil {
-			failed = append(failed, row)
-			failedErrs = append(failedErrs, err.Error())
-			continue
-		}
-		msgs = append(msgs, m)
-		sent = append(sent, row)
-	}
-
-	var errs []error
-	timedOut := false
-	if len(msgs) > 0 {
-		errs, timedOut = r.publish(ctx, token, sent, msgs, claimedAt)
-	}
-	book, cancelBook := bookkeeping()
-	defer cancelBook()
-	var ok []int64
-	var okRows []claimedRow
-	for i, row := range sent {
-		if errs[i] == nil {
-			ok = append(ok, row.ID)
-			okRows = append(okRows, row)
-			continue
-		}
-		failed = append(failed, row)
-		failedErrs = append(failedErrs, errs[i].Error())
-	}
-	if len(ok) > 0 {
-		if err := r.markPublished(book, token, ok); err != nil {
-			return len(rows), err
-		}
-		countByDestination(okRows, func(dest string, n int64) {
-			r.ins.Published(book, dest, n)
-			r.outages.OK(book, r.o.logger, dest, "idem relay publishes again")
-		})
-	}
-	if len(failed) == 0 {
-		return len(rows), nil
-	}
-	if ctx.Err() != nil {
-		// Stopping: the failures are the cancelled publish's, not the broker's.
-		r.release(book, token, rowIDs(failed))
-		return len(rows), nil
-	}
-	if err := r.recordFailure(book, token, failed, failedErrs); err != nil {
-		return len(rows), err
-	}
-	if timedOut {
-		return len(rows), errPublishTimedOut
-	}
-	return len(rows), nil
 }
 
 // bookkeepingTimeout bounds each statement that records the outcome of a
@@ -289,15 +205,11 @@ func rowIDs(rows []claimedRow) []int64 {
 	return ids
 }
 
-// claim runs the claim statement to its end even when ctx is cancelled
-// meanwhile (bounded by the lease), so that a stop never leaves a claim the
-// relay does not know of.
-func (r *Relay) claim(ctx context.Context, token pgtype.UUID) ([]claimedRow, error) {
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.o.lease)
-	defer cancel()
+// claimWith runs the claim of the relay's mode through q.
+func (r *Relay) claimWith(ctx context.Context, q *outboxdb.Queries, token pgtype.UUID) ([]claimedRow, error) {
 	var rows []claimedRow
 	if r.o.ordered {
-		got, err := r.q.ClaimOrdered(cctx, outboxdb.ClaimOrderedParams{
+		got, err := q.ClaimOrdered(ctx, outboxdb.ClaimOrderedParams{
 			ClaimToken: token, LeaseSeconds: r.o.lease.Seconds(), BatchSize: int32(r.o.batchSize),
 		})
 		if err != nil {
@@ -308,7 +220,7 @@ func (r *Relay) claim(ctx context.Context, token pgtype.UUID) ([]claimedRow, err
 		}
 		return rows, nil
 	}
-	got, err := r.q.Claim(cctx, outboxdb.ClaimParams{
+	got, err := q.Claim(ctx, outboxdb.ClaimParams{
 		ClaimToken: token, LeaseSeconds: r.o.lease.Seconds(), BatchSize: int32(r.o.batchSize),
 	})
 	if err != nil {
@@ -326,122 +238,40 @@ var (
 	errLeaseLost      = errors.New("idem: relay: the claim of the batch was lost (its lease lapsed and another relay took a row)")
 	errLeaseLapsing   = errors.New("idem: relay: the lease of the batch could not be renewed and is about to lapse")
 	errPublishTimeout = errors.New("idem: relay: the publish was not confirmed within WithRelayPublishTimeout")
-	// errPublishTimedOut is what round returns after a publish timed out.
+	// errPublishTimedOut is what drain returns after a publish timed out.
 	errPublishTimedOut = errors.New("idem: relay: a publish timed out; stepping back so that another relay takes the rows")
 )
 
-// abandonGrace is how long the relay waits, after a publish's context was
-// cancelled, for a publisher that does not watch its context: then it takes
-// none of the batch as confirmed and goes on.
-const abandonGrace = time.Second
-
-// publish hands msgs to the publisher while it keeps the batch's lease: it
-// renews the lease every third of it, and cancels the publish a tenth of the
-// lease before it would lapse if it cannot, or at once if a row was taken by
-// another relay. The lease is counted from before the claim was sent, on this
-// machine's clock, so the deadline here is never later than the database's.
-// The publish is bounded by WithRelayPublishTimeout. It returns one error
-// per message, and whether the publish timed out.
-func (r *Relay) publish(ctx context.Context, token pgtype.UUID, rows []claimedRow, msgs []OutgoingMessage, claimedAt time.Time) ([]error, bool) {
-	pctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	margin := r.o.lease / 10
-	ids := rowIDs(rows)
-	done := make(chan struct{})
-	var keeper sync.WaitGroup
-	keeper.Add(1)
-	go func() {
-		defer keeper.Done()
-		deadline := claimedAt.Add(r.o.lease - margin)
-		lapse := time.NewTimer(time.Until(deadline))
-		defer lapse.Stop()
-		renew := time.NewTicker(r.o.lease / 3)
-		defer renew.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-pctx.Done():
-				return
-			case <-lapse.C:
-				cancel(errLeaseLapsing)
-				return
-			case <-renew.C:
-				sentAt := time.Now()
-				ectx, ecancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
-				held, err := r.q.ExtendLease(ectx, outboxdb.ExtendLeaseParams{
-					LeaseSeconds: r.o.lease.Seconds(), Ids: ids, ClaimToken: token,
-				})
-				ecancel()
-				if err != nil {
-					r.o.logger.LogAttrs(ctx, slog.LevelWarn, "idem relay could not renew a lease", slog.String("relay", r.o.id),
-						slog.Int("rows", len(ids)), slog.String("error", err.Error()))
-					continue
-				}
-				if len(held) < len(ids) {
-					cancel(errLeaseLost)
-					return
-				}
-				deadline = sentAt.Add(r.o.lease - margin)
-				lapse.Reset(time.Until(deadline))
-			}
-		}
-	}()
-	timeout := time.AfterFunc(r.o.publishBound(), func() { cancel(errPublishTimeout) })
-	defer timeout.Stop()
-	var errs []error
-	returned := make(chan []error, 1)
-	go func() { returned <- r.pub.Publish(pctx, msgs) }()
-	select {
-	case errs = <-returned:
-		timeout.Stop()
-	case <-pctx.Done():
-		select {
-		case errs = <-returned:
-		case <-time.After(abandonGrace):
-			errs = make([]error, len(msgs))
-			for i := range errs {
-				errs[i] = fmt.Errorf("idem: relay %s: the publisher did not return within %v of its context ending", r.o.id, abandonGrace)
-			}
-		}
+// markPublished marks c's rows published, where c's token still holds them,
+// in a statement of its own.
+func (r *Relay) markPublished(ctx context.Context, c *confirmed) error {
+	n, err := r.q.MarkPublished(ctx, outboxdb.MarkPublishedParams{Ids: c.ids(), ClaimToken: c.token})
+	if err != nil {
+		return r.markFailed(c, err)
 	}
-	close(done)
-	keeper.Wait()
-	if len(errs) != len(msgs) {
-		err := fmt.Errorf("idem: relay %s: the publisher returned %d errors for %d messages; taking none as confirmed", r.o.id, len(errs), len(msgs))
-		errs = make([]error, len(msgs))
-		for i := range errs {
-			errs[i] = err
-		}
-	}
-	cause := context.Cause(pctx)
-	if cause != nil && ctx.Err() == nil {
-		for i, err := range errs {
-			if err != nil {
-				errs[i] = fmt.Errorf("%w: %w", err, cause)
-			}
-		}
-	}
-	failed := false
-	for _, err := range errs {
-		failed = failed || err != nil
-	}
-	return errs, failed && errors.Is(cause, errPublishTimeout) && ctx.Err() == nil
+	r.markedRows(ctx, c, n)
+	return nil
 }
 
-func (r *Relay) markPublished(ctx context.Context, token pgtype.UUID, ids []int64) error {
-	n, err := r.q.MarkPublished(ctx, outboxdb.MarkPublishedParams{Ids: ids, ClaimToken: token})
-	if err != nil {
-		// The rows stay claimed until the lease lapses, then they are
-		// published again: at least once.
-		return fmt.Errorf("idem: relay %s: mark %d published rows: %w", r.o.id, len(ids), err)
-	}
-	r.o.logger.LogAttrs(ctx, slog.LevelDebug, "idem relay published", slog.String("relay", r.o.id), slog.Int("rows", len(ids)))
-	if n < int64(len(ids)) {
+// markFailed explains a failed mark: the rows stay claimed until the lease
+// lapses, then they are published again (at least once).
+func (r *Relay) markFailed(c *confirmed, err error) error {
+	return fmt.Errorf("idem: relay %s: mark %d published rows: %w", r.o.id, len(c.rows), err)
+}
+
+// markedRows records that n of c's rows were marked published: the
+// idem.relay.published counts and the outage records by destination, and a
+// warning for the rows whose claim was lost before the mark.
+func (r *Relay) markedRows(ctx context.Context, c *confirmed, n int64) {
+	r.o.logger.LogAttrs(ctx, slog.LevelDebug, "idem relay published", slog.String("relay", r.o.id), slog.Int("rows", len(c.rows)))
+	if n < int64(len(c.rows)) {
 		r.o.logger.LogAttrs(ctx, slog.LevelWarn, "idem relay lost the claim of published rows before marking them; they will be published again",
-			slog.String("relay", r.o.id), slog.Int64("lost", int64(len(ids))-n))
+			slog.String("relay", r.o.id), slog.Int64("lost", int64(len(c.rows))-n))
 	}
-	return nil
+	countByDestination(c.rows, func(dest string, k int64) {
+		r.ins.Published(ctx, dest, k)
+		r.outages.OK(ctx, r.o.logger, dest, "idem relay publishes again")
+	})
 }
 
 func (r *Relay) recordFailure(ctx context.Context, token pgtype.UUID, rows []claimedRow, errs []string) error {

@@ -2,10 +2,12 @@ package idem
 
 import (
 	"context"
+	"fmt"
 	"sync"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemgen/idemgen/generated/outboxdb"
@@ -78,3 +80,92 @@ func (r releasingRow) Scan(dest ...any) error {
 	defer r.c.Release()
 	return r.row.Scan(dest...)
 }
+
+// relaxedCommit makes the transaction of a relay's round trip commit without
+// waiting for its WAL flush. What a crash could then lose is a claim (the
+// row is claimed again) or a mark (the row is published again, as when a
+// relay dies before it marks): at least once still holds, and no round trip
+// of the relay waits for the disk.
+const relaxedCommit = "SELECT set_config('synchronous_commit', 'off', true)"
+
+// pipelined marks c's rows published (c nil: none) and claims the next batch
+// with token, in one round trip: sqlc's MarkPublished and Claim (or
+// ClaimOrdered) are queued on one batch (queueDB) after relaxedCommit, the
+// batch runs as one transaction, and their results are read back in order
+// (resultsDB), so that the claim sees the marks. It returns how many of c's
+// rows were marked and the claimed rows.
+func (r *Relay) pipelined(ctx context.Context, c *confirmed, token pgtype.UUID) (int64, []claimedRow, error) {
+	var mark outboxdb.MarkPublishedParams
+	var b pgx.Batch
+	b.Queue(relaxedCommit)
+	queue := outboxdb.New(queueDB{&b})
+	if c != nil {
+		mark = outboxdb.MarkPublishedParams{Ids: c.ids(), ClaimToken: c.token}
+		_, _ = queue.MarkPublished(ctx, mark)
+	}
+	_, _ = r.claimWith(ctx, queue, token)
+	failed := func(err error) error {
+		if c != nil {
+			return r.markFailed(c, err)
+		}
+		return fmt.Errorf("idem: relay %s: claim: %w", r.o.id, err)
+	}
+	conn, err := r.db.Acquire(ctx)
+	if err != nil {
+		return 0, nil, failed(err)
+	}
+	defer conn.Release()
+	br := conn.SendBatch(ctx, &b)
+	if _, err := br.Exec(); err != nil {
+		_ = br.Close()
+		return 0, nil, failed(err)
+	}
+	read := outboxdb.New(resultsDB{br})
+	var n int64
+	if c != nil {
+		if n, err = read.MarkPublished(ctx, mark); err != nil {
+			_ = br.Close()
+			return 0, nil, failed(err)
+		}
+	}
+	rows, err := r.claimWith(ctx, read, token)
+	if closeErr := br.Close(); err == nil && closeErr != nil {
+		err = failed(closeErr)
+	}
+	if err != nil {
+		return 0, nil, err
+	}
+	return n, rows, nil
+}
+
+// queueDB is an outboxdb.DBTX that queues each statement on a batch instead
+// of running it: a query returns no row and no error. Called again on a
+// resultsDB of the sent batch, the same queries read their results.
+type queueDB struct{ b *pgx.Batch }
+
+func (q queueDB) Exec(_ context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	q.b.Queue(sql, args...)
+	return pgconn.CommandTag{}, nil
+}
+
+func (q queueDB) Query(_ context.Context, sql string, args ...any) (pgx.Rows, error) {
+	q.b.Queue(sql, args...)
+	return pgutil.Fail(nil), nil
+}
+
+func (q queueDB) QueryRow(_ context.Context, sql string, args ...any) pgx.Row {
+	q.b.Queue(sql, args...)
+	return pgutil.Fail(nil)
+}
+
+// resultsDB is an outboxdb.DBTX that reads the next result of a sent batch
+// for each statement, in the order they were queued (by queueDB).
+type resultsDB struct{ br pgx.BatchResults }
+
+func (d resultsDB) Exec(context.Context, string, ...any) (pgconn.CommandTag, error) {
+	return d.br.Exec()
+}
+
+func (d resultsDB) Query(context.Context, string, ...any) (pgx.Rows, error) { return d.br.Query() }
+
+func (d resultsDB) QueryRow(context.Context, string, ...any) pgx.Row { return d.br.QueryRow() }

@@ -67,6 +67,16 @@ func deliverDownstream(inbox *idemimpl.Inbox[event, idem.None], outcome func(id 
 	})
 }
 
+// downstreamBacklog is a test schema with the outbox and the downstream
+// consumer's tables, and n outbox rows committed in it.
+func downstreamBacklog(t *testing.T, prefix string, n int) (*idemtest.DB, []outRow) {
+	t.Helper()
+	db := idemtest.New(t, outboxFS(t, map[string]string{"00100_downstream_inbox.sql": downstreamTableMigration, "00101_downstream.sql": downstreamMigration}))
+	rows := makeRows(prefix, n)
+	commitOutbox(t, db.Pool, rows)
+	return db, rows
+}
+
 const envKilledRelayURL = "IDEM_TEST_KILLED_RELAY_URL"
 
 // TestRelayKilledAfterPublishBeforeMark: a relay process killed with SIGKILL
@@ -78,19 +88,9 @@ func TestRelayKilledAfterPublishBeforeMark(t *testing.T) {
 	if url := os.Getenv(envKilledRelayURL); url != "" {
 		runKilledRelay(url) // never returns
 	}
-	db := idemtest.New(t, outboxFS(t, map[string]string{"00100_downstream_inbox.sql": downstreamTableMigration, "00101_downstream.sql": downstreamMigration}))
-	rows := makeRows("kill", 20)
-	commitOutbox(t, db.Pool, rows)
+	db, rows := downstreamBacklog(t, "kill", 20)
 
-	cmd := exec.Command(os.Args[0], "-test.run=^TestRelayKilledAfterPublishBeforeMark$", "-test.count=1")
-	cmd.Env = append(os.Environ(), envKilledRelayURL+"="+db.URL)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err := cmd.Run()
-	var exit *exec.ExitError
-	if !errors.As(err, &exit) || exit.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
-		t.Fatalf("the relay process ended with %v, want killed by SIGKILL; its output:\n%s", err, out.String())
-	}
+	runKilledRelayChild(t, envKilledRelayURL, db.URL)
 	if got := queryInt(t, db.Pool, `SELECT count(*)::int FROM applied WHERE n = 1`); got != len(rows) {
 		t.Fatalf("the killed relay delivered %d of %d messages downstream, want all", got, len(rows))
 	}
@@ -124,6 +124,21 @@ func TestRelayKilledAfterPublishBeforeMark(t *testing.T) {
 	}
 	if got := queryInt(t, db.Pool, `SELECT count(*)::int FROM idem_outbox WHERE published_at IS NOT NULL AND attempts = 2`); got != len(rows) {
 		t.Errorf("%d of %d rows marked published on their second attempt", got, len(rows))
+	}
+}
+
+// runKilledRelayChild runs t's test again as a child process, with env set
+// to the database URL (the child's cue), and wants it to die of SIGKILL.
+func runKilledRelayChild(t *testing.T, env, url string) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^"+t.Name()+"$", "-test.count=1")
+	cmd.Env = append(os.Environ(), env+"="+url)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+		t.Fatalf("the relay process ended with %v, want killed by SIGKILL; its output:\n%s", err, out.String())
 	}
 }
 

@@ -492,9 +492,9 @@ var errBatchRolledBack = errors.New("idem: the batch was rolled back before its 
 // complete marks the keys' rows done with their results, deletes the rows
 // of the batch's stale messages (stale), writes the outbox rows, checks that
 // the connection is still in the claim's transaction and commits, in one
-// round trip (see Inbox.complete): one UPDATE (and DELETE) per null pattern
-// of the keys. errBatchRolledBack: nothing committed; any other error: the
-// COMMIT's outcome is unknown.
+// round trip (one UPDATE, and DELETE, per null pattern of the keys), then
+// has the relays woken (see Inbox.complete). errBatchRolledBack: nothing
+// committed; any other error: the COMMIT's outcome is unknown.
 func (b *batch[M, R]) complete(ctx context.Context, conn *pgx.Conn, keys [][]any, results []string, outs []*idem.Outbox, stale [][]any) error {
 	in := b.in
 	groups, staleGroups := byPattern(keys), byPattern(stale)
@@ -507,7 +507,7 @@ func (b *batch[M, R]) complete(ctx context.Context, conn *pgx.Conn, keys [][]any
 		q := in.sql.batchForgetKeys(pick(stale, g), g.nulls)
 		pb.Queue(q.sql, q.args...)
 	}
-	published, notify := queueOutgoing(pb, in.table.Consumer, in.fields, keys, outs, in.notify)
+	published := queueOutgoing(pb, in.table.Consumer, in.fields, keys, outs)
 	pb.Queue(claimCheck)
 	br, done, err := sendCommit(ctx, conn, pb)
 	if err != nil {
@@ -530,9 +530,7 @@ func (b *batch[M, R]) complete(ctx context.Context, conn *pgx.Conn, keys [][]any
 		}
 	}
 	if err == nil && published > 0 {
-		if _, err = br.Exec(); err == nil && notify {
-			_, err = br.Exec()
-		}
+		_, err = br.Exec()
 	}
 	if err == nil {
 		_, err = br.Exec() // claimCheck
@@ -550,6 +548,10 @@ func (b *batch[M, R]) complete(ctx context.Context, conn *pgx.Conn, keys [][]any
 		return fmt.Errorf("%w: %w", errBatchRolledBack, err)
 	case err == nil && committed.String() == "ROLLBACK":
 		return errBatchRolledBack // a handler's failed statement aborted it
+	}
+	// Committed, or the COMMIT's outcome is unknown: wake the relays.
+	in.wake.committed(published)
+	switch {
 	case err != nil:
 		return fmt.Errorf("idem: store the batch's results and commit: %w", err)
 	case updated != int64(len(keys)):

@@ -84,7 +84,7 @@ type EntityInbox[M, R any] struct {
 	publishing bool
 	result     func(context.Context, pgx.Tx, M) (R, error)
 	txOptions  pgx.TxOptions
-	notify     bool
+	wake       relayWake // the NOTIFY after a commit that wrote outbox rows
 
 	beforeCommit func(ctx context.Context, tx pgx.Tx) error
 	delivery[M, R]
@@ -129,12 +129,13 @@ func newEntityInbox[M, R any](constructor string, db idem.DB, table EntityTable[
 	}
 	in := &EntityInbox[M, R]{
 		db: db, table: table, result: result, sql: newEntitySQL(constructor, table),
-		txOptions: pgx.TxOptions{IsoLevel: o.Isolation}, notify: !o.NoNotify,
+		txOptions:    pgx.TxOptions{IsoLevel: o.Isolation},
 		beforeCommit: o.BeforeCommit,
 		delivery:     delivery[M, R]{consumerOf: newConsumerOf(o, table.Consumer, fieldsOf(table.Columns), table.Key), connOf: db},
 		constraint:   table.Constraint,
 		relname:      strings.Trim(name, `"`),
 	}
+	in.wake = newRelayWake(!o.NoNotify, db, in, in.ob.log)
 	in.part = in.handle
 	return in
 }
@@ -246,10 +247,11 @@ ORDER BY i.indisprimary DESC, c.relname`
 // with this delivery's fingerprint (a handler that did not insert it, or
 // inserted it with ON CONFLICT DO NOTHING, would leave the message
 // unrecorded: the check fails and the COMMIT after it rolls back), and
-// commits, in one round trip.
+// commits, in one round trip; then, unless WithoutNotify, it has the relays
+// woken (relayWake).
 func (in *EntityInbox[M, R]) commit(ctx context.Context, conn *pgx.Conn, key []any, out *idem.Outbox) error {
 	b := pgutil.NewBatch(4)
-	published, notified := queueOutgoing(b, in.table.Consumer, in.fields, [][]any{key}, []*idem.Outbox{out}, in.notify)
+	published := queueOutgoing(b, in.table.Consumer, in.fields, [][]any{key}, []*idem.Outbox{out})
 	q := in.sql.checkMarker(key)
 	b.Queue(q.sql, q.args...)
 	br, done, err := sendCommit(ctx, conn, b)
@@ -260,9 +262,6 @@ func (in *EntityInbox[M, R]) commit(ctx context.Context, conn *pgx.Conn, key []a
 	if published > 0 {
 		if _, err = br.Exec(); err != nil && !pgutil.HasSQLState(err, pgerrcode.InFailedSQLTransaction) {
 			err = errOutboxInsert(published, err)
-		}
-		if err == nil && notified {
-			_, err = br.Exec()
 		}
 	}
 	if err == nil {
@@ -283,8 +282,10 @@ func (in *EntityInbox[M, R]) commit(ctx context.Context, conn *pgx.Conn, key []a
 	case err != nil && strings.HasPrefix(err.Error(), "idem:"):
 		return err
 	case err != nil:
+		in.wake.committed(published) // the COMMIT's outcome is unknown
 		return fmt.Errorf("idem: check the entity row and commit: %w", err)
 	}
+	in.wake.committed(published)
 	return nil
 }
 

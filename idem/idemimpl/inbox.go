@@ -60,8 +60,8 @@ type Inbox[M, R any] struct {
 	// is set. out is nil unless publishing.
 	each       func(ctx context.Context, tx pgx.Tx, out *idem.Outbox, msg M) (R, error)
 	set        func(ctx context.Context, tx pgx.Tx, out *idem.Outbox, msgs []M) ([]R, error)
-	publishing bool // the handler takes an *idem.Outbox
-	notify     bool // send NOTIFY idem.OutboxChannel with outbox rows (not WithoutNotify)
+	publishing bool      // the handler takes an *idem.Outbox
+	wake       relayWake // the NOTIFY after a commit that wrote outbox rows
 	txOptions  pgx.TxOptions
 	claimWait  time.Duration
 	lockWait   any // the claim's lock_timeout value, boxed once
@@ -109,7 +109,6 @@ func newInbox[M, R any](constructor string, db idem.DB, table Table[M], opts []i
 		flightDB:  db,
 		table:     table,
 		sql:       newInboxSQL(constructor, table, !noResult),
-		notify:    !o.NoNotify,
 		txOptions: pgx.TxOptions{IsoLevel: o.Isolation},
 		claimWait: o.ClaimWait,
 		lockWait:  lockTimeout(o.ClaimWait),
@@ -136,6 +135,7 @@ func newInbox[M, R any](constructor string, db idem.DB, table Table[M], opts []i
 	if !reflect.ValueOf(db).Comparable() {
 		in.flightDB = in
 	}
+	in.wake = newRelayWake(!o.NoNotify, db, in.flightDB, in.ob.log)
 	in.part = in.handle
 	return in
 }
@@ -380,16 +380,16 @@ func isClaimCheckFailure(err error) bool {
 
 // complete marks the key's inbox row done with the handler's result, if it
 // has one, where the connection is still in the claim's transaction (else
-// it fails: markDoneSQL), writes the outgoing messages of out (one INSERT,
-// and the NOTIFY unless WithoutNotify), and commits, all in one round trip.
+// it fails: markDoneSQL), writes the outgoing messages of out (one INSERT),
+// and commits, all in one round trip; then, unless WithoutNotify, it has the
+// relays woken (relayWake).
 func (in *Inbox[M, R]) complete(ctx context.Context, conn *pgx.Conn, key []any, result []byte, out *idem.Outbox) error {
 	b := pgutil.NewBatch(4)
 	q := in.sql.markKeyDone(key, result)
 	b.Queue(q.sql, q.args...)
 	var published int
-	var notified bool
 	if out != nil { // a publishing inbox's: the rows of what the handler published
-		published, notified = queueOutgoing(b, in.table.Consumer, in.fields, [][]any{key}, []*idem.Outbox{out}, in.notify)
+		published = queueOutgoing(b, in.table.Consumer, in.fields, [][]any{key}, []*idem.Outbox{out})
 	}
 	br, done, err := sendCommit(ctx, conn, b)
 	if err != nil {
@@ -404,11 +404,6 @@ func (in *Inbox[M, R]) complete(ctx context.Context, conn *pgx.Conn, key []any, 
 	if err == nil && published > 0 {
 		if _, err = br.Exec(); err != nil && !pgutil.HasSQLState(err, pgerrcode.InFailedSQLTransaction) {
 			outboxErr = errOutboxInsert(published, err)
-		}
-		if err == nil && notified {
-			if _, err = br.Exec(); err != nil && !pgutil.HasSQLState(err, pgerrcode.InFailedSQLTransaction) {
-				outboxErr = fmt.Errorf("idem: NOTIFY %s: %w", idem.OutboxChannel, err)
-			}
 		}
 	}
 	if err == nil {
@@ -427,9 +422,12 @@ func (in *Inbox[M, R]) complete(ctx context.Context, conn *pgx.Conn, key []any, 
 		return errAborted
 	case err != nil:
 		// A failed COMMIT may or may not have committed: the redelivery
-		// finds out, as a Duplicate or by processing the message.
+		// finds out, as a Duplicate or by processing the message. If it
+		// did, its rows are to be published: wake the relays.
+		in.wake.committed(published)
 		return fmt.Errorf("idem: store the result and commit: %w", err)
 	}
+	in.wake.committed(published)
 	return nil
 }
 

@@ -19,9 +19,11 @@ import (
 // NewPublishingInbox is [NewInbox] for a handler that sends messages: it
 // takes an *[idem.Outbox] right after tx. What the handler publishes is written to
 // idem_outbox in the round trip that commits the delivery (with the result
-// and the check of the claim), as one multi-row INSERT, and with one NOTIFY
-// on [idem.OutboxChannel] unless [WithoutNotify] is given: a run that publishes
-// nothing, or 1, or 10 messages costs the same round trips. A duplicate
+// and the check of the claim), as one multi-row INSERT: a run that publishes
+// nothing, or 1, or 10 messages costs the same round trips. Once the commit
+// is acknowledged, a NOTIFY on [idem.OutboxChannel] wakes the relays unless
+// [WithoutNotify] is given: sent on its own, and shared by the commits of
+// the DB within a few milliseconds (see notify.go). A duplicate
 // delivery runs no handler and writes no row; the rows of the first delivery
 // stay for the relay.
 //
@@ -50,11 +52,6 @@ func NoResultPublishing[M any](handler func(ctx context.Context, tx pgx.Tx, out 
 		return idem.None{}, handler(ctx, tx, out, msg)
 	}
 }
-
-// notifyOutbox is the NOTIFY of a committing transaction that wrote outbox
-// rows; it is delivered when the transaction commits, and not at all if it
-// does not.
-const notifyOutbox = "SELECT pg_notify('" + idem.OutboxChannel + "', '')"
 
 // queueOutbox queues on b the INSERT of the outgoing messages of deliveries
 // (sql/outbox.sql's InsertOutbox, compiled by sqlc): outs[k] are the

@@ -64,21 +64,18 @@ func runBeforeCommit(ctx context.Context, conn *pgx.Conn, tx pgx.Tx, hook func(c
 
 // queueOutgoing queues on b, for the commit's round trip, the outbox rows of
 // what the deliveries of keys published (outs[k], nil for a handler without
-// an outbox) and, when notify and there are any, the NOTIFY. It returns how
-// many rows it queued and whether it queued the NOTIFY.
-func queueOutgoing(b *pgx.Batch, consumer string, fields []string, keys [][]any, outs []*idem.Outbox, notify bool) (published int, notified bool) {
+// an outbox), and returns how many rows it queued. The NOTIFY that wakes the
+// relays is not in the round trip: once the commit is acknowledged, the
+// caller hands it to the DB's notifier (notifyCommitted), which coalesces it
+// with those of the other commits.
+func queueOutgoing(b *pgx.Batch, consumer string, fields []string, keys [][]any, outs []*idem.Outbox) (published int) {
 	msgs := make([][]link.Message, len(outs))
 	for k, out := range outs {
 		if out != nil {
 			msgs[k] = link.OutboxBuffer(out).Msgs
 		}
 	}
-	published = queueOutbox(b, consumer, fields, keys, msgs)
-	if published > 0 && notify {
-		b.Queue(notifyOutbox)
-		return published, true
-	}
-	return published, false
+	return queueOutbox(b, consumer, fields, keys, msgs)
 }
 
 // sendCommit queues COMMIT on b and sends the round trip, unless ctx is done

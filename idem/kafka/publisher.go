@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -43,27 +42,35 @@ func NewPublisher(brokers []string, opts ...Option) *Publisher {
 // Publish produces msgs, all in flight at once, and returns one error per
 // message, in order: nil once the brokers acknowledged it. Each record goes
 // to the topic msg.Destination, keyed by msg.OrderingKey, or by msg.ID when
-// there is none, with the headers of msg plus idem-message-id = msg.ID.
+// there is none, with the headers of msg plus idem-message-id = msg.ID. The
+// batch does not wait for the producer's linger (franz-go's ProduceSync):
+// the relay hands over a whole batch and waits for its acknowledgements.
 func (p *Publisher) Publish(ctx context.Context, msgs []idem.OutgoingMessage) []error {
 	if p.err != nil {
 		return consume.Failed(len(msgs), p.err)
 	}
 	errs := make([]error, len(msgs))
-	var wg sync.WaitGroup
+	records := make([]*kgo.Record, 0, len(msgs))
+	index := make(map[*kgo.Record]int, len(msgs))
 	for i, m := range msgs {
 		if m.Destination == "" {
 			errs[i] = fmt.Errorf("kafka: publish %s: no destination topic", m.ID)
 			continue
 		}
-		wg.Add(1)
-		p.cl.Produce(ctx, p.recordOf(m), func(_ *kgo.Record, err error) {
-			if err != nil {
-				errs[i] = fmt.Errorf("kafka: publish %s to %s: %w", m.ID, m.Destination, err)
-			}
-			wg.Done()
-		})
+		r := p.recordOf(m)
+		records = append(records, r)
+		index[r] = i
 	}
-	wg.Wait()
+	if len(records) == 0 {
+		return errs
+	}
+	// The results come in the order the records were acknowledged.
+	for _, res := range p.cl.ProduceSync(ctx, records...) {
+		if res.Err != nil {
+			i := index[res.Record]
+			errs[i] = fmt.Errorf("kafka: publish %s to %s: %w", msgs[i].ID, msgs[i].Destination, res.Err)
+		}
+	}
 	return errs
 }
 

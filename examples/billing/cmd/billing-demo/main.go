@@ -59,7 +59,8 @@ func run(ctx context.Context, dbURL, schema string, w io.Writer) (err error) {
 	}()
 
 	// The relay publishes what the handlers write to the outbox, woken by
-	// the NOTIFY of each commit that wrote rows, while the deliveries run.
+	// the NOTIFY that follows the commits that wrote rows, while the
+	// deliveries run.
 	published := &recorder{}
 	relay := idem.NewRelay(pool, published, idem.WithRelayID("billing-demo"),
 		idem.WithRelayLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))

@@ -1,0 +1,378 @@
+package idem
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/idemgen/idemgen/generated/outboxdb"
+)
+
+// The relay's pipeline: a batch at the broker while the database marks the
+// batch before it and claims the one after it.
+//
+// A batch is claimed, then held (its lease renewed) until its publish
+// returns. While a full batch is at the broker, one round trip marks the
+// rows the broker confirmed of the batch before it and claims the next, in
+// one transaction (the claim sees the marks: in ordered mode it takes each
+// key's next row at once). When the batch at the broker returns, the next
+// one goes out at once. So each batch costs what the slower of the broker
+// and that round trip costs, not the sum of a claim, a publish and a mark.
+// A partial batch at the broker means the backlog is drained: the next
+// claim waits for it, so that a relay does not hold rows that another,
+// idle relay could publish.
+
+// flight is one claimed batch on its way.
+type flight struct {
+	token     pgtype.UUID
+	rows      []claimedRow
+	claimedAt time.Time // before the claim was sent: the lease counts from it
+
+	// sent are the rows handed to the publisher, msgs their messages;
+	// failed the rows that could not be made into a message, and after the
+	// publish those the broker did not confirm, with failedErrs their errors.
+	sent       []claimedRow
+	msgs       []OutgoingMessage
+	failed     []claimedRow
+	failedErrs []string
+
+	// ctx is the publish's: it ends with Run's, or with a cause when the
+	// lease is lost or about to lapse (the keeper), or the publish bound
+	// passed.
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	run    context.Context // Run's
+	stop   chan struct{}   // closed to stop the keeper
+	keeper sync.WaitGroup
+	ended  sync.Once
+
+	done     chan struct{} // closed when the publish returned
+	errs     []error       // one per msgs, once done
+	timedOut bool          // the publish bound passed with messages unconfirmed
+}
+
+// confirmed are the rows of a batch that the broker confirmed, to be marked.
+type confirmed struct {
+	token pgtype.UUID
+	rows  []claimedRow
+}
+
+func (c *confirmed) ids() []int64 { return rowIDs(c.rows) }
+
+// drain claims, publishes and marks batches until a claim that came after
+// every mark finds no row (then it returns nil), Run's ctx ends (nil too,
+// once what was claimed is marked or handed back), or a statement fails.
+func (r *Relay) drain(ctx context.Context) error {
+	var (
+		atBroker *flight    // the batch being published
+		toMark   *confirmed // confirmed rows not marked yet
+	)
+	for {
+		idle := atBroker == nil
+		claim := ctx.Err() == nil && (idle || len(atBroker.rows) == r.o.batchSize)
+		var next *flight
+		if claim || toMark != nil {
+			var err error
+			next, err = r.markAndClaim(ctx, toMark, claim)
+			if err != nil {
+				// Nothing of the round trip took effect.
+				r.abandon(ctx, atBroker, toMark)
+				return err
+			}
+			toMark = nil
+		}
+		if next != nil && ctx.Err() != nil {
+			r.giveBack(ctx, next)
+			next = nil
+		}
+		if atBroker != nil {
+			done, err := r.settle(ctx, atBroker)
+			atBroker = nil
+			if err != nil {
+				// The publish timed out (Run steps back so that another relay
+				// takes the rows), or its failures could not be recorded.
+				r.giveBack(ctx, next)
+				r.markNow(ctx, done)
+				return err
+			}
+			toMark = done
+		}
+		switch {
+		case next != nil:
+			r.launch(next)
+			atBroker = next
+		case ctx.Err() != nil:
+			r.markNow(ctx, toMark)
+			return nil
+		case claim && idle:
+			// The claim came after every mark and found nothing.
+			return nil
+		}
+	}
+}
+
+// bookkeeping is the context of a statement that records what happened to
+// claimed rows: it runs to its end even when the relay is stopping.
+func bookkeeping(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), bookkeepingTimeout)
+}
+
+// markAndClaim marks the rows of c (nil: none) and, when claim, claims the
+// next batch, in one round trip and one transaction (pipelined). It returns the claimed
+// batch, held, or nil when it claimed nothing.
+func (r *Relay) markAndClaim(ctx context.Context, c *confirmed, claim bool) (*flight, error) {
+	book, cancel := bookkeeping(ctx)
+	defer cancel()
+	if !claim {
+		return nil, r.markPublished(book, c)
+	}
+	token := pgtype.UUID{Bytes: uuid.New(), Valid: true}
+	claimedAt := time.Now()
+	var rows []claimedRow
+	var err error
+	if c == nil {
+		// Run to its end even when ctx is cancelled meanwhile (bounded by
+		// the lease), so that a stop never leaves a claim the relay does
+		// not know of.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.o.lease)
+		defer cancel()
+		_, rows, err = r.pipelined(cctx, nil, token)
+	} else {
+		var marked int64
+		marked, rows, err = r.pipelined(book, c, token)
+		if err == nil {
+			r.markedRows(book, c, marked)
+		}
+	}
+	if err != nil || len(rows) == 0 {
+		return nil, err
+	}
+	return r.hold(ctx, token, rows, claimedAt), nil
+}
+
+// hold starts the keeper of a claimed batch: it renews the lease every third
+// of it, and cancels the batch's context a tenth of the lease before it
+// would lapse if it cannot, or at once if a row was taken by another relay.
+// The lease is counted from before the claim was sent, on this machine's
+// clock, so the deadline here is never later than the database's. The keeper
+// runs until the batch's publish returns or the batch is handed back (end).
+func (r *Relay) hold(ctx context.Context, token pgtype.UUID, rows []claimedRow, claimedAt time.Time) *flight {
+	f := &flight{token: token, rows: rows, claimedAt: claimedAt, stop: make(chan struct{}), done: make(chan struct{})}
+	for _, row := range rows {
+		m, err := row.message()
+		if err != nil {
+			f.failed = append(f.failed, row)
+			f.failedErrs = append(f.failedErrs, err.Error())
+			continue
+		}
+		f.msgs = append(f.msgs, m)
+		f.sent = append(f.sent, row)
+	}
+	f.ctx, f.cancel = context.WithCancelCause(ctx)
+	f.run = ctx
+	margin := r.o.lease / 10
+	ids := rowIDs(rows)
+	f.keeper.Add(1)
+	go func() {
+		defer f.keeper.Done()
+		deadline := claimedAt.Add(r.o.lease - margin)
+		lapse := time.NewTimer(time.Until(deadline))
+		defer lapse.Stop()
+		renew := time.NewTicker(r.o.lease / 3)
+		defer renew.Stop()
+		for {
+			select {
+			case <-f.stop:
+				return
+			case <-f.ctx.Done():
+				return
+			case <-lapse.C:
+				f.cancel(errLeaseLapsing)
+				return
+			case <-renew.C:
+				sentAt := time.Now()
+				ectx, ecancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
+				held, err := r.q.ExtendLease(ectx, outboxdb.ExtendLeaseParams{
+					LeaseSeconds: r.o.lease.Seconds(), Ids: ids, ClaimToken: token,
+				})
+				ecancel()
+				if err != nil {
+					r.o.logger.LogAttrs(ctx, slog.LevelWarn, "idem relay could not renew a lease", slog.String("relay", r.o.id),
+						slog.Int("rows", len(ids)), slog.String("error", err.Error()))
+					continue
+				}
+				if len(held) < len(ids) {
+					f.cancel(errLeaseLost)
+					return
+				}
+				deadline = sentAt.Add(r.o.lease - margin)
+				lapse.Reset(time.Until(deadline))
+			}
+		}
+	}()
+	return f
+}
+
+// end stops the batch's keeper and waits for it.
+func (f *flight) end() {
+	f.ended.Do(func() {
+		close(f.stop)
+		f.keeper.Wait()
+		f.cancel(nil)
+	})
+}
+
+// launch publishes f in a goroutine of its own; f.done is closed when the
+// publish returned.
+func (r *Relay) launch(f *flight) {
+	go func() {
+		defer close(f.done)
+		f.errs, f.timedOut = r.publish(f)
+	}()
+}
+
+// abandonGrace is how long the relay waits, after a publish's context was
+// cancelled, for a publisher that does not watch its context: then it takes
+// none of the batch as confirmed and goes on.
+const abandonGrace = time.Second
+
+// publish hands f's messages to the publisher, bounded by
+// WithRelayPublishTimeout, while the keeper holds the lease (a batch whose
+// lease was lost or is lapsing before its turn is not handed over at all).
+// It returns one error per message, and whether the publish timed out; the
+// keeper is stopped when it returns.
+func (r *Relay) publish(f *flight) ([]error, bool) {
+	defer f.end()
+	if len(f.msgs) == 0 {
+		return nil, false
+	}
+	var errs []error
+	if f.ctx.Err() == nil {
+		timeout := time.AfterFunc(r.o.publishBound(), func() { f.cancel(errPublishTimeout) })
+		defer timeout.Stop()
+		returned := make(chan []error, 1)
+		go func() { returned <- r.pub.Publish(f.ctx, f.msgs) }()
+		select {
+		case errs = <-returned:
+			timeout.Stop()
+		case <-f.ctx.Done():
+			select {
+			case errs = <-returned:
+			case <-time.After(abandonGrace):
+				errs = make([]error, len(f.msgs))
+				for i := range errs {
+					errs[i] = fmt.Errorf("idem: relay %s: the publisher did not return within %v of its context ending", r.o.id, abandonGrace)
+				}
+			}
+		}
+	} else {
+		errs = make([]error, len(f.msgs))
+		for i := range errs {
+			errs[i] = errors.New("idem: relay: not handed to the publisher")
+		}
+	}
+	if len(errs) != len(f.msgs) {
+		err := fmt.Errorf("idem: relay %s: the publisher returned %d errors for %d messages; taking none as confirmed", r.o.id, len(errs), len(f.msgs))
+		errs = make([]error, len(f.msgs))
+		for i := range errs {
+			errs[i] = err
+		}
+	}
+	// The cause of a cancelled publish, unless Run is stopping (then the
+	// failures are the stop's, and the rows are handed back).
+	cause := context.Cause(f.ctx)
+	if cause != nil && f.run.Err() == nil {
+		for i, err := range errs {
+			if err != nil {
+				errs[i] = fmt.Errorf("%w: %w", err, cause)
+			}
+		}
+	}
+	failed := false
+	for _, err := range errs {
+		failed = failed || err != nil
+	}
+	return errs, failed && errors.Is(cause, errPublishTimeout) && f.run.Err() == nil
+}
+
+// settle waits for f's publish and records its outcome: the rows the broker
+// did not confirm are recorded as failed (retried after their backoff, or
+// dead-lettered), or handed back if Run is stopping. It returns the rows the
+// broker confirmed, to be marked (nil if none), and errPublishTimedOut after
+// a publish that timed out.
+func (r *Relay) settle(ctx context.Context, f *flight) (*confirmed, error) {
+	<-f.done
+	var ok *confirmed
+	failed, failedErrs := f.failed, f.failedErrs
+	for i, row := range f.sent {
+		if f.errs[i] == nil {
+			if ok == nil {
+				ok = &confirmed{token: f.token}
+			}
+			ok.rows = append(ok.rows, row)
+			continue
+		}
+		failed = append(failed, row)
+		failedErrs = append(failedErrs, f.errs[i].Error())
+	}
+	if len(failed) == 0 {
+		return ok, nil
+	}
+	book, cancel := bookkeeping(ctx)
+	defer cancel()
+	if ctx.Err() != nil {
+		// Stopping: the failures are the cancelled publish's, not the broker's.
+		r.release(book, f.token, rowIDs(failed))
+		return ok, nil
+	}
+	if err := r.recordFailure(book, f.token, failed, failedErrs); err != nil {
+		return ok, err
+	}
+	if f.timedOut {
+		return ok, errPublishTimedOut
+	}
+	return ok, nil
+}
+
+// giveBack hands a claimed batch that was not published back (nil: none).
+func (r *Relay) giveBack(ctx context.Context, f *flight) {
+	if f == nil {
+		return
+	}
+	f.end()
+	book, cancel := bookkeeping(ctx)
+	defer cancel()
+	r.release(book, f.token, rowIDs(f.rows))
+}
+
+// markNow marks c's rows (nil: none) on their own; if it fails, the rows are
+// published again once their lease lapses.
+func (r *Relay) markNow(ctx context.Context, c *confirmed) {
+	if c == nil {
+		return
+	}
+	book, cancel := bookkeeping(ctx)
+	defer cancel()
+	if err := r.markPublished(book, c); err != nil {
+		r.o.logger.LogAttrs(book, slog.LevelWarn, "idem relay could not mark published rows; they will be published again when their lease lapses",
+			slog.String("relay", r.o.id), slog.Int("rows", len(c.rows)), slog.String("error", err.Error()))
+	}
+}
+
+// abandon is what drain does when a round trip failed: it waits for the
+// batch at the broker (nil: none), records its outcome, and tries to mark
+// what was confirmed on its own statements.
+func (r *Relay) abandon(ctx context.Context, atBroker *flight, toMark *confirmed) {
+	r.markNow(ctx, toMark)
+	if atBroker == nil {
+		return
+	}
+	done, _ := r.settle(ctx, atBroker)
+	r.markNow(ctx, done)
+}

@@ -1,0 +1,266 @@
+package idem_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/idem/idemtest"
+)
+
+// statementLog records when the relay's claims and marks ended and how many
+// rows each took, as seen by pgx (single statements and batched ones).
+type statementLog struct {
+	mu   sync.Mutex
+	runs []statementRun
+}
+
+type statementRun struct {
+	name string // "Claim", "MarkPublished", ...: the sqlc name of the query
+	rows int64
+	end  time.Time
+}
+
+type sqlKey struct{}
+
+// sqlcName is the name sqlc writes at the head of a query's text.
+func sqlcName(sql string) string {
+	rest, ok := strings.CutPrefix(sql, "-- name: ")
+	if !ok {
+		return ""
+	}
+	name, _, _ := strings.Cut(rest, " ")
+	return name
+}
+
+func (l *statementLog) add(sql string, tag int64, err error) {
+	if name := sqlcName(sql); name != "" && err == nil {
+		l.mu.Lock()
+		l.runs = append(l.runs, statementRun{name: name, rows: tag, end: time.Now()})
+		l.mu.Unlock()
+	}
+}
+
+func (l *statementLog) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
+	return context.WithValue(ctx, sqlKey{}, data.SQL)
+}
+
+func (l *statementLog) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryEndData) {
+	sql, _ := ctx.Value(sqlKey{}).(string)
+	l.add(sql, data.CommandTag.RowsAffected(), data.Err)
+}
+
+func (l *statementLog) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	return ctx
+}
+
+func (l *statementLog) TraceBatchQuery(_ context.Context, _ *pgx.Conn, data pgx.TraceBatchQueryData) {
+	l.add(data.SQL, data.CommandTag.RowsAffected(), data.Err)
+}
+
+func (l *statementLog) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
+
+// within returns the runs of name that took rows and ended inside [from, to].
+func (l *statementLog) within(name string, from, to time.Time) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, r := range l.runs {
+		if r.name == name && r.rows > 0 && r.end.After(from) && r.end.Before(to) {
+			n++
+		}
+	}
+	return n
+}
+
+// publishCalls groups publications into the Publish calls that carried
+// them, in the order they started.
+func publishCalls(pubs []publication) []publication {
+	var calls []publication
+	seen := map[time.Time]bool{}
+	for _, p := range pubs {
+		if !seen[p.Start] {
+			seen[p.Start] = true
+			calls = append(calls, p)
+		}
+	}
+	return calls
+}
+
+// TestRelayOverlapsTheDatabaseWithSlowConfirms: a publisher that takes 300ms
+// to confirm each batch of 100 rows. While a batch is at the broker, the
+// relay claims the next one and marks the one before, so that every batch
+// but the last has its successor claimed during its publish, and every batch
+// but the first has its predecessor marked during it; each row is published
+// once and marked.
+func TestRelayOverlapsTheDatabaseWithSlowConfirms(t *testing.T) {
+	db := idemtest.New(t, outboxFS(t, nil))
+	const batches, size = 8, 100
+	rows := makeRows("overlap", batches*size)
+	commitOutbox(t, db.Pool, rows)
+
+	log := &statementLog{}
+	cfg, err := pgxpool.ParseConfig(db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.Tracer = log
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+
+	rec := &recorder{}
+	r := idem.NewRelay(pool, rec.publisher("slow", 300*time.Millisecond, nil), idem.WithRelayID("overlap-"+db.Schema),
+		idem.WithRelayBatchSize(size), idem.WithRelayLogger(testLogger(t)))
+	stop := runRelay(t, r)
+	waitFor(t, 30*time.Second, "every row published and marked", func() bool { return pendingRows(t, db) == 0 })
+	stop()
+
+	pubs := rec.snapshot()
+	if len(pubs) != len(rows) {
+		t.Errorf("%d publications of %d rows, want each once", len(pubs), len(rows))
+	}
+	calls := publishCalls(pubs)
+	if len(calls) != batches {
+		t.Fatalf("%d Publish calls, want %d of %d rows", len(calls), batches, size)
+	}
+	for i, c := range calls {
+		if i > 0 && c.Start.Before(calls[i-1].End) {
+			t.Errorf("Publish call %d began before call %d returned", i+1, i)
+		}
+		if i < len(calls)-1 {
+			if n := log.within("Claim", c.Start, c.End); n != 1 {
+				t.Errorf("batch %d: %d claims took rows while it was at the broker, want 1 (the next batch)", i+1, n)
+			}
+		}
+		if i > 0 {
+			if n := log.within("MarkPublished", c.Start, c.End); n != 1 {
+				t.Errorf("batch %d: %d marks while it was at the broker, want 1 (the batch before)", i+1, n)
+			}
+		}
+	}
+	if got := queryInt(t, db.Pool, `SELECT count(*)::int FROM idem_outbox WHERE published_at IS NOT NULL AND attempts = 1`); got != len(rows) {
+		t.Errorf("%d of %d rows marked published on their first attempt", got, len(rows))
+	}
+}
+
+const envInFlightRelayURL = "IDEM_TEST_IN_FLIGHT_RELAY_URL"
+
+// TestRelayKilledWithABatchInFlight: a relay process killed with SIGKILL in
+// the middle of its second batch's publish, once the round trip that marked
+// the first batch had claimed the third: the first batch is marked, the
+// second half delivered and unmarked, the third claimed and never handed to
+// the broker. Once the leases lapse another relay publishes every row that
+// is not marked, with the same ids: each row reaches the downstream consumer
+// at least once and is applied exactly once (the redeliveries of the half
+// delivered are Duplicates), and nothing is lost.
+func TestRelayKilledWithABatchInFlight(t *testing.T) {
+	if url := os.Getenv(envInFlightRelayURL); url != "" {
+		runInFlightRelay(url) // never returns
+	}
+	db, rows := downstreamBacklog(t, "inflight", 250)
+
+	runKilledRelayChild(t, envInFlightRelayURL, db.URL)
+	if got := queryInt(t, db.Pool, `SELECT count(*)::int FROM idem_outbox WHERE published_at IS NOT NULL`); got != 100 {
+		t.Errorf("%d rows marked by the killed relay, want the first batch's 100", got)
+	}
+	if got := queryInt(t, db.Pool, `SELECT count(*)::int FROM idem_outbox WHERE published_at IS NULL AND claim_token IS NOT NULL AND attempts = 1`); got != 150 {
+		t.Errorf("%d rows left claimed and unmarked by the killed relay, want 150 (the second batch and the third)", got)
+	}
+	if got := queryInt(t, db.Pool, `SELECT count(*)::int FROM applied WHERE n = 1`); got != 150 {
+		t.Fatalf("the killed relay delivered %d messages downstream, want 150 (the first batch and half the second)", got)
+	}
+
+	var mu sync.Mutex
+	outcomes := map[idem.Outcome]int{}
+	inbox := downstreamInbox(db.Pool)
+	runRelay(t, idem.NewRelay(db.Pool, deliverDownstream(inbox, func(_ string, o idem.Outcome) {
+		mu.Lock()
+		defer mu.Unlock()
+		outcomes[o]++
+	}, nil), idem.WithRelayID("survivor"), idem.WithRelayPollInterval(20*time.Millisecond), idem.WithRelayLogger(testLogger(t))))
+	waitFor(t, 10*time.Second, "the rows published again", func() bool { return pendingRows(t, db) == 0 })
+
+	mu.Lock()
+	defer mu.Unlock()
+	if outcomes[idem.Duplicate] != 50 || outcomes[idem.Processed] != 100 || len(outcomes) != 2 {
+		t.Errorf("the survivor's deliveries downstream: %v, want 50 Duplicates (delivered, not marked) and 100 Processed", outcomes)
+	}
+	if got := queryInt(t, db.Pool, `SELECT count(*)::int FROM applied WHERE n = 1`); got != len(rows) {
+		t.Errorf("%d of %d messages applied exactly once downstream", got, len(rows))
+	}
+	if got := queryInt(t, db.Pool, `SELECT count(*)::int FROM idem_outbox WHERE published_at IS NOT NULL AND dead_at IS NULL`); got != len(rows) {
+		t.Errorf("%d of %d rows marked published", got, len(rows))
+	}
+}
+
+// runInFlightRelay is the child process of TestRelayKilledWithABatchInFlight:
+// its publisher delivers the first batch downstream; on the second it waits
+// until the first is marked and the third claimed, delivers half of the
+// batch and kills the process.
+func runInFlightRelay(url string) {
+	fail := func(err error) {
+		fmt.Fprintln(os.Stderr, "killed relay:", err)
+		os.Exit(3)
+	}
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		fail(err)
+	}
+	inbox := downstreamInbox(pool)
+	var calls atomic.Int32
+	deliver := func(msgs []idem.OutgoingMessage) []error {
+		errs := make([]error, len(msgs))
+		for i, m := range msgs {
+			_, o, err := inbox.Handle(ctx, event{ID: m.ID, Body: string(m.Payload)})
+			if err == nil && o != idem.Processed {
+				err = fmt.Errorf("message %s: first delivery %v, want Processed", m.ID, o)
+			}
+			if err != nil {
+				fail(err)
+			}
+			errs[i] = err
+		}
+		return errs
+	}
+	pub := idem.PublisherFunc(func(_ context.Context, msgs []idem.OutgoingMessage) []error {
+		if calls.Add(1) == 1 {
+			return deliver(msgs)
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			var marked, claimed int
+			if err := pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE published_at IS NOT NULL),
+				count(*) FILTER (WHERE published_at IS NULL AND claim_token IS NOT NULL) FROM idem_outbox`).Scan(&marked, &claimed); err != nil {
+				fail(err)
+			}
+			if marked == 100 && claimed == 150 {
+				break
+			}
+			if time.Now().After(deadline) {
+				fail(fmt.Errorf("during the second batch: %d rows marked and %d claimed after 10s, want 100 and 150", marked, claimed))
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		deliver(msgs[:len(msgs)/2])
+		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		select {}
+	})
+	r := idem.NewRelay(pool, pub, idem.WithRelayID("in-flight"), idem.WithRelayBatchSize(100), idem.WithRelayLease(300*time.Millisecond),
+		idem.WithRelayLogger(slog.New(slog.NewTextHandler(os.Stderr, nil))))
+	fail(fmt.Errorf("Run returned: %v", r.Run(ctx)))
+}
