@@ -38,8 +38,9 @@ func (r *report) sizingTargets(w writer) {
 	if write+relay > walTarget || now.writePublish() > walTarget {
 		verdict = "**missed**"
 	}
-	w("| WAL per outgoing message, write + publish, ≤ %d B | through the wrapper and the relay %s + %s = %s B; the layouts side by side ([below](#outbox-layouts)): now %s B, before %s B (%.2f×) | %s |\n",
-		walTarget, thousands(write), thousands(relay), thousands(write+relay), thousands(now.writePublish()), thousands(before.writePublish()),
+	fpi := (s.fpiPer(walPub10)-s.fpiPer(walFirst))/10 + s.fpiPer(walRelay)
+	w("| WAL per outgoing message, write + publish, ≤ %d B | through the wrapper and the relay %s + %s = %s B (%s B of it full-page images); the layouts side by side ([below](#outbox-layouts)): now %s B, before %s B (%.2f×) | %s |\n",
+		walTarget, thousands(write), thousands(relay), thousands(write+relay), thousands(fpi), thousands(now.writePublish()), thousands(before.writePublish()),
 		now.writePublish()/before.writePublish(), verdict)
 	w("| the cost of purging a million rows reported | %s inbox rows in one janitor round: %s, %s of WAL (%s B a row); the outbox has no published row to purge | reported |\n",
 		thousands(float64(in.purged)), in.took.Round(time.Millisecond), bytesIEC(float64(in.purgeWAL)), thousands(in.purgeWALPer()))
