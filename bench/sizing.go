@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"slices"
 	"strconv"
-	"strings"
 	"testing/fstest"
 	"time"
 
@@ -572,25 +571,15 @@ WHERE id IN (
 )`
 )
 
-// oldOutboxColumns are the columns of idem_outbox before the migration
-// 00002.
-const oldOutboxColumns = `
-    id           bigint      GENERATED ALWAYS AS IDENTITY,
-    message_id   uuid        NOT NULL,
-    consumer     text        NOT NULL,
-    key          text        NOT NULL,
-    destination  text        NOT NULL,
-    ordering_key text        NOT NULL DEFAULT '',
-    headers      jsonb       NOT NULL DEFAULT '{}',
-    payload      bytea       NOT NULL,
-    created_at   timestamptz NOT NULL DEFAULT now(),
-    available_at timestamptz NOT NULL DEFAULT now(),
-    published_at timestamptz,
-    attempts     integer     NOT NULL DEFAULT 0,
-    last_error   text,
-    claim_token  uuid,
-    lease_until  timestamptz,
-    dead_at      timestamptz`
+// on00001 returns the migration 00001 followed by the statements of a
+// layout built from its table.
+func on00001(ddl string) (fs.FS, error) {
+	first, err := subFS(outboxmigrations.FS, "00001_idem_outbox.sql")
+	if err != nil {
+		return nil, err
+	}
+	return withMigration(first, "00002_layout.sql", ddl)
+}
 
 // outboxLayouts are the layouts measured, the runtime's second.
 var outboxLayouts = []outboxLayout{
@@ -660,10 +649,10 @@ ALTER TABLE idem_outbox ADD UNIQUE (message_id);`)
 		name: "partitioned by day, dropped",
 		what: "the 00001 table and statements, range-partitioned on created_at (the primary key and the message id's unique index must then hold created_at, so the message id is unique only within a day); the purge drops a partition instead of deleting rows",
 		migrations: func() (fs.FS, error) {
-			return layoutFS(`CREATE TABLE idem_outbox (` + oldOutboxColumns + `,
-    PRIMARY KEY (id, created_at),
-    UNIQUE (message_id, created_at)
-) PARTITION BY RANGE (created_at);
+			return on00001(`ALTER TABLE idem_outbox RENAME TO idem_outbox_00001;
+CREATE TABLE idem_outbox (LIKE idem_outbox_00001 INCLUDING DEFAULTS INCLUDING IDENTITY) PARTITION BY RANGE (created_at);
+DROP TABLE idem_outbox_00001;
+ALTER TABLE idem_outbox ADD PRIMARY KEY (id, created_at), ADD UNIQUE (message_id, created_at);
 CREATE TABLE idem_outbox_today PARTITION OF idem_outbox DEFAULT WITH (autovacuum_enabled = false);
 CREATE INDEX idem_outbox_due ON idem_outbox (available_at, id) WHERE published_at IS NULL AND dead_at IS NULL;
 CREATE INDEX idem_outbox_ordered ON idem_outbox (ordering_key, id) WHERE published_at IS NULL AND dead_at IS NULL AND ordering_key <> '';
@@ -682,14 +671,11 @@ CREATE INDEX idem_outbox_dead ON idem_outbox (dead_at) WHERE dead_at IS NOT NULL
 		name: "published ids in a narrow side table",
 		what: "the 00001 table without published_at; the mark inserts the ids into idem_outbox_published (id primary key), and the claim skips the ids found there; the purge deletes both",
 		migrations: func() (fs.FS, error) {
-			return layoutFS(`CREATE TABLE idem_outbox (` + strings.Replace(oldOutboxColumns, "    published_at timestamptz,\n", "", 1) + `,
-    PRIMARY KEY (id),
-    UNIQUE (message_id)
-);
-CREATE TABLE idem_outbox_published (id bigint PRIMARY KEY) WITH (autovacuum_enabled = false);
+			// Dropping published_at drops the indexes that name it.
+			return on00001(`ALTER TABLE idem_outbox DROP COLUMN published_at;
+CREATE TABLE idem_outbox_published (id bigint PRIMARY KEY);
 CREATE INDEX idem_outbox_due ON idem_outbox (available_at, id) WHERE dead_at IS NULL;
-CREATE INDEX idem_outbox_ordered ON idem_outbox (ordering_key, id) WHERE dead_at IS NULL AND ordering_key <> '';
-CREATE INDEX idem_outbox_dead ON idem_outbox (dead_at) WHERE dead_at IS NOT NULL;`)
+CREATE INDEX idem_outbox_ordered ON idem_outbox (ordering_key, id) WHERE dead_at IS NULL AND ordering_key <> '';`)
 		},
 		write: execInsert(fmt.Sprintf(oldInsertOutbox, "message_id")),
 		claim: queryIDs(`UPDATE idem_outbox AS o
@@ -712,13 +698,12 @@ DELETE FROM idem_outbox WHERE id IN (SELECT id FROM p)`},
 		name: "published_at in no index, fillfactor 50 (HOT mark)",
 		what: "the 00001 table and statements with half of each page free and no index on or about published_at (the claim's index is on rows not dead, and filters published rows in the heap), so that the mark is a HOT update too; the purge finds published rows without an index",
 		migrations: func() (fs.FS, error) {
-			return layoutFS(`CREATE TABLE idem_outbox (` + oldOutboxColumns + `,
-    PRIMARY KEY (id),
-    UNIQUE (message_id)
-) WITH (fillfactor = 50);
+			return on00001(`ALTER TABLE idem_outbox SET (fillfactor = 50);
+DROP INDEX idem_outbox_due;
+DROP INDEX idem_outbox_ordered;
+DROP INDEX idem_outbox_published;
 CREATE INDEX idem_outbox_due ON idem_outbox (available_at, id) WHERE dead_at IS NULL;
-CREATE INDEX idem_outbox_ordered ON idem_outbox (ordering_key, id) WHERE dead_at IS NULL AND ordering_key <> '';
-CREATE INDEX idem_outbox_dead ON idem_outbox (dead_at) WHERE dead_at IS NOT NULL;`)
+CREATE INDEX idem_outbox_ordered ON idem_outbox (ordering_key, id) WHERE dead_at IS NULL AND ordering_key <> '';`)
 		},
 		write: execInsert(fmt.Sprintf(oldInsertOutbox, "message_id")),
 		claim: queryIDs(oldClaim),
@@ -753,11 +738,6 @@ func withMigration(fsys fs.FS, name, up string) (fs.FS, error) {
 	}
 	out.(fstest.MapFS)[name] = &fstest.MapFile{Data: []byte("-- +goose Up\n" + up + "\n")}
 	return out, nil
-}
-
-// layoutFS is a single migration, up only, of ddl.
-func layoutFS(ddl string) (fs.FS, error) {
-	return fstest.MapFS{"00001_layout.sql": {Data: []byte("-- +goose Up\n" + ddl + "\n")}}, nil
 }
 
 func execInsert(sql string) func(context.Context, outboxdb.DBTX, outboxdb.InsertOutboxParams) error {
