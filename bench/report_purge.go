@@ -11,6 +11,12 @@ func (r *report) purgeTargets(w writer) {
 	p := r.purge
 	w("| purging %s expired inbox rows while %d workers deliver: p99 with and without, same run | p99 %s during the purge, %s without; p50 %s / %s ([below](#purge-under-load)) | reported |\n",
 		thousands(float64(p.rows)), p.workers, dur(percentile(p.during, 99)), dur(percentile(p.without, 99)), dur(percentile(p.during, 50)), dur(percentile(p.without, 50)))
+	if q := p.partitioned; q != nil {
+		w("| dropping a day's partition of %s rows while %d workers deliver, beside the DELETE-based purge, same run | drop %s, WAL %s (net of the workers' share) against %s and %s; p99 %s during, %s without ([below](#purging-by-dropping-partitions)) | reported |\n",
+			thousands(float64(q.rows)), p.workers, q.took.Round(time.Millisecond), bytesIEC(float64(netPurgeWAL(q.walDuring, q.deliveredDuring, q.walWithout, q.deliveredWithout))),
+			p.purgeTook.Round(time.Millisecond), bytesIEC(float64(netPurgeWAL(p.walDuring, p.deliveredDuring, p.walWithout, p.deliveredWithout))),
+			dur(percentile(q.during, 99)), dur(percentile(q.without, 99)))
+	}
 	ok := p.keptLeft == int64(p.keep) && p.left == int64(p.keep)+p.delivered
 	w("| no unexpired row deleted | %s of %s rows a day from expiry left, and all %s rows the workers wrote | %s |\n",
 		thousands(float64(p.keptLeft)), thousands(float64(p.keep)), thousands(float64(p.delivered)), verdict(ok))
@@ -49,4 +55,44 @@ func (r *report) writePurge(w writer) {
 	w("Afterwards the table held %s rows: the %s rows a day from expiry and the %s the workers wrote. ", thousands(float64(p.left)), thousands(float64(p.keptLeft)), thousands(float64(p.delivered)))
 	w("Lock waits in %d samples: a delivery waiting on the janitor %d times (longest %s), the janitor waiting on a delivery %d times (longest %s), deliveries waiting on each other %d times.\n\n",
 		p.samples, p.blockSeen, dur(p.janitorBlocks), p.waitSeen, dur(p.janitorWaits), p.otherWaits)
+	r.writePurgePartitioned(w)
+}
+
+// netPurgeWAL is the WAL a purge wrote: the WAL written while it ran less
+// what the deliveries meanwhile wrote, at the WAL per delivery measured
+// without the purge. The WAL position is the server's, so other sessions
+// add to both measurements.
+func netPurgeWAL(during, deliveredDuring, without, deliveredWithout int64) int64 {
+	if deliveredWithout == 0 {
+		return during
+	}
+	return max(during-deliveredDuring*without/deliveredWithout, 0)
+}
+
+// writePurgePartitioned writes the partitioned layout's section, beside the
+// DELETE-based purge of the same run.
+func (r *report) writePurgePartitioned(w writer) {
+	p, q := r.purge, r.purge.partitioned
+	if q == nil {
+		return
+	}
+	w("## Purging by dropping partitions\n\n")
+	w("The inbox of [`examples/telemetry`](examples/telemetry/) is partitioned by the day of each reading's own time (`partition=day time=TakenAt retain=336h`, [docs/scale.md](docs/scale.md#partitioned-inboxes)). ")
+	w("The day that has just passed the retention was given its partition, as the janitor creates it, with %s rows, and the oldest kept day %s (%s, then `VACUUM ANALYZE`). ",
+		thousands(float64(q.rows)), thousands(float64(q.keep)), q.seed.Round(time.Millisecond))
+	w("%d workers delivered new readings through the generated wrapper (`telemetry.RecordReadingIdem`, one INSERT each) for %s without the purge, then while one `RunOnce` of `idem.Janitor` dropped the expired day's partition (`DROP TABLE`, in a transaction of its own under a lock timeout), half a second after they started; they went on half a second after it. ",
+		p.workers, r.cfg.purgeBaseline)
+	w("**WAL** is `pg_current_wal_lsn()` after the purge minus before: the position is the server's, so the deliveries meanwhile (and any other session) add to it; **net** subtracts the deliveries' share at the WAL per delivery measured without the purge.\n\n")
+	w("| layout | purge | rows | time | WAL | WAL net | deliveries meanwhile | p99 without | p99 during | max during |\n| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+	w("| plain inbox (`bench/ledger`) | DELETE, %d-row batches | %s | %s | %s | %s | %s | %s | %s | %s |\n", p.batch,
+		thousands(float64(p.purged)), p.purgeTook.Round(time.Millisecond), bytesIEC(float64(p.walDuring)),
+		bytesIEC(float64(netPurgeWAL(p.walDuring, p.deliveredDuring, p.walWithout, p.deliveredWithout))), thousands(float64(p.deliveredDuring)),
+		dur(percentile(p.without, 99)), dur(percentile(p.during, 99)), dur(percentile(p.during, 100)))
+	w("| partitioned by day (`examples/telemetry`) | DROP of the day's partition | %s | %s | %s | %s | %s | %s | %s | %s |\n\n",
+		thousands(float64(q.rows)), q.took.Round(time.Millisecond), bytesIEC(float64(q.walDuring)),
+		bytesIEC(float64(netPurgeWAL(q.walDuring, q.deliveredDuring, q.walWithout, q.deliveredWithout))), thousands(float64(q.deliveredDuring)),
+		dur(percentile(q.without, 99)), dur(percentile(q.during, 99)), dur(percentile(q.during, 100)))
+	w("The two consumers do different business work (an UPDATE of an account, an INSERT of a reading), so compare each layout's p99 during the purge with its own p99 without. ")
+	w("The janitor dropped %v; afterwards the inbox held %s rows: the %s of the oldest kept day and the %s the workers wrote.\n\n",
+		q.report.Dropped[telemetryInbox], thousands(float64(q.left)), thousands(float64(q.keptLeft)), thousands(float64(q.delivered)))
 }
