@@ -886,6 +886,12 @@ func (ls *layoutSchema) measure(ctx context.Context, msgs int, seq *int, res *la
 	}); err != nil {
 		return err
 	}
+	// Statistics, as autovacuum would have them (it is off on these
+	// tables): a claim planned for an empty table can take minutes. ANALYZE
+	// writes to the catalog, not to the layout's relations.
+	if err := maintainSchema(ctx, ls.pool, "ANALYZE"); err != nil {
+		return err
+	}
 	published := 0
 	if err := phase("publish", func() error {
 		for {
@@ -917,19 +923,20 @@ func (ls *layoutSchema) measure(ctx context.Context, msgs int, seq *int, res *la
 				}
 			}
 		}
-		return vacuumSchema(ctx, ls.pool)
+		return maintainSchema(ctx, ls.pool, "VACUUM")
 	})
 }
 
-// vacuumSchema runs VACUUM on the tables of the connection's schema (a
-// plain VACUUM would take every table of the database).
-func vacuumSchema(ctx context.Context, pool *pgxpool.Pool) error {
+// maintainSchema runs command (VACUUM, ANALYZE) on the tables of the
+// connection's schema (without a table it would take every table of the
+// database).
+func maintainSchema(ctx context.Context, pool *pgxpool.Pool, command string) error {
 	var tables string
 	if err := pool.QueryRow(ctx, `SELECT string_agg(format('%I', relname), ', ') FROM pg_class
 		WHERE relnamespace = current_schema()::regnamespace AND relkind = 'r'`).Scan(&tables); err != nil {
 		return err
 	}
-	_, err := pool.Exec(ctx, "VACUUM "+tables)
+	_, err := pool.Exec(ctx, command+" "+tables)
 	return err
 }
 
