@@ -34,6 +34,7 @@ type report struct {
 	sizing            *sizingResults
 	gen               *genResults
 	entity            *entityResults
+	stmts             *stmtResults
 }
 
 // describeMachine records what the numbers depend on: the Go toolchain, the
@@ -130,8 +131,11 @@ func readTrim(path string) string {
 
 // The targets of the issue.
 const (
-	targetVsHand    = 1.2
-	targetVsBare    = 0.75
+	// The single-message wrapper at the highest concurrency, against the
+	// hand-written inbox and the bare UPDATE (issue 24: a claim that costs
+	// what it must).
+	targetVsHand    = 1.3
+	targetVsBare    = 0.5
 	targetDupTrips  = 1.0
 	targetDupFaster = 3.0
 	targetVsVet     = 1.5
@@ -156,6 +160,9 @@ func (r *report) markdown() []byte {
 	r.writeMachine(w)
 	if r.db != nil {
 		r.writeDB(w)
+	}
+	if r.stmts != nil {
+		r.writeStatements(w)
 	}
 	if r.net != nil {
 		r.writeNetwork(w)
@@ -219,9 +226,17 @@ func (r *report) writeTargets(w writer) {
 	if r.db != nil {
 		n := r.maxWorkers()
 		gen, hand, bare, dup := r.db.cell(scGenerated, n).summary(), r.db.cell(scHand, n).summary(), r.db.cell(scBare, n).summary(), r.db.cell(scDuplicate, n).summary()
-		w("| generated ≥ %.1f× hand-written at %d workers | %s (per round in brackets); median latency message by message %s | %s |\n",
-			targetVsHand, n, r.pairRatio(scGenerated, scHand, n), ratio(float64(r.pairedP50(scHand))/float64(r.pairedP50(scGenerated))), verdict(gen.rate/hand.rate >= targetVsHand))
-		w("| generated ≥ %.2f× bare at %d workers | %s | %s |\n", targetVsBare, n, r.pairRatio(scGenerated, scBare, n), verdict(gen.rate/bare.rate >= targetVsBare))
+		bound := func(q, target float64, other string, o summary) string {
+			if q >= target {
+				return ""
+			}
+			return "; " + cellBound(scGenerated, gen, runtime.NumCPU()) + "; " + cellBound(other, o, runtime.NumCPU())
+		}
+		w("| generated ≥ %.1f× hand-written at %d workers | %s (per round in brackets); median latency message by message %s%s | %s |\n",
+			targetVsHand, n, r.pairRatio(scGenerated, scHand, n), ratio(float64(r.pairedP50(scHand))/float64(r.pairedP50(scGenerated))),
+			bound(gen.rate/hand.rate, targetVsHand, scHand, hand), verdict(gen.rate/hand.rate >= targetVsHand))
+		w("| generated ≥ %.1f× bare at %d workers | %s%s | %s |\n", targetVsBare, n, r.pairRatio(scGenerated, scBare, n),
+			bound(gen.rate/bare.rate, targetVsBare, scBare, bare), verdict(gen.rate/bare.rate >= targetVsBare))
 		w("| a duplicate costs ≤ %.0f round trip | %.2f round trips | %s |\n", targetDupTrips, dup.tripsPerMsg, verdict(dup.tripsPerMsg <= targetDupTrips+0.005))
 		one := slices.Min(r.cfg.workers)
 		lat := float64(r.db.cell(scGenerated, one).summary().p50) / float64(r.db.cell(scDuplicate, one).summary().p50)
@@ -229,6 +244,9 @@ func (r *report) writeTargets(w writer) {
 		thr := dup.rate / gen.rate
 		w("| a duplicate ≥ %.0f× faster than a first delivery | median latency at %d worker %s (%s when the scenarios alternate message by message); throughput at %d workers %s | %s |\n",
 			targetDupFaster, one, ratio(lat), ratio(paired), n, ratio(thr), verdict(lat >= targetDupFaster && thr >= targetDupFaster))
+	}
+	if r.stmts != nil {
+		r.statementsTargets(w)
 	}
 	if r.net != nil {
 		r.netTargets(w)

@@ -337,7 +337,11 @@ func (in *Inbox[M, R]) complete(ctx context.Context, conn *pgx.Conn, key []any, 
 	b := pgutil.NewBatch(4)
 	q := in.sql.markKeyDone(key, result)
 	b.Queue(q.sql, q.args...)
-	published, notified := queueOutgoing(b, in.table.Consumer, in.fields, [][]any{key}, []*idem.Outbox{out}, in.notify)
+	var published int
+	var notified bool
+	if out != nil { // a publishing inbox's: the rows of what the handler published
+		published, notified = queueOutgoing(b, in.table.Consumer, in.fields, [][]any{key}, []*idem.Outbox{out}, in.notify)
+	}
 	br, done, err := sendCommit(ctx, conn, b)
 	if err != nil {
 		return fmt.Errorf("idem: %w before the commit; the transaction was rolled back", err)
