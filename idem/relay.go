@@ -1,12 +1,14 @@
 package idem
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -329,8 +331,16 @@ func rowIDs(rows []claimedRow) []string {
 
 // claim runs the claim statement to its end even when ctx is cancelled
 // meanwhile (bounded by the lease), so that a stop never leaves a claim the
-// relay does not know of.
+// relay does not know of. The rows come in the order of their ids, the
+// order they were written in: the statement names them by their message id
+// (the primary key), whose order is none.
 func (r *Relay) claim(ctx context.Context, token pgtype.UUID) ([]claimedRow, error) {
+	rows, err := r.claimRows(ctx, token)
+	slices.SortFunc(rows, func(a, b claimedRow) int { return cmp.Compare(a.ID, b.ID) })
+	return rows, err
+}
+
+func (r *Relay) claimRows(ctx context.Context, token pgtype.UUID) ([]claimedRow, error) {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.o.lease)
 	defer cancel()
 	var rows []claimedRow

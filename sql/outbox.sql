@@ -23,7 +23,7 @@ WHERE o.message_id IN (
     LIMIT @batch_size
     FOR UPDATE SKIP LOCKED
 )
-RETURNING o.message_id, o.destination, o.ordering_key, o.headers, o.payload, o.attempts;
+RETURNING o.id, o.message_id, o.destination, o.ordering_key, o.headers, o.payload, o.attempts;
 
 -- name: ClaimOrdered :many
 -- ClaimOrdered is Claim for the ordered mode: of the rows that have an
@@ -55,7 +55,7 @@ WHERE o.message_id IN (
     LIMIT @batch_size
     FOR UPDATE SKIP LOCKED
 )
-RETURNING o.message_id, o.destination, o.ordering_key, o.headers, o.payload, o.attempts;
+RETURNING o.id, o.message_id, o.destination, o.ordering_key, o.headers, o.payload, o.attempts;
 
 -- name: ExtendLease :many
 -- ExtendLease renews the lease of the rows the token still holds and returns

@@ -59,7 +59,7 @@ WHERE o.message_id IN (
     LIMIT $3
     FOR UPDATE SKIP LOCKED
 )
-RETURNING o.message_id, o.destination, o.ordering_key, o.headers, o.payload, o.attempts
+RETURNING o.id, o.message_id, o.destination, o.ordering_key, o.headers, o.payload, o.attempts
 `
 
 type ClaimParams struct {
@@ -69,6 +69,7 @@ type ClaimParams struct {
 }
 
 type ClaimRow struct {
+	ID          int64
 	MessageID   pgtype.UUID
 	Destination string
 	OrderingKey string
@@ -96,6 +97,7 @@ func (q *Queries) Claim(ctx context.Context, arg ClaimParams) ([]ClaimRow, error
 	for rows.Next() {
 		var i ClaimRow
 		if err := rows.Scan(
+			&i.ID,
 			&i.MessageID,
 			&i.Destination,
 			&i.OrderingKey,
@@ -136,7 +138,7 @@ WHERE o.message_id IN (
     LIMIT $3
     FOR UPDATE SKIP LOCKED
 )
-RETURNING o.message_id, o.destination, o.ordering_key, o.headers, o.payload, o.attempts
+RETURNING o.id, o.message_id, o.destination, o.ordering_key, o.headers, o.payload, o.attempts
 `
 
 type ClaimOrderedParams struct {
@@ -146,6 +148,7 @@ type ClaimOrderedParams struct {
 }
 
 type ClaimOrderedRow struct {
+	ID          int64
 	MessageID   pgtype.UUID
 	Destination string
 	OrderingKey string
@@ -171,6 +174,7 @@ func (q *Queries) ClaimOrdered(ctx context.Context, arg ClaimOrderedParams) ([]C
 	for rows.Next() {
 		var i ClaimOrderedRow
 		if err := rows.Scan(
+			&i.ID,
 			&i.MessageID,
 			&i.Destination,
 			&i.OrderingKey,
