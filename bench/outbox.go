@@ -487,7 +487,7 @@ func runRelays(ctx context.Context, cfg *config, n int) (relayRun, error) {
 	deadline := start.Add(5 * time.Minute)
 	for {
 		if rec.distinct() >= rows {
-			if err := pool.QueryRow(ctx, `SELECT count(*) FROM idem_outbox WHERE published_at IS NULL`).Scan(&pending); err != nil {
+			if err := pool.QueryRow(ctx, `SELECT count(*) FROM idem_outbox`).Scan(&pending); err != nil {
 				_ = relays.stop()
 				return relayRun{}, err
 			}

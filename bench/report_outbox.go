@@ -151,7 +151,7 @@ func (r *report) writeOutbox(w writer) {
 	w("\nA poll-only relay's latency is spread over its poll interval (half of it at the median); with NOTIFY it is the wait for the pool's next NOTIFY (at most 2 ms after the one before), its round trip, and one claim statement.\n\n")
 
 	w("### Relay throughput\n\n")
-	w("A backlog of %s rows written beforehand through the same wrapper (%d deliveries at a time, %d messages each, without NOTIFY; then `VACUUM ANALYZE idem_outbox`), then 1 or more relays started at once with the recording publisher, default options (batches of %d): the time until every row was published and marked (no row left with `published_at IS NULL`). ",
+	w("A backlog of %s rows written beforehand through the same wrapper (%d deliveries at a time, %d messages each, without NOTIFY; then `VACUUM ANALYZE idem_outbox`), then 1 or more relays started at once with the recording publisher, default options (batches of %d): the time until every row was published and deleted (no row left in `idem_outbox`). ",
 		thousands(float64(roundUp(o.backlog, fillMessages))), o.fillWorker, fillMessages, 100)
 	w("The relays have a pool of their own (3 connections per relay, one of which each takes for listening); **round trips per 100 rows** counts their connections' traffic on the wire (per batch: the claim, the mark, and any renewal of the lease; the last, empty claims; the listening connections).\n\n")
 	w("| relays | rows | msgs/s | per round | vs 1 relay | round trips per 100 rows | rows of the busiest relay | published twice | busy |\n| ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |\n")

@@ -2,16 +2,24 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"slices"
 	"strconv"
+	"testing/fstest"
 	"time"
 
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemgen/idemgen/bench/ledger"
+	"github.com/idemgen/idemgen/generated/outboxdb"
 	"github.com/idemgen/idemgen/idem"
+	outboxmigrations "github.com/idemgen/idemgen/migrations"
 )
 
 // The sizing part: what the inbox and the outbox cost in disk and in WAL.
@@ -23,18 +31,24 @@ import (
 //     the bare UPDATE (no deduplication), a first delivery through the
 //     generated wrapper, a duplicate, a first delivery whose handler
 //     publishes 1 and 10 messages through the outbox (without NOTIFY), and
-//     the relay publishing those outgoing rows and marking them published.
-//     Each measurement repeats cfg.walRepeats times, interleaved; the median
-//     counts.
-//   - bytes per row: the rows those deliveries wrote are copied (new keys of
-//     the same shape, new outgoing ids) until the inbox and the outbox hold
-//     cfg.sizeRows rows each; after VACUUM ANALYZE, pg_relation_size of the
+//     the relay publishing those outgoing rows (its claim, and the delete
+//     once confirmed). Each measurement repeats cfg.walRepeats times,
+//     interleaved; the median counts.
+//   - the outbox layouts (outboxLayouts): in the same repeats, each layout in
+//     a schema of its own writes, publishes and clears away the same
+//     outgoing rows, with each phase's WAL counted the same way, so that the
+//     layout this release replaced and the alternatives stand beside the
+//     runtime's in one run.
+//   - bytes per row: the inbox rows those deliveries wrote are copied (new
+//     keys of the same shape) until the inbox holds cfg.sizeRows rows, and
+//     the outbox is filled with as many rows waiting for the relay (it keeps
+//     no published row); after VACUUM ANALYZE, pg_relation_size of the
 //     heap, of each index and of the TOAST table, over the rows.
-//   - the cost of purging them: the copies are dated past the retention
-//     (inbox rows 31 days old, outbox rows published 8 days ago), and one
-//     RunOnce of idem.Janitor (30 days for the inbox, the consumer's
-//     retain=; 7 days for the published outbox rows) purges them, timed,
-//     with its WAL counted the same way.
+//   - the cost of purging them: the inbox's copies are dated past the
+//     retention (31 days old), and one RunOnce of idem.Janitor (30 days, the
+//     consumer's retain=) purges them, timed, with its WAL counted the same
+//     way. Each inbox layout (inboxSizing) is one row of that table and of
+//     the arithmetic.
 
 // walKinds are the WAL measurements, in the order they run.
 var walKinds = []string{walBare, walFirst, walDuplicate, walPub1, walPub10, walRelay}
@@ -45,7 +59,7 @@ const (
 	walDuplicate = "duplicate"
 	walPub1      = "first delivery publishing 1 message"
 	walPub10     = "first delivery publishing 10 messages"
-	walRelay     = "relay: publish and mark an outgoing row"
+	walRelay     = "relay: claim, publish and delete an outgoing row"
 )
 
 // relSize is one relation of a table and its size.
@@ -65,18 +79,51 @@ type tableSize struct {
 
 // sizingResults is what the sizing part measured.
 type sizingResults struct {
-	msgs    int                  // deliveries per WAL measurement
-	wal     map[string][]float64 // bytes per message (per outgoing row for the relay), per repeat
-	fpi     map[string][]float64 // of them, full-page images
+	msgs int                  // deliveries per WAL measurement
+	wal  map[string][]float64 // bytes per message (per outgoing row for the relay), per repeat
+	fpi  map[string][]float64 // of them, full-page images
+	// layouts are the outbox layouts' measurements, in the order of
+	// outboxLayouts.
+	layouts []*layoutResult
 	fill    time.Duration
-	inbox   tableSize
-	outbox  tableSize
-	purged  map[string]int64 // rows the janitor purged, by table
-	purge   idem.JanitorReport
-	took    time.Duration
-	purgeWA int64 // WAL bytes of the purge
-	// inboxRetain and outboxRetain are the janitor's retentions.
+	// inboxes are the inbox layouts, each filled and purged; outbox is the
+	// runtime's outbox filled with rows waiting for the relay (it keeps no
+	// published row), oldOutbox the outbox of the migration 00001 filled
+	// with the published rows it kept.
+	inboxes           []inboxSizing
+	outbox, oldOutbox tableSize
+	// inboxRetain and outboxRetain are the retentions of the arithmetic:
+	// the inbox's retain= and, for the layouts that keep published rows,
+	// the published rows'.
 	inboxRetain, outboxRetain time.Duration
+}
+
+// inboxSizing is one inbox layout: its table filled to cfg.sizeRows, and
+// the janitor's purge of the copies past the retention.
+type inboxSizing struct {
+	name     string // as the report shows it
+	size     tableSize
+	purged   int64
+	purge    idem.JanitorReport
+	took     time.Duration
+	purgeWAL int64
+}
+
+// purgeWALPer is the purge's WAL per purged row.
+func (i inboxSizing) purgeWALPer() float64 { return float64(i.purgeWAL) / float64(max(i.purged, 1)) }
+
+// purgeRate is the purge's rows per second.
+func (i inboxSizing) purgeRate() float64 { return float64(i.purged) / i.took.Seconds() }
+
+// runtimeLayout returns the measurements of this release's outbox layout,
+// and before those of the layout it replaced (the first of outboxLayouts).
+func (s *sizingResults) runtimeLayout() (now, before *layoutResult) {
+	for i, l := range outboxLayouts {
+		if l.runtime {
+			now = s.layouts[i]
+		}
+	}
+	return now, s.layouts[0]
 }
 
 // walPer returns the median of the bytes per message measured for kind.
@@ -165,6 +212,21 @@ func runSizing(ctx context.Context, cfg *config) (*sizingResults, error) {
 	}
 	defer pool.Close()
 	res := &sizingResults{msgs: cfg.walMsgs, wal: map[string][]float64{}, fpi: map[string][]float64{}, inboxRetain: 720 * time.Hour, outboxRetain: 7 * 24 * time.Hour}
+	var layouts []*layoutSchema
+	defer func() {
+		for _, ls := range layouts {
+			ls.close()
+		}
+	}()
+	for _, l := range outboxLayouts {
+		ls, err := newLayoutSchema(ctx, cfg.db, l)
+		if err != nil {
+			return nil, err
+		}
+		layouts = append(layouts, ls)
+		res.layouts = append(res.layouts, newLayoutResult())
+	}
+	layoutSeq := 0
 
 	post := ledger.NewPostIdem(pool)
 	pub1 := ledger.NewPublishingPost(pool, 1, idem.WithoutNotify())
@@ -224,8 +286,17 @@ func runSizing(ctx context.Context, cfg *config) (*sizingResults, error) {
 			res.wal[kind] = append(res.wal[kind], float64(total)/float64(n))
 			res.fpi[kind] = append(res.fpi[kind], float64(fpi)/float64(n))
 		}
+		for i, ls := range layouts {
+			if err := ls.measure(ctx, cfg.walMsgs, &layoutSeq, res.layouts[i]); err != nil {
+				return nil, err
+			}
+		}
 		logf("sizing: WAL round %d of %d: %s", rep+1, cfg.walRepeats, res.describeWAL(rep))
 	}
+	for _, ls := range layouts {
+		ls.close()
+	}
+	layouts = nil
 
 	logf("sizing: filling the inbox and the outbox to %d rows each", cfg.sizeRows)
 	started := time.Now()
@@ -239,11 +310,13 @@ func runSizing(ctx context.Context, cfg *config) (*sizingResults, error) {
 		FROM n, generate_series(1, $1::int - (SELECT c FROM n)::int) g JOIN src ON src.i = g % (SELECT c FROM n)`, cfg.sizeRows); err != nil {
 		return nil, fmt.Errorf("fill the inbox: %w", err)
 	}
-	if _, err := pool.Exec(ctx, `WITH src AS (SELECT row_number() OVER () - 1 AS i, * FROM idem_outbox), n AS (SELECT count(*) AS c FROM src)
-		INSERT INTO idem_outbox (message_id, consumer, key, destination, ordering_key, headers, payload, created_at, available_at, published_at, attempts, last_error, claim_token, lease_until)
-		SELECT gen_random_uuid(), src.consumer, src.key, src.destination, src.ordering_key, src.headers, src.payload,
-		       now() - interval '8 days', now() - interval '8 days', now() - interval '8 days', src.attempts, src.last_error, src.claim_token, src.lease_until
-		FROM n, generate_series(1, $1::int - (SELECT c FROM n)::int) g JOIN src ON src.i = g % (SELECT c FROM n)`, cfg.sizeRows); err != nil {
+	// The relay deleted every row it published: the outbox's copies are
+	// rows waiting for it (a backlog), of the shape the publishing deposit
+	// writes (outgoingRows), ten to a delivery.
+	if _, err := pool.Exec(ctx, `INSERT INTO idem_outbox (message_id, consumer, key, destination, payload)
+		SELECT gen_random_uuid(), 'bench.ledger', 'MessageID="m-' || (g / 10 % 16) || '-' || (100000 + g / 160) || '"', $2,
+		       convert_to(format('{"message_id":"m-%s-%s","seq":%s,"account":%s,"amount":%s}', g / 10 % 16, 100000 + g / 160, g % 10, g % 100 + 1, g % 100 + 1), 'UTF8')
+		FROM generate_series(1, $1::int - (SELECT count(*) FROM idem_outbox)::int) g`, cfg.sizeRows, ledger.CreditedDestination); err != nil {
 		return nil, fmt.Errorf("fill the outbox: %w", err)
 	}
 	for _, t := range []string{"idem_bench_ledger", "idem_outbox"} {
@@ -251,22 +324,49 @@ func runSizing(ctx context.Context, cfg *config) (*sizingResults, error) {
 			return nil, err
 		}
 	}
+	// The layout this release replaced kept its published rows for the
+	// retention: a schema of its own (the migration 00001) filled with as
+	// many published rows.
+	oldFS, err := outboxLayouts[0].migrations()
+	if err != nil {
+		return nil, err
+	}
+	old, oldPool, err := newMigratedSchema(ctx, cfg.db, oldFS)
+	if err != nil {
+		return nil, err
+	}
+	defer old.drop()
+	defer oldPool.Close()
+	if _, err := oldPool.Exec(ctx, `INSERT INTO idem_outbox (message_id, consumer, key, destination, payload, created_at, available_at, published_at, attempts)
+		SELECT gen_random_uuid(), 'bench.ledger', 'MessageID="m-' || (g / 10 % 16) || '-' || (100000 + g / 160) || '"', $2,
+		       convert_to(format('{"message_id":"m-%s-%s","seq":%s,"account":%s,"amount":%s}', g / 10 % 16, 100000 + g / 160, g % 10, g % 100 + 1, g % 100 + 1), 'UTF8'),
+		       now() - interval '8 days', now() - interval '8 days', now() - interval '8 days', 1
+		FROM generate_series(1, $1::int) g`, cfg.sizeRows, ledger.CreditedDestination); err != nil {
+		return nil, fmt.Errorf("fill the outbox of the migration 00001: %w", err)
+	}
+	if _, err := oldPool.Exec(ctx, "VACUUM ANALYZE idem_outbox"); err != nil {
+		return nil, err
+	}
 	res.fill = time.Since(started)
-	if res.inbox, err = measureTable(ctx, pool, "idem_bench_ledger"); err != nil {
+	if res.oldOutbox, err = measureTable(ctx, oldPool, "idem_outbox"); err != nil {
+		return nil, err
+	}
+	inbox := inboxSizing{name: "one table; the janitor deletes rows past retain= (the default)"}
+	if inbox.size, err = measureTable(ctx, pool, "idem_bench_ledger"); err != nil {
 		return nil, err
 	}
 	if res.outbox, err = measureTable(ctx, pool, "idem_outbox"); err != nil {
 		return nil, err
 	}
-	logf("sizing: filled in %s; inbox %d rows, %s; outbox %d rows, %s", res.fill.Round(time.Millisecond),
-		res.inbox.rows, bytesIEC(float64(res.inbox.total)), res.outbox.rows, bytesIEC(float64(res.outbox.total)))
+	logf("sizing: filled in %s; inbox %d rows, %s; outbox %d rows, %s; the outbox of 00001 %d rows, %s", res.fill.Round(time.Millisecond),
+		inbox.size.rows, bytesIEC(float64(inbox.size.total)), res.outbox.rows, bytesIEC(float64(res.outbox.total)), res.oldOutbox.rows, bytesIEC(float64(res.oldOutbox.total)))
 
 	jpool, err := s.namedPool(ctx, 1, "idembench-janitor", nil)
 	if err != nil {
 		return nil, err
 	}
 	defer jpool.Close()
-	j, err := idem.NewJanitor(jpool, []idem.Maintained{ledger.NewPostIdem(jpool)}, idem.WithJanitorOutbox(res.outboxRetain), idem.WithJanitorLogger(slog.New(slog.DiscardHandler)))
+	j, err := idem.NewJanitor(jpool, []idem.Maintained{ledger.NewPostIdem(jpool)}, idem.WithJanitorLogger(slog.New(slog.DiscardHandler)))
 	if err != nil {
 		return nil, err
 	}
@@ -275,24 +375,25 @@ func runSizing(ctx context.Context, cfg *config) (*sizingResults, error) {
 		return nil, err
 	}
 	t0 := time.Now()
-	if res.purge, err = j.RunOnce(ctx); err != nil {
+	if inbox.purge, err = j.RunOnce(ctx); err != nil {
 		return nil, fmt.Errorf("the janitor's purge: %w", err)
 	}
-	res.took = time.Since(t0)
+	inbox.took = time.Since(t0)
 	after, err := lsn()
 	if err != nil {
 		return nil, err
 	}
-	if res.purgeWA, _, err = wal.between(ctx, before, after); err != nil {
+	if inbox.purgeWAL, _, err = wal.between(ctx, before, after); err != nil {
 		return nil, err
 	}
-	res.purged = res.purge.Purged
+	inbox.purged = inbox.purge.Purged["idem_bench_ledger"]
 	// The copies; the rows the three kinds of first delivery wrote are kept.
-	wantInbox, wantOutbox := res.inbox.rows-3*int64(cfg.walRepeats*cfg.walMsgs), res.outbox.rows-int64(11*cfg.walRepeats*cfg.walMsgs)
-	logf("sizing: the janitor purged %v in %s (%d statements, the longest %s), %s of WAL", res.purged, res.took.Round(time.Millisecond), res.purge.Statements, dur(res.purge.Longest), bytesIEC(float64(res.purgeWA)))
-	if res.purged["idem_bench_ledger"] != wantInbox || res.purged["idem_outbox"] != wantOutbox {
-		return nil, fmt.Errorf("the janitor purged %v, want %d inbox and %d outbox rows (the copies)", res.purged, wantInbox, wantOutbox)
+	wantInbox := inbox.size.rows - 3*int64(cfg.walRepeats*cfg.walMsgs)
+	logf("sizing: the janitor purged %v in %s (%d statements, the longest %s), %s of WAL", inbox.purge.Purged, inbox.took.Round(time.Millisecond), inbox.purge.Statements, dur(inbox.purge.Longest), bytesIEC(float64(inbox.purgeWAL)))
+	if inbox.purged != wantInbox || len(inbox.purge.Purged) != 1 {
+		return nil, fmt.Errorf("the janitor purged %v, want %d inbox rows (the copies) and nothing else", inbox.purge.Purged, wantInbox)
 	}
+	res.inboxes = append(res.inboxes, inbox)
 	return res, nil
 }
 
@@ -307,7 +408,7 @@ func expect(_ ledger.Posted, outcome idem.Outcome, err error) func(want idem.Out
 }
 
 // relayAll runs one relay with a recording publisher until the n pending
-// rows of the outbox are published and marked.
+// rows of the outbox are published (and so deleted).
 func relayAll(ctx context.Context, s *schema, n int) error {
 	// A relay takes a connection to listen on, one for its statements and
 	// one to renew its lease beside a publish.
@@ -322,7 +423,7 @@ func relayAll(ctx context.Context, s *schema, n int) error {
 	for {
 		var pending int64
 		if rec.distinct() >= n {
-			if err := pool.QueryRow(ctx, `SELECT count(*) FROM idem_outbox WHERE published_at IS NULL`).Scan(&pending); err != nil {
+			if err := pool.QueryRow(ctx, `SELECT count(*) FROM idem_outbox`).Scan(&pending); err != nil {
 				_ = relays.stop()
 				return err
 			}
@@ -380,4 +481,480 @@ func (s *sizingResults) describeWAL(rep int) string {
 		out += fmt.Sprintf("%s %.0f B", k, s.wal[k][rep])
 	}
 	return out
+}
+
+// The outbox layouts, side by side: each in a fresh schema of its own, the
+// same outgoing rows (cfg.walMsgs transactions of 10, the rows of a
+// delivery that publishes 10 messages) written by the layout's INSERT,
+// published by its claim and its record of the broker's confirmation in
+// batches of 100 on one connection (as the relay's statements, without a
+// broker), then cleared away as the layout does it (the janitor's purge of
+// published rows, a dropped partition) with the VACUUM that makes their
+// space reusable. Each phase's WAL is counted as above, per outgoing row;
+// every repeat measures every layout, interleaved with the kinds above.
+// Autovacuum is off on the layouts' tables so that it writes into no
+// phase; the cleanup's VACUUM stands for it.
+
+// outboxLayout is one way to keep the outbox.
+type outboxLayout struct {
+	name string // as the report shows it
+	what string // what it does, for the report
+	// migrations returns the goose migrations that create idem_outbox (and
+	// what else the layout keeps) in a fresh schema.
+	migrations func() (fs.FS, error)
+	// write inserts one transaction's outgoing rows.
+	write func(ctx context.Context, db outboxdb.DBTX, p outboxdb.InsertOutboxParams) error
+	// claim claims up to batch due rows for token and returns their
+	// message ids, in text form.
+	claim func(ctx context.Context, db outboxdb.DBTX, token pgtype.UUID, batch int) ([]string, error)
+	// mark records that the broker confirmed the rows ids claimed by token.
+	mark func(ctx context.Context, db outboxdb.DBTX, token pgtype.UUID, ids []string) error
+	// cleanup statements run once the rows are published, each until it
+	// affects fewer rows than a janitor's batch, before the VACUUM.
+	cleanup []string
+	// runtime marks the layout of this release's migrations and statements.
+	runtime bool
+}
+
+// The statements of sql/outbox.sql before the migration 00002 (published
+// rows kept, with published_at, until the janitor purged them), as sqlc
+// compiled them, but naming the rows after the claim by their message id
+// (unique, indexed) rather than by id, as this release's relay does (the
+// WAL they write is the same); the layouts that keep published rows use
+// them.
+const (
+	oldInsertOutbox = `INSERT INTO idem_outbox (message_id, consumer, key, destination, ordering_key, headers, payload)
+SELECT m.message_id, $1::text, m.key, m.destination, m.ordering_key, m.headers, m.payload
+FROM (
+    SELECT unnest($2::text[]) AS key,
+           unnest($3::text[])::uuid AS message_id,
+           unnest($4::text[]) AS destination,
+           unnest($5::text[]) AS ordering_key,
+           unnest($6::text[])::jsonb AS headers,
+           unnest($7::bytea[]) AS payload,
+           generate_series(1, cardinality($2::text[])) AS n
+) AS m
+ORDER BY m.n
+ON CONFLICT (%s) DO NOTHING`
+	oldClaim = `UPDATE idem_outbox AS o
+SET claim_token = $1,
+    lease_until = now() + make_interval(secs => 30),
+    attempts    = o.attempts + 1
+WHERE o.id IN (
+    SELECT c.id
+    FROM idem_outbox AS c
+    WHERE c.published_at IS NULL
+      AND c.dead_at IS NULL
+      AND c.available_at <= now()
+      AND (c.lease_until IS NULL OR c.lease_until <= now())
+    ORDER BY c.available_at, c.id
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+)
+RETURNING o.message_id::text`
+	oldMarkPublished = `UPDATE idem_outbox
+SET published_at = now(),
+    claim_token  = NULL,
+    lease_until  = NULL
+WHERE message_id = ANY ($1::text[]::uuid[])
+  AND claim_token = $2
+  AND published_at IS NULL`
+	// The janitor's purge, with a retention of 0 and its default batch.
+	oldPurgePublished = `DELETE FROM idem_outbox
+WHERE id IN (
+    SELECT p.id
+    FROM idem_outbox AS p
+    WHERE p.published_at < now()
+    ORDER BY p.published_at
+    LIMIT 500
+    FOR UPDATE SKIP LOCKED
+)`
+)
+
+// on00001 returns the migration 00001 followed by the statements of a
+// layout built from its table.
+func on00001(ddl string) (fs.FS, error) {
+	first, err := subFS(outboxmigrations.FS, "00001_idem_outbox.sql")
+	if err != nil {
+		return nil, err
+	}
+	return withMigration(first, "00002_layout.sql", ddl)
+}
+
+// outboxLayouts are the layouts measured, the runtime's second.
+var outboxLayouts = []outboxLayout{
+	{
+		name: "before: published_at set on publish (00001)",
+		what: "the relay's mark sets published_at (an update that rewrites the row and adds an entry to the primary key, the message id's index and the published index); the janitor deletes published rows after the retention",
+		migrations: func() (fs.FS, error) {
+			return subFS(outboxmigrations.FS, "00001_idem_outbox.sql")
+		},
+		write:   execInsert(fmt.Sprintf(oldInsertOutbox, "message_id")),
+		claim:   queryIDs(oldClaim),
+		mark:    execIDs(oldMarkPublished),
+		cleanup: []string{oldPurgePublished},
+	},
+	{
+		name:       "now: delete on publish, fillfactor 40, message id the primary key (00002)",
+		what:       "the relay deletes a row once confirmed; most of each page is left free, so that the claim's update (of columns no index covers) stays in the row's page, a HOT update; the message id is the primary key and id has no index of its own; the INSERT skips a message id already there with NOT EXISTS instead of ON CONFLICT (whose speculative insertion writes a confirmation record a row)",
+		migrations: func() (fs.FS, error) { return outboxmigrations.FS, nil },
+		write:      runtimeInsert,
+		claim:      runtimeClaim,
+		mark:       runtimeMark,
+		runtime:    true,
+	},
+	{
+		name:       "now, with the claim's FOR UPDATE SKIP LOCKED replaced by advisory locks",
+		what:       "as now, but the claim skips rows another claim holds with pg_try_advisory_xact_lock on up to twice a batch of candidates instead of locking them with FOR UPDATE SKIP LOCKED, whose lock writes a record a row; not taken: each claimed row then takes an entry of the server's lock table (max_locks_per_transaction × connections), which bounds the batch size, and the relays' claims are FOR UPDATE SKIP LOCKED by contract",
+		migrations: func() (fs.FS, error) { return outboxmigrations.FS, nil },
+		write:      runtimeInsert,
+		claim: queryIDs(`UPDATE idem_outbox AS o
+SET claim_token = $1, lease_until = now() + make_interval(secs => 30), attempts = o.attempts + 1
+WHERE o.message_id IN (
+    SELECT k.message_id
+    FROM (SELECT c.message_id, c.id
+          FROM idem_outbox AS c
+          WHERE c.dead_at IS NULL AND c.available_at <= now() AND (c.lease_until IS NULL OR c.lease_until <= now())
+          ORDER BY c.available_at, c.id
+          LIMIT 2 * $2) AS k
+    WHERE pg_try_advisory_xact_lock(1768843630, hashtext(k.message_id::text))
+    LIMIT $2)
+  AND o.dead_at IS NULL AND (o.lease_until IS NULL OR o.lease_until <= now())
+RETURNING o.message_id::text`),
+		mark: runtimeMark,
+	},
+	{
+		name: "delete on publish only: id the primary key, ON CONFLICT, fillfactor 40",
+		what: "as now, with the indexes and the INSERT of 00001: id the primary key and the message id unique beside it, ON CONFLICT (message_id) DO NOTHING",
+		migrations: func() (fs.FS, error) {
+			return withMigration(outboxmigrations.FS, "00003_id_primary_key.sql", `ALTER TABLE idem_outbox DROP CONSTRAINT idem_outbox_pkey;
+ALTER TABLE idem_outbox ADD PRIMARY KEY (id);
+ALTER TABLE idem_outbox ADD UNIQUE (message_id);`)
+		},
+		write: execInsert(fmt.Sprintf(oldInsertOutbox, "message_id")),
+		claim: runtimeClaim,
+		mark:  runtimeMark,
+	},
+	{
+		name: "now, fillfactor 100",
+		what: "as now, with pages filled full: the claim's update has no room in the row's page and goes to another, with an entry in every index",
+		migrations: func() (fs.FS, error) {
+			return withMigration(outboxmigrations.FS, "00003_fillfactor_100.sql", `ALTER TABLE idem_outbox RESET (fillfactor);`)
+		},
+		write: runtimeInsert,
+		claim: runtimeClaim,
+		mark:  runtimeMark,
+	},
+	{
+		name: "partitioned by day, dropped",
+		what: "the 00001 table and statements, range-partitioned on created_at (the primary key and the message id's unique index must then hold created_at, so the message id is unique only within a day); the purge drops a partition instead of deleting rows",
+		migrations: func() (fs.FS, error) {
+			return on00001(`ALTER TABLE idem_outbox RENAME TO idem_outbox_00001;
+CREATE TABLE idem_outbox (LIKE idem_outbox_00001 INCLUDING DEFAULTS INCLUDING IDENTITY) PARTITION BY RANGE (created_at);
+DROP TABLE idem_outbox_00001;
+ALTER TABLE idem_outbox ADD PRIMARY KEY (id, created_at), ADD UNIQUE (message_id, created_at);
+CREATE TABLE idem_outbox_today PARTITION OF idem_outbox DEFAULT WITH (autovacuum_enabled = false);
+CREATE INDEX idem_outbox_due ON idem_outbox (available_at, id) WHERE published_at IS NULL AND dead_at IS NULL;
+CREATE INDEX idem_outbox_ordered ON idem_outbox (ordering_key, id) WHERE published_at IS NULL AND dead_at IS NULL AND ordering_key <> '';
+CREATE INDEX idem_outbox_published ON idem_outbox (published_at) WHERE published_at IS NOT NULL;
+CREATE INDEX idem_outbox_dead ON idem_outbox (dead_at) WHERE dead_at IS NOT NULL;`)
+		},
+		write: execInsert(fmt.Sprintf(oldInsertOutbox, "message_id, created_at")),
+		claim: queryIDs(oldClaim),
+		mark:  execIDs(oldMarkPublished),
+		// The day's partition goes; the next day's is there already (here:
+		// made again for the next repeat).
+		cleanup: []string{`DROP TABLE idem_outbox_today`,
+			`CREATE TABLE idem_outbox_today PARTITION OF idem_outbox DEFAULT WITH (autovacuum_enabled = false)`},
+	},
+	{
+		name: "published ids in a narrow side table",
+		what: "the 00001 table without published_at; the mark inserts the ids into idem_outbox_published (id primary key), and the claim skips the ids found there; the purge deletes both",
+		migrations: func() (fs.FS, error) {
+			// Dropping published_at drops the indexes that name it.
+			return on00001(`ALTER TABLE idem_outbox DROP COLUMN published_at;
+CREATE TABLE idem_outbox_published (id bigint PRIMARY KEY);
+CREATE INDEX idem_outbox_due ON idem_outbox (available_at, id) WHERE dead_at IS NULL;
+CREATE INDEX idem_outbox_ordered ON idem_outbox (ordering_key, id) WHERE dead_at IS NULL AND ordering_key <> '';`)
+		},
+		write: execInsert(fmt.Sprintf(oldInsertOutbox, "message_id")),
+		claim: queryIDs(`UPDATE idem_outbox AS o
+SET claim_token = $1, lease_until = now() + make_interval(secs => 30), attempts = o.attempts + 1
+WHERE o.id IN (
+    SELECT c.id FROM idem_outbox AS c
+    WHERE c.dead_at IS NULL AND c.available_at <= now() AND (c.lease_until IS NULL OR c.lease_until <= now())
+      AND NOT EXISTS (SELECT 1 FROM idem_outbox_published AS p WHERE p.id = c.id)
+    ORDER BY c.available_at, c.id LIMIT $2 FOR UPDATE SKIP LOCKED)
+RETURNING o.message_id::text`),
+		mark: execIDs(`INSERT INTO idem_outbox_published (id)
+SELECT o.id FROM idem_outbox AS o WHERE o.message_id = ANY ($1::text[]::uuid[]) AND o.claim_token = $2`),
+		cleanup: []string{`WITH p AS (
+    DELETE FROM idem_outbox_published WHERE id IN (SELECT id FROM idem_outbox_published ORDER BY id LIMIT 500)
+    RETURNING id
+)
+DELETE FROM idem_outbox WHERE id IN (SELECT id FROM p)`},
+	},
+	{
+		name: "published_at in no index, fillfactor 50 (HOT mark)",
+		what: "the 00001 table and statements with half of each page free and no index on or about published_at (the claim's index is on rows not dead, and filters published rows in the heap), so that the mark is a HOT update too; the purge finds published rows without an index",
+		migrations: func() (fs.FS, error) {
+			return on00001(`ALTER TABLE idem_outbox SET (fillfactor = 50);
+DROP INDEX idem_outbox_due;
+DROP INDEX idem_outbox_ordered;
+DROP INDEX idem_outbox_published;
+CREATE INDEX idem_outbox_due ON idem_outbox (available_at, id) WHERE dead_at IS NULL;
+CREATE INDEX idem_outbox_ordered ON idem_outbox (ordering_key, id) WHERE dead_at IS NULL AND ordering_key <> '';`)
+		},
+		write: execInsert(fmt.Sprintf(oldInsertOutbox, "message_id")),
+		claim: queryIDs(oldClaim),
+		mark:  execIDs(oldMarkPublished),
+		cleanup: []string{`DELETE FROM idem_outbox
+WHERE id IN (SELECT p.id FROM idem_outbox AS p WHERE p.published_at < now() LIMIT 500 FOR UPDATE SKIP LOCKED)`},
+	},
+}
+
+// subFS returns the files names of fsys, at their names.
+func subFS(fsys fs.FS, names ...string) (fs.FS, error) {
+	out := fstest.MapFS{}
+	for _, name := range names {
+		data, err := fs.ReadFile(fsys, name)
+		if err != nil {
+			return nil, err
+		}
+		out[name] = &fstest.MapFile{Data: data}
+	}
+	return out, nil
+}
+
+// withMigration returns fsys's migrations and one more, up only.
+func withMigration(fsys fs.FS, name, up string) (fs.FS, error) {
+	names, err := fs.Glob(fsys, "*.sql")
+	if err != nil {
+		return nil, err
+	}
+	out, err := subFS(fsys, names...)
+	if err != nil {
+		return nil, err
+	}
+	out.(fstest.MapFS)[name] = &fstest.MapFile{Data: []byte("-- +goose Up\n" + up + "\n")}
+	return out, nil
+}
+
+func execInsert(sql string) func(context.Context, outboxdb.DBTX, outboxdb.InsertOutboxParams) error {
+	return func(ctx context.Context, db outboxdb.DBTX, p outboxdb.InsertOutboxParams) error {
+		_, err := db.Exec(ctx, sql, p.Consumer, p.Keys, p.MessageIds, p.Destinations, p.OrderingKeys, p.Headers, p.Payloads)
+		return err
+	}
+}
+
+func queryIDs(sql string) func(context.Context, outboxdb.DBTX, pgtype.UUID, int) ([]string, error) {
+	return func(ctx context.Context, db outboxdb.DBTX, token pgtype.UUID, batch int) ([]string, error) {
+		rows, err := db.Query(ctx, sql, token, batch)
+		if err != nil {
+			return nil, err
+		}
+		return pgx.CollectRows(rows, pgx.RowTo[string])
+	}
+}
+
+func execIDs(sql string) func(context.Context, outboxdb.DBTX, pgtype.UUID, []string) error {
+	return func(ctx context.Context, db outboxdb.DBTX, token pgtype.UUID, ids []string) error {
+		_, err := db.Exec(ctx, sql, ids, token)
+		return err
+	}
+}
+
+// runtimeInsert, runtimeClaim and runtimeMark are this release's statements
+// (sql/outbox.sql, compiled by sqlc), as the wrapper and the relay run them.
+func runtimeInsert(ctx context.Context, db outboxdb.DBTX, p outboxdb.InsertOutboxParams) error {
+	_, err := outboxdb.New(db).InsertOutbox(ctx, p)
+	return err
+}
+
+func runtimeClaim(ctx context.Context, db outboxdb.DBTX, token pgtype.UUID, batch int) ([]string, error) {
+	rows, err := outboxdb.New(db).Claim(ctx, outboxdb.ClaimParams{ClaimToken: token, LeaseSeconds: 30, BatchSize: int32(batch)})
+	ids := make([]string, len(rows))
+	for i, r := range rows {
+		ids[i] = r.MessageID.String()
+	}
+	return ids, err
+}
+
+func runtimeMark(ctx context.Context, db outboxdb.DBTX, token pgtype.UUID, ids []string) error {
+	_, err := outboxdb.New(db).MarkPublished(ctx, outboxdb.MarkPublishedParams{MessageIds: ids, ClaimToken: token})
+	return err
+}
+
+// layoutPhases are the phases of a layout's measurement, in order.
+var layoutPhases = []string{"write", "publish", "cleanup"}
+
+// layoutResult is what one layout measured, per repeat: WAL bytes per
+// outgoing row, per phase, of which full-page images. (Bytes per row are
+// measured on the filled tables below: a layout's small table here also
+// holds what its VACUUM could not yet remove.)
+type layoutResult struct {
+	wal, fpi map[string][]float64
+}
+
+func newLayoutResult() *layoutResult {
+	return &layoutResult{wal: map[string][]float64{}, fpi: map[string][]float64{}}
+}
+
+// writePublish is the WAL of an outgoing row from its write to its
+// publish: the target's measure.
+func (l *layoutResult) writePublish() float64 { return l.walPer("write") + l.walPer("publish") }
+
+func (l *layoutResult) walPer(phase string) float64 { return medianFloat(l.wal[phase]) }
+func (l *layoutResult) fpiPer(phase string) float64 { return medianFloat(l.fpi[phase]) }
+
+// layoutSchema is a layout's schema, ready for a repeat.
+type layoutSchema struct {
+	layout outboxLayout
+	s      *schema
+	pool   *pgxpool.Pool
+}
+
+// newLayoutSchema creates the layout's schema with autovacuum off on every
+// table it has.
+func newLayoutSchema(ctx context.Context, base string, l outboxLayout) (*layoutSchema, error) {
+	migrations, err := l.migrations()
+	if err != nil {
+		return nil, err
+	}
+	s, pool, err := newMigratedSchema(ctx, base, migrations)
+	if err != nil {
+		return nil, fmt.Errorf("layout %q: %w", l.name, err)
+	}
+	ls := &layoutSchema{layout: l, s: s, pool: pool}
+	if _, err := pool.Exec(ctx, `DO $$
+DECLARE t regclass;
+BEGIN
+    FOR t IN SELECT oid FROM pg_class WHERE relnamespace = current_schema()::regnamespace AND relkind = 'r' LOOP
+        EXECUTE format('ALTER TABLE %s SET (autovacuum_enabled = false)', t);
+    END LOOP;
+END $$`); err != nil {
+		ls.close()
+		return nil, fmt.Errorf("layout %q: autovacuum off: %w", l.name, err)
+	}
+	return ls, nil
+}
+
+func (ls *layoutSchema) close() {
+	ls.pool.Close()
+	ls.s.drop()
+}
+
+// measure writes msgs transactions of 10 outgoing rows, publishes them and
+// clears them away, and adds each phase's WAL per row to res.
+func (ls *layoutSchema) measure(ctx context.Context, msgs int, seq *int, res *layoutResult) error {
+	l := ls.layout
+	// The relations as they are now: a layout's cleanup may have made new
+	// ones (a partition).
+	wal, err := newWALMeter(ctx, ls.pool, ls.s.name)
+	if err != nil {
+		return err
+	}
+	rows := 10 * msgs
+	phase := func(name string, run func() error) error {
+		before, err := wal.position(ctx)
+		if err != nil {
+			return err
+		}
+		if err := run(); err != nil {
+			return fmt.Errorf("layout %q, %s: %w", l.name, name, err)
+		}
+		after, err := wal.position(ctx)
+		if err != nil {
+			return err
+		}
+		total, fpi, err := wal.between(ctx, before, after)
+		if err != nil {
+			return err
+		}
+		res.wal[name] = append(res.wal[name], float64(total)/float64(rows))
+		res.fpi[name] = append(res.fpi[name], float64(fpi)/float64(rows))
+		return nil
+	}
+	if err := phase("write", func() error {
+		for range msgs {
+			*seq++
+			if err := l.write(ctx, ls.pool, outgoingRows(*seq)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	// Statistics, as autovacuum would have them (it is off on these
+	// tables): a claim planned for an empty table can take minutes. ANALYZE
+	// writes to the catalog, not to the layout's relations.
+	if err := maintainSchema(ctx, ls.pool, "ANALYZE"); err != nil {
+		return err
+	}
+	published := 0
+	if err := phase("publish", func() error {
+		for {
+			token := pgtype.UUID{Bytes: uuid.New(), Valid: true}
+			ids, err := l.claim(ctx, ls.pool, token, idem.DefaultRelayBatchSize)
+			if err != nil || len(ids) == 0 {
+				return err
+			}
+			if err := l.mark(ctx, ls.pool, token, ids); err != nil {
+				return err
+			}
+			published += len(ids)
+		}
+	}); err != nil {
+		return err
+	}
+	if published != rows {
+		return fmt.Errorf("layout %q: published %d of %d rows", l.name, published, rows)
+	}
+	return phase("cleanup", func() error {
+		for _, sql := range l.cleanup {
+			for {
+				tag, err := ls.pool.Exec(ctx, sql)
+				if err != nil {
+					return err
+				}
+				if tag.RowsAffected() < int64(idem.DefaultJanitorBatchSize) {
+					break
+				}
+			}
+		}
+		return maintainSchema(ctx, ls.pool, "VACUUM")
+	})
+}
+
+// maintainSchema runs command (VACUUM, ANALYZE) on the tables of the
+// connection's schema (without a table it would take every table of the
+// database).
+func maintainSchema(ctx context.Context, pool *pgxpool.Pool, command string) error {
+	var tables string
+	if err := pool.QueryRow(ctx, `SELECT string_agg(format('%I', relname), ', ') FROM pg_class
+		WHERE relnamespace = current_schema()::regnamespace AND relkind = 'r'`).Scan(&tables); err != nil {
+		return err
+	}
+	_, err := pool.Exec(ctx, command+" "+tables)
+	return err
+}
+
+// outgoingRows are the 10 outgoing rows of the seq-th delivery, as the
+// publishing deposit of bench/ledger writes them: its consumer, key,
+// destination and payload, stable ids of its key.
+func outgoingRows(seq int) outboxdb.InsertOutboxParams {
+	msg := ledger.Deposit{MessageID: "m-l-" + strconv.Itoa(seq), Account: int64(seq%100) + 1, Amount: int64(seq%100) + 1}
+	p := outboxdb.InsertOutboxParams{Consumer: "bench.ledger"}
+	for i := range 10 {
+		payload, _ := json.Marshal(ledger.Credited{MessageID: msg.MessageID, Seq: i, Account: msg.Account, Amount: msg.Amount})
+		id, _ := ledger.OutgoingID(msg, i)
+		p.Keys = append(p.Keys, `MessageID="`+msg.MessageID+`"`)
+		p.MessageIds = append(p.MessageIds, id)
+		p.Destinations = append(p.Destinations, ledger.CreditedDestination)
+		p.OrderingKeys = append(p.OrderingKeys, "")
+		p.Headers = append(p.Headers, "{}")
+		p.Payloads = append(p.Payloads, payload)
+	}
+	return p
 }

@@ -11,7 +11,6 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"go.opentelemetry.io/otel/metric"
 
-	"github.com/idemgen/idemgen/generated/outboxdb"
 	"github.com/idemgen/idemgen/idem/internal/obs"
 	"github.com/idemgen/idemgen/idem/internal/partition"
 	"github.com/idemgen/idemgen/idem/internal/pgutil"
@@ -24,13 +23,13 @@ const (
 )
 
 // Janitor keeps the tables of idem from growing without bound: on a
-// schedule it purges each consumer's rows past its retention (retain=), the
-// published outbox rows past theirs ([WithJanitorOutbox]), and resets the
-// expired claims of mode=external consumers (the lease sweeper). The inbox
-// of a consumer partitioned by the message's time (partition= and time=) it
-// purges by dropping each partition wholly past the retention, and it
-// creates the partitions of the kept window and the buckets ahead
-// (docs/janitor.md, Partitioned inboxes).
+// schedule it purges each consumer's rows past its retention (retain=) and
+// resets the expired claims of mode=external consumers (the lease sweeper).
+// The inbox of a consumer partitioned by the message's time (partition= and
+// time=) it purges by dropping each partition wholly past the retention, and
+// it creates the partitions of the kept window and the buckets ahead
+// (docs/janitor.md, Partitioned inboxes). The outbox needs no purge: the
+// relay deletes each row once the broker has confirmed it.
 //
 // Every statement is one short autocommit transaction that deletes or
 // resets at most one batch ([WithJanitorBatchSize]), found through the
@@ -41,7 +40,6 @@ const (
 // one of them, and none waits for another.
 type Janitor struct {
 	db        DB
-	q         *outboxdb.Queries
 	consumers []Maintenance
 	o         janitorOptions
 	inst      *obs.Instruments
@@ -76,9 +74,15 @@ func WithJanitorBatchSize(n int) JanitorOption {
 	return func(o *janitorOptions) { o.batchSize = n }
 }
 
-// WithJanitorOutbox makes the janitor purge the rows of idem_outbox
-// published more than retain ago (pending and dead rows are never purged),
-// on the janitor's db. Without it the outbox is left alone.
+// WithJanitorOutbox made the janitor purge the rows of idem_outbox
+// published more than retain ago. Since the outbox migration 00002 the relay
+// deletes a row once the broker has confirmed it, so no published row is
+// left to purge: the option is accepted (a negative retention is still
+// refused) and the janitor does nothing for the outbox. Pending and dead
+// rows were never purged, and are not.
+//
+// Deprecated: published outbox rows are deleted when they are published;
+// drop the option.
 func WithJanitorOutbox(retain time.Duration) JanitorOption {
 	return func(o *janitorOptions) { o.outbox, o.outboxRetain = true, retain }
 }
@@ -105,9 +109,8 @@ func WithJanitorMeterProvider(mp metric.MeterProvider) JanitorOption {
 	return func(o *janitorOptions) { o.meter = mp }
 }
 
-// NewJanitor returns the janitor of the consumers' tables; db reaches the
-// outbox of [WithJanitorOutbox], each consumer's statements run on the db
-// of its inbox. It refuses (an error, nothing started):
+// NewJanitor returns the janitor of the consumers' tables; each consumer's
+// statements run on the db of its inbox. It refuses (an error, nothing started):
 //
 //   - a consumer whose retention is not positive, or, for mode=external,
 //     shorter than its lease: its sweeper and its purge would delete a
@@ -141,7 +144,7 @@ func NewJanitor(db DB, consumers []Maintained, opts ...JanitorOption) (*Janitor,
 	case len(consumers) == 0 && !o.outbox:
 		return nil, errors.New("idem.NewJanitor: no consumers and no idem.WithJanitorOutbox: nothing to do")
 	}
-	j := &Janitor{db: db, q: outboxdb.New(acquiringDB{db}), o: o, inst: obs.New(o.meter)}
+	j := &Janitor{db: db, o: o, inst: obs.New(o.meter)}
 	tables := map[string]string{}
 	for _, c := range consumers {
 		if c == nil {
@@ -174,8 +177,8 @@ func NewJanitor(db DB, consumers []Maintained, opts ...JanitorOption) (*Janitor,
 
 // JanitorReport is what one round of a [Janitor] did.
 type JanitorReport struct {
-	// Purged counts the rows deleted past their retention, by table
-	// (idem_outbox for the outbox); tables with none are left out.
+	// Purged counts the rows deleted past their retention, by table;
+	// tables with none are left out.
 	Purged map[string]int64
 	// Reset counts the expired claims the sweeper reset, by consumer;
 	// consumers with none are left out.
@@ -207,7 +210,7 @@ func (j *Janitor) Run(ctx context.Context) error {
 	}
 	defer j.running.Store(false)
 	j.o.logger.LogAttrs(ctx, slog.LevelInfo, "idem janitor started", slog.Int("consumers", len(j.consumers)),
-		slog.Bool("outbox", j.o.outbox), slog.Duration("interval", j.o.interval))
+		slog.Duration("interval", j.o.interval))
 	for {
 		started := time.Now()
 		rep, err := j.RunOnce(ctx)
@@ -253,8 +256,8 @@ func (j *Janitor) logRound(ctx context.Context, rep JanitorReport, err error, to
 // RunOnce runs one round: it purges each consumer's table (for a
 // partitioned inbox: drops its partitions wholly past the retention and
 // creates those of the kept window and the buckets ahead) and sweeps the
-// expired claims of each mode=external one, then purges the outbox, each
-// until no batch is left or ctx ends. A task that fails does not stop the
+// expired claims of each mode=external one, each until no batch is left or
+// ctx ends. A task that fails does not stop the
 // others; RunOnce returns their errors joined, with what was done.
 func (j *Janitor) RunOnce(ctx context.Context) (JanitorReport, error) {
 	rep := JanitorReport{Purged: map[string]int64{}, Reset: map[string]int64{},
@@ -290,15 +293,6 @@ func (j *Janitor) RunOnce(ctx context.Context) (JanitorReport, error) {
 		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("idem: janitor: consumer %s: sweep %s: %w", m.Consumer, m.Table, err))
-		}
-	}
-	if j.o.outbox && ctx.Err() == nil {
-		n, err := j.purgeOutbox(ctx, &rep)
-		if n > 0 {
-			rep.Purged["idem_outbox"] += n
-		}
-		if err != nil {
-			errs = append(errs, fmt.Errorf("idem: janitor: purge the published outbox rows older than %v: %w", j.o.outboxRetain, err))
 		}
 	}
 	return rep, errors.Join(errs...)
@@ -379,24 +373,4 @@ func (j *Janitor) partitions(ctx context.Context, rep *JanitorReport, m Maintena
 		j.inst.Purged(ctx, m.Table, m.kind(), res.DroppedRows)
 	}
 	return err
-}
-
-func (j *Janitor) purgeOutbox(ctx context.Context, rep *JanitorReport) (int64, error) {
-	var total int64
-	for ctx.Err() == nil {
-		started := time.Now()
-		n, err := j.q.PurgePublished(ctx, outboxdb.PurgePublishedParams{
-			OlderThanSeconds: j.o.outboxRetain.Seconds(), BatchSize: int32(j.o.batchSize),
-		})
-		rep.statement(time.Since(started))
-		if err != nil {
-			return total, err
-		}
-		total += n
-		j.inst.Purged(ctx, "idem_outbox", obs.KindOutbox, n)
-		if n < int64(j.o.batchSize) {
-			break
-		}
-	}
-	return total, nil
 }

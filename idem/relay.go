@@ -1,12 +1,14 @@
 package idem
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -32,10 +34,11 @@ const OutboxChannel = "idem_outbox"
 //
 // It claims a batch of due rows in one short statement (FOR UPDATE SKIP
 // LOCKED, a fresh claim token and a lease), publishes it with no
-// transaction open, and marks published only the rows the broker confirmed
-// and the token still holds. While a full batch is at the broker, one round
-// trip marks the batch before it and claims the next, so that the broker's
-// confirms and the database's work overlap; it goes on while it finds rows. A failed row is tried again after an exponential
+// transaction open, and deletes the rows the broker confirmed and the token
+// still holds: a published row is not kept. While a full batch is at the
+// broker, one round trip deletes the batch before it and claims the next, so
+// that the broker's confirms and the database's work overlap; it goes on
+// while it finds rows. A failed row is tried again after an exponential
 // backoff, with its error in last_error, and dead-lettered after the maximum
 // number of attempts: kept and visible (dead_at), never published, holding
 // back no other row. Any number of relays can run on one table and share the
@@ -103,6 +106,9 @@ func (r *Relay) Run(ctx context.Context) error {
 	}
 	defer r.running.Store(false)
 
+	if err := r.checkLayout(ctx); err != nil || ctx.Err() != nil {
+		return err
+	}
 	gauges, err := r.registerGauges()
 	if err != nil {
 		return fmt.Errorf("idem: relay %s: register the outbox gauges: %w", r.o.id, err)
@@ -136,7 +142,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		err := r.drain(ctx)
 		switch {
 		case err != nil && pgutil.HasSQLState(err, pgerrcode.UndefinedTable, pgerrcode.UndefinedColumn):
-			return fmt.Errorf("idem: relay %s: the outbox table idem_outbox is missing or out of date (apply the migrations of github.com/idemgen/idemgen/migrations): %w", r.o.id, err)
+			return r.outOfDate(err)
 		case errors.Is(err, errPublishTimedOut):
 			// Step back so that another relay takes the rows.
 			if !sleep(ctx, r.o.publishBound()) {
@@ -172,6 +178,41 @@ func (r *Relay) Run(ctx context.Context) error {
 	}
 }
 
+// errOutboxOutOfDate is what Run returns for an outbox table without the
+// migration 00002 (rows deleted on publish).
+var errOutboxOutOfDate = errors.New("the table still has published_at: apply the migration 00002_idem_outbox_delete_on_publish")
+
+// checkLayout refuses an outbox table that is missing or still has the
+// layout of the migration 00001, whose published rows this release's claim
+// would take again. A database that cannot be reached is logged and tried
+// again with a backoff, as the rounds do, until ctx ends (then it returns
+// nil, and Run returns).
+func (r *Relay) checkLayout(ctx context.Context) error {
+	for failures := 1; ; failures++ {
+		current, err := r.q.OutboxLayout(ctx)
+		switch {
+		case err == nil && current:
+			return nil
+		case err == nil:
+			return r.outOfDate(errOutboxOutOfDate)
+		case pgutil.HasSQLState(err, pgerrcode.UndefinedTable, pgerrcode.UndefinedColumn):
+			return r.outOfDate(err)
+		case ctx.Err() != nil:
+			return nil
+		}
+		delay := retryDelay(failures, r.o.poll)
+		r.outages.Fail(ctx, r.o.logger, slog.LevelWarn, outboxTable, 1, err, "idem relay could not read the outbox table's layout",
+			"relay", r.o.id, "failures", failures, "retry_in", delay)
+		if !sleep(ctx, delay) {
+			return nil
+		}
+	}
+}
+
+func (r *Relay) outOfDate(err error) error {
+	return fmt.Errorf("idem: relay %s: the outbox table idem_outbox is missing or out of date (apply the migrations of github.com/idemgen/idemgen/migrations): %w", r.o.id, err)
+}
+
 // bookkeepingTimeout bounds each statement that records the outcome of a
 // publish (mark, record the failure, release): they run to their end even
 // when the relay is stopping.
@@ -197,16 +238,27 @@ func (row claimedRow) message() (OutgoingMessage, error) {
 	return m, nil
 }
 
-func rowIDs(rows []claimedRow) []int64 {
-	ids := make([]int64, len(rows))
+// rowIDs returns the message ids of rows, in text form: the relay's
+// statements after the claim name rows by their message id, the outbox's
+// primary key.
+func rowIDs(rows []claimedRow) []string {
+	ids := make([]string, len(rows))
 	for i, row := range rows {
-		ids[i] = row.ID
+		ids[i] = row.MessageID.String()
 	}
 	return ids
 }
 
-// claimWith runs the claim of the relay's mode through q.
+// claimWith runs the claim of the relay's mode through q. The rows come in
+// the order of their ids, the order they were written in: the statement
+// names them by their message id (the primary key), whose order is none.
 func (r *Relay) claimWith(ctx context.Context, q *outboxdb.Queries, token pgtype.UUID) ([]claimedRow, error) {
+	rows, err := r.claimRowsWith(ctx, q, token)
+	slices.SortFunc(rows, func(a, b claimedRow) int { return cmp.Compare(a.ID, b.ID) })
+	return rows, err
+}
+
+func (r *Relay) claimRowsWith(ctx context.Context, q *outboxdb.Queries, token pgtype.UUID) ([]claimedRow, error) {
 	var rows []claimedRow
 	if r.o.ordered {
 		got, err := q.ClaimOrdered(ctx, outboxdb.ClaimOrderedParams{
@@ -242,10 +294,10 @@ var (
 	errPublishTimedOut = errors.New("idem: relay: a publish timed out; stepping back so that another relay takes the rows")
 )
 
-// markPublished marks c's rows published, where c's token still holds them,
-// in a statement of its own.
+// markPublished deletes c's rows, which the broker confirmed, where c's
+// token still holds them, in a statement of its own.
 func (r *Relay) markPublished(ctx context.Context, c *confirmed) error {
-	n, err := r.q.MarkPublished(ctx, outboxdb.MarkPublishedParams{Ids: c.ids(), ClaimToken: c.token})
+	n, err := r.q.MarkPublished(ctx, outboxdb.MarkPublishedParams{MessageIds: c.ids(), ClaimToken: c.token})
 	if err != nil {
 		return r.markFailed(c, err)
 	}
@@ -256,16 +308,16 @@ func (r *Relay) markPublished(ctx context.Context, c *confirmed) error {
 // markFailed explains a failed mark: the rows stay claimed until the lease
 // lapses, then they are published again (at least once).
 func (r *Relay) markFailed(c *confirmed, err error) error {
-	return fmt.Errorf("idem: relay %s: mark %d published rows: %w", r.o.id, len(c.rows), err)
+	return fmt.Errorf("idem: relay %s: delete %d published rows: %w", r.o.id, len(c.rows), err)
 }
 
-// markedRows records that n of c's rows were marked published: the
+// markedRows records that n of c's rows were deleted as published: the
 // idem.relay.published counts and the outage records by destination, and a
 // warning for the rows whose claim was lost before the mark.
 func (r *Relay) markedRows(ctx context.Context, c *confirmed, n int64) {
 	r.o.logger.LogAttrs(ctx, slog.LevelDebug, "idem relay published", slog.String("relay", r.o.id), slog.Int("rows", len(c.rows)))
 	if n < int64(len(c.rows)) {
-		r.o.logger.LogAttrs(ctx, slog.LevelWarn, "idem relay lost the claim of published rows before marking them; they will be published again",
+		r.o.logger.LogAttrs(ctx, slog.LevelWarn, "idem relay lost the claim of published rows before deleting them; they will be published again",
 			slog.String("relay", r.o.id), slog.Int64("lost", int64(len(c.rows))-n))
 	}
 	countByDestination(c.rows, func(dest string, k int64) {
@@ -277,7 +329,7 @@ func (r *Relay) markedRows(ctx context.Context, c *confirmed, n int64) {
 func (r *Relay) recordFailure(ctx context.Context, token pgtype.UUID, rows []claimedRow, errs []string) error {
 	_, err := r.q.RecordFailure(ctx, outboxdb.RecordFailureParams{
 		ClaimToken:         token,
-		Ids:                rowIDs(rows),
+		MessageIds:         rowIDs(rows),
 		Errors:             errs,
 		BackoffBaseSeconds: r.o.backoffBase.Seconds(),
 		BackoffMaxSeconds:  r.o.backoffMax.Seconds(),
@@ -310,36 +362,26 @@ func (r *Relay) recordFailure(ctx context.Context, token pgtype.UUID, rows []cla
 }
 
 // release hands claimed rows back; if it fails, their lease lapses instead.
-func (r *Relay) release(ctx context.Context, token pgtype.UUID, ids []int64) {
-	if _, err := r.q.Release(ctx, outboxdb.ReleaseParams{Ids: ids, ClaimToken: token}); err != nil {
+func (r *Relay) release(ctx context.Context, token pgtype.UUID, ids []string) {
+	if _, err := r.q.Release(ctx, outboxdb.ReleaseParams{MessageIds: ids, ClaimToken: token}); err != nil {
 		r.o.logger.LogAttrs(ctx, slog.LevelWarn, "idem relay could not release its rows on stop; they are free again when the lease lapses",
 			slog.String("relay", r.o.id), slog.Int("rows", len(ids)), slog.Duration("lease", r.o.lease), slog.String("error", err.Error()))
 	}
 }
 
-// Purge deletes the rows published more than olderThan ago, in statements of
-// at most the purge batch ([WithRelayPurgeBatch]) each, until none is left or
-// ctx ends. It returns how many rows it deleted. Pending and dead rows are
-// never purged. Several purges may run at once; each skips the rows another
-// is deleting.
+// Purge deleted the rows published more than olderThan ago. Since the
+// outbox migration 00002 the relay deletes a row once the broker has
+// confirmed it, so there is none to delete: Purge returns 0, or an error for
+// a negative retention. Pending and dead rows were never purged, and are
+// not.
+//
+// Deprecated: published rows are deleted when they are published; there is
+// nothing to purge.
 func (r *Relay) Purge(ctx context.Context, olderThan time.Duration) (int64, error) {
 	if olderThan < 0 {
 		return 0, fmt.Errorf("idem: relay %s: purge: negative retention %v", r.o.id, olderThan)
 	}
-	var total int64
-	for {
-		n, err := r.q.PurgePublished(ctx, outboxdb.PurgePublishedParams{
-			OlderThanSeconds: olderThan.Seconds(), BatchSize: int32(r.o.purgeBatch),
-		})
-		total += n
-		r.ins.Purged(ctx, outboxTable, obs.KindOutbox, n)
-		if err != nil {
-			return total, fmt.Errorf("idem: relay %s: purge published outbox rows older than %v: %w", r.o.id, olderThan, err)
-		}
-		if n < int64(r.o.purgeBatch) {
-			return total, nil
-		}
-	}
+	return 0, nil
 }
 
 // OutboxBacklog is what is waiting in the outbox.

@@ -100,7 +100,7 @@ func (r *Relay) pipelined(ctx context.Context, c *confirmed, token pgtype.UUID) 
 	b.Queue(relaxedCommit)
 	queue := outboxdb.New(queueDB{&b})
 	if c != nil {
-		mark = outboxdb.MarkPublishedParams{Ids: c.ids(), ClaimToken: c.token}
+		mark = outboxdb.MarkPublishedParams{MessageIds: c.ids(), ClaimToken: c.token}
 		_, _ = queue.MarkPublished(ctx, mark)
 	}
 	_, _ = r.claimWith(ctx, queue, token)

@@ -63,7 +63,7 @@ type confirmed struct {
 	rows  []claimedRow
 }
 
-func (c *confirmed) ids() []int64 { return rowIDs(c.rows) }
+func (c *confirmed) ids() []string { return rowIDs(c.rows) }
 
 // drain claims, publishes and marks batches until a claim that came after
 // every mark finds no row (then it returns nil), Run's ctx ends (nil too,
@@ -199,7 +199,7 @@ func (r *Relay) hold(ctx context.Context, token pgtype.UUID, rows []claimedRow, 
 				sentAt := time.Now()
 				ectx, ecancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
 				held, err := r.q.ExtendLease(ectx, outboxdb.ExtendLeaseParams{
-					LeaseSeconds: r.o.lease.Seconds(), Ids: ids, ClaimToken: token,
+					LeaseSeconds: r.o.lease.Seconds(), MessageIds: ids, ClaimToken: token,
 				})
 				ecancel()
 				if err != nil {

@@ -9,7 +9,8 @@ import (
 	"github.com/idemgen/idemgen/idem/internal/obs"
 )
 
-// outboxTable is the outbox table, as idem.purged names it.
+// outboxTable is the outbox table, as the relay's outage records name the
+// database.
 const outboxTable = "idem_outbox"
 
 // gaugeTimeout bounds the query behind the outbox gauges at each

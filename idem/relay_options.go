@@ -133,7 +133,7 @@ func WithRelayLogger(l *slog.Logger) RelayOption {
 
 // WithRelayMeterProvider sets the OpenTelemetry MeterProvider of the
 // relay's instruments: idem.relay.published and idem.relay.failures by
-// destination, idem.purged for Purge, and the outbox gauges
+// destination, and the outbox gauges
 // idem.outbox.backlog, idem.outbox.oldest_age and idem.outbox.dead (see
 // docs/observability.md). nil, or no option, is otel.GetMeterProvider(), the
 // global one.
@@ -141,8 +141,11 @@ func WithRelayMeterProvider(mp metric.MeterProvider) RelayOption {
 	return func(o *relayOptions) { o.meter = mp }
 }
 
-// WithRelayPurgeBatch sets how many rows one statement of [Relay.Purge]
-// deletes at most (default 1000).
+// WithRelayPurgeBatch set how many rows one statement of [Relay.Purge]
+// deleted at most (default 1000); values below 1 are still refused.
+//
+// Deprecated: published rows are deleted when they are published, and
+// Relay.Purge has nothing to delete.
 func WithRelayPurgeBatch(n int) RelayOption {
 	return func(o *relayOptions) { o.purgeBatch = n }
 }

@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/fstest"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -16,6 +19,7 @@ import (
 	"github.com/idemgen/idemgen/idem"
 	"github.com/idemgen/idemgen/idem/idemimpl"
 	"github.com/idemgen/idemgen/idem/idemtest"
+	outboxmigrations "github.com/idemgen/idemgen/migrations"
 )
 
 // writeConcurrently writes rows in transactions of perTx rows from workers
@@ -69,8 +73,8 @@ func TestRelaysShareTheWork(t *testing.T) {
 					t.Fatalf("row %s never published", r.ID)
 				}
 			}
-			if got := queryInt(t, db.Pool, `SELECT count(*)::int FROM idem_outbox WHERE published_at IS NOT NULL`); got != len(rows) {
-				t.Errorf("%d rows marked published, want %d", got, len(rows))
+			if got := queryInt(t, db.Pool, `SELECT count(*)::int FROM idem_outbox`); got != 0 {
+				t.Errorf("%d rows left in the outbox, want none (each deleted once published)", got)
 			}
 			t.Logf("%d publications of %d rows; by relay: %v", len(pubs), len(rows), byRelay)
 		})
@@ -170,25 +174,21 @@ func TestRelayRetriesBackoffAndDeadLetters(t *testing.T) {
 	}
 
 	var (
-		publishedFlaky          bool
-		flakyErr, poisonErr     string
-		poisonDead, poisonPubd  bool
-		poisonAttempts, flakyAt int
+		poisonErr      string
+		poisonDead     bool
+		poisonAttempts int
 	)
 	ctx := context.Background()
-	if err := db.Pool.QueryRow(ctx, `SELECT published_at IS NOT NULL, last_error, attempts FROM idem_outbox WHERE message_id = $1::uuid`, flaky).
-		Scan(&publishedFlaky, &flakyErr, &flakyAt); err != nil {
+	// A published row is deleted: of the six, only the poison row is left.
+	if got := queryInt(t, db.Pool, `SELECT count(*)::int FROM idem_outbox WHERE message_id <> $1::uuid`, poison); got != 0 {
+		t.Errorf("%d published rows left in the outbox, want none (the flaky one deleted once its third try was confirmed)", got)
+	}
+	if err := db.Pool.QueryRow(ctx, `SELECT dead_at IS NOT NULL, last_error, attempts FROM idem_outbox WHERE message_id = $1::uuid`, poison).
+		Scan(&poisonDead, &poisonErr, &poisonAttempts); err != nil {
 		t.Fatal(err)
 	}
-	if !publishedFlaky || flakyAt != 3 || flakyErr != "broker: unavailable (attempt 2)" {
-		t.Errorf("flaky row: published=%v attempts=%d last_error=%q, want published after 3 attempts with the second error kept", publishedFlaky, flakyAt, flakyErr)
-	}
-	if err := db.Pool.QueryRow(ctx, `SELECT dead_at IS NOT NULL, published_at IS NOT NULL, last_error, attempts FROM idem_outbox WHERE message_id = $1::uuid`, poison).
-		Scan(&poisonDead, &poisonPubd, &poisonErr, &poisonAttempts); err != nil {
-		t.Fatal(err)
-	}
-	if !poisonDead || poisonPubd || poisonAttempts != 3 || poisonErr != "broker: rejected for good" {
-		t.Errorf("poison row: dead=%v published=%v attempts=%d last_error=%q, want dead after 3 attempts, kept with its error", poisonDead, poisonPubd, poisonAttempts, poisonErr)
+	if !poisonDead || poisonAttempts != 3 || poisonErr != "broker: rejected for good" {
+		t.Errorf("poison row: dead=%v attempts=%d last_error=%q, want dead after 3 attempts, kept with its error", poisonDead, poisonAttempts, poisonErr)
 	}
 	b, err := r.Backlog(ctx)
 	if err != nil {
@@ -302,71 +302,112 @@ func TestRelayCleanStop(t *testing.T) {
 		t.Errorf("Run took %v to return after the cancel", took)
 	}
 	if got := queryInt(t, db.Pool, `SELECT count(*)::int FROM idem_outbox
-		WHERE claim_token IS NULL AND lease_until IS NULL AND attempts = 0 AND last_error IS NULL AND available_at <= now() AND published_at IS NULL`); got != 4 {
+		WHERE claim_token IS NULL AND lease_until IS NULL AND attempts = 0 AND last_error IS NULL AND available_at <= now() AND dead_at IS NULL`); got != 4 {
 		t.Errorf("%d of 4 rows released after the stop, want all (free at once, no attempt used)", got)
 	}
 }
 
-// TestRelayPurgeIsBounded: Purge deletes the published rows older than the
-// retention, in statements of at most the purge batch, and nothing else.
-func TestRelayPurgeIsBounded(t *testing.T) {
+// TestRelayDeletesWhatItPublishes: the relay deletes a row once the broker
+// confirmed it (the outbox migration 00002): no published row is kept, a
+// dead one is, and Purge, which has nothing left to do, deletes nothing.
+func TestRelayDeletesWhatItPublishes(t *testing.T) {
 	db := idemtest.New(t, outboxFS(t, nil))
 	ctx := context.Background()
-	commitOutbox(t, db.Pool, makeRows("old", 25))
-	commitOutbox(t, db.Pool, makeRows("recent", 5))
-	commitOutbox(t, db.Pool, makeRows("pending", 3))
+	rows := makeRows("pub", 250)
+	commitOutbox(t, db.Pool, rows)
 	commitOutbox(t, db.Pool, makeRows("dead", 2))
-	for _, stmt := range []string{
-		`UPDATE idem_outbox SET published_at = now() - interval '2 hours' WHERE key = 'old'`,
-		`UPDATE idem_outbox SET published_at = now() - interval '10 minutes' WHERE key = 'recent'`,
-		`UPDATE idem_outbox SET dead_at = now() - interval '2 hours', attempts = 10 WHERE key = 'dead'`,
-	} {
-		if _, err := db.Pool.Exec(ctx, stmt); err != nil {
+	if _, err := db.Pool.Exec(ctx, `UPDATE idem_outbox SET dead_at = now(), attempts = 10 WHERE key = 'dead'`); err != nil {
+		t.Fatal(err)
+	}
+	rec := &recorder{}
+	r := idem.NewRelay(db.Pool, rec.publisher("d", 0, nil), idem.WithRelayPollInterval(10*time.Millisecond),
+		idem.WithRelayLogger(testLogger(t)))
+	stop := runRelay(t, r)
+	waitFor(t, 20*time.Second, "every row published", func() bool { return pendingRows(t, db) == 0 })
+	stop()
+	if got := len(rec.snapshot()); got != len(rows) {
+		t.Errorf("%d publications, want %d", got, len(rows))
+	}
+	if got := queryInt(t, db.Pool, `SELECT count(*)::int FROM idem_outbox WHERE key = 'dead' AND dead_at IS NOT NULL`); got != 2 {
+		t.Errorf("%d dead rows kept, want 2", got)
+	}
+	if got := queryInt(t, db.Pool, `SELECT count(*)::int FROM idem_outbox`); got != 2 {
+		t.Errorf("%d rows in the outbox, want the 2 dead ones (every published row deleted)", got)
+	}
+	//lint:ignore SA1019 the deprecated Purge must stay harmless: it deletes nothing
+	if n, err := r.Purge(ctx, 0); n != 0 || err != nil {
+		t.Errorf("Purge: %d, %v; want 0, nil", n, err)
+	}
+	//lint:ignore SA1019 as above
+	if _, err := r.Purge(ctx, -time.Second); err == nil {
+		t.Error("Purge(-1s): no error")
+	}
+	if got := queryInt(t, db.Pool, `SELECT count(*)::int FROM idem_outbox`); got != 2 {
+		t.Errorf("%d rows after Purge, want the 2 dead ones", got)
+	}
+}
+
+// TestRelayClaimIsHOT: the claim sets claim_token, lease_until and attempts,
+// which no index covers, and the outbox's fillfactor leaves room in each
+// page, so a claim rewrites the row in its own page (a heap-only update,
+// which adds no index entry and writes only what changed to the WAL), even
+// for a backlog committed before the relay started, claimed a batch at a
+// time. The relay's backends report their updates to pg_stat_user_tables
+// once idle; the test waits for them.
+func TestRelayClaimIsHOT(t *testing.T) {
+	db := idemtest.New(t, outboxFS(t, nil))
+	const n = 1000
+	for i := range n / 100 {
+		commitOutbox(t, db.Pool, makeRows("hot-"+strconv.Itoa(i), 100))
+	}
+	rec := &recorder{}
+	r := idem.NewRelay(db.Pool, rec.publisher("h", 0, nil), idem.WithRelayPollInterval(10*time.Millisecond),
+		idem.WithRelayLogger(testLogger(t)))
+	stop := runRelay(t, r)
+	waitFor(t, 30*time.Second, "every row published", func() bool { return pendingRows(t, db) == 0 })
+	stop()
+	var upd, hot int
+	waitFor(t, 30*time.Second, "the relay's updates in pg_stat_user_tables", func() bool {
+		if err := db.Pool.QueryRow(context.Background(), `SELECT n_tup_upd::int, n_tup_hot_upd::int FROM pg_stat_user_tables
+			WHERE relid = 'idem_outbox'::regclass`).Scan(&upd, &hot); err != nil {
 			t.Fatal(err)
 		}
+		return upd >= n
+	})
+	t.Logf("%d updates (the claims), %d of them HOT", upd, hot)
+	if upd != n || hot != upd {
+		t.Errorf("%d updates, %d of them HOT; want %d claims, every one HOT", upd, hot, n)
 	}
-	cfg := db.Pool.Config()
-	tracer := &deleteTracer{}
-	cfg.ConnConfig.Tracer = tracer
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+}
+
+// TestRelayRefusesTheOldLayout: on an outbox table without the migration
+// 00002 (published rows still kept, with published_at) the relay's claim
+// would take the published rows again; Run refuses it at once, naming the
+// migration, and publishes nothing.
+func TestRelayRefusesTheOldLayout(t *testing.T) {
+	first, err := fs.ReadFile(outboxmigrations.FS, "00001_idem_outbox.sql")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer pool.Close()
-	r := idem.NewRelay(pool, idem.PublisherFunc(func(context.Context, []idem.OutgoingMessage) []error { return nil }), idem.WithRelayPurgeBatch(10))
-	n, err := r.Purge(ctx, time.Hour)
-	if err != nil || n != 25 {
-		t.Fatalf("Purge: %d rows, %v; want 25", n, err)
+	db := idemtest.New(t, fstest.MapFS{"00001_idem_outbox.sql": {Data: first}})
+	if _, err := db.Pool.Exec(context.Background(), `INSERT INTO idem_outbox (message_id, consumer, key, destination, payload, published_at)
+		VALUES (gen_random_uuid(), 'c', 'k', 'd', '\x00', now())`); err != nil {
+		t.Fatal(err)
 	}
-	if got := tracer.counts(); fmt.Sprint(got) != "[10 10 5]" {
-		t.Errorf("DELETE statements removed %v rows, want [10 10 5]", got)
+	rec := &recorder{}
+	r := idem.NewRelay(db.Pool, rec.publisher("old", 0, nil), idem.WithRelayLogger(testLogger(t)))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err = r.Run(ctx)
+	if err == nil || !strings.Contains(err.Error(), "00002_idem_outbox_delete_on_publish") {
+		t.Fatalf("Run on the old layout: %v; want an error naming the migration", err)
 	}
-	if got := queryInt(t, db.Pool, `SELECT count(*)::int FROM idem_outbox`); got != 10 {
-		t.Errorf("%d rows left, want 10 (recent, pending and dead rows kept)", got)
+	if ctx.Err() != nil {
+		t.Errorf("Run returned only when its context ended")
 	}
-}
-
-type deleteTracer struct {
-	mu   sync.Mutex
-	rows []int64
-}
-
-func (d *deleteTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
-	return ctx
-}
-
-func (d *deleteTracer) TraceQueryEnd(_ context.Context, _ *pgx.Conn, data pgx.TraceQueryEndData) {
-	if data.CommandTag.Delete() {
-		d.mu.Lock()
-		d.rows = append(d.rows, data.CommandTag.RowsAffected())
-		d.mu.Unlock()
+	if got := len(rec.snapshot()); got != 0 {
+		t.Errorf("%d publications of an already published row", got)
 	}
-}
-
-func (d *deleteTracer) counts() []int64 {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return append([]int64(nil), d.rows...)
 }
 
 // TestRelayOrderedKeepsEachKeysOrder: 10 keys × 100 messages delivered by
@@ -515,7 +556,7 @@ func TestRelayOrderedDeadRowHoldsBackOnlyItsKey(t *testing.T) {
 	if fmt.Sprint(rest) != "[b2 b3]" {
 		t.Errorf("the rest of the key published as %v, want [b2 b3]", rest)
 	}
-	if got := queryInt(t, db.Pool, `SELECT count(*)::int FROM idem_outbox WHERE message_id = $1::uuid AND dead_at IS NOT NULL AND published_at IS NULL AND attempts = 3`, poison); got != 1 {
+	if got := queryInt(t, db.Pool, `SELECT count(*)::int FROM idem_outbox WHERE message_id = $1::uuid AND dead_at IS NOT NULL AND attempts = 3`, poison); got != 1 {
 		t.Errorf("the poison row is not kept dead after 3 attempts")
 	}
 }

@@ -68,3 +68,88 @@ func TestEveryMigrationCarriesTheMarker(t *testing.T) {
 		}
 	}
 }
+
+// TestDeleteOnPublishKeepsWhatWaits: the migration 00002 over a table of
+// 00001 with published, pending (one of them in an ordering key's queue)
+// and dead rows keeps the pending and dead rows with their ids and columns,
+// drops the published ones and published_at, sets fillfactor 40, makes the
+// message id the primary key, and lets the identity go on past every old
+// id; its down brings back published_at (NULL: the rows kept are not
+// published), id as the primary key and the 00001 indexes; up again works.
+func TestDeleteOnPublishKeepsWhatWaits(t *testing.T) {
+	db := idemtest.New(t, nil)
+	ctx := context.Background()
+	provider := db.Migrations(t, migrations.FS)
+	exec := func(sql string, args ...any) {
+		t.Helper()
+		if _, err := db.Pool.Exec(ctx, sql, args...); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	query := func(sql string) string {
+		t.Helper()
+		var s string
+		if err := db.Pool.QueryRow(ctx, sql).Scan(&s); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+		return s
+	}
+	if _, err := provider.UpTo(ctx, 1); err != nil {
+		t.Fatalf("up to 1: %v", err)
+	}
+	exec(`INSERT INTO idem_outbox (message_id, consumer, key, destination, ordering_key, payload, published_at, attempts, last_error, dead_at) VALUES
+		('00000000-0000-0000-0000-000000000001', 'c', 'published-1', 'd', '', 'p1', now(), 1, NULL, NULL),
+		('00000000-0000-0000-0000-000000000002', 'c', 'pending', 'd', 'k', 'p2', NULL, 2, 'broker down', NULL),
+		('00000000-0000-0000-0000-000000000003', 'c', 'published-2', 'd', 'k', 'p3', now(), 1, NULL, NULL),
+		('00000000-0000-0000-0000-000000000004', 'c', 'dead', 'd', '', 'p4', NULL, 10, 'refused', now()),
+		('00000000-0000-0000-0000-000000000005', 'c', 'queued', 'd', 'k', 'p5', NULL, 0, NULL, NULL)`)
+	rows := func() string {
+		return query(`SELECT string_agg(format('%s:%s:%s:%s:%s:%s', id, key, ordering_key, attempts, coalesce(last_error, '-'), dead_at IS NOT NULL), ' ' ORDER BY id) FROM idem_outbox`)
+	}
+	const waiting = "2:pending:k:2:broker down:f 4:dead::10:refused:t 5:queued:k:0:-:f"
+
+	if _, err := provider.UpTo(ctx, 2); err != nil {
+		t.Fatalf("up to 2: %v", err)
+	}
+	if got := rows(); got != waiting {
+		t.Errorf("after 00002:\n got %s\nwant %s (the published rows gone, the others as they were)", got, waiting)
+	}
+	if got := query(`SELECT count(*)::text FROM information_schema.columns WHERE table_schema = current_schema() AND table_name = 'idem_outbox' AND column_name = 'published_at'`); got != "0" {
+		t.Errorf("published_at still there after 00002")
+	}
+	if got := query(`SELECT coalesce(array_to_string(reloptions, ','), '') FROM pg_class WHERE oid = 'idem_outbox'::regclass`); got != "fillfactor=40" {
+		t.Errorf("reloptions after 00002: %q, want fillfactor=40", got)
+	}
+	exec(`INSERT INTO idem_outbox (message_id, consumer, key, destination, payload) VALUES ('00000000-0000-0000-0000-000000000006', 'c', 'new', 'd', 'p6')`)
+	if got := query(`SELECT id::text FROM idem_outbox WHERE key = 'new'`); got != "6" {
+		t.Errorf("the first row after 00002 has id %s, want 6 (the identity goes on)", got)
+	}
+	if got := query(`SELECT string_agg(indexname, ' ' ORDER BY indexname) FROM pg_indexes WHERE schemaname = current_schema() AND tablename = 'idem_outbox'`); got != "idem_outbox_dead idem_outbox_due idem_outbox_ordered idem_outbox_pkey" {
+		t.Errorf("indexes after 00002: %s", got)
+	}
+	if got := query(`SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conname = 'idem_outbox_pkey' AND connamespace = current_schema()::regnamespace`); got != "PRIMARY KEY (message_id)" {
+		t.Errorf("the primary key after 00002: %s, want the message id", got)
+	}
+
+	if _, err := provider.DownTo(ctx, 1); err != nil {
+		t.Fatalf("down to 1: %v", err)
+	}
+	if got := query(`SELECT count(*)::text FROM idem_outbox WHERE published_at IS NULL`); got != "4" {
+		t.Errorf("%s rows unpublished after the down, want the 4 kept", got)
+	}
+	if got := query(`SELECT coalesce(array_to_string(reloptions, ','), '') FROM pg_class WHERE oid = 'idem_outbox'::regclass`); got != "" {
+		t.Errorf("reloptions after the down: %q, want none", got)
+	}
+	if got := query(`SELECT string_agg(indexname, ' ' ORDER BY indexname) FROM pg_indexes WHERE schemaname = current_schema() AND tablename = 'idem_outbox'`); got != "idem_outbox_dead idem_outbox_due idem_outbox_message_id_key idem_outbox_ordered idem_outbox_pkey idem_outbox_published" {
+		t.Errorf("indexes after the down: %s", got)
+	}
+	if got := query(`SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conname = 'idem_outbox_pkey' AND connamespace = current_schema()::regnamespace`); got != "PRIMARY KEY (id)" {
+		t.Errorf("the primary key after the down: %s, want id", got)
+	}
+	if _, err := provider.Up(ctx); err != nil {
+		t.Fatalf("up again: %v", err)
+	}
+	if got := query(`SELECT count(*)::text FROM idem_outbox`); got != "4" {
+		t.Errorf("%s rows after up again, want 4", got)
+	}
+}

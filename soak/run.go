@@ -231,7 +231,7 @@ func (s *soak) restartPG() {
 func (s *soak) progress(ctx context.Context, last *int, lastAt *time.Time) {
 	charges, _ := s.queryInt(ctx, `SELECT count(*) FROM charges`)
 	notes, _ := s.queryInt(ctx, `SELECT count(*) FROM notifications`)
-	pending, _ := s.queryInt(ctx, `SELECT count(*) FROM idem_outbox WHERE published_at IS NULL`)
+	pending, _ := s.queryInt(ctx, `SELECT count(*) FROM idem_outbox`)
 	s.mu.Lock()
 	faults := 0
 	for _, n := range s.faults {
@@ -272,7 +272,7 @@ func (s *soak) waitDone(ctx context.Context, pubErr <-chan error) error {
 		}
 		charges, err1 := s.queryInt(ctx, `SELECT count(*) FROM charges`)
 		notes, err2 := s.queryInt(ctx, `SELECT count(*) FROM notifications`)
-		pending, err3 := s.queryInt(ctx, `SELECT count(*) FROM idem_outbox WHERE published_at IS NULL`)
+		pending, err3 := s.queryInt(ctx, `SELECT count(*) FROM idem_outbox`)
 		if errors.Join(err1, err2, err3) != nil || charges < s.o.messages || notes < s.o.messages || pending > 0 {
 			continue
 		}

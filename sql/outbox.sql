@@ -3,8 +3,8 @@
 -- own; none is held open while a message is on its way to a broker.
 
 -- name: Claim :many
--- Claim takes up to batch_size due rows that are neither published nor dead
--- nor held by a live lease, oldest first, skipping rows another relay is
+-- Claim takes up to batch_size due rows that are not dead nor held by a live
+-- lease, oldest first, skipping rows another relay is
 -- claiming at this moment. Each gets the claim token, a lease and one more
 -- attempt. The locking subquery's conditions are checked again on the row's
 -- latest version once it is locked, so a row another relay claimed or
@@ -13,11 +13,10 @@ UPDATE idem_outbox AS o
 SET claim_token = @claim_token,
     lease_until = now() + make_interval(secs => @lease_seconds::float8),
     attempts    = o.attempts + 1
-WHERE o.id IN (
-    SELECT c.id
+WHERE o.message_id IN (
+    SELECT c.message_id
     FROM idem_outbox AS c
-    WHERE c.published_at IS NULL
-      AND c.dead_at IS NULL
+    WHERE c.dead_at IS NULL
       AND c.available_at <= now()
       AND (c.lease_until IS NULL OR c.lease_until <= now())
     ORDER BY c.available_at, c.id
@@ -29,20 +28,19 @@ RETURNING o.id, o.message_id, o.destination, o.ordering_key, o.headers, o.payloa
 -- name: ClaimOrdered :many
 -- ClaimOrdered is Claim for the ordered mode: of the rows that have an
 -- ordering key it takes only each key's head, the row with the lowest id
--- among the key's rows that are neither published nor dead, and only when it
--- is due and no other relay holds it under a live lease. A head that waits for
--- its backoff therefore holds back its key, and only its key; a dead row no
--- longer does. Rows without an ordering key are claimed as by Claim. Rows are
--- taken by ascending id.
+-- among the key's rows that are not dead (a published row is deleted), and
+-- only when it is due and no other relay holds it under a live lease. A head
+-- that waits for its backoff therefore holds back its key, and only its key;
+-- a dead row no longer does. Rows without an ordering key are claimed as by
+-- Claim. Rows are taken by ascending id.
 UPDATE idem_outbox AS o
 SET claim_token = @claim_token,
     lease_until = now() + make_interval(secs => @lease_seconds::float8),
     attempts    = o.attempts + 1
-WHERE o.id IN (
-    SELECT c.id
+WHERE o.message_id IN (
+    SELECT c.message_id
     FROM idem_outbox AS c
-    WHERE c.published_at IS NULL
-      AND c.dead_at IS NULL
+    WHERE c.dead_at IS NULL
       AND c.available_at <= now()
       AND (c.lease_until IS NULL OR c.lease_until <= now())
       AND (c.ordering_key = '' OR NOT EXISTS (
@@ -51,7 +49,6 @@ WHERE o.id IN (
           WHERE p.ordering_key = c.ordering_key
             AND p.ordering_key <> ''
             AND p.id < c.id
-            AND p.published_at IS NULL
             AND p.dead_at IS NULL
       ))
     ORDER BY c.id
@@ -62,30 +59,32 @@ RETURNING o.id, o.message_id, o.destination, o.ordering_key, o.headers, o.payloa
 
 -- name: ExtendLease :many
 -- ExtendLease renews the lease of the rows the token still holds and returns
--- their ids; a row missing from the result was lost to another relay.
+-- their message ids; a row missing from the result was lost to another
+-- relay. The statements after the claim name rows by their message id, the
+-- primary key, sent as text (a type pgx encodes in every QueryExecMode) and
+-- cast.
 UPDATE idem_outbox
 SET lease_until = now() + make_interval(secs => @lease_seconds::float8)
-WHERE id = ANY (@ids::bigint[])
+WHERE message_id = ANY ((@message_ids::text[])::uuid[])
   AND claim_token = @claim_token
-  AND published_at IS NULL
-RETURNING id;
+RETURNING message_id;
 
 -- name: MarkPublished :execrows
 -- MarkPublished records the broker's confirmation of the rows the token still
--- holds and drops the claim.
-UPDATE idem_outbox
-SET published_at = now(),
-    claim_token  = NULL,
-    lease_until  = NULL
-WHERE id = ANY (@ids::bigint[])
-  AND claim_token = @claim_token
-  AND published_at IS NULL;
+-- holds by deleting them: a published row is not kept. A delete writes one
+-- small WAL record a row and nothing in the indexes, where an update that
+-- set a published time rewrote the row and added an entry to its indexes
+-- (migrations/00002_idem_outbox_delete_on_publish.sql). A row whose claim
+-- was lost is left to the relay that holds it now.
+DELETE FROM idem_outbox
+WHERE message_id = ANY ((@message_ids::text[])::uuid[])
+  AND claim_token = @claim_token;
 
 -- name: RecordFailure :execrows
 -- RecordFailure records a failed publish of the rows the token still holds,
--- one error text per id: the error is kept in last_error, the row becomes due
--- again after an exponential backoff (backoff_base_seconds doubled per
--- attempt, at most backoff_max_seconds), and a row that has had
+-- one error text per message id: the error is kept in last_error, the row
+-- becomes due again after an exponential backoff (backoff_base_seconds
+-- doubled per attempt, at most backoff_max_seconds), and a row that has had
 -- max_attempts attempts is dead-lettered: kept, visible, never claimed
 -- again.
 UPDATE idem_outbox AS o
@@ -94,14 +93,13 @@ SET last_error   = f.error,
     dead_at      = CASE WHEN o.attempts >= f.max_attempts THEN now() END,
     claim_token  = NULL,
     lease_until  = NULL
-FROM (SELECT unnest(@ids::bigint[]) AS id,
+FROM (SELECT unnest(@message_ids::text[])::uuid AS message_id,
              unnest(@errors::text[]) AS error,
              @backoff_base_seconds::float8 AS base,
              @backoff_max_seconds::float8 AS max,
              @max_attempts::integer AS max_attempts) AS f
-WHERE o.id = f.id
-  AND o.claim_token = @claim_token
-  AND o.published_at IS NULL;
+WHERE o.message_id = f.message_id
+  AND o.claim_token = @claim_token;
 
 -- name: Release :execrows
 -- Release gives the rows the token still holds back, due at once, with the
@@ -111,39 +109,37 @@ UPDATE idem_outbox
 SET claim_token = NULL,
     lease_until = NULL,
     attempts    = greatest(attempts - 1, 0)
-WHERE id = ANY (@ids::bigint[])
-  AND claim_token = @claim_token
-  AND published_at IS NULL;
+WHERE message_id = ANY ((@message_ids::text[])::uuid[])
+  AND claim_token = @claim_token;
 
--- name: PurgePublished :execrows
--- PurgePublished deletes at most batch_size rows published more than
--- older_than_seconds ago, oldest first; rows another purge is deleting at
--- the same moment are skipped.
-DELETE FROM idem_outbox
-WHERE id IN (
-    SELECT p.id
-    FROM idem_outbox AS p
-    WHERE p.published_at < now() - make_interval(secs => @older_than_seconds::float8)
-    ORDER BY p.published_at
-    LIMIT @batch_size
-    FOR UPDATE SKIP LOCKED
-);
+-- name: OutboxLayout :one
+-- OutboxLayout reads whether idem_outbox has the layout of this release's
+-- statements: a table still without migration 00002 has published_at, keeps
+-- its published rows, and this release's claim would take them again. An
+-- absent table fails with SQLSTATE 42P01, as every statement of the relay
+-- does.
+SELECT NOT EXISTS (
+    SELECT 1
+    FROM pg_catalog.pg_attribute
+    WHERE attrelid = 'idem_outbox'::regclass
+      AND attname = 'published_at'
+      AND NOT attisdropped
+) AS current;
 
 -- name: Backlog :one
 -- Backlog reads what waits in the outbox, for the outbox gauges and
--- Relay.Backlog: the rows neither published nor dead and the age in seconds
--- of the oldest of them (0 when there is none), and the dead rows. Each part
--- goes through a partial index of the outbox migration: the pending rows
--- through idem_outbox_due (published_at IS NULL AND dead_at IS NULL), the
--- dead ones through idem_outbox_dead (an index-only count). It reads only
--- unpublished rows, never the published ones that wait for the purge, so it
--- costs what the backlog is, not what the table is.
+-- Relay.Backlog: the rows that are not dead (a published row is deleted)
+-- and the age in seconds of the oldest of them (0 when there is none), and
+-- the dead rows. Each part goes through a partial index of the outbox
+-- migrations: the pending rows through idem_outbox_due (dead_at IS NULL),
+-- the dead ones through idem_outbox_dead (an index-only count). The table
+-- holds only what waits, so it costs what the backlog is.
 SELECT p.pending,
        coalesce(extract(epoch FROM now() - p.oldest), 0)::float8 AS oldest_seconds,
        d.dead
 FROM (SELECT count(*)::bigint AS pending, min(created_at) AS oldest
       FROM idem_outbox
-      WHERE published_at IS NULL AND dead_at IS NULL) AS p,
+      WHERE dead_at IS NULL) AS p,
      (SELECT count(*)::bigint AS dead
       FROM idem_outbox
       WHERE dead_at IS NOT NULL) AS d;
@@ -158,7 +154,13 @@ FROM (SELECT count(*)::bigint AS pending, min(created_at) AS oldest
 -- simple_protocol too, what PgBouncer and RDS Proxy need). ORDER BY n keeps
 -- the order of the Publish calls in the rows' ids, which the relay's ordered
 -- mode follows. A message id already in the table (a rerun after the inbox
--- row was purged) writes no second row.
+-- row was purged, while the first run's row waits or is dead) writes no
+-- second row. NOT EXISTS rather than ON CONFLICT: a speculative insertion
+-- writes one more WAL record a row (its confirmation), some 48 bytes. Two
+-- transactions cannot write one message id at the same moment, as the
+-- inbox's row of the incoming key serialises them; were they to, the
+-- primary key would fail the second one's commit, never write a second
+-- row.
 INSERT INTO idem_outbox (message_id, consumer, key, destination, ordering_key, headers, payload)
 SELECT m.message_id, @consumer::text, m.key, m.destination, m.ordering_key, m.headers, m.payload
 FROM (
@@ -170,5 +172,5 @@ FROM (
            unnest(@payloads::bytea[]) AS payload,
            generate_series(1, cardinality(@keys::text[])) AS n
 ) AS m
-ORDER BY m.n
-ON CONFLICT (message_id) DO NOTHING;
+WHERE NOT EXISTS (SELECT 1 FROM idem_outbox AS o WHERE o.message_id = m.message_id)
+ORDER BY m.n;

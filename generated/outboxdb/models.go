@@ -19,7 +19,6 @@ type IdemOutbox struct {
 	Payload     []byte
 	CreatedAt   pgtype.Timestamptz
 	AvailableAt pgtype.Timestamptz
-	PublishedAt pgtype.Timestamptz
 	Attempts    int32
 	LastError   pgtype.Text
 	ClaimToken  pgtype.UUID

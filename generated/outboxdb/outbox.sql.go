@@ -17,7 +17,7 @@ SELECT p.pending,
        d.dead
 FROM (SELECT count(*)::bigint AS pending, min(created_at) AS oldest
       FROM idem_outbox
-      WHERE published_at IS NULL AND dead_at IS NULL) AS p,
+      WHERE dead_at IS NULL) AS p,
      (SELECT count(*)::bigint AS dead
       FROM idem_outbox
       WHERE dead_at IS NOT NULL) AS d
@@ -30,13 +30,12 @@ type BacklogRow struct {
 }
 
 // Backlog reads what waits in the outbox, for the outbox gauges and
-// Relay.Backlog: the rows neither published nor dead and the age in seconds
-// of the oldest of them (0 when there is none), and the dead rows. Each part
-// goes through a partial index of the outbox migration: the pending rows
-// through idem_outbox_due (published_at IS NULL AND dead_at IS NULL), the
-// dead ones through idem_outbox_dead (an index-only count). It reads only
-// unpublished rows, never the published ones that wait for the purge, so it
-// costs what the backlog is, not what the table is.
+// Relay.Backlog: the rows that are not dead (a published row is deleted)
+// and the age in seconds of the oldest of them (0 when there is none), and
+// the dead rows. Each part goes through a partial index of the outbox
+// migrations: the pending rows through idem_outbox_due (dead_at IS NULL),
+// the dead ones through idem_outbox_dead (an index-only count). The table
+// holds only what waits, so it costs what the backlog is.
 func (q *Queries) Backlog(ctx context.Context) (BacklogRow, error) {
 	row := q.db.QueryRow(ctx, backlog)
 	var i BacklogRow
@@ -50,11 +49,10 @@ UPDATE idem_outbox AS o
 SET claim_token = $1,
     lease_until = now() + make_interval(secs => $2::float8),
     attempts    = o.attempts + 1
-WHERE o.id IN (
-    SELECT c.id
+WHERE o.message_id IN (
+    SELECT c.message_id
     FROM idem_outbox AS c
-    WHERE c.published_at IS NULL
-      AND c.dead_at IS NULL
+    WHERE c.dead_at IS NULL
       AND c.available_at <= now()
       AND (c.lease_until IS NULL OR c.lease_until <= now())
     ORDER BY c.available_at, c.id
@@ -83,8 +81,8 @@ type ClaimRow struct {
 // The queries of idem.Relay over idem_outbox (migrations/), compiled by sqlc
 // into generated/outboxdb. Every statement is one short transaction of its
 // own; none is held open while a message is on its way to a broker.
-// Claim takes up to batch_size due rows that are neither published nor dead
-// nor held by a live lease, oldest first, skipping rows another relay is
+// Claim takes up to batch_size due rows that are not dead nor held by a live
+// lease, oldest first, skipping rows another relay is
 // claiming at this moment. Each gets the claim token, a lease and one more
 // attempt. The locking subquery's conditions are checked again on the row's
 // latest version once it is locked, so a row another relay claimed or
@@ -122,11 +120,10 @@ UPDATE idem_outbox AS o
 SET claim_token = $1,
     lease_until = now() + make_interval(secs => $2::float8),
     attempts    = o.attempts + 1
-WHERE o.id IN (
-    SELECT c.id
+WHERE o.message_id IN (
+    SELECT c.message_id
     FROM idem_outbox AS c
-    WHERE c.published_at IS NULL
-      AND c.dead_at IS NULL
+    WHERE c.dead_at IS NULL
       AND c.available_at <= now()
       AND (c.lease_until IS NULL OR c.lease_until <= now())
       AND (c.ordering_key = '' OR NOT EXISTS (
@@ -135,7 +132,6 @@ WHERE o.id IN (
           WHERE p.ordering_key = c.ordering_key
             AND p.ordering_key <> ''
             AND p.id < c.id
-            AND p.published_at IS NULL
             AND p.dead_at IS NULL
       ))
     ORDER BY c.id
@@ -163,11 +159,11 @@ type ClaimOrderedRow struct {
 
 // ClaimOrdered is Claim for the ordered mode: of the rows that have an
 // ordering key it takes only each key's head, the row with the lowest id
-// among the key's rows that are neither published nor dead, and only when it
-// is due and no other relay holds it under a live lease. A head that waits for
-// its backoff therefore holds back its key, and only its key; a dead row no
-// longer does. Rows without an ordering key are claimed as by Claim. Rows are
-// taken by ascending id.
+// among the key's rows that are not dead (a published row is deleted), and
+// only when it is due and no other relay holds it under a live lease. A head
+// that waits for its backoff therefore holds back its key, and only its key;
+// a dead row no longer does. Rows without an ordering key are claimed as by
+// Claim. Rows are taken by ascending id.
 func (q *Queries) ClaimOrdered(ctx context.Context, arg ClaimOrderedParams) ([]ClaimOrderedRow, error) {
 	rows, err := q.db.Query(ctx, claimOrdered, arg.ClaimToken, arg.LeaseSeconds, arg.BatchSize)
 	if err != nil {
@@ -199,33 +195,35 @@ func (q *Queries) ClaimOrdered(ctx context.Context, arg ClaimOrderedParams) ([]C
 const extendLease = `-- name: ExtendLease :many
 UPDATE idem_outbox
 SET lease_until = now() + make_interval(secs => $1::float8)
-WHERE id = ANY ($2::bigint[])
+WHERE message_id = ANY (($2::text[])::uuid[])
   AND claim_token = $3
-  AND published_at IS NULL
-RETURNING id
+RETURNING message_id
 `
 
 type ExtendLeaseParams struct {
 	LeaseSeconds float64
-	Ids          []int64
+	MessageIds   []string
 	ClaimToken   pgtype.UUID
 }
 
 // ExtendLease renews the lease of the rows the token still holds and returns
-// their ids; a row missing from the result was lost to another relay.
-func (q *Queries) ExtendLease(ctx context.Context, arg ExtendLeaseParams) ([]int64, error) {
-	rows, err := q.db.Query(ctx, extendLease, arg.LeaseSeconds, arg.Ids, arg.ClaimToken)
+// their message ids; a row missing from the result was lost to another
+// relay. The statements after the claim name rows by their message id, the
+// primary key, sent as text (a type pgx encodes in every QueryExecMode) and
+// cast.
+func (q *Queries) ExtendLease(ctx context.Context, arg ExtendLeaseParams) ([]pgtype.UUID, error) {
+	rows, err := q.db.Query(ctx, extendLease, arg.LeaseSeconds, arg.MessageIds, arg.ClaimToken)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	items := []int64{}
+	items := []pgtype.UUID{}
 	for rows.Next() {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
+		var message_id pgtype.UUID
+		if err := rows.Scan(&message_id); err != nil {
 			return nil, err
 		}
-		items = append(items, id)
+		items = append(items, message_id)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -245,8 +243,8 @@ FROM (
            unnest($7::bytea[]) AS payload,
            generate_series(1, cardinality($2::text[])) AS n
 ) AS m
+WHERE NOT EXISTS (SELECT 1 FROM idem_outbox AS o WHERE o.message_id = m.message_id)
 ORDER BY m.n
-ON CONFLICT (message_id) DO NOTHING
 `
 
 type InsertOutboxParams struct {
@@ -268,7 +266,13 @@ type InsertOutboxParams struct {
 // simple_protocol too, what PgBouncer and RDS Proxy need). ORDER BY n keeps
 // the order of the Publish calls in the rows' ids, which the relay's ordered
 // mode follows. A message id already in the table (a rerun after the inbox
-// row was purged) writes no second row.
+// row was purged, while the first run's row waits or is dead) writes no
+// second row. NOT EXISTS rather than ON CONFLICT: a speculative insertion
+// writes one more WAL record a row (its confirmation), some 48 bytes. Two
+// transactions cannot write one message id at the same moment, as the
+// inbox's row of the incoming key serialises them; were they to, the
+// primary key would fail the second one's commit, never write a second
+// row.
 func (q *Queries) InsertOutbox(ctx context.Context, arg InsertOutboxParams) (int64, error) {
 	result, err := q.db.Exec(ctx, insertOutbox,
 		arg.Consumer,
@@ -286,56 +290,50 @@ func (q *Queries) InsertOutbox(ctx context.Context, arg InsertOutboxParams) (int
 }
 
 const markPublished = `-- name: MarkPublished :execrows
-UPDATE idem_outbox
-SET published_at = now(),
-    claim_token  = NULL,
-    lease_until  = NULL
-WHERE id = ANY ($1::bigint[])
+DELETE FROM idem_outbox
+WHERE message_id = ANY (($1::text[])::uuid[])
   AND claim_token = $2
-  AND published_at IS NULL
 `
 
 type MarkPublishedParams struct {
-	Ids        []int64
+	MessageIds []string
 	ClaimToken pgtype.UUID
 }
 
 // MarkPublished records the broker's confirmation of the rows the token still
-// holds and drops the claim.
+// holds by deleting them: a published row is not kept. A delete writes one
+// small WAL record a row and nothing in the indexes, where an update that
+// set a published time rewrote the row and added an entry to its indexes
+// (migrations/00002_idem_outbox_delete_on_publish.sql). A row whose claim
+// was lost is left to the relay that holds it now.
 func (q *Queries) MarkPublished(ctx context.Context, arg MarkPublishedParams) (int64, error) {
-	result, err := q.db.Exec(ctx, markPublished, arg.Ids, arg.ClaimToken)
+	result, err := q.db.Exec(ctx, markPublished, arg.MessageIds, arg.ClaimToken)
 	if err != nil {
 		return 0, err
 	}
 	return result.RowsAffected(), nil
 }
 
-const purgePublished = `-- name: PurgePublished :execrows
-DELETE FROM idem_outbox
-WHERE id IN (
-    SELECT p.id
-    FROM idem_outbox AS p
-    WHERE p.published_at < now() - make_interval(secs => $1::float8)
-    ORDER BY p.published_at
-    LIMIT $2
-    FOR UPDATE SKIP LOCKED
-)
+const outboxLayout = `-- name: OutboxLayout :one
+SELECT NOT EXISTS (
+    SELECT 1
+    FROM pg_catalog.pg_attribute
+    WHERE attrelid = 'idem_outbox'::regclass
+      AND attname = 'published_at'
+      AND NOT attisdropped
+) AS current
 `
 
-type PurgePublishedParams struct {
-	OlderThanSeconds float64
-	BatchSize        int32
-}
-
-// PurgePublished deletes at most batch_size rows published more than
-// older_than_seconds ago, oldest first; rows another purge is deleting at
-// the same moment are skipped.
-func (q *Queries) PurgePublished(ctx context.Context, arg PurgePublishedParams) (int64, error) {
-	result, err := q.db.Exec(ctx, purgePublished, arg.OlderThanSeconds, arg.BatchSize)
-	if err != nil {
-		return 0, err
-	}
-	return result.RowsAffected(), nil
+// OutboxLayout reads whether idem_outbox has the layout of this release's
+// statements: a table still without migration 00002 has published_at, keeps
+// its published rows, and this release's claim would take them again. An
+// absent table fails with SQLSTATE 42P01, as every statement of the relay
+// does.
+func (q *Queries) OutboxLayout(ctx context.Context) (bool, error) {
+	row := q.db.QueryRow(ctx, outboxLayout)
+	var current bool
+	err := row.Scan(&current)
+	return current, err
 }
 
 const recordFailure = `-- name: RecordFailure :execrows
@@ -345,19 +343,18 @@ SET last_error   = f.error,
     dead_at      = CASE WHEN o.attempts >= f.max_attempts THEN now() END,
     claim_token  = NULL,
     lease_until  = NULL
-FROM (SELECT unnest($2::bigint[]) AS id,
+FROM (SELECT unnest($2::text[])::uuid AS message_id,
              unnest($3::text[]) AS error,
              $4::float8 AS base,
              $5::float8 AS max,
              $6::integer AS max_attempts) AS f
-WHERE o.id = f.id
+WHERE o.message_id = f.message_id
   AND o.claim_token = $1
-  AND o.published_at IS NULL
 `
 
 type RecordFailureParams struct {
 	ClaimToken         pgtype.UUID
-	Ids                []int64
+	MessageIds         []string
 	Errors             []string
 	BackoffBaseSeconds float64
 	BackoffMaxSeconds  float64
@@ -365,15 +362,15 @@ type RecordFailureParams struct {
 }
 
 // RecordFailure records a failed publish of the rows the token still holds,
-// one error text per id: the error is kept in last_error, the row becomes due
-// again after an exponential backoff (backoff_base_seconds doubled per
-// attempt, at most backoff_max_seconds), and a row that has had
+// one error text per message id: the error is kept in last_error, the row
+// becomes due again after an exponential backoff (backoff_base_seconds
+// doubled per attempt, at most backoff_max_seconds), and a row that has had
 // max_attempts attempts is dead-lettered: kept, visible, never claimed
 // again.
 func (q *Queries) RecordFailure(ctx context.Context, arg RecordFailureParams) (int64, error) {
 	result, err := q.db.Exec(ctx, recordFailure,
 		arg.ClaimToken,
-		arg.Ids,
+		arg.MessageIds,
 		arg.Errors,
 		arg.BackoffBaseSeconds,
 		arg.BackoffMaxSeconds,
@@ -390,13 +387,12 @@ UPDATE idem_outbox
 SET claim_token = NULL,
     lease_until = NULL,
     attempts    = greatest(attempts - 1, 0)
-WHERE id = ANY ($1::bigint[])
+WHERE message_id = ANY (($1::text[])::uuid[])
   AND claim_token = $2
-  AND published_at IS NULL
 `
 
 type ReleaseParams struct {
-	Ids        []int64
+	MessageIds []string
 	ClaimToken pgtype.UUID
 }
 
@@ -404,7 +400,7 @@ type ReleaseParams struct {
 // attempt of the claim taken back: the relay is stopping and did not get to
 // (or through) the publish.
 func (q *Queries) Release(ctx context.Context, arg ReleaseParams) (int64, error) {
-	result, err := q.db.Exec(ctx, release, arg.Ids, arg.ClaimToken)
+	result, err := q.db.Exec(ctx, release, arg.MessageIds, arg.ClaimToken)
 	if err != nil {
 		return 0, err
 	}

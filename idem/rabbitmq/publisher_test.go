@@ -79,8 +79,8 @@ func TestPublisherThroughRelay(t *testing.T) {
 	if len(got) != len(rows) {
 		t.Errorf("%d messages in the queue; want %d", len(got), len(rows))
 	}
-	if n := queryInt(t, db.Pool, `SELECT count(*)::int FROM idem_outbox WHERE published_at IS NOT NULL AND attempts = 1`); n != len(rows) {
-		t.Errorf("%d rows published on their first attempt; want %d", n, len(rows))
+	if n := queryInt(t, db.Pool, `SELECT count(*)::int FROM idem_outbox`); n != 0 {
+		t.Errorf("%d rows left in the outbox; want none (each deleted once the broker confirmed it)", n)
 	}
 	t.Logf("relayed %d rows, %d messages with their stable ids", len(rows), len(byID))
 }
@@ -229,10 +229,15 @@ func TestPublisherConnectionClosedWhilePublishing(t *testing.T) {
 	// waits while the broker closes the connection; then the publisher goes
 	// on with the batch on the closed connection.
 	const closeAt = 512
-	var handed atomic.Int32
+	var handed, retried atomic.Int32
 	closeNow, closeDone := make(chan struct{}), make(chan struct{})
 	pub := rabbitmq.NewPublisher(url, rabbitmq.WithConnectionName(name+"-publisher"), consumer.WithLogger(logger),
-		rabbitmq.WithPublishing(func(idem.OutgoingMessage, *amqp.Publishing) {
+		rabbitmq.WithPublishing(func(m idem.OutgoingMessage, _ *amqp.Publishing) {
+			// A published row is deleted: the attempts of the rows
+			// handed out again are counted here.
+			if m.Attempt > 1 {
+				retried.Add(1)
+			}
 			if handed.Add(1) == closeAt {
 				close(closeNow)
 				<-closeDone
@@ -284,7 +289,7 @@ func TestPublisherConnectionClosedWhilePublishing(t *testing.T) {
 	if n := queryInt(t, db.Pool, `SELECT count(*)::int FROM idem_outbox WHERE dead_at IS NOT NULL`); n != 0 {
 		t.Errorf("%d outbox rows dead-lettered", n)
 	}
-	again := queryInt(t, db.Pool, `SELECT count(*)::int FROM idem_outbox WHERE attempts > 1`)
+	again := int(retried.Load())
 	if again == 0 || !strings.Contains(logs.String(), "rabbitmq publisher: batch interrupted") {
 		t.Errorf("%d rows published again, batch interrupted logged: %v; want the close to interrupt the batch in flight",
 			again, strings.Contains(logs.String(), "rabbitmq publisher: batch interrupted"))

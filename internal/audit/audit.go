@@ -219,11 +219,12 @@ func Run(ctx context.Context, q Querier, prog model.Program, cfg Config) (Report
 	}
 	var perConsumer map[string]OutboxCounts
 	if outboxCols != nil {
-		if err := need(outboxCols, r.Schema, OutboxTable, "the outbox", "consumer", "created_at", "published_at", "dead_at"); err != nil {
+		if err := need(outboxCols, r.Schema, OutboxTable, "the outbox", "consumer", "created_at", "dead_at"); err != nil {
 			return r, err
 		}
 		r.Outbox = &Outbox{Table: OutboxTable, Schema: r.Schema}
-		if perConsumer, r.Outbox.OutboxCounts, err = outbox(ctx, q, r.Schema, r.Now); err != nil {
+		_, keepsPublished := find(outboxCols, "published_at")
+		if perConsumer, r.Outbox.OutboxCounts, err = outbox(ctx, q, r.Schema, keepsPublished, r.Now); err != nil {
 			return r, err
 		}
 	}
@@ -402,21 +403,32 @@ func consumer(ctx context.Context, q Querier, h model.Handler, defSchema string,
 	return c, nil
 }
 
-// outboxQuery counts the outbox rows that are not published, by consumer:
-// pending (the relay's backlog) and dead. The idem_outbox_due and
-// idem_outbox_dead partial indexes cover both sets.
-const outboxQuery = `SELECT consumer,
+// outboxQuery counts the outbox rows by consumer: pending (the relay's
+// backlog) and dead. Since the migration 00002 the relay deletes a row once
+// published, so every row is one or the other; a table without that
+// migration still keeps its published rows, which the WHERE clause of
+// keepingPublished leaves out. The idem_outbox_due and idem_outbox_dead
+// partial indexes cover both sets.
+const (
+	outboxQuery = `SELECT consumer,
        count(*) FILTER (WHERE dead_at IS NULL),
        min(created_at) FILTER (WHERE dead_at IS NULL),
        count(*) FILTER (WHERE dead_at IS NOT NULL)
 FROM %s
-WHERE published_at IS NULL
-GROUP BY consumer
+%sGROUP BY consumer
 ORDER BY consumer`
+	keepingPublished = "WHERE published_at IS NULL\n"
+)
 
-func outbox(ctx context.Context, q Querier, schema string, now time.Time) (map[string]OutboxCounts, OutboxCounts, error) {
+// outbox reads the outbox's counts; keepsPublished says that the table still
+// has published_at (the layout of the migration 00001).
+func outbox(ctx context.Context, q Querier, schema string, keepsPublished bool, now time.Time) (map[string]OutboxCounts, OutboxCounts, error) {
 	var total OutboxCounts
-	rows, err := q.Query(ctx, fmt.Sprintf(outboxQuery, sqlName(schema, OutboxTable)))
+	where := ""
+	if keepsPublished {
+		where = keepingPublished
+	}
+	rows, err := q.Query(ctx, fmt.Sprintf(outboxQuery, sqlName(schema, OutboxTable), where))
 	if err != nil {
 		return nil, total, fmt.Errorf("audit the outbox %s.%s: %w", schema, OutboxTable, err)
 	}

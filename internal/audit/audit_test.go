@@ -3,20 +3,24 @@ package audit_test
 import (
 	"context"
 	"errors"
+	"io/fs"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"testing/fstest"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/idemgen/idemgen/idem/idemtest"
 	"github.com/idemgen/idemgen/internal/audit"
 	"github.com/idemgen/idemgen/internal/audit/audittest"
 	"github.com/idemgen/idemgen/internal/load"
 	"github.com/idemgen/idemgen/internal/model"
+	"github.com/idemgen/idemgen/migrations"
 )
 
 var (
@@ -286,4 +290,33 @@ func TestRunQuotesNames(t *testing.T) {
 		t.Errorf("doubles %+v: want (a, e1) and (b, NULL) twice each", d)
 	}
 	t.Logf("groups=%d rows=%d", d.Groups, d.Rows)
+}
+
+// TestRunOutboxKeepingPublished: an outbox table without the migration 00002
+// still keeps its published rows (published_at set); the audit leaves them
+// out of the backlog, as it did before the relay deleted them.
+func TestRunOutboxKeepingPublished(t *testing.T) {
+	first, err := fs.ReadFile(migrations.FS, "00001_idem_outbox.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := idemtest.New(t, fstest.MapFS{"00001_idem_outbox.sql": {Data: first}})
+	ctx := context.Background()
+	at := func(d time.Duration) time.Time { return audittest.Now.Add(-d) }
+	if _, err := db.Pool.Exec(ctx, `INSERT INTO idem_outbox (message_id, consumer, key, destination, payload, created_at, published_at, dead_at) VALUES
+		(gen_random_uuid(), 'c', 'pending', 'd', '\x00', $1, NULL, NULL),
+		(gen_random_uuid(), 'c', 'published', 'd', '\x00', $2, $2, NULL),
+		(gen_random_uuid(), 'c', 'dead', 'd', '\x00', $3, NULL, $3)`, at(2*time.Hour), at(5*time.Hour), at(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := audit.Run(ctx, db.Pool, model.Program{}, audit.Config{Now: audittest.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Outbox == nil {
+		t.Fatal("no outbox in the report")
+	}
+	if o := rep.Outbox.OutboxCounts; o.Pending != 1 || o.Dead != 1 || o.OldestPendingAge != 2*time.Hour {
+		t.Errorf("outbox: %+v, want 1 pending (2h old) and 1 dead, the published row left out", o)
+	}
 }

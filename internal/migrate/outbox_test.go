@@ -12,13 +12,15 @@ import (
 	"github.com/idemgen/idemgen/migrations"
 )
 
-// runtimeOutbox returns the outbox kind of migrations.FS and, with extra,
-// of a runtime that gained those migrations.
+// runtimeOutbox returns the outbox kind of a runtime whose chain is the
+// first migration of migrations.FS and, with extra, of a runtime that gained
+// those migrations: the mechanics of the chain, whatever the number of
+// migrations the runtime has by now (TestOutboxKindCopiesTheChain copies the
+// whole of it).
 func runtimeOutbox(t *testing.T, extra fstest.MapFS) OutboxKind {
 	t.Helper()
 	src := fstest.MapFS{}
-	names, _ := fs.Glob(migrations.FS, "*.sql")
-	for _, name := range names {
+	for _, name := range []string{"00001_idem_outbox.sql"} {
 		data, err := fs.ReadFile(migrations.FS, name)
 		if err != nil {
 			t.Fatal(err)
@@ -96,6 +98,37 @@ func TestOutboxKind(t *testing.T) {
 	kept, msgs := plan(dirOf(files), req(outbox, false, "app.a"))
 	if len(msgs) > 0 || !maps.EqualFunc(kept, files, bytes.Equal) {
 		t.Errorf("stopped publishing: %q, %q", names(kept), msgs)
+	}
+}
+
+// TestOutboxKindCopiesTheChain: the runtime's whole chain (the table, then
+// delete on publish) is copied byte for byte after the folder's inbox, in
+// its order, and recorded in idemgen.sum.
+func TestOutboxKindCopiesTheChain(t *testing.T) {
+	const app = "example.com/app"
+	k, err := NewOutboxKind(migrations.FS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := Request{Kinds: []Kind{testInbox, k}, Packages: []string{app},
+		Wants: []Want{want(inbox("app.a", keyID), app), {Kind: k, Name: OutboxChain, State: k.Steps()}}}
+	files, msgs := plan(dirOf(nil), r)
+	copies := map[string]string{"00002_idem_outbox.sql": "00001_idem_outbox.sql",
+		"00003_idem_outbox_delete_on_publish.sql": "00002_idem_outbox_delete_on_publish.sql"}
+	if len(msgs) > 0 || !slices.Equal(names(files), []string{"00001_idem_app_a.sql", "00002_idem_outbox.sql", "00003_idem_outbox_delete_on_publish.sql"}) {
+		t.Fatalf("%q, %q", names(files), msgs)
+	}
+	for copied, name := range copies {
+		data, err := fs.ReadFile(migrations.FS, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(files[copied], data) {
+			t.Errorf("%s is not %s byte for byte", copied, name)
+		}
+		if !strings.Contains(string(files[SumFile]), copied+" "+hashOf(data)+" chain=outbox/idem_outbox\n") {
+			t.Errorf("%s has no line for %s:\n%s", SumFile, copied, files[SumFile])
+		}
 	}
 }
 

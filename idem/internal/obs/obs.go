@@ -55,7 +55,6 @@ const (
 const (
 	KindInbox    = "inbox"
 	KindExternal = "external"
-	KindOutbox   = "outbox"
 )
 
 // Outcome is what one delivery came to, as idem.outcome names it.
@@ -279,7 +278,7 @@ func (in *Instruments) opts(instrument string, k1 attribute.Key, v1 string, k2 a
 }
 
 // Purged records n rows of table deleted past their retention; kind is
-// KindInbox, KindExternal or KindOutbox. Nothing for n <= 0.
+// KindInbox or KindExternal. Nothing for n <= 0.
 func (in *Instruments) Purged(ctx context.Context, table, kind string, n int64) {
 	if n > 0 {
 		in.purged.Add(ctx, n, in.opts(NamePurged, AttrTable, table, AttrKind, kind)...)

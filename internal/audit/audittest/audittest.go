@@ -61,8 +61,8 @@ func fmtVersion(n int) string { return fmt.Sprintf("%05d", n) }
 //
 // What the audit must find (Now = 2026-03-01 12:00 UTC):
 //   - billing.charge (tx, retain 720h): 3 rows, the oldest 40 days old (1 past
-//     retention); 2 pending outbox rows (the oldest 3h old) and 1 dead, 1
-//     published.
+//     retention); 2 pending outbox rows (the oldest 3h old) and 1 dead (a
+//     published row is deleted, so none is left).
 //   - billing.payment (tx, retain 2160h): 2 rows, the oldest 100 days (1 past
 //     retention).
 //   - billing.open-account: no rows.
@@ -94,13 +94,12 @@ func Seed(t testing.TB, doubled bool) *idemtest.DB {
 			('k4', 'o-4', '\x00', 'released', 3, 3, NULL, $6, $6, NULL),
 			('k5', 'o-5', '\x00', 'done', 1, 1, NULL, $7, $7, $7)`,
 			[]any{at(time.Hour), at(5 * time.Minute), at(20 * time.Minute), Now.Add(20 * time.Second), at(10 * time.Second), at(10 * time.Minute), at(31 * day)}},
-		{`INSERT INTO idem_outbox (message_id, consumer, key, destination, payload, created_at, published_at, attempts, dead_at, last_error) VALUES
-			(gen_random_uuid(), 'billing.charge', 'o-2', 'charges', '\x00', $1, NULL, 0, NULL, NULL),
-			(gen_random_uuid(), 'billing.charge', 'o-3', 'charges', '\x00', $2, NULL, 1, NULL, 'broker down'),
-			(gen_random_uuid(), 'billing.charge', 'o-old', 'charges', '\x00', $3, $3, 1, NULL, NULL),
-			(gen_random_uuid(), 'billing.charge', 'o-dead', 'charges', '\x00', $4, NULL, 10, $5, 'refused'),
-			(gen_random_uuid(), 'other.service', 'x', 'elsewhere', '\x00', $6, NULL, 0, NULL, NULL)`,
-			[]any{at(3 * time.Hour), at(30 * time.Minute), at(2 * day), at(4 * day), at(3 * day), at(5 * time.Hour)}},
+		{`INSERT INTO idem_outbox (message_id, consumer, key, destination, payload, created_at, attempts, dead_at, last_error) VALUES
+			(gen_random_uuid(), 'billing.charge', 'o-2', 'charges', '\x00', $1, 0, NULL, NULL),
+			(gen_random_uuid(), 'billing.charge', 'o-3', 'charges', '\x00', $2, 1, NULL, 'broker down'),
+			(gen_random_uuid(), 'billing.charge', 'o-dead', 'charges', '\x00', $3, 10, $4, 'refused'),
+			(gen_random_uuid(), 'other.service', 'x', 'elsewhere', '\x00', $5, 0, NULL, NULL)`,
+			[]any{at(3 * time.Hour), at(30 * time.Minute), at(4 * day), at(3 * day), at(5 * time.Hour)}},
 		{`CREATE TABLE notifications (
 			id                bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
 			external_event_id text        NOT NULL,
