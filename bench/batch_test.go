@@ -26,5 +26,5 @@ func TestBatchPartTiny(t *testing.T) {
 	}
 	r := &report{cfg: cfg, batch: res}
 	reportHas(t, []string{"## Batches", "| 2 | HandleBatch |", "HandleBatch of 10 at 2 workers ≥ 5× the single-message generated throughput", "a replay through HandleBatch"},
-		r.batchTargets, r.writeBatch)
+		r.writeTargets, r.writeBatch)
 }

@@ -13,6 +13,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/idemgen/idemgen/bench/internal/mdtable"
+	"github.com/idemgen/idemgen/bench/internal/procstat"
+	"github.com/idemgen/idemgen/bench/internal/stats"
 	"github.com/idemgen/idemgen/bench/ledger"
 	"github.com/idemgen/idemgen/idem"
 )
@@ -149,7 +152,7 @@ func runOutbox(ctx context.Context, cfg *config) (*outboxResults, error) {
 				return nil, fmt.Errorf("outbox round %d, latency %s: %w", round+1, latencyMode(pollOnly), err)
 			}
 			slices.Sort(run.lat)
-			logf("    %d messages at %.0f/s: p50 %s, p99 %s", len(run.lat), run.achieved(), dur(percentile(run.lat, 50)), dur(percentile(run.lat, 99)))
+			logf("    %d messages at %.0f/s: p50 %s, p99 %s", len(run.lat), run.achieved(), mdtable.Dur(stats.Percentile(run.lat, 50)), mdtable.Dur(stats.Percentile(run.lat, 99)))
 			res.latency[pollOnly] = append(res.latency[pollOnly], run)
 			order = append(order, "latency "+latencyMode(pollOnly))
 			if err := settle(); err != nil {
@@ -473,7 +476,7 @@ func runRelays(ctx context.Context, cfg *config, n int) (relayRun, error) {
 	defer relayPool.Close()
 	rec := newRecorder()
 	counter.reset()
-	meter := startCPU()
+	meter := procstat.Start()
 	start := time.Now()
 	relays := startRelays(ctx, relayPool, rec, n)
 	var pending int64
@@ -495,7 +498,7 @@ func runRelays(ctx context.Context, cfg *config, n int) (relayRun, error) {
 		time.Sleep(time.Millisecond)
 	}
 	run := relayRun{relays: n, rows: rows, elapsed: time.Since(start)}
-	_, run.busy = meter.stop()
+	_, run.busy = meter.Stop()
 	if err := relays.stop(); err != nil {
 		return relayRun{}, err
 	}

@@ -10,6 +10,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/idemgen/idemgen/bench/internal/mdtable"
+	"github.com/idemgen/idemgen/bench/internal/stats"
 	"github.com/idemgen/idemgen/bench/ledger"
 	"github.com/idemgen/idemgen/idem"
 )
@@ -80,21 +82,10 @@ type sizingResults struct {
 }
 
 // walPer returns the median of the bytes per message measured for kind.
-func (s *sizingResults) walPer(kind string) float64 { return medianFloat(s.wal[kind]) }
+func (s *sizingResults) walPer(kind string) float64 { return stats.Median(s.wal[kind]) }
 
 // fpiPer returns the median of the full-page images' bytes per message.
-func (s *sizingResults) fpiPer(kind string) float64 { return medianFloat(s.fpi[kind]) }
-
-func medianFloat(xs []float64) float64 {
-	if len(xs) == 0 {
-		return 0
-	}
-	sorted := slices.Sorted(slices.Values(xs))
-	if len(sorted)%2 == 1 {
-		return sorted[len(sorted)/2]
-	}
-	return (sorted[len(sorted)/2-1] + sorted[len(sorted)/2]) / 2
-}
+func (s *sizingResults) fpiPer(kind string) float64 { return stats.Median(s.fpi[kind]) }
 
 // walMeter counts the WAL of one schema's relations with pg_walinspect:
 // of the records between two positions, those that touch a relation of the
@@ -259,7 +250,7 @@ func runSizing(ctx context.Context, cfg *config) (*sizingResults, error) {
 		return nil, err
 	}
 	logf("sizing: filled in %s; inbox %d rows, %s; outbox %d rows, %s", res.fill.Round(time.Millisecond),
-		res.inbox.rows, bytesIEC(float64(res.inbox.total)), res.outbox.rows, bytesIEC(float64(res.outbox.total)))
+		res.inbox.rows, mdtable.IEC(float64(res.inbox.total)), res.outbox.rows, mdtable.IEC(float64(res.outbox.total)))
 
 	jpool, err := s.namedPool(ctx, 1, "idembench-janitor", nil)
 	if err != nil {
@@ -289,7 +280,7 @@ func runSizing(ctx context.Context, cfg *config) (*sizingResults, error) {
 	res.purged = res.purge.Purged
 	// The copies; the rows the three kinds of first delivery wrote are kept.
 	wantInbox, wantOutbox := res.inbox.rows-3*int64(cfg.walRepeats*cfg.walMsgs), res.outbox.rows-int64(11*cfg.walRepeats*cfg.walMsgs)
-	logf("sizing: the janitor purged %v in %s (%d statements, the longest %s), %s of WAL", res.purged, res.took.Round(time.Millisecond), res.purge.Statements, dur(res.purge.Longest), bytesIEC(float64(res.purgeWA)))
+	logf("sizing: the janitor purged %v in %s (%d statements, the longest %s), %s of WAL", res.purged, res.took.Round(time.Millisecond), res.purge.Statements, mdtable.Dur(res.purge.Longest), mdtable.IEC(float64(res.purgeWA)))
 	if res.purged["idem_bench_ledger"] != wantInbox || res.purged["idem_outbox"] != wantOutbox {
 		return nil, fmt.Errorf("the janitor purged %v, want %d inbox and %d outbox rows (the copies)", res.purged, wantInbox, wantOutbox)
 	}
