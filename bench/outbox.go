@@ -299,7 +299,8 @@ type latencyRun struct {
 	msgs    int           // measured messages (after the warm-up)
 	elapsed time.Duration // from the first measured message's scheduled time to the last one's commit
 	lat     []time.Duration
-	dups    int // publishes of an id seen before
+	dups    int     // publishes of an id seen before
+	busy    float64 // the machine's busy fraction while the producers committed
 }
 
 func (l latencyRun) achieved() float64 { return float64(l.msgs) / l.elapsed.Seconds() }
@@ -362,6 +363,7 @@ func runLatency(ctx context.Context, cfg *config, pollOnly bool) (latencyRun, er
 		mu    sync.Mutex
 		first error
 	)
+	meter := procstat.Start()
 	start := time.Now()
 	for p := range latencyProducers {
 		wg.Go(func() {
@@ -401,6 +403,7 @@ func runLatency(ctx context.Context, cfg *config, pollOnly bool) (latencyRun, er
 		return latencyRun{}, first
 	}
 	run := latencyRun{msgs: total - warm}
+	_, run.busy = meter.Stop()
 	for _, c := range commits[warm:] {
 		run.elapsed = max(run.elapsed, c.Sub(start.Add(time.Duration(warm)*interval)))
 	}

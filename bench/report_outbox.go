@@ -28,14 +28,25 @@ func (r *report) outboxTargets(t *targetTable) {
 	}
 	t.line(verdict(ok), "0, 1 and 10 outgoing messages cost the same round trips",
 		fmt.Sprintf("0 / 1 / 10 messages: %s round trips per first delivery, counted on the wire ([below](#outbox))", strings.Join(parts, ", ")), busyOf(cells...)...)
-	hi := slices.Max(o.workers)
-	with, without := o.cell(obxVariant{1, true}, hi), o.cell(obxVariant{1, false}, hi)
-	t.line(reported, "committing throughput with and without NOTIFY reported",
-		fmt.Sprintf("%s msgs/s with, %s without at %d workers: %s", mdtable.Thousands(with.summary().rate), mdtable.Thousands(without.summary().rate), hi, cellRatio(without, with)),
-		busyOf(with, without)...)
+	var committing []string
+	var commitCells []*cell
+	for _, k := range o.workers {
+		with, without := o.cell(obxVariant{1, true}, k), o.cell(obxVariant{1, false}, k)
+		committing = append(committing, fmt.Sprintf("%s msgs/s with, %s without at %d %s: %s",
+			mdtable.Thousands(with.summary().rate), mdtable.Thousands(without.summary().rate), k, plural(k, "worker"), cellRatio(without, with)))
+		commitCells = append(commitCells, with, without)
+	}
+	t.line(reported, "committing throughput with and without NOTIFY reported", strings.Join(committing, "; "), busyOf(commitCells...)...)
 	n, p := pooledLatencies(o.latency[false]), pooledLatencies(o.latency[true])
+	var latBusy []float64
+	for _, pollOnly := range []bool{false, true} {
+		for _, run := range o.latency[pollOnly] {
+			latBusy = append(latBusy, run.busy)
+		}
+	}
 	t.line(reported, "commit-to-publish latency, NOTIFY against poll-only, reported",
-		fmt.Sprintf("p50 %s / %s, p99 %s / %s (poll every %s)", mdtable.Dur(stats.Percentile(n, 50)), mdtable.Dur(stats.Percentile(p, 50)), mdtable.Dur(stats.Percentile(n, 99)), mdtable.Dur(stats.Percentile(p, 99)), o.poll))
+		fmt.Sprintf("p50 %s / %s, p99 %s / %s (poll every %s)", mdtable.Dur(stats.Percentile(n, 50)), mdtable.Dur(stats.Percentile(p, 50)), mdtable.Dur(stats.Percentile(n, 99)), mdtable.Dur(stats.Percentile(p, 99)), o.poll),
+		latBusy...)
 	var rates []string
 	var busy []float64
 	for _, k := range o.relayNs {
@@ -53,6 +64,18 @@ func relayBusy(runs []relayRun) float64 {
 		busy += run.busy / float64(len(runs))
 	}
 	return busy
+}
+
+// latencyRates are the message rates of the commit-to-publish runs.
+func (o *outboxResults) latencyRates() []int { return []int{o.rate} }
+
+// latencyRuns are the commit-to-publish runs at rate, of the poll-only
+// relay or of the one woken by NOTIFY.
+func (o *outboxResults) latencyRuns(rate int, pollOnly bool) []latencyRun {
+	if rate != o.rate {
+		return nil
+	}
+	return o.latency[pollOnly]
 }
 
 // firstDeliveryCells are the cells of 0, 1 and 10 messages with NOTIFY at n

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/idemgen/idemgen/bench/internal/mdtable"
@@ -79,11 +80,24 @@ func busyOf(cells ...*cell) []float64 {
 }
 
 func (t *targetTable) String() string {
-	tb := mdtable.New(mdtable.L("target"), mdtable.L("measured"), mdtable.L(""))
+	tb := mdtable.New(mdtable.L("target"), mdtable.L("measured"), mdtable.R("busy"), mdtable.L(""))
 	for _, l := range t.lines {
-		tb.Row(l.what, l.measured, l.status.String())
+		tb.Row(l.what, l.measured, busyRange(l.busy), l.status.String())
 	}
 	return tb.String()
+}
+
+// busyRange writes busy fractions as a percentage, or the lowest and the
+// highest of them when they differ: "83%", "78–91%"; "–" for none.
+func busyRange(busy []float64) string {
+	if len(busy) == 0 {
+		return "–"
+	}
+	lo, hi := mdtable.Percent(slices.Min(busy)), mdtable.Percent(slices.Max(busy))
+	if lo == hi {
+		return lo
+	}
+	return strings.TrimSuffix(lo, "%") + "–" + hi
 }
 
 // The targets of the issue.
@@ -109,6 +123,8 @@ func (r *report) writeTargets(w writer) {
 	}
 	if r.batch != nil {
 		r.batchTargets(t)
+	} else {
+		t.add(notRunTarget(fmt.Sprintf("HandleBatch at %d workers ≥ %.2f× bare batched", slices.Max(r.cfg.batchWorkers), targetBatchVsBatched), "batch"))
 	}
 	if r.outbox != nil {
 		r.outboxTargets(t)
@@ -134,7 +150,9 @@ func (r *report) writeTargets(w writer) {
 	if r.entity != nil {
 		r.entityTargets(t)
 	}
-	w("## Targets\n\n%s\n", t)
+	r.perfTargets(t)
+	w("## Targets\n\n")
+	w("**busy**: how busy the whole machine was (every core, the other users of the machine included) during the cells the line compares, the lowest and the highest of them; – where the part does not measure it.\n\n%s\n", t)
 }
 
 func (r *report) dbTargets(t *targetTable) {

@@ -1,0 +1,186 @@
+package main
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/idemgen/idemgen/bench/internal/mdtable"
+	"github.com/idemgen/idemgen/bench/internal/stats"
+	"github.com/idemgen/idemgen/idem"
+)
+
+// The targets of issue 24 (performance where users pay for it), each read
+// from the cells of one run. HandleBatch's (≥ 0.75× bare batched) is the
+// batch part's targetBatchVsBatched.
+const (
+	targetNotifyVsWithout  = 0.9
+	targetPublishP50       = 5 * time.Millisecond
+	targetPublishP99       = 50 * time.Millisecond
+	targetGenVsBareOneRun  = 0.5
+	targetGenVsHandOneRun  = 1.3
+	targetRelayVsRecording = 0.8
+)
+
+// notRunTarget is the line of a target whose cells did not run: parts are
+// the parts it reads that were not selected.
+func notRunTarget(what string, parts ...string) target {
+	return target{what: what, status: notRun,
+		measured: fmt.Sprintf("the %s %s did not run (`-parts`)", strings.Join(parts, " and "), plural(len(parts), "part"))}
+}
+
+// perfTargets adds the lines of issue 24's targets, those of the parts that
+// did not run marked so.
+func (r *report) perfTargets(t *targetTable) {
+	t.add(r.generatedOneRunTarget())
+	t.add(r.notifyTarget())
+	for _, l := range r.publishLatencyTargets() {
+		t.add(l)
+	}
+	for _, l := range r.relayVsRecordingTargets() {
+		t.add(l)
+	}
+}
+
+// generatedOneRunTarget is "generated ≥ 0.5× bare and ≥ 1.3× hand-written",
+// both at the highest concurrency of the db part.
+func (r *report) generatedOneRunTarget() target {
+	n := r.maxWorkers()
+	what := fmt.Sprintf("generated ≥ %.1f× bare and ≥ %.1f× hand-written at %d workers, both from one run", targetGenVsBareOneRun, targetGenVsHandOneRun, n)
+	if r.db == nil {
+		return notRunTarget(what, "db")
+	}
+	gc, bc, hc := r.db.cell(scGenerated, n), r.db.cell(scBare, n), r.db.cell(scHand, n)
+	g, b, h := gc.summary(), bc.summary(), hc.summary()
+	ok := g.rate/b.rate >= targetGenVsBareOneRun && g.rate/h.rate >= targetGenVsHandOneRun
+	measured := fmt.Sprintf("%s of bare, %s of hand-written ([below](#message-delivery))", cellRatio(gc, bc), cellRatio(gc, hc))
+	if !ok {
+		cpu := func(s summary) time.Duration { return s.clientCPU + max(s.serverCPU, 0) }
+		measured += fmt.Sprintf("; CPU a message, client + server: generated %s, bare %s, hand-written %s, so on saturated cores at most %s of bare and %s of hand-written; round trips a message %.2f, %.2f and %.2f",
+			mdtable.Dur(cpu(g)), mdtable.Dur(cpu(b)), mdtable.Dur(cpu(h)),
+			mdtable.Ratio(float64(cpu(b))/float64(cpu(g))), mdtable.Ratio(float64(cpu(h))/float64(cpu(g))), g.tripsPerMsg, b.tripsPerMsg, h.tripsPerMsg)
+	}
+	return target{what: what, measured: measured, status: verdict(ok), busy: busyOf(gc, bc, hc)}
+}
+
+// notifyTarget is "committing throughput with the default NOTIFY ≥ 0.9×
+// WithoutNotify" at the outbox part's highest concurrency.
+func (r *report) notifyTarget() target {
+	o := r.outbox
+	n := r.maxWorkers()
+	if o != nil {
+		n = slices.Max(o.workers)
+	}
+	what := fmt.Sprintf("at %d workers committing throughput with the default NOTIFY ≥ %.1f× WithoutNotify", n, targetNotifyVsWithout)
+	if o == nil {
+		return notRunTarget(what, "outbox")
+	}
+	wc, oc := o.cell(obxVariant{1, true}, n), o.cell(obxVariant{1, false}, n)
+	with, without := wc.summary(), oc.summary()
+	q := with.rate / without.rate
+	measured := fmt.Sprintf("%s msgs/s with, %s without: %s ([below](#notify-and-committing-throughput))", mdtable.Thousands(with.rate), mdtable.Thousands(without.rate), cellRatio(wc, oc))
+	if q < targetNotifyVsWithout {
+		cpu := func(s summary) time.Duration { return s.clientCPU + max(s.serverCPU, 0) }
+		byCPU := float64(cpu(without)) / float64(cpu(with))
+		measured += fmt.Sprintf("; with NOTIFY p50 %s, p99 %s, CPU %s a message (client + server); without p50 %s, p99 %s, CPU %s: on saturated cores the CPU alone allows %s",
+			mdtable.Dur(with.p50), mdtable.Dur(with.p99), mdtable.Dur(cpu(with)), mdtable.Dur(without.p50), mdtable.Dur(without.p99), mdtable.Dur(cpu(without)), mdtable.Ratio(byCPU))
+		if byCPU >= targetNotifyVsWithout {
+			measured += ", so the commits wait: a commit that notifies takes a server-wide lock until it is flushed"
+		}
+	}
+	return target{what: what, measured: measured, status: verdict(q >= targetNotifyVsWithout), busy: busyOf(wc, oc)}
+}
+
+// publishLatencyTargets are "commit-to-publish p50 ≤ 5 ms and p99 ≤ 50 ms",
+// one line per message rate of the outbox part's latency runs, with the
+// relay woken by NOTIFY.
+func (r *report) publishLatencyTargets() []target {
+	o := r.outbox
+	what := func(rate string) string {
+		return fmt.Sprintf("commit-to-publish at %s msgs/s with the defaults: p50 ≤ %s and p99 ≤ %s", rate, mdtable.Dur(targetPublishP50), mdtable.Dur(targetPublishP99))
+	}
+	if o == nil {
+		return []target{notRunTarget(what("each -obxrate"), "outbox")}
+	}
+	var lines []target
+	for _, rate := range o.latencyRates() {
+		runs := o.latencyRuns(rate, false)
+		lat := pooledLatencies(runs)
+		if len(lat) == 0 {
+			lines = append(lines, target{what: what(mdtable.Int(rate)), status: notRun, measured: "no latency run at this rate"})
+			continue
+		}
+		p50, p99 := stats.Percentile(lat, 50), stats.Percentile(lat, 99)
+		ok := p50 <= targetPublishP50 && p99 <= targetPublishP99
+		poll := "polling every " + o.poll.String()
+		if o.poll != idem.DefaultRelayPoll {
+			poll += fmt.Sprintf(" (`-obxpoll`; the default is %s)", idem.DefaultRelayPoll)
+		}
+		measured := fmt.Sprintf("p50 %s, p99 %s over %s messages, the relay woken by NOTIFY and %s ([below](#commit-to-publish-latency))",
+			mdtable.Dur(p50), mdtable.Dur(p99), mdtable.Int(len(lat)), poll)
+		if !ok {
+			late := len(lat) - countAtMost(lat, targetPublishP99)
+			measured += fmt.Sprintf("; p90 %s, max %s; %s of the messages waited over %s",
+				mdtable.Dur(stats.Percentile(lat, 90)), mdtable.Dur(lat[len(lat)-1]), mdtable.Int(late), mdtable.Dur(targetPublishP99))
+		}
+		var busy []float64
+		for _, run := range runs {
+			busy = append(busy, run.busy)
+		}
+		lines = append(lines, target{what: what(mdtable.Int(rate)), measured: measured, status: verdict(ok), busy: busy})
+	}
+	return lines
+}
+
+// countAtMost is how many of sorted are at most d.
+func countAtMost(sorted []time.Duration, d time.Duration) int {
+	i, _ := slices.BinarySearch(sorted, d+1)
+	return i
+}
+
+// relayVsRecordingTargets are "the relay through each adapter's publisher ≥
+// 0.8× the same relay with the recording publisher", one line per broker:
+// the adapter's relay from the brokers part, the recording publisher's
+// (one relay, confirming at once) from the outbox part.
+func (r *report) relayVsRecordingTargets() []target {
+	what := func(broker string) string {
+		return fmt.Sprintf("the relay through %s's publisher ≥ %.1f× the same relay with the recording publisher", broker, targetRelayVsRecording)
+	}
+	var missing []string
+	if r.brokers == nil {
+		missing = append(missing, "brokers")
+	}
+	if r.outbox == nil {
+		missing = append(missing, "outbox")
+	}
+	if len(missing) > 0 {
+		return []target{notRunTarget(what("each adapter"), missing...)}
+	}
+	b, o := r.brokers, r.outbox
+	rec := o.relays[1]
+	if len(rec) == 0 {
+		return []target{{what: what("each adapter"), status: notRun, measured: "the outbox part ran no single relay (`-obxrelays`)"}}
+	}
+	recRate := pooledRelayRate(rec)
+	var lines []target
+	for _, name := range b.brokers {
+		rl, raw := b.relayCell(name, false), b.relayCell(name, true)
+		a, c := rl.summary(), raw.summary()
+		q := a.rate / recRate
+		measured := fmt.Sprintf("%s msgs/s through the adapter against %s with the recording publisher: %s; not from the same part: the adapter's relay in the brokers part (%s rows), the recording publisher's in the outbox part (%s rows), one relay each ([below](#publishing-idemrelay-against-a-raw-publisher))",
+			mdtable.Thousands(a.rate), mdtable.Thousands(recRate), mdtable.Ratio(q), mdtable.Int(b.relayRows), mdtable.Int(rec[0].rows))
+		if q < targetRelayVsRecording {
+			if c.rate < targetRelayVsRecording*recRate {
+				measured += fmt.Sprintf("; bounded by the broker: the raw publisher of the same library, every message confirmed, reaches %s msgs/s, %s of the recording relay",
+					mdtable.Thousands(c.rate), mdtable.Ratio(c.rate/recRate))
+			} else {
+				measured += fmt.Sprintf("; not by the broker: its raw publisher reaches %s msgs/s (%s of the recording relay), the relay %s of that: the relay's waits for the database and for the confirms add up",
+					mdtable.Thousands(c.rate), mdtable.Ratio(c.rate/recRate), mdtable.Ratio(a.rate/c.rate))
+			}
+		}
+		lines = append(lines, target{what: what(brokerTitle(name)), measured: measured, status: verdict(q >= targetRelayVsRecording),
+			busy: append(busyOf(rl), relayBusy(rec))})
+	}
+	return lines
+}
