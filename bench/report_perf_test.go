@@ -28,6 +28,20 @@ func outboxWith(with, without int64, lat []time.Duration, relayRate int) *outbox
 	return o
 }
 
+// checkOnly checks that lines is one line of status want whose target holds
+// what and whose measurement holds has, and returns it.
+func checkOnly(t *testing.T, name string, lines []target, want status, what, has string) target {
+	t.Helper()
+	if len(lines) != 1 {
+		t.Fatalf("%s: %d lines, want one", name, len(lines))
+	}
+	l := lines[0]
+	if l.status != want || !strings.Contains(l.measured, has) || !strings.Contains(l.what, what) {
+		t.Errorf("%s: %v %q: %q; want %v, %q with %q", name, l.status, l.what, l.measured, want, what, has)
+	}
+	return l
+}
+
 func repeat(d time.Duration, n int) []time.Duration {
 	out := make([]time.Duration, n)
 	for i := range out {
@@ -79,21 +93,12 @@ func TestPublishLatencyTargets(t *testing.T) {
 		{"a slow median", slowMedian, missed, "p50 6 ms"},
 	} {
 		r := &report{cfg: cfg, outbox: outboxWith(1000, 1000, c.lat, 1000)}
-		lines := r.publishLatencyTargets()
-		if len(lines) != 1 {
-			t.Fatalf("%s: %d lines, want one per rate", c.name, len(lines))
-		}
-		l := lines[0]
-		if l.status != c.want || !strings.Contains(l.measured, c.has) || !strings.Contains(l.what, "at 200 msgs/s") {
-			t.Errorf("%s: %v %q: %q; want %v with %q", c.name, l.status, l.what, l.measured, c.want, c.has)
-		}
+		l := checkOnly(t, c.name, r.publishLatencyTargets(), c.want, "at 200 msgs/s", c.has)
 		if len(l.busy) != 1 || l.busy[0] != 0.3 {
 			t.Errorf("%s: busy %v, want the run's 0.3", c.name, l.busy)
 		}
 	}
-	if lines := (&report{cfg: cfg}).publishLatencyTargets(); len(lines) != 1 || lines[0].status != notRun {
-		t.Errorf("without the outbox part: %+v, want one line not run", lines)
-	}
+	checkOnly(t, "without the outbox part", (&report{cfg: cfg}).publishLatencyTargets(), notRun, "p50 ≤ 5 ms", "the outbox part did not run")
 }
 
 func TestGeneratedOneRunTarget(t *testing.T) {
@@ -142,23 +147,15 @@ func TestRelayVsRecordingTargets(t *testing.T) {
 		{"the relay bounds it", 5000, 20000, missed, "not by the broker"},
 	} {
 		r := &report{cfg: cfg, brokers: brokers(c.relay, c.raw), outbox: outboxWith(1, 1, repeat(time.Millisecond, 1), 10000)}
-		lines := r.relayVsRecordingTargets()
-		if len(lines) != 1 {
-			t.Fatalf("%s: %d lines, want one per broker", c.name, len(lines))
-		}
-		l := lines[0]
-		if l.status != c.want || !strings.Contains(l.measured, c.has) || !strings.Contains(l.what, "RabbitMQ's publisher") {
-			t.Errorf("%s: %v %q: %q; want %v with %q", c.name, l.status, l.what, l.measured, c.want, c.has)
-		}
+		l := checkOnly(t, c.name, r.relayVsRecordingTargets(), c.want, "RabbitMQ's publisher", c.has)
 		if len(l.busy) != 2 || l.busy[0] != 0.6 || l.busy[1] != 0.7 {
 			t.Errorf("%s: busy %v, want the adapter cell's 0.6 and the recording relay's 0.7", c.name, l.busy)
 		}
 	}
-	for _, r := range []*report{{cfg: cfg}, {cfg: cfg, brokers: brokers(1, 1)}, {cfg: cfg, outbox: outboxWith(1, 1, nil, 1)}} {
-		lines := r.relayVsRecordingTargets()
-		if len(lines) != 1 || lines[0].status != notRun {
-			t.Errorf("without both parts: %+v, want one line not run", lines)
-		}
+	for name, r := range map[string]*report{
+		"brokers and outbox": {cfg: cfg}, "outbox": {cfg: cfg, brokers: brokers(1, 1)}, "brokers": {cfg: cfg, outbox: outboxWith(1, 1, nil, 1)},
+	} {
+		checkOnly(t, "without "+name, r.relayVsRecordingTargets(), notRun, "each adapter's publisher", "the "+name+" part")
 	}
 }
 
