@@ -163,7 +163,7 @@ func TestBusyColumn(t *testing.T) {
 	for _, c := range []struct {
 		busy []float64
 		want string
-	}{{nil, "–"}, {[]float64{0.834}, "83%"}, {[]float64{0.834, 0.831}, "83%"}, {[]float64{0.91, 0.78, 0.8}, "78–91%"}} {
+	}{{nil, ""}, {[]float64{0.834}, "83%"}, {[]float64{0.834, 0.831}, "83%"}, {[]float64{0.91, 0.78, 0.8}, "78–91%"}} {
 		if got := busyRange(c.busy); got != c.want {
 			t.Errorf("busy %v: %q, want %q", c.busy, got, c.want)
 		}
@@ -171,7 +171,7 @@ func TestBusyColumn(t *testing.T) {
 	tt := &targetTable{}
 	tt.line(met, "a", "b", 0.5)
 	tt.line(notRun, "c", "d")
-	want := "| target | measured | busy | |\n| --- | --- | ---: | --- |\n| a | b | 50% | met |\n| c | d | – | not run |\n"
+	want := "| target | measured | busy | |\n| --- | --- | ---: | --- |\n| a | b | 50% | met |\n| c | d | | not run |\n"
 	if got := tt.String(); got != want {
 		t.Errorf("table:\n%s\nwant:\n%s", got, want)
 	}
@@ -219,5 +219,5 @@ func TestBatchTargetSetBased(t *testing.T) {
 	if _, ok := againstBatched(part(false))[scBatchSet]; ok {
 		t.Error("a set-based line without its cell")
 	}
-	reportHas(t, []string{"| HandleBatch at 16 workers ≥ 0.75× bare batched | the batch part did not run (`-parts`) | – | not run |"}, (&report{cfg: cfg}).writeTargets)
+	reportHas(t, []string{"| HandleBatch at 16 workers ≥ 0.75× bare batched | the batch part did not run (`-parts`) | | not run |"}, (&report{cfg: cfg}).writeTargets)
 }

@@ -88,10 +88,10 @@ func (t *targetTable) String() string {
 }
 
 // busyRange writes busy fractions as a percentage, or the lowest and the
-// highest of them when they differ: "83%", "78–91%"; "–" for none.
+// highest of them when they differ: "83%", "78–91%"; empty for none.
 func busyRange(busy []float64) string {
 	if len(busy) == 0 {
-		return "–"
+		return ""
 	}
 	lo, hi := mdtable.Percent(slices.Min(busy)), mdtable.Percent(slices.Max(busy))
 	if lo == hi {
@@ -124,7 +124,7 @@ func (r *report) writeTargets(w writer) {
 	if r.batch != nil {
 		r.batchTargets(t)
 	} else {
-		t.add(notRunTarget(fmt.Sprintf("HandleBatch at %d workers ≥ %.2f× bare batched", slices.Max(r.cfg.batchWorkers), targetBatchVsBatched), "batch"))
+		t.add(notRunTarget(fmt.Sprintf("HandleBatch at %s ≥ %.2f× bare batched", highestOf(r.cfg.batchWorkers, "-batchworkers"), targetBatchVsBatched), "batch"))
 	}
 	if r.outbox != nil {
 		r.outboxTargets(t)
@@ -152,7 +152,7 @@ func (r *report) writeTargets(w writer) {
 	}
 	r.perfTargets(t)
 	w("## Targets\n\n")
-	w("**busy**: how busy the whole machine was (every core, the other users of the machine included) during the cells the line compares, the lowest and the highest of them; – where the part does not measure it.\n\n%s\n", t)
+	w("**busy**: how busy the whole machine was (every core, the other users of the machine included) during the cells the line compares, the lowest and the highest of them; empty where the part does not measure it.\n\n%s\n", t)
 }
 
 func (r *report) dbTargets(t *targetTable) {
