@@ -99,15 +99,19 @@ type config struct {
 	sizeRows     int
 	walMsgs      int
 	walRepeats   int
-	keep         bool
-	parts        map[string]bool
-	out          string
-	root         string
-	args         []string
+	// The statements part: the messages of each scenario between two
+	// reads of pg_stat_statements.
+	stmtMsgs    int
+	stmtWorkers []int
+	keep        bool
+	parts       map[string]bool
+	out         string
+	root        string
+	args        []string
 }
 
 // allParts are the parts of the run, in the order they run.
-var allParts = []string{"mem", "db", "network", "batch", "outbox", "brokers", "purge", "entity", "sizing", "alloc", "gen"}
+var allParts = []string{"mem", "db", "statements", "network", "batch", "outbox", "brokers", "purge", "entity", "sizing", "alloc", "gen"}
 
 func main() {
 	if err := run(); err != nil {
@@ -137,6 +141,11 @@ func run() error {
 	}
 	if cfg.parts["db"] {
 		if rep.db, err = runDB(ctx, cfg); err != nil {
+			return err
+		}
+	}
+	if cfg.parts["statements"] {
+		if rep.stmts, err = runStatements(ctx, cfg); err != nil {
 			return err
 		}
 	}
@@ -200,7 +209,7 @@ func run() error {
 
 func parseFlags() (*config, error) {
 	cfg := &config{args: os.Args[1:]}
-	var workers, sizes, parts, relays, brokers, netRTTs, netWorkers, batchWorkers string
+	var workers, sizes, parts, relays, brokers, netRTTs, netWorkers, batchWorkers, stmtWorkers string
 	flag.StringVar(&cfg.db, "db", "", "PostgreSQL `URL` (default: $IDEMGEN_TEST_DATABASE_URL, else database idemgen_test on the local socket, created if missing)")
 	flag.DurationVar(&cfg.duration, "duration", 5*time.Second, "measured time of each cell")
 	flag.DurationVar(&cfg.warmup, "warmup", time.Second, "warm-up before each cell's measurement")
@@ -233,7 +242,9 @@ func parseFlags() (*config, error) {
 	flag.IntVar(&cfg.sizeRows, "sizerows", 1000000, "sizing: rows the inbox and the outbox are filled to before their sizes are read")
 	flag.IntVar(&cfg.walMsgs, "walmsgs", 1000, "sizing: deliveries each WAL measurement averages over")
 	flag.IntVar(&cfg.walRepeats, "walrepeats", 5, "sizing: times each WAL measurement repeats (the median counts)")
-	flag.StringVar(&parts, "parts", strings.Join(allParts, ","), "parts to run: mem (the long run), db (the scenarios), network (the scenarios through a delaying proxy), batch (HandleBatch), outbox, brokers, purge (idem.Janitor under load), entity (mode=entity against the bare transaction and mode=tx), sizing (bytes per row, WAL per message, purging a million rows), alloc, gen")
+	flag.IntVar(&cfg.stmtMsgs, "stmtmsgs", 2000, "statements: messages of each scenario (at each concurrency) between two reads of pg_stat_statements")
+	flag.StringVar(&stmtWorkers, "stmtworkers", "1,16", "statements: concurrent workers of the scenarios, comma-separated")
+	flag.StringVar(&parts, "parts", strings.Join(allParts, ","), "parts to run: mem (the long run), db (the scenarios), statements (what each statement of a delivery costs the server, from pg_stat_statements), network (the scenarios through a delaying proxy), batch (HandleBatch), outbox, brokers, purge (idem.Janitor under load), entity (mode=entity against the bare transaction and mode=tx), sizing (bytes per row, WAL per message, purging a million rows), alloc, gen")
 	flag.StringVar(&cfg.out, "out", "BENCHMARKS.md", "results file, relative to the repository root")
 	flag.Parse()
 	if flag.NArg() > 0 {
@@ -277,6 +288,12 @@ func parseFlags() (*config, error) {
 			return nil, fmt.Errorf("-brokers: unknown broker %q (want %s)", b, strings.Join(brokerNames, ","))
 		}
 		cfg.brokers = append(cfg.brokers, b)
+	}
+	if cfg.stmtMsgs < 10 {
+		return nil, fmt.Errorf("-stmtmsgs must be at least 10")
+	}
+	if cfg.stmtWorkers, err = intList(stmtWorkers); err != nil {
+		return nil, fmt.Errorf("-stmtworkers: %w", err)
 	}
 	if cfg.brkMsgs < 100 || cfg.peerMsgs < 10 {
 		return nil, fmt.Errorf("-brkmsgs must be at least 100 and -peermsgs at least 10")

@@ -60,6 +60,13 @@ type purgeResults struct {
 	// retried counts the redeliveries tried again after a retryable error:
 	// the claim met the row and the purge deleted it before the read back.
 	retried int64
+	// WAL: the server's WAL position moved walDuring bytes while the
+	// janitor ran and walWithout while the workers delivered without it
+	// (over deliveredWithout deliveries; deliveredDuring during the purge).
+	walWithout, walDuring             int64
+	deliveredWithout, deliveredDuring int64
+	// partitioned is the same measurement of the partitioned layout.
+	partitioned *partitionedPurge
 }
 
 // purgeRedeliverEvery: one delivery in so many during the purge re-sends the
@@ -232,11 +239,19 @@ func runPurge(ctx context.Context, cfg *config) (*purgeResults, error) {
 	}
 
 	logf("purge: %d workers deliver for %s without the purge", res.workers, cfg.purgeBaseline)
+	lsn, err := walPosition(ctx, admin)
+	if err != nil {
+		return nil, err
+	}
 	stop := make(chan struct{})
 	time.AfterFunc(cfg.purgeBaseline, func() { close(stop) })
 	if res.without, err = deliver(ctx, stop, false); err != nil {
 		return nil, err
 	}
+	if res.walWithout, err = walSince(ctx, admin, lsn); err != nil {
+		return nil, err
+	}
+	res.deliveredWithout = processed.Load()
 
 	// The janitor's statements run on the db of the inbox it is given: a
 	// wrapper of its own pool, as a janitor process of its own would have.
@@ -249,12 +264,19 @@ func runPurge(ctx context.Context, cfg *config) (*purgeResults, error) {
 	sampled := make(chan error, 1)
 	sctx, stopSampler := context.WithCancel(ctx)
 	go func() { sampled <- res.sample(sctx, s) }()
-	var janErr error
+	var janErr, walErr error
 	go func() {
 		defer close(stop)
+		var lsn string
+		if lsn, walErr = walPosition(ctx, admin); walErr != nil {
+			return
+		}
+		before := processed.Load()
 		t0 := time.Now()
 		res.report, janErr = j.RunOnce(ctx)
 		res.purgeTook = time.Since(t0)
+		res.walDuring, walErr = walSince(ctx, admin, lsn)
+		res.deliveredDuring = processed.Load() - before
 	}()
 	res.during, err = deliver(ctx, stop, true)
 	stopSampler()
@@ -266,6 +288,9 @@ func runPurge(ctx context.Context, cfg *config) (*purgeResults, error) {
 	}
 	if janErr != nil {
 		return nil, janErr
+	}
+	if walErr != nil {
+		return nil, walErr
 	}
 	res.purged = res.report.Purged["idem_bench_ledger"]
 	res.delivered = processed.Load()
@@ -280,6 +305,9 @@ func runPurge(ctx context.Context, cfg *config) (*purgeResults, error) {
 		mdtable.Dur(stats.Percentile(res.without, 99)), mdtable.Dur(stats.Percentile(res.during, 99)), res.left, res.keptLeft, res.delivered, res.redelivered, res.reused)
 	if res.purged != int64(res.rows) || res.keptLeft != int64(res.keep) || res.left != int64(res.keep)+res.delivered {
 		return nil, fmt.Errorf("the purge deleted %d rows, want %d; %d rows left, want %d kept + %d delivered", res.purged, res.rows, res.left, res.keep, res.delivered)
+	}
+	if res.partitioned, err = runPurgePartitioned(ctx, cfg); err != nil {
+		return nil, fmt.Errorf("the partitioned layout: %w", err)
 	}
 	return res, nil
 }

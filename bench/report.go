@@ -38,6 +38,7 @@ type report struct {
 	sizing            *sizingResults
 	gen               *genResults
 	entity            *entityResults
+	stmts             *stmtResults
 }
 
 // describeMachine records what the numbers depend on: the Go toolchain, the
@@ -112,6 +113,9 @@ func (r *report) markdown() []byte {
 	r.writeMachine(w)
 	if r.db != nil {
 		r.writeDB(w)
+	}
+	if r.stmts != nil {
+		r.writeStatements(w)
 	}
 	if r.net != nil {
 		r.writeNetwork(w)

@@ -18,6 +18,13 @@ func (r *report) purgeTargets(t *targetTable) {
 	t.line(reported, fmt.Sprintf("purging %s expired inbox rows while %d workers deliver: p99 with and without, same run", mdtable.Int(p.rows), p.workers),
 		fmt.Sprintf("p99 %s during the purge, %s without; p50 %s / %s ([below](#purge-under-load))",
 			mdtable.Dur(stats.Percentile(p.during, 99)), mdtable.Dur(stats.Percentile(p.without, 99)), mdtable.Dur(stats.Percentile(p.during, 50)), mdtable.Dur(stats.Percentile(p.without, 50))))
+	if q := p.partitioned; q != nil {
+		t.line(reported, fmt.Sprintf("dropping a day's partition of %s rows while %d workers deliver, beside the DELETE-based purge, same run", mdtable.Int(q.rows), p.workers),
+			fmt.Sprintf("drop %s, WAL %s (net of the workers' share) against %s and %s; p99 %s during, %s without ([below](#purging-by-dropping-partitions))",
+				q.took.Round(time.Millisecond), mdtable.IEC(float64(netPurgeWAL(q.walDuring, q.deliveredDuring, q.walWithout, q.deliveredWithout))),
+				p.purgeTook.Round(time.Millisecond), mdtable.IEC(float64(netPurgeWAL(p.walDuring, p.deliveredDuring, p.walWithout, p.deliveredWithout))),
+				mdtable.Dur(stats.Percentile(q.during, 99)), mdtable.Dur(stats.Percentile(q.without, 99))))
+	}
 	ok := p.keptLeft == int64(p.keep) && p.left == int64(p.keep)+p.delivered
 	t.line(verdict(ok), "no unexpired row deleted",
 		fmt.Sprintf("%s of %s rows a day from expiry left, and all %s rows the workers wrote", mdtable.Thousands(float64(p.keptLeft)), mdtable.Int(p.keep), mdtable.Thousands(float64(p.delivered))))
@@ -57,4 +64,46 @@ func (r *report) writePurge(w writer) {
 	w("Afterwards the table held %s rows: the %s rows a day from expiry and the %s the workers wrote. ", mdtable.Thousands(float64(p.left)), mdtable.Thousands(float64(p.keptLeft)), mdtable.Thousands(float64(p.delivered)))
 	w("Lock waits in %d samples: a delivery waiting on the janitor %d times (longest %s), the janitor waiting on a delivery %d times (longest %s), deliveries waiting on each other %d times.\n\n",
 		p.samples, p.blockSeen, mdtable.Dur(p.janitorBlocks), p.waitSeen, mdtable.Dur(p.janitorWaits), p.otherWaits)
+	r.writePurgePartitioned(w)
+}
+
+// netPurgeWAL is the WAL a purge wrote: the WAL written while it ran less
+// what the deliveries meanwhile wrote, at the WAL per delivery measured
+// without the purge. The WAL position is the server's, so other sessions
+// add to both measurements.
+func netPurgeWAL(during, deliveredDuring, without, deliveredWithout int64) int64 {
+	if deliveredWithout == 0 {
+		return during
+	}
+	return max(during-deliveredDuring*without/deliveredWithout, 0)
+}
+
+// writePurgePartitioned writes the partitioned layout's section, beside the
+// DELETE-based purge of the same run.
+func (r *report) writePurgePartitioned(w writer) {
+	p, q := r.purge, r.purge.partitioned
+	if q == nil {
+		return
+	}
+	w("## Purging by dropping partitions\n\n")
+	w("The inbox of [`examples/telemetry`](examples/telemetry/) is partitioned by the day of each reading's own time (`partition=day time=TakenAt retain=336h`, [docs/scale.md](docs/scale.md#partitioned-inboxes)). ")
+	w("The day that has just passed the retention was given its partition, as the janitor creates it, with %s rows, and the oldest kept day %s (%s, then `VACUUM ANALYZE`). ",
+		mdtable.Thousands(float64(q.rows)), mdtable.Thousands(float64(q.keep)), q.seed.Round(time.Millisecond))
+	w("%d workers delivered new readings through the generated wrapper (`telemetry.RecordReadingIdem`, one INSERT each) for %s without the purge, then while one `RunOnce` of `idem.Janitor` dropped the expired day's partition (`DROP TABLE`, in a transaction of its own under a lock timeout), half a second after they started; they went on half a second after it. ",
+		p.workers, r.cfg.purgeBaseline)
+	w("**WAL** is `pg_current_wal_lsn()` after the purge minus before: the position is the server's, so the deliveries meanwhile (and any other session) add to it; **net** subtracts the deliveries' share at the WAL per delivery measured without the purge.\n\n")
+	t := mdtable.New(mdtable.L("layout"), mdtable.L("purge"), mdtable.R("rows"), mdtable.R("time"), mdtable.R("WAL"), mdtable.R("WAL net"),
+		mdtable.R("deliveries meanwhile"), mdtable.R("p99 without"), mdtable.R("p99 during"), mdtable.R("max during"))
+	t.Row("plain inbox (`bench/ledger`)", fmt.Sprintf("DELETE, %d-row batches", p.batch),
+		mdtable.Thousands(float64(p.purged)), p.purgeTook.Round(time.Millisecond).String(), mdtable.IEC(float64(p.walDuring)),
+		mdtable.IEC(float64(netPurgeWAL(p.walDuring, p.deliveredDuring, p.walWithout, p.deliveredWithout))), mdtable.Thousands(float64(p.deliveredDuring)),
+		mdtable.Dur(stats.Percentile(p.without, 99)), mdtable.Dur(stats.Percentile(p.during, 99)), mdtable.Dur(stats.Percentile(p.during, 100)))
+	t.Row("partitioned by day (`examples/telemetry`)", "DROP of the day's partition",
+		mdtable.Thousands(float64(q.rows)), q.took.Round(time.Millisecond).String(), mdtable.IEC(float64(q.walDuring)),
+		mdtable.IEC(float64(netPurgeWAL(q.walDuring, q.deliveredDuring, q.walWithout, q.deliveredWithout))), mdtable.Thousands(float64(q.deliveredDuring)),
+		mdtable.Dur(stats.Percentile(q.without, 99)), mdtable.Dur(stats.Percentile(q.during, 99)), mdtable.Dur(stats.Percentile(q.during, 100)))
+	w("%s\n", t)
+	w("The two consumers do different business work (an UPDATE of an account, an INSERT of a reading), so compare each layout's p99 during the purge with its own p99 without. ")
+	w("The janitor dropped %v; afterwards the inbox held %s rows: the %s of the oldest kept day and the %s the workers wrote.\n\n",
+		q.report.Dropped[telemetryInbox], mdtable.Thousands(float64(q.left)), mdtable.Thousands(float64(q.keptLeft)), mdtable.Thousands(float64(q.delivered)))
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"math"
+	"runtime"
 	"slices"
 	"strings"
 	"time"
@@ -102,8 +103,11 @@ func busyRange(busy []float64) string {
 
 // The targets of the issue.
 const (
-	targetVsHand    = 1.2
-	targetVsBare    = 0.75
+	// The single-message wrapper at the highest concurrency, against the
+	// hand-written inbox and the bare UPDATE (issue 24: a claim that costs
+	// what it must).
+	targetVsHand    = 1.3
+	targetVsBare    = 0.5
 	targetDupTrips  = 1.0
 	targetDupFaster = 3.0
 	targetVsVet     = 1.5
@@ -117,6 +121,11 @@ func (r *report) writeTargets(w writer) {
 	t := &targetTable{}
 	if r.db != nil {
 		r.dbTargets(t)
+	} else {
+		t.add(notRunTarget(fmt.Sprintf("generated ≥ %.1f× hand-written and ≥ %.1f× bare at %s", targetVsHand, targetVsBare, highestOf(r.cfg.workers, "-workers")), "db"))
+	}
+	if r.stmts != nil {
+		r.statementsTargets(t)
 	}
 	if r.net != nil {
 		r.netTargets(t)
@@ -159,12 +168,19 @@ func (r *report) dbTargets(t *targetTable) {
 	n := r.maxWorkers()
 	cell := func(name string, workers int) *cell { return r.db.cell(name, workers) }
 	gen, hand, bare, dup := cell(scGenerated, n).summary(), cell(scHand, n).summary(), cell(scBare, n).summary(), cell(scDuplicate, n).summary()
+	bound := func(q, target float64, other string, o summary) string {
+		if q >= target {
+			return ""
+		}
+		return "; " + cellBound(scGenerated, gen, runtime.NumCPU()) + "; " + cellBound(other, o, runtime.NumCPU())
+	}
 	t.line(verdict(gen.rate/hand.rate >= targetVsHand),
 		fmt.Sprintf("generated ≥ %.1f× hand-written at %d workers", targetVsHand, n),
-		fmt.Sprintf("%s (per round in brackets); median latency message by message %s", r.pairRatio(scGenerated, scHand, n), mdtable.Ratio(float64(r.pairedP50(scHand))/float64(r.pairedP50(scGenerated)))),
+		fmt.Sprintf("%s (per round in brackets); median latency message by message %s%s", r.pairRatio(scGenerated, scHand, n),
+			mdtable.Ratio(float64(r.pairedP50(scHand))/float64(r.pairedP50(scGenerated))), bound(gen.rate/hand.rate, targetVsHand, scHand, hand)),
 		busyOf(cell(scGenerated, n), cell(scHand, n))...)
 	t.line(verdict(gen.rate/bare.rate >= targetVsBare),
-		fmt.Sprintf("generated ≥ %.2f× bare at %d workers", targetVsBare, n), r.pairRatio(scGenerated, scBare, n),
+		fmt.Sprintf("generated ≥ %.1f× bare at %d workers", targetVsBare, n), r.pairRatio(scGenerated, scBare, n)+bound(gen.rate/bare.rate, targetVsBare, scBare, bare),
 		busyOf(cell(scGenerated, n), cell(scBare, n))...)
 	t.line(verdict(dup.tripsPerMsg <= targetDupTrips+0.005),
 		fmt.Sprintf("a duplicate costs ≤ %.0f round trip", targetDupTrips), fmt.Sprintf("%.2f round trips", dup.tripsPerMsg),

@@ -57,8 +57,9 @@ func (a Action) String() string {
 //     redelivery resolves it as a Duplicate or by processing the message),
 //     a database error of a deploy not finished yet (a table not migrated),
 //     and the handler's own error. A retry loses nothing.
-//   - DeadLetter: ErrKeyReused, ErrInvalidKey, ErrUnencodable,
-//     ErrUndecodableResult and ErrUndecodablePayload, wherever they are in
+//   - DeadLetter: ErrKeyReused, ErrInvalidKey, ErrOutsideWindow,
+//     ErrUnencodable, ErrUndecodableResult and ErrUndecodablePayload,
+//     wherever they are in
 //     the chain: a handler that finds its message unusable for good returns
 //     an error wrapping one of them (ErrUndecodablePayload for a body it
 //     cannot read) to have it dead-lettered rather than retried.
@@ -73,6 +74,7 @@ func ActionFor(err error) Action {
 		return Retry
 	case errors.Is(err, ErrKeyReused),
 		errors.Is(err, ErrInvalidKey),
+		errors.Is(err, ErrOutsideWindow),
 		errors.Is(err, ErrUnencodable),
 		errors.Is(err, ErrUndecodableResult),
 		errors.Is(err, ErrUndecodablePayload):

@@ -24,6 +24,17 @@ var (
 	// written; the message can never succeed as it is, so dead-letter it.
 	ErrInvalidKey = errors.New("idem: invalid key")
 
+	// ErrOutsideWindow: the consumer's inbox is partitioned by the message's
+	// own time (partition= and time=), and this message's time is outside
+	// the window the inbox keeps: older than its retention, whose
+	// partitions the janitor drops (so a copy processed before could not be
+	// recognised, duplicate or not), or in a bucket that has no partition
+	// (later than the janitor creates ahead, or never created because no
+	// janitor runs). The handler did not run and nothing was written;
+	// dead-letter the message (ActionFor says DeadLetter): only an operator
+	// can tell whether it was processed before.
+	ErrOutsideWindow = errors.New("idem: the message's time is outside the window the partitioned inbox keeps")
+
 	// ErrStale: the handler has a stale-message guard and a version of the
 	// message's entity as new or newer was applied already. The handler did
 	// not run and nothing was written; the message is obsolete, so ack it

@@ -13,6 +13,7 @@ import (
 
 	"github.com/idemgen/idemgen/generated/outboxdb"
 	"github.com/idemgen/idemgen/idem/internal/obs"
+	"github.com/idemgen/idemgen/idem/internal/partition"
 	"github.com/idemgen/idemgen/idem/internal/pgutil"
 )
 
@@ -25,7 +26,11 @@ const (
 // Janitor keeps the tables of idem from growing without bound: on a
 // schedule it purges each consumer's rows past its retention (retain=), the
 // published outbox rows past theirs ([WithJanitorOutbox]), and resets the
-// expired claims of mode=external consumers (the lease sweeper).
+// expired claims of mode=external consumers (the lease sweeper). The inbox
+// of a consumer partitioned by the message's time (partition= and time=) it
+// purges by dropping each partition wholly past the retention, and it
+// creates the partitions of the kept window and the buckets ahead
+// (docs/janitor.md, Partitioned inboxes).
 //
 // Every statement is one short autocommit transaction that deletes or
 // resets at most one batch ([WithJanitorBatchSize]), found through the
@@ -55,6 +60,7 @@ type janitorOptions struct {
 	horizon      time.Duration
 	logger       *slog.Logger
 	meter        metric.MeterProvider
+	now          func() time.Time // the clock partitions are kept at
 }
 
 // WithJanitorInterval sets the time from the start of one round of the
@@ -114,7 +120,7 @@ func WithJanitorMeterProvider(mp metric.MeterProvider) JanitorOption {
 // redelivery horizon") for each consumer whose retention is shorter than
 // the horizon of [WithJanitorRedeliveryHorizon].
 func NewJanitor(db DB, consumers []Maintained, opts ...JanitorOption) (*Janitor, error) {
-	o := janitorOptions{interval: DefaultJanitorInterval, batchSize: DefaultJanitorBatchSize}
+	o := janitorOptions{interval: DefaultJanitorInterval, batchSize: DefaultJanitorBatchSize, now: time.Now}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -143,7 +149,7 @@ func NewJanitor(db DB, consumers []Maintained, opts ...JanitorOption) (*Janitor,
 		}
 		m := c.Maintenance()
 		switch {
-		case m.t.Purge == "" || m.t.DB == nil:
+		case m.t.Purge == "" && m.t.Partitions == nil || m.t.DB == nil:
 			return nil, fmt.Errorf("idem.NewJanitor: %T returned a Maintenance that no inbox made (consumer %q); pass the generated wrapper", c, m.Consumer)
 		case m.Retain <= 0:
 			return nil, fmt.Errorf("idem.NewJanitor: consumer %s: its retention is %v; want a positive retain=", m.Consumer, m.Retain)
@@ -174,6 +180,11 @@ type JanitorReport struct {
 	// Reset counts the expired claims the sweeper reset, by consumer;
 	// consumers with none are left out.
 	Reset map[string]int64
+	// Created and Dropped list the partitions of partitioned inboxes the
+	// round created and dropped, by table; tables with none are left out.
+	// A dropped partition's rows are counted in Purged, by the server's
+	// statistics of the partition (an estimate).
+	Created, Dropped map[string][]string
 	// Statements is the number of statements the round ran, and Longest
 	// the duration of the longest one: the longest any of them held its
 	// locks.
@@ -218,11 +229,19 @@ func (j *Janitor) logRound(ctx context.Context, rep JanitorReport, err error, to
 	for _, n := range rep.Reset {
 		reset += n
 	}
+	var created, dropped int
+	for _, names := range rep.Created {
+		created += len(names)
+	}
+	for _, names := range rep.Dropped {
+		dropped += len(names)
+	}
 	level := slog.LevelDebug
-	if purged > 0 || reset > 0 {
+	if purged > 0 || reset > 0 || created > 0 || dropped > 0 {
 		level = slog.LevelInfo
 	}
-	attrs := []slog.Attr{slog.Int64("purged", purged), slog.Int64("reset", reset), slog.Int("statements", rep.Statements),
+	attrs := []slog.Attr{slog.Int64("purged", purged), slog.Int64("reset", reset),
+		slog.Int("partitions_created", created), slog.Int("partitions_dropped", dropped), slog.Int("statements", rep.Statements),
 		slog.Duration("longest_statement", rep.Longest), slog.Duration("duration", took)}
 	if err != nil {
 		level = slog.LevelWarn
@@ -231,16 +250,25 @@ func (j *Janitor) logRound(ctx context.Context, rep JanitorReport, err error, to
 	j.o.logger.LogAttrs(ctx, level, "idem janitor round", attrs...)
 }
 
-// RunOnce runs one round: it purges each consumer's table and sweeps the
+// RunOnce runs one round: it purges each consumer's table (for a
+// partitioned inbox: drops its partitions wholly past the retention and
+// creates those of the kept window and the buckets ahead) and sweeps the
 // expired claims of each mode=external one, then purges the outbox, each
 // until no batch is left or ctx ends. A task that fails does not stop the
 // others; RunOnce returns their errors joined, with what was done.
 func (j *Janitor) RunOnce(ctx context.Context) (JanitorReport, error) {
-	rep := JanitorReport{Purged: map[string]int64{}, Reset: map[string]int64{}}
+	rep := JanitorReport{Purged: map[string]int64{}, Reset: map[string]int64{},
+		Created: map[string][]string{}, Dropped: map[string][]string{}}
 	var errs []error
 	for _, m := range j.consumers {
 		if ctx.Err() != nil {
 			break
+		}
+		if m.t.Partitions != nil {
+			if err := j.partitions(ctx, &rep, m); err != nil {
+				errs = append(errs, fmt.Errorf("idem: janitor: consumer %s: keep the partitions of %s: %w", m.Consumer, m.Table, err))
+			}
+			continue
 		}
 		n, err := j.batches(ctx, &rep, m.t.DB, m.t.Purge, func(ctx context.Context, n int64) {
 			j.inst.Purged(ctx, m.Table, m.kind(), n)
@@ -335,6 +363,22 @@ func execAsync(ctx context.Context, db DB, sql string, args ...any) (int64, erro
 		return 0, err
 	}
 	return tag.RowsAffected(), nil
+}
+
+// partitions keeps the partitions of m, a partitioned inbox.
+func (j *Janitor) partitions(ctx context.Context, rep *JanitorReport, m Maintenance) error {
+	started := time.Now()
+	res, err := partition.Maintain(ctx, m.t.DB, *m.t.Partitions, j.o.now())
+	rep.statement(time.Since(started))
+	if len(res.Created) > 0 {
+		rep.Created[m.Table] = append(rep.Created[m.Table], res.Created...)
+	}
+	if len(res.Dropped) > 0 {
+		rep.Dropped[m.Table] = append(rep.Dropped[m.Table], res.Dropped...)
+		rep.Purged[m.Table] += res.DroppedRows
+		j.inst.Purged(ctx, m.Table, m.kind(), res.DroppedRows)
+	}
+	return err
 }
 
 func (j *Janitor) purgeOutbox(ctx context.Context, rep *JanitorReport) (int64, error) {

@@ -53,7 +53,7 @@ func (m Maintenance) Check(ctx context.Context) error {
 		return fmt.Errorf("idem: consumer %s: check the table %s: acquire a connection: %w", m.Consumer, m.Table, err)
 	}
 	defer c.Release()
-	for _, sql := range []string{m.t.Purge, m.t.Sweep} {
+	for _, sql := range []string{m.t.Purge, m.t.Sweep, m.t.Probe} {
 		if sql == "" {
 			continue
 		}

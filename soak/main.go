@@ -48,6 +48,7 @@ import (
 	"github.com/idemgen/idemgen/examples/notifications"
 	"github.com/idemgen/idemgen/idem/idemtest/brokertest"
 	"github.com/idemgen/idemgen/internal/netproxy"
+	"github.com/idemgen/idemgen/internal/pgcluster"
 )
 
 func main() {
@@ -110,7 +111,7 @@ type soak struct {
 	pubRnd, faultRnd *mrand.Rand
 	started          time.Time
 	dir              string // logs of the child processes
-	pg               *cluster
+	pg               *pgcluster.Cluster
 	pool             *pgxpool.Pool
 	end              endpoint        // what children use
 	ctl              broker          // the parent's own connection
@@ -174,8 +175,8 @@ func (s *soak) run(ctx context.Context) (int, error) {
 	if err != nil {
 		return 1, err
 	}
-	defer s.pg.remove()
-	s.logf("PostgreSQL: a throwaway cluster (%s) in %s", s.pg.bin, s.pg.dir)
+	defer s.pg.Remove()
+	s.logf("PostgreSQL: a throwaway cluster (%s) in %s", s.pg.Bin, s.pg.Dir)
 	if err := s.setupDB(ctx); err != nil {
 		return 1, err
 	}
@@ -247,7 +248,7 @@ func (s *soak) run(ctx context.Context) (int, error) {
 }
 
 func (s *soak) setupDB(ctx context.Context) error {
-	cfg, err := pgxpool.ParseConfig(s.pg.URL())
+	cfg, err := pgxpool.ParseConfig(s.pg.URL("postgres"))
 	if err != nil {
 		return err
 	}
@@ -337,7 +338,7 @@ func (s *soak) spawn(role, name string) {
 		fmt.Fprintf(os.Stderr, "soak: %v\n", err)
 		return
 	}
-	cmd := exec.Command(s.exe, "child", "-role", role, "-db", s.pg.URL(), "-broker", s.end.kind, "-url", s.end.url,
+	cmd := exec.Command(s.exe, "child", "-role", role, "-db", s.pg.URL("postgres"), "-broker", s.end.kind, "-url", s.end.url,
 		"-prefix", s.end.prefix, "-name", s.end.prefix+" "+name)
 	cmd.Stderr = logf
 	// The children die with the soak, however it ends.

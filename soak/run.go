@@ -213,11 +213,11 @@ func (s *soak) closeBrokerConnections(name string) (int, error) {
 
 func (s *soak) restartPG() {
 	s.logf("fault: PostgreSQL stop")
-	if err := s.pg.stop(); err != nil {
+	if err := s.pg.Stop(); err != nil {
 		s.logf("%v", err)
 	}
 	time.Sleep(time.Duration(1000+s.faultRnd.IntN(2000)) * time.Millisecond)
-	if err := s.pg.start(); err != nil {
+	if err := s.pg.Start(); err != nil {
 		s.logf("PostgreSQL does not start again: %v", err)
 		return
 	}

@@ -38,6 +38,7 @@ var sentinels = []sentinel{
 	{"ErrInProgress", idem.ErrInProgress, idem.Retry},
 	{"ErrKeyReused", idem.ErrKeyReused, idem.DeadLetter},
 	{"ErrInvalidKey", idem.ErrInvalidKey, idem.DeadLetter},
+	{"ErrOutsideWindow", idem.ErrOutsideWindow, idem.DeadLetter},
 	{"ErrStale", idem.ErrStale, idem.Ack},
 	{"ErrUndecodableResult", idem.ErrUndecodableResult, idem.DeadLetter},
 	{"ErrUnencodable", idem.ErrUnencodable, idem.DeadLetter},

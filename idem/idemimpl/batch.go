@@ -214,10 +214,13 @@ func (b *batch[M, R]) run(ctx context.Context, conn *pgx.Conn) (retry []int) {
 	tx := br.Tx()
 	switch {
 	case err == nil:
-	case pgutil.HasSQLState(err, pgerrcode.LockNotAvailable, pgerrcode.SerializationFailure, pgerrcode.DeadlockDetected):
+	case pgutil.HasSQLState(err, pgerrcode.LockNotAvailable, pgerrcode.SerializationFailure, pgerrcode.DeadlockDetected),
+		in.table.Partition != "" && isNoPartition(err):
 		// A key is held by a concurrent delivery, or the isolation level
-		// refused a row committed after the snapshot: each message on its
-		// own resolves it (ErrInProgress, Duplicate, or processed).
+		// refused a row committed after the snapshot, or (a partitioned
+		// inbox) a message's bucket has no partition: each message on its
+		// own resolves it (ErrInProgress, Duplicate, processed, or
+		// ErrOutsideWindow for that message only).
 		pgutil.Rollback(ctx, conn)
 		return b.primary
 	default:

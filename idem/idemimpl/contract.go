@@ -42,5 +42,9 @@ package idemimpl
 //
 // Version 3: what only generated code calls moved from package idem to this
 // package (idem.SupportPackageIsVersion2 is gone with it), so that package
-// idem documents what users call.
+// idem documents what users call. Table.Partition and the Bucket constants (Hour,
+// Day, Week, Month), and idemtest.Partition, came later within version 3:
+// code generated before sets neither, and means what it meant (an inbox
+// that is not partitioned), so it needs no regeneration; code that sets
+// them fails to compile against a runtime without them.
 const SupportPackageIsVersion3 = true

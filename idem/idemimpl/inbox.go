@@ -14,6 +14,7 @@ import (
 
 	"github.com/idemgen/idemgen/idem"
 	"github.com/idemgen/idemgen/idem/internal/obs"
+	"github.com/idemgen/idemgen/idem/internal/partition"
 	"github.com/idemgen/idemgen/idem/internal/pgutil"
 )
 
@@ -62,6 +63,8 @@ type Inbox[M, R any] struct {
 	lockWait   any // the claim's lock_timeout value, boxed once
 	noResult   bool
 	batchCap   int // the most messages one HandleBatch transaction holds
+	// now is the clock of a partitioned inbox's window.
+	now func() time.Time
 
 	beforeCommit func(ctx context.Context, tx pgx.Tx) error
 
@@ -84,6 +87,14 @@ func NewInbox[M, R any](db idem.DB, table Table[M], handler func(ctx context.Con
 // newInbox is NewInbox without the handler.
 func newInbox[M, R any](constructor string, db idem.DB, table Table[M], opts []idem.Option) *Inbox[M, R] {
 	o := newOptions(constructor, table.Consumer, "tx", txModeOptions, opts)
+	now := o.Now
+	if now == nil {
+		now = time.Now
+	}
+	if table.Partition != "" {
+		checkPartition(constructor, table)
+		table.Key = bucketed(table, now)
+	}
 	var zero R
 	_, noResult := any(zero).(idem.None)
 	in := &Inbox[M, R]{
@@ -97,6 +108,7 @@ func newInbox[M, R any](constructor string, db idem.DB, table Table[M], opts []i
 		lockWait:  lockTimeout(o.ClaimWait),
 		noResult:  noResult,
 		batchCap:  o.BatchCap,
+		now:       now,
 
 		beforeCommit: o.BeforeCommit,
 		delivery:     delivery[M, R]{consumerOf: newConsumerOf(o, table.Consumer, fieldsOf(table.Columns), table.Key)},
@@ -104,6 +116,13 @@ func newInbox[M, R any](constructor string, db idem.DB, table Table[M], opts []i
 	if in.batchCap == 0 {
 		in.batchCap = idem.DefaultBatchCap
 	}
+	if table.Partition != "" {
+		// Its partitions are dropped whole (Purge): the statement that
+		// deletes rows by ctid is for a table that is not partitioned,
+		// where a ctid names one row.
+		in.sql.purge = ""
+	}
+
 	// A key in progress can be claimed again, at the earliest, once another
 	// claim wait has passed (RetryAfter).
 	in.wait = o.ClaimWait
@@ -169,6 +188,9 @@ func (in *Inbox[M, R]) handle(ctx context.Context, msg M, d deliveryOf, _ *int) 
 	case pgutil.HasSQLState(err, pgerrcode.LockNotAvailable):
 		pgutil.Rollback(ctx, conn)
 		return zero, 0, in.fail(key, idem.ErrInProgress)
+	case in.table.Partition != "" && isNoPartition(err):
+		pgutil.Rollback(ctx, conn)
+		return zero, 0, in.fail(key, in.noPartition(msg, err))
 	default:
 		pgutil.Rollback(ctx, conn)
 		return zero, 0, in.fail(key, fmt.Errorf("idem: claim: %w", err))
@@ -315,7 +337,11 @@ func (in *Inbox[M, R]) complete(ctx context.Context, conn *pgx.Conn, key []any, 
 	b := pgutil.NewBatch(4)
 	q := in.sql.markKeyDone(key, result)
 	b.Queue(q.sql, q.args...)
-	published, notified := queueOutgoing(b, in.table.Consumer, in.fields, [][]any{key}, []*idem.Outbox{out}, in.notify)
+	var published int
+	var notified bool
+	if out != nil { // a publishing inbox's: the rows of what the handler published
+		published, notified = queueOutgoing(b, in.table.Consumer, in.fields, [][]any{key}, []*idem.Outbox{out}, in.notify)
+	}
 	br, done, err := sendCommit(ctx, conn, b)
 	if err != nil {
 		return fmt.Errorf("idem: %w before the commit; the transaction was rolled back", err)
@@ -431,7 +457,20 @@ func (in *Inbox[M, R]) readBack(ctx context.Context, conn *pgx.Conn, key []any, 
 // that no statement holds its locks for long, and returns how many it deleted.
 // Run it periodically; rows must outlive the broker's redelivery window and
 // any dead-letter replay, which is what the retention is for.
+//
+// On a partitioned inbox (Table.Partition) it deletes no rows: it drops the
+// partitions wholly past the retention, creates those of the kept window
+// and the buckets ahead (as idem.Janitor does), and returns the rows the
+// dropped partitions held, by the server's statistics (an estimate).
 func (in *Inbox[M, R]) Purge(ctx context.Context) (int64, error) {
+	if in.table.Partition != "" {
+		res, err := partition.Maintain(ctx, in.db, in.partitions(), in.now())
+		in.ob.ins.Purged(ctx, in.table.Name, obs.KindInbox, res.DroppedRows)
+		if err != nil {
+			return res.DroppedRows, in.fail(nil, fmt.Errorf("idem: keep the partitions of %s: %w", in.table.Name, err))
+		}
+		return res.DroppedRows, nil
+	}
 	q := in.sql.purgeRows(in.table.Retain)
 	return purge(ctx, in.db, &in.consumerOf, in.table.Name, obs.KindInbox, q.sql, q.args)
 }

@@ -5,12 +5,19 @@ import (
 	"github.com/idemgen/idemgen/idem/internal/link"
 )
 
-// Maintenance returns what a [idem.Janitor] needs to purge the inbox's table.
+// Maintenance returns what a [idem.Janitor] needs to purge the inbox's table
+// (for a partitioned inbox: to keep its partitions).
 func (in *Inbox[M, R]) Maintenance() idem.Maintenance {
 	m := idem.Maintenance{
 		Consumer: in.table.Consumer,
 		Table:    in.table.Name,
 		Retain:   in.table.Retain,
+	}
+	if in.table.Partition != "" {
+		p := in.partitions()
+		*link.MaintenanceTables(&m) = link.Tables{DB: in.db, Partitions: &p,
+			Probe: "SELECT FROM " + in.table.Name + " LIMIT 0"}
+		return m
 	}
 	*link.MaintenanceTables(&m) = link.Tables{DB: in.db, Purge: in.sql.purge}
 	return m

@@ -91,12 +91,21 @@ func list(cols []Column, sep string, f func(i int, c Column) string) string {
 // rather than answering a Duplicate for work that never finished.
 //
 // The claim bounds its own wait for a concurrent claim of the key: the wait
-// CTE saves the session's lock_timeout and sets the bound before the INSERT
+// saves the session's lock_timeout and sets the bound before the INSERT
 // reads its row from it, and the RETURNING of the last write restores the
 // saved value, so the handler's statements never see the bound. (When
 // nothing is returned, the transaction is rolled back, setting and all.) The
 // saved value, idem.lock_timeout, is set only in the claim's transaction:
 // what marks the row done checks it.
+//
+// A single key's claim (claimSQL, takeOverSQL) reads the wait as a subquery
+// in its FROM (claimBound): the statement is then the INSERT (or UPDATE) of
+// one row computed by two nested Result nodes, with nothing materialized,
+// which is less to plan and to run than a CTE. OFFSET 0 keeps each subquery
+// from being pulled up into its parent, so that the inner one, which saves
+// the session's value, runs before the outer one sets the bound, and both
+// before the write. The statements that need the wait in several of their
+// parts (the guarded claim, the batch claim) name it as a CTE (claimWait).
 const (
 	claimWait = `WITH wait AS MATERIALIZED (
   SELECT set_config('lock_timeout', {wait}::text, true)
@@ -104,9 +113,13 @@ const (
     AS saved
 )`
 
-	claimSQL = claimWait + `
-INSERT INTO {table} ({columns}, fingerprint, status)
-SELECT {values}, {fingerprint}::bytea, 'running' FROM wait
+	claimBound = `(SELECT set_config('lock_timeout', {wait}::text, true)
+  FROM (SELECT set_config('idem.lock_timeout', current_setting('lock_timeout'), true) OFFSET 0)
+    AS saved
+  OFFSET 0) AS wait`
+
+	claimSQL = `INSERT INTO {table} ({columns}, fingerprint, status)
+SELECT {values}, {fingerprint}::bytea, 'running' FROM ` + claimBound + `
 ON CONFLICT DO NOTHING
 RETURNING set_config('lock_timeout', current_setting('idem.lock_timeout'), true) IS NOT NULL`
 
@@ -133,9 +146,8 @@ SELECT EXISTS (SELECT FROM fresh) FROM claim`
 	// ended its transaction through SQL): the row is locked as the claim's
 	// INSERT would lock a new one, bounded by the claim wait, and it counts
 	// one more attempt.
-	takeOverSQL = claimWait + `
-UPDATE {table} AS t SET attempts = t.attempts + 1
-FROM wait
+	takeOverSQL = `UPDATE {table} AS t SET attempts = t.attempts + 1
+FROM ` + claimBound + `
 WHERE {match} AND t.status = 'running' AND t.fingerprint = {fingerprint}::bytea
 RETURNING set_config('lock_timeout', current_setting('idem.lock_timeout'), true) IS NOT NULL`
 

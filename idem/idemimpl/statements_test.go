@@ -54,7 +54,7 @@ func TestStatementsBuiltOnce(t *testing.T) {
 		{Field: "B", Name: "key_b", Type: "bigint", Nullable: true},
 	}}, true)
 	if !strings.Contains(s.claimSQL, `INSERT INTO app."order" (key_a, key_b, fingerprint, status)`) ||
-		!strings.Contains(s.claimSQL, "SELECT $1::text, $2::bigint, $3::bytea, 'running' FROM wait") ||
+		!strings.Contains(s.claimSQL, "SELECT $1::text, $2::bigint, $3::bytea, 'running' FROM (SELECT set_config('lock_timeout', $4::text, true)") ||
 		!strings.Contains(s.claimSQL, "set_config('lock_timeout', $4::text, true)") {
 		t.Errorf("claim:\n%s", s.claimSQL)
 	}

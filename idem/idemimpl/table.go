@@ -2,6 +2,7 @@ package idemimpl
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/idem/internal/partition"
 	"github.com/idemgen/idemgen/idem/internal/pgutil"
 )
 
@@ -36,6 +38,16 @@ type Table[M any] struct {
 	// Retain is how long inbox rows are kept before Purge deletes them.
 	Retain time.Duration
 
+	// Partition is the time bucket of a partitioned inbox (partition= and
+	// time= in the directive), "" for an inbox that is not partitioned.
+	// The last of Columns is then the bucket column, of type timestamptz,
+	// and the last of Key's parts the message's own time, a time.Time, which
+	// the inbox replaces with the start of its bucket (in UTC): the bucket is
+	// part of the key, so every copy of a message lands in one partition. A
+	// message older than Retain gets ErrOutsideWindow. (Code generated
+	// before this field leaves it "": the field keeps the contract version.)
+	Partition Bucket
+
 	// Order returns the entity and the version of msg for a table with a
 	// stale-message guard (order= and version= in the directive); nil
 	// without one. With a guard, HandleBatch runs one transaction per
@@ -46,6 +58,54 @@ type Table[M any] struct {
 	// guard.
 	Versions   string
 	EntityType string
+}
+
+// Bucket is the width of the partitions of a partitioned inbox
+// (Table.Partition): the time buckets its messages are placed in, in UTC.
+type Bucket = partition.Bucket
+
+// The buckets of partition= (docs/directive.md).
+const (
+	Hour  = partition.Hour
+	Day   = partition.Day
+	Week  = partition.Week
+	Month = partition.Month
+)
+
+// bucketed returns the key function of a partitioned inbox: t's, with the
+// last part, the message's time, replaced by the start of its bucket, and
+// a message outside the kept window refused (ErrOutsideWindow). now is the
+// clock.
+func bucketed[M any](t Table[M], now func() time.Time) func(M) ([]any, error) {
+	field := t.Columns[len(t.Columns)-1].Field
+	keep := partition.Table{Bucket: t.Partition, Retain: t.Retain}
+	return func(msg M) ([]any, error) {
+		key, err := t.Key(msg)
+		if err != nil {
+			return nil, err
+		}
+		last := len(key) - 1
+		at, ok := key[last].(time.Time)
+		switch {
+		case !ok:
+			return nil, fmt.Errorf("idem: consumer %s: the key's last part is a %T, not the message's time (time.Time)", t.Consumer, key[last])
+		case at.IsZero():
+			return nil, InvalidKey(field, "is the zero time: a message without its time has no bucket")
+		}
+		if window := keep.Window(now()); at.Before(window) {
+			return nil, outsideWindow(field, at, fmt.Sprintf("is older than the retention (retain=%v): it is before %s",
+				t.Retain, window.UTC().Format(time.RFC3339)))
+		}
+		parts := slices.Clone(key)
+		parts[last] = t.Partition.Start(at)
+		return parts, nil
+	}
+}
+
+// outsideWindow is the ErrOutsideWindow of a message whose time, in field,
+// is at, for the reason given.
+func outsideWindow(field string, at time.Time, reason string) error {
+	return fmt.Errorf("%w: %s %s %s", idem.ErrOutsideWindow, field, at.UTC().Format(time.RFC3339Nano), reason)
 }
 
 // keyText is a key part in the text form the batch statements cast from.
@@ -59,6 +119,8 @@ func keyText(part any) string {
 		return strconv.FormatInt(v, 10)
 	case uint64:
 		return strconv.FormatUint(v, 10)
+	case time.Time:
+		return v.UTC().Format(time.RFC3339Nano)
 	default:
 		return fmt.Sprint(v)
 	}

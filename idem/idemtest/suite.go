@@ -163,6 +163,12 @@ type Suite[V, M, R any] struct {
 	// Outbox turns on the outbox checks, for a consumer whose handler
 	// publishes through an *idem.Outbox; nil for one that does not.
 	Outbox *Outbox[M]
+	// Partition, for a consumer whose inbox is partitioned by the
+	// message's own time (partition= and time=), makes every scenario keep
+	// the partitions first and time its message, and adds the partition
+	// scenarios (ScenarioBucketEdge and the others); nil for one that is
+	// not partitioned.
+	Partition *Partition[V, M]
 
 	// markers: Inbox is a mode=entity handler's business table, whose
 	// markers are its rows with a fingerprint (EntitySuite); rows seeded
@@ -242,7 +248,7 @@ func (s Suite[V, M, R]) scenarios(seen *fixtureSeen) []Scenario {
 			return seen.applies(func(p fixtureParts) bool { return p.conflict },
 				"the fixture supplies no Conflict (a row that makes the handler's write violate a unique constraint)")
 		}},
-	}, s.batchScenarios(seen)...)
+	}, append(s.batchScenarios(seen), s.partitionScenarios(seen)...)...)
 }
 
 // fixtureSeen records which optional parts the fixtures returned so far
@@ -301,6 +307,13 @@ type scenario[V, M, R any] struct {
 // session.
 func (s Suite[V, M, R]) start(t testing.TB, seen *fixtureSeen, conns int) *scenario[V, M, R] {
 	t.Helper()
+	return s.startAt(t, seen, conns, time.Time{})
+}
+
+// startAt is start, with the message of a partitioned inbox timed at at
+// (see scenario.partitioned).
+func (s Suite[V, M, R]) startAt(t testing.TB, seen *fixtureSeen, conns int, at time.Time) *scenario[V, M, R] {
+	t.Helper()
 	if s.New == nil || s.Fixture == nil || s.Inbox == "" {
 		t.Fatal("idemtest: a Suite needs New, Fixture and Inbox")
 	}
@@ -311,6 +324,9 @@ func (s Suite[V, M, R]) start(t testing.TB, seen *fixtureSeen, conns int) *scena
 	sc.fx = s.Fixture(t, sc.db)
 	seen.record(fixtureParts{variant: sc.fx.Variant != nil, conflict: sc.fx.Conflict != nil})
 	sc.ctx = context.WithValue(ctx, hookKey{}, sc.beforeCommit)
+	if s.Partition != nil {
+		sc.partitioned(at)
+	}
 	sc.app = sc.db.Schema + "_1"
 	sc.pool = openPool(t, sc.db, sc.app, conns)
 	sc.handle = sc.newConsumer(sc.pool)
@@ -541,8 +557,15 @@ func (sc *scenario[V, M, R]) wantEffect(msg M, want int, when string) {
 
 func (s Suite[V, M, R]) concurrent(t testing.TB, seen *fixtureSeen) {
 	t.Helper()
+	s.concurrentAt(t, seen, time.Time{})
+}
+
+// concurrentAt is ScenarioConcurrent, with the message of a partitioned
+// inbox timed at at; it returns the scenario for more checks.
+func (s Suite[V, M, R]) concurrentAt(t testing.TB, seen *fixtureSeen, at time.Time) *scenario[V, M, R] {
+	t.Helper()
 	n := s.deliveries(t)
-	sc := s.start(t, seen, n)
+	sc := s.startAt(t, seen, n, at)
 	Warm(t, sc.pool, n)
 
 	var returned atomic.Int64
@@ -605,6 +628,7 @@ func (s Suite[V, M, R]) concurrent(t testing.TB, seen *fixtureSeen) {
 	if held != nil && held.err == nil {
 		t.Logf("the first delivery held its transaction until %d other deliveries waited on a lock in PostgreSQL and %d had returned", held.waiting, held.returned)
 	}
+	return sc
 }
 
 func (s Suite[V, M, R]) failureBeforeCommit(t testing.TB, seen *fixtureSeen) {

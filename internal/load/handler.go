@@ -91,6 +91,9 @@ func (c *checker) handler(fd *ast.FuncDecl, d directive.Directive) (model.Handle
 		c.zero(d, &h)
 	}
 	if msgOK {
+		c.partition(d, &h, msg)
+	}
+	if msgOK {
 		h.Vary, h.NoVary = c.vary(msg, h)
 	}
 	if o, ok := d.Lookup("fixture"); ok && msgOK {

@@ -10,7 +10,7 @@ import (
 )
 
 // The options of //idem:handler.
-var handlerOptions = []string{"consumer", "key", "table", "retain", "order", "version", "stable", "zero", "fixture", "mode", "lease", "columns", "constraint", "result"}
+var handlerOptions = []string{"consumer", "key", "table", "retain", "order", "version", "stable", "zero", "fixture", "mode", "lease", "columns", "constraint", "result", "partition", "time"}
 
 // The modes of mode= (docs/directive.md, docs/natural.md).
 var modes = []string{string(model.ModeTx), string(model.ModeExternal), string(model.ModeEntity), string(model.ModeNatural)}

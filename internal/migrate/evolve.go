@@ -80,6 +80,11 @@ func Evolve(prev, next model.Inbox) (Change, error) {
 		return c, fmt.Errorf("its inbox table changed from %s to %s: running consumers use the old name until the deploy finishes, so a rename is yours to plan; %s",
 			prev.Table, next.Table, fresh)
 	}
+	if prev.Partition != next.Partition {
+		return c, fmt.Errorf("its inbox would be %s, and idemgen does not move the rows recorded so far between layouts "+
+			"(docs/scale.md#moving-an-existing-consumer-to-partitions says how to switch); %s",
+			partitionChange(prev.Partition, next.Partition), fresh)
+	}
 	old := map[string]model.Column{}
 	for _, col := range prev.Key {
 		old[col.Name] = col
@@ -143,4 +148,17 @@ func Evolve(prev, next model.Inbox) (Change, error) {
 		return c, fmt.Errorf("its retention index would change from %s to %s; idemgen only moves inboxes from BRIN to B-tree", prev, next)
 	}
 	return c, nil
+}
+
+// partitionChange says how an inbox's partitioning would change, for the
+// error that refuses it.
+func partitionChange(prev, next string) string {
+	switch {
+	case prev == "":
+		return "partitioned by " + next + " (partition=" + next + ") instead of a plain table"
+	case next == "":
+		return "a plain table instead of partitioned by " + prev + " (partition= was removed)"
+	default:
+		return "partitioned by " + next + " instead of by " + prev
+	}
 }

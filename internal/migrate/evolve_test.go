@@ -106,6 +106,12 @@ func TestEvolveRefuses(t *testing.T) {
 		{name: "guard entity type changed", from: guarded, to: func(in *model.Inbox) { in.Guard = &model.Column{Name: "entity", Type: "bigint"} },
 			msg: "changed type from text to bigint"},
 		{name: "json result to jsonb", to: func(in *model.Inbox) { in.Result = model.ResultJSONB }, msg: "its result column would change type from json to jsonb"},
+		{name: "partitioned", to: func(in *model.Inbox) { in.Partition = model.BucketDay },
+			msg: "its inbox would be partitioned by day (partition=day) instead of a plain table"},
+		{name: "no longer partitioned", from: func(in *model.Inbox) { in.Partition = model.BucketDay }, to: func(in *model.Inbox) { in.Partition = "" },
+			msg: "a plain table instead of partitioned by day"},
+		{name: "another bucket", from: func(in *model.Inbox) { in.Partition = model.BucketDay }, to: func(in *model.Inbox) { in.Partition = model.BucketHour },
+			msg: "partitioned by hour instead of by day"},
 	} {
 		prev, next := base(), base()
 		if c.from != nil {

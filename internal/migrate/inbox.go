@@ -2,6 +2,7 @@ package migrate
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/idemgen/idemgen/internal/model"
@@ -148,6 +149,9 @@ func SchemaLine(in model.Inbox) string {
 	if r := in.RetentionIndex(); r != model.RetentionBRIN {
 		b.WriteString(" retention=" + r)
 	}
+	if in.Partition != "" {
+		b.WriteString(" partition=" + in.Partition)
+	}
 	return b.String()
 }
 
@@ -198,6 +202,11 @@ func ParseSchemaLine(consumer, line string) (model.Inbox, error) {
 				return in, fmt.Errorf("unknown retention=%s", value)
 			}
 			in.Retention = value
+		case "partition":
+			if !slices.Contains(model.Buckets, value) {
+				return in, fmt.Errorf("unknown partition=%s", value)
+			}
+			in.Partition = value
 		default:
 			return in, fmt.Errorf("unknown field %q", field)
 		}

@@ -19,6 +19,8 @@ var schemas = map[string]model.Inbox{
 		Key: []model.Column{{Name: "key_a", Type: "integer", Nullable: true}}, Retention: model.RetentionBTree},
 	"legacy jsonb result": {Consumer: "app.d", Table: "idem_d", Unique: model.PrimaryKey, Result: model.ResultJSONB,
 		Key: []model.Column{{Name: "key_a", Type: "smallint"}}, Retention: model.RetentionBRIN},
+	"partitioned by day": {Consumer: "app.e", Table: "idem_e", Unique: model.PrimaryKey, Result: model.ResultJSON,
+		Key: []model.Column{{Name: "key_id", Type: "text"}}, Retention: model.RetentionBTree, Partition: model.BucketDay},
 }
 
 // TestSchemaLineRoundTrip: every schema reads back from its line as it was.
@@ -33,6 +35,10 @@ func TestSchemaLineRoundTrip(t *testing.T) {
 	want := "-- idemgen:schema table=billing.idem_b key=key_id:uuid,key_ref:bigint?,key_n:numeric(20)? unique=partial guard=entity:text result=json"
 	if got := SchemaLine(schemas["nullable parts, partial indexes, guard"]); got != want {
 		t.Errorf("SchemaLine = %q, want %q (a changed line makes every recorded migration read as edited)", got, want)
+	}
+	want = "-- idemgen:schema table=idem_e key=key_id:text unique=pkey result=json retention=btree partition=day"
+	if got := SchemaLine(schemas["partitioned by day"]); got != want {
+		t.Errorf("SchemaLine = %q, want %q", got, want)
 	}
 }
 
@@ -103,6 +109,7 @@ func TestParseSchemaLineRefuses(t *testing.T) {
 		"-- idemgen:schema table=t key=k:text unique=pkey guard=e:text?":     "nullable guard",
 		"-- idemgen:schema table=t key=k:text unique=pkey lease=2m":          `unknown field "lease=2m"`,
 		"-- idemgen:schema table=t key=k:text unique=pkey result=json extra": `unknown field "extra"`,
+		"-- idemgen:schema table=t key=k:text unique=pkey partition=daily":   "unknown partition=daily",
 	} {
 		in, err := ParseSchemaLine("c", line)
 		if err == nil || !strings.Contains(err.Error(), msg) {

@@ -101,6 +101,10 @@ type Handler struct {
 	// Guard is the stale-message guard (order= and version=), nil without
 	// one.
 	Guard *Guard
+	// Partition makes the inbox a table partitioned by the time bucket of
+	// each message's own time (partition= and time=); nil for an inbox that
+	// is not partitioned.
+	Partition *Partition
 	// NullsNotDistinct: the server is PostgreSQL 15 or newer, so nullable
 	// key parts get one UNIQUE NULLS NOT DISTINCT constraint instead of a
 	// partial unique index per null pattern.
@@ -180,6 +184,42 @@ func (h Handler) EntityMode() bool { return h.Mode == ModeEntity }
 
 // Body is the body type T of an Envelope handler's idem.Message[T].
 func (h Handler) Body() Type { return h.Msg.Deref().Args[0] }
+
+// Partition is how a partitioned inbox places a message (partition= and
+// time=): in the bucket of its own time, a range partition of the inbox, by
+// the bucket column, which is the last column of the unique key.
+type Partition struct {
+	// Bucket is the width of a partition: hour, day, week or month
+	// (BucketHour, ...).
+	Bucket string
+	// Time is the message's time field: Path, Hops and Type are set (a
+	// time.Time), Kind is KeyTime and Column is BucketColumn.
+	Time KeyPart
+}
+
+// The buckets of partition=.
+const (
+	BucketHour  = "hour"
+	BucketDay   = "day"
+	BucketWeek  = "week"
+	BucketMonth = "month"
+)
+
+// Buckets lists the buckets of partition=, narrowest first.
+var Buckets = []string{BucketHour, BucketDay, BucketWeek, BucketMonth}
+
+// BucketLongest is the longest a bucket lasts: a retention shorter than it
+// would drop a bucket's partition while its messages still arrive.
+var BucketLongest = map[string]time.Duration{
+	BucketHour:  time.Hour,
+	BucketDay:   24 * time.Hour,
+	BucketWeek:  7 * 24 * time.Hour,
+	BucketMonth: 31 * 24 * time.Hour,
+}
+
+// BucketColumn is the partition key column of a partitioned inbox: the
+// start of the bucket of the message's time, a timestamptz.
+const BucketColumn = "bucket"
 
 // Guard is a stale-message guard: per entity, only a message whose version
 // is greater than the last applied one is processed.
@@ -266,6 +306,9 @@ const (
 	KeyString KeyKind = iota
 	KeyInt            // signed and unsigned integers
 	KeyUUID           // 16-byte arrays such as github.com/google/uuid.UUID
+	// KeyTime is the time field of a partitioned inbox (Partition.Time),
+	// never a part of Key.
+	KeyTime
 )
 
 // KeyPart is one part of a handler's key: a field of the message.
@@ -373,6 +416,11 @@ type Inbox struct {
 	// schema a handler without a result wants, it is empty: a new inbox
 	// gets json, an existing one keeps its column.
 	Result string
+	// Partition is the bucket of a partitioned inbox (model.Partition), ""
+	// for one that is not partitioned. A partitioned inbox has the bucket
+	// column after Key, in its unique key, and no index on created_at: its
+	// partitions are dropped whole.
+	Partition string
 	// Retention is the index the purge finds expired rows by:
 	// RetentionBTree (also when empty), or RetentionBRIN in an inbox created
 	// before idemgen indexed created_at with a B-tree, whose schema line has

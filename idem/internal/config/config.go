@@ -31,6 +31,11 @@ type Options struct {
 	StuckAttempts  int
 	StuckSet       bool
 	BeforeComplete func(ctx context.Context) error
+
+	// Now is the clock of a partitioned inbox's window (time.Now when
+	// nil). No option of package idem sets it: idem/idemtest does, to
+	// deliver at another time than the machine's.
+	Now func() time.Time
 }
 
 // Set is a set of the inbox options, one bit each.

@@ -6,6 +6,7 @@ package msgid
 import (
 	"encoding/binary"
 	"fmt"
+	"time"
 
 	"github.com/google/uuid"
 )
@@ -38,6 +39,10 @@ func Name(consumer string, key []any) []byte {
 			b = binary.BigEndian.AppendUint64(append(b, 'u'), v)
 		case [16]byte:
 			b = append(append(b, 'g'), v[:]...)
+		case time.Time:
+			// The bucket of a partitioned inbox: its instant, whatever
+			// the location.
+			b = binary.BigEndian.AppendUint64(append(b, 't'), uint64(v.UnixNano()))
 		default:
 			b = append(b, 'x')
 			b = appendString(b, fmt.Sprintf("%T", v))

@@ -97,6 +97,8 @@ func FormatKey(fields []string, key []any) string {
 			b.WriteString(strconv.Quote(v))
 		case [16]byte:
 			b.WriteString(FormatUUID(v))
+		case time.Time:
+			b.WriteString(v.UTC().Format(time.RFC3339Nano))
 		default:
 			fmt.Fprint(&b, v)
 		}

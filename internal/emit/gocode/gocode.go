@@ -354,3 +354,9 @@ func firstLine(code jen.Code) string {
 	line, _, _ := strings.Cut(s, "\n")
 	return line
 }
+
+// Bucket is the idemimpl constant of a partition= bucket: idemimpl.Day for
+// day.
+func Bucket(bucket string) jen.Code {
+	return jen.Qual(ImplPkg, strings.ToUpper(bucket[:1])+bucket[1:])
+}

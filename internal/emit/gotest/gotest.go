@@ -62,6 +62,9 @@ func (e emitter) test(f *jen.File) {
 			jen.Line(),
 		))
 	}
+	if h.Partition != nil {
+		suite = append(suite, jen.Id("Partition"), e.partition())
+	}
 	f.Comment(e.doc())
 	f.Func().Id(e.N.Test).Params(jen.Id("t").Op("*").Qual("testing", "T")).Block(
 		jen.Qual(gocode.IdemtestPkg, "Suite").Types(recv, msg, result).Values(fieldLines(suite)...).Dot("Run").Call(jen.Id("t")),
@@ -238,6 +241,43 @@ func (e emitter) zeroReceiver() jen.Code {
 	return nil
 }
 
+// partition is the Suite's Partition of a partitioned inbox: the bucket, the
+// message's time field read and set on a copy, and the wrapper for the
+// janitor.
+func (e emitter) partition() jen.Code {
+	h := e.H
+	msg, field := gocode.Type(h.Msg), h.Partition.Time.Path
+	at := jen.Qual("time", "Time")
+	set := []jen.Code{jen.Id("msg").Dot(field).Op("=").Id("at"), jen.Return(jen.Id("msg"))}
+	if h.Msg.Kind == model.Pointer {
+		set = []jen.Code{
+			jen.Id("v").Op(":=").Op("*").Id("msg"),
+			jen.Id("v").Dot(field).Op("=").Id("at"),
+			jen.Return(jen.Op("&").Id("v")),
+		}
+	}
+	args := []jen.Code{jen.Id("pool")}
+	recvParam := jen.Id("_").Add(e.recvType())
+	if h.Recv != nil {
+		name := gocode.ReceiverName(h.Recv.Type)
+		recvParam = jen.Id(name).Add(e.recvType())
+		args = append(args, jen.Id(name))
+	}
+	args = append(args, jen.Id("opts").Op("..."))
+	maintained := jen.Func().Params(gocode.Items(true,
+		recvParam,
+		jen.Id("pool").Op("*").Qual(gocode.PgxpoolPkg, "Pool"),
+		jen.Id("opts").Op("...").Qual(gocode.IdemPkg, "Option"),
+	)...).Qual(gocode.IdemPkg, "Maintained").Block(jen.Return(jen.Id(e.N.Constructor).Call(args...)))
+	return jen.Op("&").Qual(gocode.IdemtestPkg, "Partition").Types(e.recvType(), msg).Values(
+		jen.Line().Id("Bucket").Op(":").Add(gocode.Bucket(h.Partition.Bucket)),
+		jen.Line().Id("Time").Op(":").Func().Params(jen.Id("msg").Add(msg)).Add(at).Block(jen.Return(jen.Id("msg").Dot(field))),
+		jen.Line().Id("SetTime").Op(":").Func().Params(jen.Id("msg").Add(msg), jen.Id("at").Add(at)).Add(msg).Block(set...),
+		jen.Line().Id("Maintained").Op(":").Add(maintained),
+		jen.Line(),
+	)
+}
+
 // variant changes the Vary field of a copy of the message.
 func (e emitter) variant() jen.Code {
 	h := e.H
@@ -367,6 +407,18 @@ func (e emitter) doc() string {
 		"batch_killed_mid_batch: a child process delivering the message twice as a batch is killed with SIGKILL inside the batch's transaction, after the handler and before the COMMIT: "+
 		"nothing is recorded, and the redelivered batch is processed once.",
 		n.Wrapper, how, Deliveries))
+	if p := h.Partition; p != nil {
+		d.para(fmt.Sprintf("The inbox is partitioned by the %s of %s, so every scenario first keeps its partitions as the janitor does "+
+			"and times its message now (unless the fixture gave it a time), and the partition scenarios run: "+
+			"bucket_edge: a message timed one microsecond before the start of a %s and one timed at it each land in their own bucket's partition, "+
+			"are processed once and then idem.Duplicate; "+
+			"bucket_edge_concurrent: %d deliveries at once of the message timed at the start of a %s give exactly one idem.Processed, "+
+			"the rest idem.Duplicate, one row in that bucket's partition; "+
+			"redelivery_after_drop: once the janitor dropped the partition of a processed message (its %s wholly past the retention), "+
+			"its redelivery gets idem.ErrOutsideWindow and does not run the handler, whether the consumer's clock refuses it or the database finds no partition for it, "+
+			"alone and as a batch.",
+			p.Bucket, p.Time.Path, p.Bucket, Deliveries, p.Bucket, p.Bucket))
+	}
 	d.para("Without IDEMGEN_TEST_DATABASE_URL (DATABASE_URL is never used) the test is skipped, and with IDEMGEN_REQUIRE_DB set it fails instead; " +
 		fmt.Sprintf("IDEMGEN_TEST_DELIVERIES sets another number of concurrent deliveries than %d.", Deliveries))
 	return d.String()

@@ -64,12 +64,21 @@ func (e emitter) wrapper(f *jen.File) {
 			"%sBuild it with %s.",
 		n.Wrapper, gocode.MessageName(h, e.Pkg.Path), gocode.HandlerName(e.H), gocode.KeyPaths(e.H), h.Consumer, h.Table, publishes, n.Constructor)))
 	f.Comment("//")
+	purge := fmt.Sprintf("Purge (rows older than the retention of %s)", gocode.DurationText(h.Retain))
+	if p := h.Partition; p != nil {
+		f.Comment(gocode.Doc(fmt.Sprintf(
+			"The inbox is partitioned by the %s of the message's own time, %s: the bucket is part of the key, so every copy of a message lands in one partition. "+
+				"A message older than the retention (or whose bucket has no partition) gets idem.ErrOutsideWindow.",
+			p.Bucket, p.Time.Path)))
+		f.Comment("//")
+		purge = fmt.Sprintf("Purge (drops the partitions wholly past the retention of %s and creates those ahead)", gocode.DurationText(h.Retain))
+	}
 	f.Comment(gocode.Doc(fmt.Sprintf(
 		"Its methods are those of the idemimpl.Inbox it embeds%s: Handle and Deliver (idem.Handler), "+
 			"HandleBatch and DeliverBatch (idem.BatchHandler; %s), "+
-			"Purge (rows older than the retention of %s) and Maintenance (idem.Maintained, for an idem.Janitor). "+
+			"%s and Maintenance (idem.Maintained, for an idem.Janitor). "+
 			"Ack a message exactly when its error is nil.",
-		e.handleNote(), batches, gocode.DurationText(h.Retain))))
+		e.handleNote(), batches, purge)))
 	f.Type().Id(n.Wrapper).Struct(
 		jen.Op("*").Qual(gocode.ImplPkg, "Inbox").Types(msg, result),
 	)
@@ -142,6 +151,9 @@ func (e emitter) table(f *jen.File) {
 		)
 	}
 	pairs = append(pairs, "Retain", gocode.Duration(h.Retain))
+	if h.Partition != nil {
+		pairs = append(pairs, "Partition", gocode.Bucket(h.Partition.Bucket))
+	}
 	f.Var().Id(n.TableVar).Op("=").Qual(gocode.ImplPkg, "Table").Types(gocode.Type(h.Msg)).Values(fieldList(pairs...)...)
 }
 
@@ -193,6 +205,9 @@ func (e emitter) keyFunc(f *jen.File) {
 	for i, k := range h.Key {
 		values = append(values, x.part(k, fmt.Sprintf("part%d", i)))
 	}
+	if p := h.Partition; p != nil {
+		values = append(values, x.part(p.Time, "at"))
+	}
 	body := append(x.body, e.Fit(1, func(multi bool) jen.Code {
 		return jen.Return(jen.Index().Any().Values(gocode.Items(multi, values...)...), jen.Nil())
 	}))
@@ -203,7 +218,11 @@ func (e emitter) keyFunc(f *jen.File) {
 			nulls = " (nil for a NULL part)"
 		}
 	}
-	f.Comment(gocode.Doc(fmt.Sprintf("%s returns the key parts of msg in column order%s: %s.", n.KeyFunc, nulls, gocode.KeyPaths(e.H))))
+	paths := gocode.KeyPaths(e.H)
+	if p := h.Partition; p != nil {
+		paths += fmt.Sprintf(", then its time %s, which the inbox replaces with the start of its %s (the bucket column)", p.Time.Path, p.Bucket)
+	}
+	f.Comment(gocode.Doc(fmt.Sprintf("%s returns the key parts of msg in column order%s: %s.", n.KeyFunc, nulls, paths)))
 	f.Func().Id(n.KeyFunc).Params(jen.Id("msg").Add(gocode.Type(h.Msg))).Params(jen.Index().Any(), jen.Error()).Block(body...)
 }
 

@@ -48,7 +48,9 @@ type KeyColumn struct {
 
 // KeyColumns returns the key columns of h's table, in key order. names, when
 // not nil, are the columns that hold the parts (a mode=entity handler's,
-// on its business table); else each part's own column of the inbox.
+// on its business table); else each part's own column of the inbox, and for
+// a partitioned inbox its bucket column last, whose Field is the message's
+// time field.
 func KeyColumns(h model.Handler, names []string) []KeyColumn {
 	cols := make([]KeyColumn, len(h.Key))
 	for i, k := range h.Key {
@@ -57,6 +59,9 @@ func KeyColumns(h model.Handler, names []string) []KeyColumn {
 			name = names[i]
 		}
 		cols[i] = KeyColumn{Field: k.Path, Name: Quote(name), Type: ColumnType(k), Nullable: k.Null != nil}
+	}
+	if p := h.Partition; p != nil && names == nil {
+		cols = append(cols, KeyColumn{Field: p.Time.Path, Name: model.BucketColumn, Type: "timestamptz"})
 	}
 	return cols
 }
@@ -78,6 +83,9 @@ func Create(in model.Inbox) []byte {
 			rest = ""
 		}
 		cols = append(cols, column{Quote(c.Name), c.Type, rest})
+	}
+	if in.Partition != "" {
+		cols = append(cols, column{model.BucketColumn, "timestamptz", "NOT NULL"})
 	}
 	cols = append(cols,
 		column{"fingerprint", "bytea", "NOT NULL"},
@@ -106,6 +114,9 @@ func Create(in model.Inbox) []byte {
 		d.Versions = versionsDDL(in, n)
 		d.VersionsTable = n.versionsTable
 	}
+	if in.Partition != "" {
+		d.Partition = in.Partition
+	}
 	return []byte(render("inbox.sql.tmpl", d))
 }
 
@@ -122,6 +133,9 @@ type createData struct {
 	BRIN           bool
 	Versions       string
 	VersionsTable  string
+	// Partition is the bucket of a partitioned inbox, "" for one that is
+	// not partitioned.
+	Partition string
 }
 
 // Alter renders the SQL of the migration that makes the change c from prev
@@ -220,10 +234,17 @@ func uniqueText(u model.Unique) string {
 	}
 }
 
+// keyColumns lists the columns of in's unique key: the key parts' and, for a
+// partitioned inbox, the bucket column, which PostgreSQL requires every
+// unique constraint of a partitioned table to hold (each partition then
+// enforces it for its bucket: every copy of a message is in one bucket).
 func keyColumns(in model.Inbox) string {
 	cols := make([]string, len(in.Key))
 	for i, c := range in.Key {
 		cols[i] = Quote(c.Name)
+	}
+	if in.Partition != "" {
+		cols = append(cols, model.BucketColumn)
 	}
 	return strings.Join(cols, ", ")
 }
@@ -261,6 +282,9 @@ func partialIndexes(in model.Inbox, n inboxNames) []string {
 			case c.Nullable:
 				preds = append(preds, Quote(c.Name)+" IS NOT NULL")
 			}
+		}
+		if in.Partition != "" {
+			cols = append(cols, model.BucketColumn)
 		}
 		target := strings.Join(cols, ", ")
 		if target == "" {

@@ -23,6 +23,9 @@ func Schema(h model.Handler) model.Inbox {
 	if h.Guard != nil {
 		in.Guard = &model.Column{Name: h.Guard.Entity.Column, Type: ColumnType(h.Guard.Entity)}
 	}
+	if h.Partition != nil {
+		in.Partition = h.Partition.Bucket
+	}
 	return in
 }
 
