@@ -32,6 +32,6 @@ func TestBatchPartTiny(t *testing.T) {
 	}
 	r := &report{cfg: cfg, batch: res}
 	reportHas(t, []string{"## Batches", "| 2 | HandleBatch |", "| 2 | HandleBatch, set-based |", "HandleBatch of 10 at 2 workers ≥ 5× the single-message generated throughput",
-		"HandleBatch (set-based) of 10 at 2 workers ≥ 0.75× bare batched", "a replay through HandleBatch"},
-		r.batchTargets, r.writeBatch)
+		"HandleBatch of 10 with a set-based handler (HandleBatch, set-based) at 2 workers ≥ 0.75× bare batched", "a replay through HandleBatch"},
+		r.writeTargets, r.writeBatch)
 }

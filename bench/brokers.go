@@ -14,6 +14,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/idemgen/idemgen/bench/internal/mdtable"
+	"github.com/idemgen/idemgen/bench/internal/procstat"
 	"github.com/idemgen/idemgen/bench/ledger"
 	"github.com/idemgen/idemgen/idem"
 )
@@ -173,7 +175,7 @@ func runBrokers(ctx context.Context, cfg *config) (*brokersResults, error) {
 			if err != nil {
 				return fmt.Errorf("brokers round %d, publish, idem.Relay with the recording publisher: %w", round+1, err)
 			}
-			logf("    %s msgs/s", thousands(smp.rate()))
+			logf("    %s msgs/s", mdtable.Thousands(smp.rate()))
 			c := res.relayCell(recordingName, false)
 			c.samples = append(c.samples, smp)
 			order = append(order, "idem.Relay, recording publisher")
@@ -194,7 +196,7 @@ func runBrokers(ctx context.Context, cfg *config) (*brokersResults, error) {
 					if err != nil {
 						return nil, fmt.Errorf("brokers round %d, %s, consume at %d, %s: %w", round+1, name, n, rawName(raw), err)
 					}
-					logf("    %s msgs/s", thousands(smp.rate()))
+					logf("    %s msgs/s", mdtable.Thousands(smp.rate()))
 					c := res.consumeCell(name, n, raw)
 					c.samples = append(c.samples, smp)
 					order = append(order, fmt.Sprintf("%s consume %s at %d", name, rawName(raw), n))
@@ -206,7 +208,7 @@ func runBrokers(ctx context.Context, cfg *config) (*brokersResults, error) {
 				if err != nil {
 					return nil, fmt.Errorf("brokers round %d, %s, publish, %s: %w", round+1, name, relayName(raw), err)
 				}
-				logf("    %s msgs/s", thousands(smp.rate()))
+				logf("    %s msgs/s", mdtable.Thousands(smp.rate()))
 				c := res.relayCell(name, raw)
 				c.samples = append(c.samples, smp)
 				order = append(order, fmt.Sprintf("%s %s", name, relayName(raw)))
@@ -383,7 +385,7 @@ func runConsumeCell(ctx context.Context, cfg *config, k brokerKind, workers, par
 		h := counted{gen: ledger.NewPostIdem(pool), prog: prog}
 		go func() { errc <- src.consumeIdem(cctx, h, workers) }()
 	}
-	meter := startCPU()
+	meter := procstat.Start()
 	timeout := time.NewTimer(5 * time.Minute)
 	defer timeout.Stop()
 	select {
@@ -397,7 +399,7 @@ func runConsumeCell(ctx context.Context, cfg *config, k brokerKind, workers, par
 	case <-ctx.Done():
 		return sample{}, ctx.Err()
 	}
-	clientCPU, busy := meter.stop()
+	clientCPU, busy := meter.Stop()
 	cancel()
 	if err := <-errc; err != nil {
 		return sample{}, fmt.Errorf("the consumer's Run: %w", err)
@@ -450,13 +452,13 @@ func runPublishCell(ctx context.Context, cfg *config, k brokerKind, partitions, 
 		if err != nil {
 			return sample{}, err
 		}
-		meter := startCPU()
+		meter := procstat.Start()
 		start := time.Now()
 		if err := dst.rawPublish(ctx, msgs, idem.DefaultRelayBatchSize); err != nil {
 			return sample{}, err
 		}
 		elapsed = time.Since(start)
-		clientCPU, busy = meter.stop()
+		clientCPU, busy = meter.Stop()
 	} else {
 		s, err := newOutboxSchema(ctx, cfg.db, cfg.accounts)
 		if err != nil {
@@ -495,7 +497,7 @@ func runPublishCell(ctx context.Context, cfg *config, k brokerKind, partitions, 
 		defer cancel()
 		relay := idem.NewRelay(relayPool, counted, idem.WithRelayID(tag), idem.WithRelayLogger(quietLog))
 		errc := make(chan error, 1)
-		meter := startCPU()
+		meter := procstat.Start()
 		start := time.Now()
 		go func() { errc <- relay.Run(rctx) }()
 		deadline := start.Add(5 * time.Minute)
@@ -519,7 +521,7 @@ func runPublishCell(ctx context.Context, cfg *config, k brokerKind, partitions, 
 			}
 		}
 		elapsed = time.Since(start)
-		clientCPU, busy = meter.stop()
+		clientCPU, busy = meter.Stop()
 		cancel()
 		if err := <-errc; err != nil {
 			return sample{}, fmt.Errorf("the relay's Run: %w", err)

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemgen/idemgen/bench/internal/mdtable"
 	"github.com/idemgen/idemgen/idem/idemtest"
 )
 
@@ -124,7 +125,7 @@ func TestRedactURL(t *testing.T) {
 			t.Errorf("redactURL(%q) = %q, want %q", in, got, want)
 		}
 	}
-	if got := ratio(0.0061); got != "0.006×" {
-		t.Errorf("ratio(0.0061) = %q, want 0.006×", got)
+	if got := mdtable.Ratio(0.0061); got != "0.006×" {
+		t.Errorf("mdtable.Ratio(0.0061) = %q, want 0.006×", got)
 	}
 }

@@ -7,9 +7,6 @@ import (
 	"fmt"
 	"io/fs"
 	"net"
-	"os"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
 
+	"github.com/idemgen/idemgen/bench/internal/procstat"
 	"github.com/idemgen/idemgen/bench/ledger"
 )
 
@@ -27,7 +25,7 @@ import (
 type schema struct {
 	name string
 	base string // the database URL, without the schema
-	// via, if set, is the address of a delayProxy: the connections of the
+	// via, if set, is the address of a netproxy.Proxy: the connections of the
 	// pools opened after it was set go through it (network.go).
 	via string
 }
@@ -170,10 +168,10 @@ func (c *tripCounter) addBackend(ctx context.Context, conn *pgx.Conn) error {
 	if err := conn.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
 		return err
 	}
-	comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+	comm, ok := procstat.ProcessName(pid)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if err != nil || strings.TrimSpace(string(comm)) != "postgres" {
+	if !ok || comm != "postgres" {
 		c.remote = true
 	}
 	c.backends = append(c.backends, pid)
@@ -190,33 +188,13 @@ func (c *tripCounter) serverCPU() (time.Duration, bool) {
 	}
 	var total time.Duration
 	for _, pid := range c.backends {
-		d, ok := processCPU(pid)
+		d, ok := procstat.ProcessCPU(pid)
 		if !ok {
 			return 0, false
 		}
 		total += d
 	}
 	return total, true
-}
-
-// processCPU reads the user and system time of a process from
-// /proc/PID/stat (fields 14 and 15, after the parenthesised command).
-func processCPU(pid int) (time.Duration, bool) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, false
-	}
-	_, rest, ok := strings.Cut(string(data), ") ")
-	fields := strings.Fields(rest)
-	if !ok || len(fields) < 13 {
-		return 0, false
-	}
-	utime, err1 := strconv.ParseInt(fields[11], 10, 64)
-	stime, err2 := strconv.ParseInt(fields[12], 10, 64)
-	if err1 != nil || err2 != nil {
-		return 0, false
-	}
-	return time.Duration(utime+stime) * time.Second / userHz, true
 }
 
 func (c *tripCounter) reset()      { c.trips.Store(0) }

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/idemgen/idemgen/bench/internal/procstat"
 	"github.com/idemgen/idemgen/bench/orders"
 	"github.com/idemgen/idemgen/idem"
 )
@@ -119,13 +120,13 @@ func runEntityCell(ctx context.Context, cfg *config, name string, workers int) (
 		return sample{}, 0, fmt.Errorf("read the WAL position: %w", err)
 	}
 	counter.reset()
-	meter := startCPU()
+	meter := procstat.Start()
 	server0, serverOK := counter.serverCPU()
 	res, err := runPhase(ctx, ws, cfg.duration, deliver, true)
 	if err != nil {
 		return sample{}, 0, err
 	}
-	res.clientCPU, res.busy = meter.stop()
+	res.clientCPU, res.busy = meter.Stop()
 	res.trips = counter.load()
 	res.serverCPU = -1
 	if server1, ok := counter.serverCPU(); ok && serverOK {

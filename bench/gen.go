@@ -8,12 +8,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/idemgen/idemgen/bench/internal/stats"
 	"github.com/idemgen/idemgen/internal/testmodule"
 )
 
@@ -47,19 +47,7 @@ func medianTiming(ts []timing, pick func(timing) time.Duration) time.Duration {
 	for i, t := range ts {
 		ds[i] = pick(t)
 	}
-	return median(ds)
-}
-
-func median(ds []time.Duration) time.Duration {
-	if len(ds) == 0 {
-		return 0
-	}
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+	return stats.Median(ds)
 }
 
 func wallOf(t timing) time.Duration { return t.wall }

@@ -50,6 +50,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/idemgen/idemgen/bench/internal/procstat"
 	"github.com/idemgen/idemgen/idem"
 	"github.com/idemgen/idemgen/internal/testdb"
 )
@@ -194,7 +195,7 @@ func run() error {
 		}
 	}
 	rep.finished = time.Now()
-	rep.loadAfter = loadAverage()
+	rep.loadAfter = procstat.LoadAverage()
 	out := cfg.out
 	if !filepath.IsAbs(out) {
 		out = filepath.Join(cfg.root, out)

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/idemgen/idemgen/bench/internal/stats"
 	"github.com/idemgen/idemgen/bench/ledger"
 	"github.com/idemgen/idemgen/idem"
 )
@@ -123,21 +124,14 @@ func (r *memResults) growth() (perMinute, mean, overRun float64) {
 	if len(pts) < 2 {
 		return 0, 0, 0
 	}
-	defer func() {
-		if mean > 0 {
-			overRun = perMinute * (pts[len(pts)-1].at - pts[0].at).Minutes() / mean
-		}
-	}()
-	var sx, sy, sxx, sxy float64
-	for _, p := range pts {
-		x, y := p.at.Minutes(), float64(p.live)
-		sx, sy, sxx, sxy = sx+x, sy+y, sxx+x*x, sxy+x*y
+	points := make([][2]float64, len(pts))
+	for i, p := range pts {
+		points[i] = [2]float64{p.at.Minutes(), float64(p.live)}
 	}
-	n := float64(len(pts))
-	mean = sy / n
-	den := n*sxx - sx*sx
-	if den == 0 {
-		return 0, mean, 0
+	fit := stats.Fit(points)
+	perMinute, mean = fit.B, fit.MeanY()
+	if mean > 0 {
+		overRun = perMinute * (pts[len(pts)-1].at - pts[0].at).Minutes() / mean
 	}
-	return (n*sxy - sx*sy) / den, mean, 0
+	return perMinute, mean, overRun
 }

@@ -3,14 +3,22 @@ package main
 import (
 	"context"
 	"fmt"
+	"net"
 	"runtime"
 	"slices"
+	"strings"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/idemgen/idemgen/bench/internal/mdtable"
+	"github.com/idemgen/idemgen/bench/internal/stats"
+	"github.com/idemgen/idemgen/internal/netproxy"
 )
 
 // The network part: the delivery scenarios (bare, hand-written, generated,
 // duplicates) again, with the workers' connections going to PostgreSQL
-// straight through its socket and through a delayProxy that adds a fixed
+// straight through its socket and through a netproxy.Proxy that adds a fixed
 // delay each way, for each round trip of -netrtt. Over the socket a round
 // trip costs almost nothing, so every scenario is bound by CPU; across a
 // network the round trips a message takes bound a worker's rate (at most
@@ -26,7 +34,7 @@ func (l netLink) name() string {
 	if l.rtt == 0 {
 		return "socket"
 	}
-	return dur(l.rtt) + " round trip"
+	return mdtable.Dur(l.rtt) + " round trip"
 }
 
 type netKey struct {
@@ -78,29 +86,29 @@ func runNetwork(ctx context.Context, cfg *config) (*netResults, error) {
 	if err != nil {
 		return nil, err
 	}
-	proxies := map[time.Duration]*delayProxy{}
+	proxies := map[time.Duration]*netproxy.Proxy{}
 	defer func() {
 		for _, p := range proxies {
-			p.close()
+			p.Close()
 		}
 	}()
 	for _, l := range res.links {
 		if l.rtt == 0 {
 			continue
 		}
-		if proxies[l.rtt], err = startDelayProxy(l.rtt/2, dial); err != nil {
+		if proxies[l.rtt], err = netproxy.Start(dial, l.rtt/2); err != nil {
 			return nil, err
 		}
 	}
 	for _, l := range res.links {
 		via := ""
 		if p := proxies[l.rtt]; p != nil {
-			via = p.addr()
+			via = p.Addr()
 		}
 		if res.ping[l.rtt], err = medianPing(ctx, cfg.db, via, 200); err != nil {
 			return nil, fmt.Errorf("ping through %s: %w", l.name(), err)
 		}
-		logf("network: %s, median ping %s", l.name(), dur(res.ping[l.rtt]))
+		logf("network: %s, median ping %s", l.name(), mdtable.Dur(res.ping[l.rtt]))
 	}
 
 	total := cfg.rounds * len(res.links) * len(res.workers) * len(res.scenarios)
@@ -109,7 +117,7 @@ func runNetwork(ctx context.Context, cfg *config) (*netResults, error) {
 		for li, l := range res.links {
 			via := ""
 			if p := proxies[l.rtt]; p != nil {
-				via = p.addr()
+				via = p.Addr()
 			}
 			for wi, n := range res.workers {
 				for i := range res.scenarios {
@@ -158,7 +166,7 @@ func medianPing(ctx context.Context, dbURL, via string, n int) (time.Duration, e
 		lat = append(lat, time.Since(t0))
 	}
 	slices.Sort(lat)
-	return percentile(lat, 50), nil
+	return stats.Percentile(lat, 50), nil
 }
 
 // netBound says what bounds a cell's rate: the round trips (a worker does at
@@ -175,5 +183,23 @@ func (r *netResults) bound(rtt time.Duration, name string, workers int) string {
 		what = "CPU"
 	}
 	return fmt.Sprintf("%s bounded by %s (%.2f round trips × %s = %s a message per worker: at most %s msgs/s at %d; CPU %s a message, client + server, on %d cores: at most %s msgs/s; measured %s msgs/s, the machine %.0f%% busy)",
-		name, what, s.tripsPerMsg, dur(r.ping[rtt]), dur(tripsTime), thousands(byTrips), workers, dur(cpu), r.cores, thousands(byCPU), thousands(s.rate), 100*s.busy)
+		name, what, s.tripsPerMsg, mdtable.Dur(r.ping[rtt]), mdtable.Dur(tripsTime), mdtable.Thousands(byTrips), workers, mdtable.Dur(cpu), r.cores, mdtable.Thousands(byCPU), mdtable.Thousands(s.rate), 100*s.busy)
+}
+
+// serverDialer returns a dialer of the server that the database URL names,
+// as pgx reaches it: its Unix socket, or host:port over TCP. The proxies of
+// the network part dial the server with it, so that the server sees the same
+// kind of connection as from the other parts and pg_hba.conf need not allow
+// TCP.
+func serverDialer(dbURL string) (netproxy.DialFunc, error) {
+	cfg, err := pgconn.ParseConfig(dbURL)
+	if err != nil {
+		return nil, err
+	}
+	network, address := "tcp", net.JoinHostPort(cfg.Host, fmt.Sprint(cfg.Port))
+	if strings.HasPrefix(cfg.Host, "/") {
+		network, address = "unix", fmt.Sprintf("%s/.s.PGSQL.%d", cfg.Host, cfg.Port)
+	}
+	var d net.Dialer
+	return func(ctx context.Context) (net.Conn, error) { return d.DialContext(ctx, network, address) }, nil
 }

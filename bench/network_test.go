@@ -3,10 +3,12 @@ package main
 import (
 	"testing"
 	"time"
+
+	"github.com/idemgen/idemgen/internal/netproxy"
 )
 
 // TestDelayProxyAddsTheRoundTrip pings the server on one connection
-// straight and through a delayProxy of 2 ms a round trip: the proxied ping
+// straight and through a netproxy.Proxy of 2 ms a round trip: the proxied ping
 // must be 2 ms longer than the straight one, within 0.1 ms short (the proxy
 // learns how late it wakes and sleeps that much less) and 1 ms long (a busy
 // machine), and through one of 0.5 ms, 0.4 to 1.5 ms.
@@ -16,16 +18,16 @@ func TestDelayProxyAddsTheRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := startDelayProxy(time.Millisecond, dial)
+	p, err := netproxy.Start(dial, time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer p.close()
+	defer p.Close()
 	straight, err := medianPing(ctx, url, "", 50)
 	if err != nil {
 		t.Fatal(err)
 	}
-	proxied, err := medianPing(ctx, url, p.addr(), 50)
+	proxied, err := medianPing(ctx, url, p.Addr(), 50)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,12 +37,12 @@ func TestDelayProxyAddsTheRoundTrip(t *testing.T) {
 	}
 	// A short delay must be near what was asked too: Go's timers alone
 	// would make this 250 µs each way a millisecond each way here.
-	short, err := startDelayProxy(250*time.Microsecond, dial)
+	short, err := netproxy.Start(dial, 250*time.Microsecond)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer short.close()
-	half, err := medianPing(ctx, url, short.addr(), 50)
+	defer short.Close()
+	half, err := medianPing(ctx, url, short.Addr(), 50)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,5 +83,5 @@ func TestNetworkPartTiny(t *testing.T) {
 	}
 	r := &report{cfg: cfg, net: res}
 	reportHas(t, []string{"## Over a network", "| 2 ms round trip |", "over the 2 ms round trip: generated ≥ 1.5× hand-written at 1 and at 2 workers", "a duplicate costs ≤ 2 round trips"},
-		r.netTargets, r.writeNetwork)
+		r.writeTargets, r.writeNetwork)
 }

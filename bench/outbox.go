@@ -13,6 +13,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/idemgen/idemgen/bench/internal/mdtable"
+	"github.com/idemgen/idemgen/bench/internal/procstat"
+	"github.com/idemgen/idemgen/bench/internal/stats"
 	"github.com/idemgen/idemgen/bench/ledger"
 	"github.com/idemgen/idemgen/idem"
 )
@@ -153,7 +156,7 @@ func runOutbox(ctx context.Context, cfg *config) (*outboxResults, error) {
 					return nil, fmt.Errorf("outbox round %d, latency at %d/s %s: %w", round+1, rate, latencyMode(pollOnly), err)
 				}
 				slices.Sort(run.lat)
-				logf("    %d messages at %.0f/s: p50 %s, p99 %s", len(run.lat), run.achieved(), dur(percentile(run.lat, 50)), dur(percentile(run.lat, 99)))
+				logf("    %d messages at %.0f/s: p50 %s, p99 %s", len(run.lat), run.achieved(), mdtable.Dur(stats.Percentile(run.lat, 50)), mdtable.Dur(stats.Percentile(run.lat, 99)))
 				k := latencyKey{rate, pollOnly}
 				res.latency[k] = append(res.latency[k], run)
 				order = append(order, fmt.Sprintf("latency %s at %d/s", latencyMode(pollOnly), rate))
@@ -302,7 +305,8 @@ type latencyRun struct {
 	msgs    int           // measured messages (after the warm-up)
 	elapsed time.Duration // from the first measured message's scheduled time to the last one's commit
 	lat     []time.Duration
-	dups    int // publishes of an id seen before
+	dups    int     // publishes of an id seen before
+	busy    float64 // the machine's busy fraction while the producers committed
 }
 
 func (l latencyRun) achieved() float64 { return float64(l.msgs) / l.elapsed.Seconds() }
@@ -366,6 +370,7 @@ func runLatency(ctx context.Context, cfg *config, rate int, pollOnly bool) (late
 		mu    sync.Mutex
 		first error
 	)
+	meter := procstat.Start()
 	start := time.Now()
 	for p := range nProducers {
 		wg.Go(func() {
@@ -405,6 +410,7 @@ func runLatency(ctx context.Context, cfg *config, rate int, pollOnly bool) (late
 		return latencyRun{}, first
 	}
 	run := latencyRun{msgs: total - warm}
+	_, run.busy = meter.Stop()
 	for _, c := range commits[warm:] {
 		run.elapsed = max(run.elapsed, c.Sub(start.Add(time.Duration(warm)*interval)))
 	}
@@ -480,7 +486,7 @@ func runRelays(ctx context.Context, cfg *config, n int) (relayRun, error) {
 	defer relayPool.Close()
 	rec := newRecorder()
 	counter.reset()
-	meter := startCPU()
+	meter := procstat.Start()
 	start := time.Now()
 	relays := startRelays(ctx, relayPool, rec, n)
 	var pending int64
@@ -502,7 +508,7 @@ func runRelays(ctx context.Context, cfg *config, n int) (relayRun, error) {
 		time.Sleep(time.Millisecond)
 	}
 	run := relayRun{relays: n, rows: rows, elapsed: time.Since(start)}
-	_, run.busy = meter.stop()
+	_, run.busy = meter.Stop()
 	if err := relays.stop(); err != nil {
 		return relayRun{}, err
 	}

@@ -4,6 +4,9 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/idemgen/idemgen/bench/internal/mdtable"
+	"github.com/idemgen/idemgen/bench/internal/stats"
 )
 
 // TestEqualTrips checks the verdict of the target "0, 1 and 10 outgoing
@@ -46,7 +49,7 @@ func TestPooledLatencies(t *testing.T) {
 	if !slices.Equal(got, []time.Duration{-1, 1, 3, 5}) {
 		t.Fatalf("pooled %v, want [-1 1 3 5]", got)
 	}
-	if p := percentile(got, 50); p != 1 {
+	if p := stats.Percentile(got, 50); p != 1 {
 		t.Fatalf("p50 %v, want 1", p)
 	}
 }
@@ -65,8 +68,8 @@ func TestOutboxNames(t *testing.T) {
 		x    float64
 		want string
 	}{{1.954, "1.95×"}, {2241.25, "2241×"}} {
-		if got := ratio(c.x); got != c.want {
-			t.Errorf("ratio(%v) = %q, want %q", c.x, got, c.want)
+		if got := mdtable.Ratio(c.x); got != c.want {
+			t.Errorf("mdtable.Ratio(%v) = %q, want %q", c.x, got, c.want)
 		}
 	}
 	if roundUp(20001, 10) != 20010 || roundUp(20000, 10) != 20000 {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/idemgen/idemgen/bench/internal/procstat"
 	"github.com/idemgen/idemgen/bench/ledger"
 )
 
@@ -93,12 +94,12 @@ func runPgbenchCell(ctx context.Context, cfg *config, name string, clients int) 
 	if _, err := run(max(cfg.warmup, time.Second), false); err != nil {
 		return sample{}, err
 	}
-	meter := startCPU()
+	meter := procstat.Start()
 	tps, err := run(cfg.duration, true)
 	if err != nil {
 		return sample{}, err
 	}
-	_, busy := meter.stop()
+	_, busy := meter.Stop()
 	lat, err := readPgbenchLogs(filepath.Join(dir, "log"))
 	if err != nil {
 		return sample{}, err

@@ -14,6 +14,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/idemgen/idemgen/bench/internal/mdtable"
+	"github.com/idemgen/idemgen/bench/internal/stats"
 	"github.com/idemgen/idemgen/bench/ledger"
 	"github.com/idemgen/idemgen/idem"
 )
@@ -299,8 +301,8 @@ func runPurge(ctx context.Context, cfg *config) (*purgeResults, error) {
 		return nil, err
 	}
 	logf("purge: %d rows purged in %s (%d statements, p50 %s, p99 %s, the longest %s); p99 %s without, %s during; %d rows left (%d kept + %d delivered); %d redeliveries at the front, %d found their row",
-		res.purged, res.purgeTook.Round(time.Millisecond), res.report.Statements, dur(percentile(res.statements, 50)), dur(percentile(res.statements, 99)), dur(res.report.Longest),
-		dur(percentile(res.without, 99)), dur(percentile(res.during, 99)), res.left, res.keptLeft, res.delivered, res.redelivered, res.reused)
+		res.purged, res.purgeTook.Round(time.Millisecond), res.report.Statements, mdtable.Dur(stats.Percentile(res.statements, 50)), mdtable.Dur(stats.Percentile(res.statements, 99)), mdtable.Dur(res.report.Longest),
+		mdtable.Dur(stats.Percentile(res.without, 99)), mdtable.Dur(stats.Percentile(res.during, 99)), res.left, res.keptLeft, res.delivered, res.redelivered, res.reused)
 	if res.purged != int64(res.rows) || res.keptLeft != int64(res.keep) || res.left != int64(res.keep)+res.delivered {
 		return nil, fmt.Errorf("the purge deleted %d rows, want %d; %d rows left, want %d kept + %d delivered", res.purged, res.rows, res.left, res.keep, res.delivered)
 	}

@@ -13,6 +13,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/idemgen/idemgen/bench/internal/mdtable"
+	"github.com/idemgen/idemgen/bench/internal/stats"
 	"github.com/idemgen/idemgen/examples/telemetry"
 	"github.com/idemgen/idemgen/idem"
 	"github.com/idemgen/idemgen/idem/idemimpl"
@@ -224,8 +226,8 @@ func runPurgePartitioned(ctx context.Context, cfg *config) (*partitionedPurge, e
 	}
 	dropped := res.report.Dropped[telemetryInbox]
 	logf("purge (partitioned): dropped %v (%d rows by the statistics) in %s, %s of WAL meanwhile; p99 %s without, %s during; %d rows left (%d kept + %d delivered)",
-		dropped, res.report.Purged[telemetryInbox], res.took.Round(time.Millisecond), bytesIEC(float64(res.walDuring)),
-		dur(percentile(res.without, 99)), dur(percentile(res.during, 99)), res.left, res.keptLeft, res.delivered)
+		dropped, res.report.Purged[telemetryInbox], res.took.Round(time.Millisecond), mdtable.IEC(float64(res.walDuring)),
+		mdtable.Dur(stats.Percentile(res.without, 99)), mdtable.Dur(stats.Percentile(res.during, 99)), res.left, res.keptLeft, res.delivered)
 	if len(dropped) != 1 || res.keptLeft != int64(res.keep) || res.left != int64(res.keep)+res.delivered {
 		return nil, fmt.Errorf("the janitor dropped %v, want the one partition of %s; %d rows left, want %d kept + %d delivered",
 			dropped, oldest.Format(time.DateOnly), res.left, res.keep, res.delivered)

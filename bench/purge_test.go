@@ -3,6 +3,8 @@ package main
 import (
 	"testing"
 	"time"
+
+	"github.com/idemgen/idemgen/bench/internal/stats"
 )
 
 // TestPurgePartTiny runs the purge part small: 20,000 expired rows, 4
@@ -17,10 +19,10 @@ func TestPurgePartTiny(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("purged %d in %s (%d statements, longest %s); p99 %s without, %s during; %d samples, waits on the janitor %d, of the janitor %d",
-		res.purged, res.purgeTook, res.report.Statements, res.report.Longest, percentile(res.without, 99), percentile(res.during, 99), res.samples, res.blockSeen, res.waitSeen)
+		res.purged, res.purgeTook, res.report.Statements, res.report.Longest, stats.Percentile(res.without, 99), stats.Percentile(res.during, 99), res.samples, res.blockSeen, res.waitSeen)
 	if res.purged != 20000 || len(res.without) == 0 || len(res.during) == 0 || res.report.Statements < 20 {
 		t.Fatalf("purged %d, %d and %d deliveries, %d statements", res.purged, len(res.without), len(res.during), res.report.Statements)
 	}
 	r := &report{cfg: cfg, purge: res}
-	reportHas(t, []string{"## Purge under load", "no unexpired row deleted", "| during the purge |", "| met |"}, r.purgeTargets, r.writePurge)
+	reportHas(t, []string{"## Purge under load", "no unexpired row deleted", "| during the purge |", "| met |"}, r.writeTargets, r.writePurge)
 }

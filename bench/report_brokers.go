@@ -5,6 +5,9 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/idemgen/idemgen/bench/internal/mdtable"
+	"github.com/idemgen/idemgen/bench/internal/stats"
 )
 
 // brokerTitle is how the tables name a broker.
@@ -20,46 +23,33 @@ func brokerTitle(b string) string {
 	return b
 }
 
-// targetRelayVsRecording: the relay through an adapter's publisher against
-// the same relay with the recording publisher, which confirms at once.
-const targetRelayVsRecording = 0.8
-
 // brokersTargets writes the brokers part's lines of the Targets table.
-func (r *report) brokersTargets(w writer) {
+func (r *report) brokersTargets(t *targetTable) {
 	b := r.brokers
-	var cons, pub, vsRec []string
-	rec := b.relayCell(recordingName, false)
-	recOK := true
+	var cons, pub []string
+	var consCells, pubCells []*cell
 	for _, name := range b.brokers {
 		var qs []string
 		for _, n := range b.workers {
-			qs = append(qs, ratio(b.consumeCell(name, n, false).summary().rate/b.consumeCell(name, n, true).summary().rate))
+			wc, rc := b.consumeCell(name, n, false), b.consumeCell(name, n, true)
+			qs = append(qs, mdtable.Ratio(wc.summary().rate/rc.summary().rate))
+			consCells = append(consCells, wc, rc)
 		}
 		cons = append(cons, fmt.Sprintf("%s %s", name, strings.Join(qs, " / ")))
-		pub = append(pub, fmt.Sprintf("%s %s", name, ratio(b.relayCell(name, false).summary().rate/b.relayCell(name, true).summary().rate)))
-		q := b.relayCell(name, false).summary().rate / rec.summary().rate
-		recOK = recOK && q >= targetRelayVsRecording
-		vsRec = append(vsRec, fmt.Sprintf("%s %s", name, cellRatio(b.relayCell(name, false), rec)))
+		rl, rw := b.relayCell(name, false), b.relayCell(name, true)
+		pub = append(pub, fmt.Sprintf("%s %s", name, mdtable.Ratio(rl.summary().rate/rw.summary().rate)))
+		pubCells = append(pubCells, rl, rw)
 	}
-	w("| consume → wrapper → commit → ack against the broker's raw consume-and-ack, reported | wrapper / raw at %s workers: %s ([below](#brokers)) | reported |\n",
-		joinInts(b.workers, " / "), strings.Join(cons, "; "))
-	w("| the relay's publish rate against a raw publisher with confirms, reported | relay / raw: %s | reported |\n", strings.Join(pub, "; "))
-	w("| the relay through each adapter's publisher ≥ %.1f× the same relay with the recording publisher | relay through the adapter / with the recording publisher (%s msgs/s): %s | %s |\n",
-		targetRelayVsRecording, thousands(rec.summary().rate), strings.Join(vsRec, "; "), verdict(recOK))
+	t.line(reported, "consume → wrapper → commit → ack against the broker's raw consume-and-ack, reported",
+		fmt.Sprintf("wrapper / raw at %s workers: %s ([below](#brokers))", joinInts(b.workers, " / "), strings.Join(cons, "; ")), busyOf(consCells...)...)
+	t.line(reported, "the relay's publish rate against a raw publisher with confirms, reported", "relay / raw: "+strings.Join(pub, "; "), busyOf(pubCells...)...)
 	if p := b.peer; p != nil {
 		is, ws := p.latencies(0, modeSteady), p.latencies(1, modeSteady)
-		w("| idemgen's outbox against Watermill's on the same RabbitMQ, reported | idemgen / Watermill (its defaults), %s messages: %s / %s msgs/s committed and delivered in a burst, %s / %s msgs/s relayed from a backlog; at %d msgs/s, commit to delivery p50 %s / %s, p99 %s / %s ([below](#against-watermills-outbox)) | reported |\n",
-			thousands(float64(p.burst)), thousands(p.pooled(0, modeBurst)), thousands(p.pooled(1, modeBurst)), thousands(p.pooled(0, modeBacklog)), thousands(p.pooled(1, modeBacklog)), p.rate,
-			dur(percentile(is, 50)), dur(percentile(ws, 50)), dur(percentile(is, 99)), dur(percentile(ws, 99)))
+		t.line(reported, "idemgen's outbox against Watermill's on the same RabbitMQ, reported",
+			fmt.Sprintf("idemgen / Watermill (its defaults), %s messages: %s / %s msgs/s committed and delivered in a burst, %s / %s msgs/s relayed from a backlog; at %d msgs/s, commit to delivery p50 %s / %s, p99 %s / %s ([below](#against-watermills-outbox))",
+				mdtable.Int(p.burst), mdtable.Thousands(p.pooled(0, modeBurst)), mdtable.Thousands(p.pooled(1, modeBurst)), mdtable.Thousands(p.pooled(0, modeBacklog)), mdtable.Thousands(p.pooled(1, modeBacklog)), p.rate,
+				mdtable.Dur(stats.Percentile(is, 50)), mdtable.Dur(stats.Percentile(ws, 50)), mdtable.Dur(stats.Percentile(is, 99)), mdtable.Dur(stats.Percentile(ws, 99))))
 	}
-}
-
-func joinInts(xs []int, sep string) string {
-	var s []string
-	for _, x := range xs {
-		s = append(s, fmt.Sprint(x))
-	}
-	return strings.Join(s, sep)
 }
 
 // pooled is a side's throughput over its rounds: messages over time.
@@ -95,40 +85,43 @@ func (r *report) writeBrokers(w writer) {
 	w("Every cell has a fresh queue, stream or topic (and a fresh schema where the database takes part), deleted afterwards; %d %s (`-rounds`) ran them interleaved, the order of the brokers and of each pair rotating from round to round. **Busy** is how busy the whole machine was, the other users included.\n\n", cfg.rounds, plural(cfg.rounds, "round"))
 
 	w("### Consuming: the wrapper against the broker's ceiling\n\n")
-	w("A backlog of %s `ledger.Deposit` messages (JSON, each with its own `message_id`), published beforehand, then consumed at each concurrency:\n\n", thousands(float64(b.msgs)))
+	w("A backlog of %s `ledger.Deposit` messages (JSON, each with its own `message_id`), published beforehand, then consumed at each concurrency:\n\n", mdtable.Thousands(float64(b.msgs)))
 	w("- **wrapper**: the adapter's consumer (`rabbitmq.NewConsumer`, `jetstream.NewConsumer`, `kafka.NewConsumer` with `WithWorkers(n)` and the other options at their defaults) delivering to `ledger.PostIdem`, the generated wrapper, in batches (the adapters' default for a wrapper, `WithBatch`: what the broker hands a worker at once, at most 100 messages, one `DeliverBatch` and so one transaction for them): decode, claim the keys, the UPDATEs, commit, then ack each message (RabbitMQ `basic.ack`; JetStream `DoubleAck`; Kafka the offsets committed after each poll). The pool has as many connections as workers; afterwards the inbox held exactly one key per message and the broker had nothing left unacknowledged (checked);\n")
 	w("- **raw**: the same library with no database and the same concurrency and prefetch: amqp091 with a prefetch of twice the workers, n goroutines that decode and ack; a jetstream `Messages` pull of twice the workers feeding n goroutines that decode and `DoubleAck`; a franz-go group member (auto-commit off, rebalances blocked during a poll) decoding each poll's partitions n at a time and committing the offsets after each poll.\n\n")
 	w("The rate is measured from the message that ends the first tenth (connection, group join and warm-up excluded) to the last. ")
 	w("Kafka's topic has %d partitions (its consumers run at most one handler per partition at a time, so the partitions bound the concurrency); its records were spread round-robin.\n\n", b.partitions)
-	w("| broker | workers | wrapper msgs/s | raw msgs/s | wrapper / raw | per round (wrapper, raw) | busy |\n| --- | ---: | ---: | ---: | ---: | --- | ---: |\n")
+	consume := mdtable.New(mdtable.L("broker"), mdtable.R("workers"), mdtable.R("wrapper msgs/s"), mdtable.R("raw msgs/s"), mdtable.R("wrapper / raw"),
+		mdtable.L("per round (wrapper, raw)"), mdtable.R("busy"))
 	for _, name := range b.brokers {
 		for _, n := range b.workers {
 			wc, rc := b.consumeCell(name, n, false), b.consumeCell(name, n, true)
 			ws, rs := wc.summary(), rc.summary()
-			w("| %s | %d | %s | %s | %s | %s | %.0f%% |\n", brokerTitle(name), n, thousands(ws.rate), thousands(rs.rate), cellRatio(wc, rc), perRound(wc, rc), 100*(ws.busy+rs.busy)/2)
+			consume.Row(brokerTitle(name), mdtable.Int(n), mdtable.Thousands(ws.rate), mdtable.Thousands(rs.rate), cellRatio(wc, rc), perRound(wc, rc), mdtable.Percent((ws.busy+rs.busy)/2))
 		}
 	}
+	w("%s", consume)
 	w("\nThe ratio in brackets is the range of the per-round ratios. The ceiling is what the broker and its client library cost alone; the wrapper adds the database's transaction per batch (two round trips and a commit's WAL flush, plus the handler's UPDATE per message, as in the [batches](#batches) table), which on this machine is the larger part.\n\n")
 
 	w("### Publishing: idem.Relay against a raw publisher\n\n")
-	w("A backlog of %s outbox rows written beforehand through `ledger.NewPublishingPost` (%d messages per delivery, without NOTIFY), then published by one `idem.NewRelay` (default options: batches of 100, the rows claimed, published, marked) through the adapter's publisher (`rabbitmq.NewPublisher`, publisher confirms; `jetstream.NewPublisher`, `PublishMsgAsync` and the PubAcks; `kafka.NewPublisher`, franz-go's idempotent producer with acks from all in-sync replicas). ", thousands(float64(b.relayRows)), fillMessages)
+	w("A backlog of %s outbox rows written beforehand through `ledger.NewPublishingPost` (%d messages per delivery, without NOTIFY), then published by one `idem.NewRelay` (default options: batches of 100, the rows claimed, published, marked) through the adapter's publisher (`rabbitmq.NewPublisher`, publisher confirms; `jetstream.NewPublisher`, `PublishMsgAsync` and the PubAcks; `kafka.NewPublisher`, franz-go's idempotent producer with acks from all in-sync replicas). ", mdtable.Thousands(float64(b.relayRows)), fillMessages)
 	w("Against it, the **raw publisher**: the same messages (the same stable ids as the broker's message id, the same bodies) published with the same library, in batches of the relay's size, all of a batch in flight, then their confirms awaited: amqp091 on a channel in confirm mode (persistent, mandatory); jetstream `PublishMsgAsync` with `Nats-Msg-Id`; franz-go `ProduceSync`. ")
 	w("Beside both, once a round, the same relay over the same backlog with the **recording publisher** of the outbox part, which confirms every message at once: the relay's own rate, with a broker that costs nothing. ")
 	w("The time runs from the start until every message is confirmed (and, for the relay, every row marked published); afterwards the destination held exactly the backlog (checked).\n\n")
 	rec := b.relayCell(recordingName, false)
-	w("| broker | relay msgs/s | raw msgs/s | relay / raw | relay / relay with the recording publisher | per round (relay, raw) | busy |\n| --- | ---: | ---: | ---: | ---: | --- | ---: |\n")
+	publish := mdtable.New(mdtable.L("broker"), mdtable.R("relay msgs/s"), mdtable.R("raw msgs/s"), mdtable.R("relay / raw"), mdtable.R("relay / relay with the recording publisher"), mdtable.L("per round (relay, raw)"), mdtable.R("busy"))
 	for _, name := range b.brokers {
 		rl, rw := b.relayCell(name, false), b.relayCell(name, true)
 		a, c := rl.summary(), rw.summary()
-		w("| %s | %s | %s | %s | %s | %s | %.0f%% |\n", brokerTitle(name), thousands(a.rate), thousands(c.rate), cellRatio(rl, rw), cellRatio(rl, rec), perRound(rl, rw), 100*(a.busy+c.busy)/2)
+		publish.Row(brokerTitle(name), mdtable.Thousands(a.rate), mdtable.Thousands(c.rate), cellRatio(rl, rw), cellRatio(rl, rec), perRound(rl, rw), mdtable.Percent((a.busy+c.busy)/2))
 	}
+	w("%s", publish)
 	rs := rec.summary()
 	var recPer []string
 	for _, smp := range rec.samples {
-		recPer = append(recPer, thousands(smp.rate()))
+		recPer = append(recPer, mdtable.Thousands(smp.rate()))
 	}
-	w("\nThe relay with the recording publisher: %s msgs/s (per round: %s; busy %.0f%%). ", thousands(rs.rate), strings.Join(recPer, ", "), 100*rs.busy)
-	w("While a full batch is at the broker, the relay claims the next one and marks the one before in one round trip, so the broker's confirms and the database's work overlap: a batch costs the slower of the two, not their sum. The raw publisher waits only for the confirms.\n\n")
+	w("\nThe relay with the recording publisher: %s msgs/s (per round: %s; busy %s). ", mdtable.Thousands(rs.rate), strings.Join(recPer, ", "), mdtable.Percent(rs.busy))
+	w("While a full batch is at the broker, the relay claims the next one and deletes the one before in one round trip, so the broker's confirms and the database's work overlap: a batch costs the slower of the two, not their sum. The raw publisher waits only for the confirms.\n\n")
 
 	if b.peer != nil {
 		r.writePeer(w)
@@ -144,7 +137,7 @@ func (r *report) writeBrokers(w writer) {
 func perRound(a, b *cell) string {
 	var parts []string
 	for i := range min(len(a.samples), len(b.samples)) {
-		parts = append(parts, thousands(a.samples[i].rate())+", "+thousands(b.samples[i].rate()))
+		parts = append(parts, mdtable.Thousands(a.samples[i].rate())+", "+mdtable.Thousands(b.samples[i].rate()))
 	}
 	return strings.Join(parts, "; ")
 }
@@ -158,10 +151,11 @@ func (r *report) writePeer(w writer) {
 	w("idemgen's side is `ledger.NewPublishingPost` (the generated inbox's transaction: the claim, the same business write, one `out.Publish`, the result, and the outbox row with a NOTIFY in the commit) and one `idem.NewRelay` with its defaults (woken by the NOTIFY, polling every 1 s) publishing through `rabbitmq.NewPublisher`. ")
 	w("Both publish the same `ledger.Credited` body (JSON, about 80 bytes) to a fresh durable classic queue on the same RabbitMQ, where one plain amqp091 consumer (auto-ack) records when each message first arrived; every message arrived (checked). ")
 	w("%d producers on a pool of their own commit the deposits; the relay or the forwarder has a pool of its own (3 connections). A message's latency runs from its commit returning to the producer to its receipt.\n\n", p.producers)
-	w("- **burst**: %s messages, the producers committing as fast as they can while the relay runs; throughput is the messages over the time from the first commit to the last receipt; **commits/s** is the producers' own rate: where the delivery rate stays below it the relay or the forwarder is the bound, where the two match the producers are;\n", thousands(float64(p.burst)))
-	w("- **backlog**: the same %s messages committed first, then the relay or the forwarder started: its own throughput, from its start to the last receipt;\n", thousands(float64(p.burst)))
+	w("- **burst**: %s messages, the producers committing as fast as they can while the relay runs; throughput is the messages over the time from the first commit to the last receipt; **commits/s** is the producers' own rate: where the delivery rate stays below it the relay or the forwarder is the bound, where the two match the producers are;\n", mdtable.Thousands(float64(p.burst)))
+	w("- **backlog**: the same %s messages committed first, then the relay or the forwarder started: its own throughput, from its start to the last receipt;\n", mdtable.Thousands(float64(p.burst)))
 	w("- **steady**: %d messages per second at even intervals for %s after a %s warm-up (not counted): latency.\n\n", p.rate, p.duration, p.warmup)
-	w("| outbox | burst msgs/s | per round | commits/s | burst p50 | burst p99 | backlog msgs/s | per round | received twice |\n| --- | ---: | --- | ---: | ---: | ---: | ---: | --- | ---: |\n")
+	burst := mdtable.New(mdtable.L("outbox"), mdtable.R("burst msgs/s"), mdtable.L("per round"), mdtable.R("commits/s"), mdtable.R("burst p50"), mdtable.R("burst p99"),
+		mdtable.R("backlog msgs/s"), mdtable.L("per round"), mdtable.R("received twice"))
 	for si, side := range peerSides {
 		lat := p.latencies(si, modeBurst)
 		var commits time.Duration
@@ -170,26 +164,28 @@ func (r *report) writePeer(w writer) {
 			commits += run.commits
 			msgs += run.msgs
 		}
-		w("| %s | %s | %s | %s | %s | %s | %s | %s | %d |\n", side.name, thousands(p.pooled(si, modeBurst)), p.perRound(si, modeBurst), thousands(float64(msgs)/commits.Seconds()),
-			dur(percentile(lat, 50)), dur(percentile(lat, 99)), thousands(p.pooled(si, modeBacklog)), p.perRound(si, modeBacklog), p.dups(si, modeBurst)+p.dups(si, modeBacklog))
+		burst.Row(side.name, mdtable.Thousands(p.pooled(si, modeBurst)), p.perRound(si, modeBurst), mdtable.Thousands(float64(msgs)/commits.Seconds()),
+			mdtable.Dur(stats.Percentile(lat, 50)), mdtable.Dur(stats.Percentile(lat, 99)), mdtable.Thousands(p.pooled(si, modeBacklog)), p.perRound(si, modeBacklog),
+			fmt.Sprint(p.dups(si, modeBurst)+p.dups(si, modeBacklog)))
 	}
-	w("\nSteady, %d msgs/s, commit to delivery:\n\n", p.rate)
-	w("| outbox | messages | p50 | p90 | p99 | max | received twice |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+	steady := mdtable.New(mdtable.L("outbox"), mdtable.R("messages"), mdtable.R("p50"), mdtable.R("p90"), mdtable.R("p99"), mdtable.R("max"), mdtable.R("received twice"))
 	for si, side := range peerSides {
 		lat := p.latencies(si, modeSteady)
 		maxLat := time.Duration(0)
 		if len(lat) > 0 {
 			maxLat = lat[len(lat)-1]
 		}
-		w("| %s | %s | %s | %s | %s | %s | %d |\n", side.name, thousands(float64(len(lat))), dur(percentile(lat, 50)), dur(percentile(lat, 90)), dur(percentile(lat, 99)), dur(maxLat), p.dups(si, modeSteady))
+		steady.Row(side.name, mdtable.Int(len(lat)), mdtable.Dur(stats.Percentile(lat, 50)), mdtable.Dur(stats.Percentile(lat, 90)), mdtable.Dur(stats.Percentile(lat, 99)),
+			mdtable.Dur(maxLat), fmt.Sprint(p.dups(si, modeSteady)))
 	}
+	w("%s\nSteady, %d msgs/s, commit to delivery:\n\n%s", burst, p.rate, steady)
 	ib, wb, wf := p.pooled(0, modeBurst), p.pooled(1, modeBurst), p.pooled(2, modeBurst)
 	ik, wk, wfk := p.pooled(0, modeBacklog), p.pooled(1, modeBacklog), p.pooled(2, modeBacklog)
 	is, ws, wfs := p.latencies(0, modeSteady), p.latencies(1, modeSteady), p.latencies(2, modeSteady)
 	w("\nidemgen against Watermill (its defaults, then the 10 ms poll): burst throughput %s and %s; the relay's own throughput over the backlog %s and %s; at the steady rate Watermill's p50 latency is %s and %s idemgen's, its p99 %s and %s.\n\n",
-		ratio(ib/wb), ratio(ib/wf), ratio(ik/wk), ratio(ik/wfk),
-		ratio(float64(percentile(ws, 50))/float64(percentile(is, 50))), ratio(float64(percentile(wfs, 50))/float64(percentile(is, 50))),
-		ratio(float64(percentile(ws, 99))/float64(percentile(is, 99))), ratio(float64(percentile(wfs, 99))/float64(percentile(is, 99))))
+		mdtable.Ratio(ib/wb), mdtable.Ratio(ib/wf), mdtable.Ratio(ik/wk), mdtable.Ratio(ik/wfk),
+		mdtable.Ratio(float64(stats.Percentile(ws, 50))/float64(stats.Percentile(is, 50))), mdtable.Ratio(float64(stats.Percentile(wfs, 50))/float64(stats.Percentile(is, 50))),
+		mdtable.Ratio(float64(stats.Percentile(ws, 99))/float64(stats.Percentile(is, 99))), mdtable.Ratio(float64(stats.Percentile(wfs, 99))/float64(stats.Percentile(is, 99))))
 	w("What each side guarantees differs, and the numbers should be read with it:\n\n")
 	w("- **Downstream deduplication.** idemgen's rows carry a stable id (the consumer, the key of the message being handled, the position), sent as the AMQP `message_id`; a relay's second try of a row, or the handler's transaction run again for a redelivered input, produces the same id, and the next consumer's idemgen inbox turns it into a `Duplicate`. Watermill's forwarder gives the message the UUID the producer chose (`watermill.NewUUID()` per publish, as its examples do), carried in its own `_watermill_message_uuid` header, not `message_id`; a second forward after a crash between the publish and the offset ack delivers it again with nothing downstream that drops it unless the consumer keys on that header itself, and a retried business transaction publishes a new UUID.\n")
 	w("- **Inbound deduplication.** idemgen's side also claims the incoming message's key in the same transaction (the inbox row and the stored result): a redelivered deposit is not applied or published twice. Watermill's side here is the outbox alone, one write fewer per transaction, and no NOTIFY, so its producers commit faster (commits/s above); Watermill leaves deduplication of the input to the application (its router's `Deduplicator` middleware keeps the ids it saw in an expiring repository, in memory by default, outside the business transaction).\n")
@@ -201,7 +197,7 @@ func (r *report) writePeer(w writer) {
 func (p *peerResults) perRound(side int, mode peerMode) string {
 	var per []string
 	for _, run := range p.runs[peerKey{side, mode}] {
-		per = append(per, thousands(run.rate()))
+		per = append(per, mdtable.Thousands(run.rate()))
 	}
 	return strings.Join(per, ", ")
 }

@@ -3,6 +3,9 @@ package main
 import (
 	"fmt"
 	"math"
+
+	"github.com/idemgen/idemgen/bench/internal/mdtable"
+	"github.com/idemgen/idemgen/bench/internal/stats"
 )
 
 // The entity part's targets (issue 15), read at 16 workers.
@@ -18,21 +21,19 @@ func (r *report) entityRatio(a, b string, n int) (ratio, lo, hi float64) {
 	if ca == nil || cb == nil {
 		return math.NaN(), math.NaN(), math.NaN()
 	}
-	ratio = ca.summary().rate / cb.summary().rate
-	lo, hi = math.Inf(1), math.Inf(-1)
-	for i := range min(len(ca.samples), len(cb.samples)) {
-		x := ca.samples[i].rate() / cb.samples[i].rate()
-		lo, hi = math.Min(lo, x), math.Max(hi, x)
-	}
-	return ratio, lo, hi
+	lo, hi = stats.RatioRange(ca.rates(), cb.rates())
+	return ca.summary().rate / cb.summary().rate, lo, hi
 }
 
-func (r *report) entityTargets(w writer) {
+func (r *report) entityTargets(t *targetTable) {
 	n := entityWorkers[len(entityWorkers)-1]
 	bare, bareLo, bareHi := r.entityRatio(scEntity, scEntityBare, n)
 	tx, txLo, txHi := r.entityRatio(scEntity, scEntityTx, n)
-	w("| mode=entity ≥ %.1f× the bare transaction at %d workers | %.2f× [%.2f–%.2f] ([below](#modeentity)) | %s |\n", targetEntityVsBare, n, bare, bareLo, bareHi, verdict(bare >= targetEntityVsBare))
-	w("| mode=entity ≥ %.1f× mode=tx at %d workers | %.2f× [%.2f–%.2f] | %s |\n", targetEntityVsTx, n, tx, txLo, txHi, verdict(tx >= targetEntityVsTx))
+	cell := func(name string) *cell { return r.entity.cell(name, n) }
+	t.line(verdict(bare >= targetEntityVsBare), fmt.Sprintf("mode=entity ≥ %.1f× the bare transaction at %d workers", targetEntityVsBare, n),
+		fmt.Sprintf("%.2f× [%.2f–%.2f] ([below](#modeentity))", bare, bareLo, bareHi), busyOf(cell(scEntity), cell(scEntityBare))...)
+	t.line(verdict(tx >= targetEntityVsTx), fmt.Sprintf("mode=entity ≥ %.1f× mode=tx at %d workers", targetEntityVsTx, n),
+		fmt.Sprintf("%.2f× [%.2f–%.2f]", tx, txLo, txHi), busyOf(cell(scEntity), cell(scEntityTx))...)
 }
 
 func (r *report) writeEntity(w writer) {
@@ -45,8 +46,8 @@ func (r *report) writeEntity(w writer) {
 	w("Cells as in the message delivery table: %s after a %s warm-up, %d round(s), the scenarios in a rotating order, a fresh schema per cell, a pool of as many connections as workers, round trips counted on the wire. "+
 		"**WAL/msg** is `pg_current_wal_lsn()` after the measurement minus before, over the messages: the position is the server's, so other sessions of the shared machine add to it; the table gives the least of the rounds.\n\n",
 		cfg.duration, cfg.warmup, cfg.rounds)
-	w("| workers | scenario | msgs/s | p50 | p99 | round trips/msg | WAL/msg | client CPU/msg | server CPU/msg | vs bare | vs mode=tx |\n")
-	w("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
+	t := mdtable.New(mdtable.L("workers"), mdtable.L("scenario"), mdtable.L("msgs/s"), mdtable.L("p50"), mdtable.L("p99"), mdtable.L("round trips/msg"), mdtable.L("WAL/msg"),
+		mdtable.L("client CPU/msg"), mdtable.L("server CPU/msg"), mdtable.L("vs bare"), mdtable.L("vs mode=tx"))
 	for _, n := range entityWorkers {
 		bare, tx := r.entity.cell(scEntityBare, n), r.entity.cell(scEntityTx, n)
 		for _, name := range entityScenarios {
@@ -57,7 +58,7 @@ func (r *report) writeEntity(w writer) {
 			s := c.summary()
 			server := "n/a"
 			if s.serverCPU >= 0 {
-				server = dur(s.serverCPU)
+				server = mdtable.Dur(s.serverCPU)
 			}
 			vsBare, vsTx := "", ""
 			if bare != nil && name != scEntityBare {
@@ -66,10 +67,11 @@ func (r *report) writeEntity(w writer) {
 			if tx != nil && name != scEntityTx {
 				vsTx = fmt.Sprintf("%.2f×", s.rate/tx.summary().rate)
 			}
-			w("| %d | %s | %.0f | %s | %s | %.2f | %.0f B | %s | %s | %s | %s |\n", n, name, s.rate, dur(s.p50), dur(s.p99), s.tripsPerMsg,
-				r.entity.walPerMsg(name, n), dur(s.clientCPU), server, vsBare, vsTx)
+			t.Row(mdtable.Int(n), name, fmt.Sprintf("%.0f", s.rate), mdtable.Dur(s.p50), mdtable.Dur(s.p99), fmt.Sprintf("%.2f", s.tripsPerMsg),
+				fmt.Sprintf("%.0f B", r.entity.walPerMsg(name, n)), mdtable.Dur(s.clientCPU), server, vsBare, vsTx)
 		}
 	}
+	w("%s", t)
 	w("\nmode=entity costs one round trip more than the bare transaction (its COMMIT, with the marker check, can only be sent once the handler has returned; BEGIN and the setting ride with the handler's INSERT) and writes about as much WAL (a 33-byte fingerprint in the row); mode=tx has a third round trip and writes a second row and a second index entry per message. " +
 		"On this 2-core shared machine a round trip is CPU on both sides, so the ratios follow the round trips: see [docs/natural.md](docs/natural.md#cost).\n\n")
 }

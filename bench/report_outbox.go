@@ -5,55 +5,79 @@ import (
 	"slices"
 	"strings"
 	"time"
-)
 
-// The outbox part's targets, with the defaults.
-const (
-	// targetNotifyThroughput: committing throughput with the default NOTIFY
-	// against WithoutNotify, at the most workers.
-	targetNotifyThroughput = 0.9
-	// targetLatencyP50 and targetLatencyP99 bound the commit-to-publish
-	// latency of a relay woken by NOTIFY, at every rate of -obxrate.
-	targetLatencyP50 = 5 * time.Millisecond
-	targetLatencyP99 = 50 * time.Millisecond
+	"github.com/idemgen/idemgen/bench/internal/mdtable"
+	"github.com/idemgen/idemgen/bench/internal/stats"
 )
 
 // outboxTargets writes the outbox part's lines of the Targets table.
-func (r *report) outboxTargets(w writer) {
+func (r *report) outboxTargets(t *targetTable) {
 	o := r.outbox
 	var parts []string
 	ok := true
+	var cells []*cell
 	for _, n := range o.workers {
+		cells = append(cells, o.firstDeliveryCells(n)...)
 		eq, trips := equalTrips(o.firstDeliveryCells(n))
 		ok = ok && eq
 		var ts []string
-		for _, t := range trips {
-			ts = append(ts, fmt.Sprintf("%.2f", t))
+		for _, x := range trips {
+			ts = append(ts, fmt.Sprintf("%.2f", x))
 		}
 		parts = append(parts, fmt.Sprintf("%s at %d %s (and %.2f for the NOTIFY after it)", strings.Join(ts, " / "), n, plural(n, "worker"), o.notifyTrips(n)))
 	}
-	w("| 0, 1 and 10 outgoing messages cost the same round trips | 0 / 1 / 10 messages: %s round trips per first delivery, counted on the wire ([below](#outbox)) | %s |\n", strings.Join(parts, ", "), verdict(ok))
-	var lines []string
-	for _, n := range o.workers {
-		with, without := o.cell(obxVariant{1, true}, n), o.cell(obxVariant{1, false}, n)
-		lines = append(lines, fmt.Sprintf("%s against %s msgs/s at %d %s: %s", thousands(with.summary().rate), thousands(without.summary().rate), n, plural(n, "worker"), cellRatio(with, without)))
+	t.line(verdict(ok), "0, 1 and 10 outgoing messages cost the same round trips",
+		fmt.Sprintf("0 / 1 / 10 messages: %s round trips per first delivery, counted on the wire ([below](#outbox))", strings.Join(parts, ", ")), busyOf(cells...)...)
+	var committing []string
+	var commitCells []*cell
+	for _, k := range o.workers {
+		with, without := o.cell(obxVariant{1, true}, k), o.cell(obxVariant{1, false}, k)
+		committing = append(committing, fmt.Sprintf("%s msgs/s with, %s without at %d %s: %s",
+			mdtable.Thousands(with.summary().rate), mdtable.Thousands(without.summary().rate), k, plural(k, "worker"), cellRatio(without, with)))
+		commitCells = append(commitCells, with, without)
 	}
-	hi := slices.Max(o.workers)
-	with, without := o.cell(obxVariant{1, true}, hi), o.cell(obxVariant{1, false}, hi)
-	w("| committing throughput with the default NOTIFY ≥ %.1f× `WithoutNotify` at %d workers | one message per delivery, with / without: %s | %s |\n",
-		targetNotifyThroughput, hi, strings.Join(lines, "; "), verdict(with.summary().rate/without.summary().rate >= targetNotifyThroughput))
+	t.line(reported, "committing throughput with and without NOTIFY reported", strings.Join(committing, "; "), busyOf(commitCells...)...)
 	for _, rate := range o.rates {
-		n, p := pooledLatencies(o.latency[latencyKey{rate, false}]), pooledLatencies(o.latency[latencyKey{rate, true}])
-		p50, p99 := percentile(n, 50), percentile(n, 99)
-		w("| commit-to-publish p50 ≤ %s and p99 ≤ %s at %s msgs/s, defaults | NOTIFY: p50 %s, p99 %s (poll-only, every %s: p50 %s, p99 %s) | %s |\n",
-			dur(targetLatencyP50), dur(targetLatencyP99), thousands(float64(rate)), dur(p50), dur(p99), o.poll, dur(percentile(p, 50)), dur(percentile(p, 99)),
-			verdict(len(n) > 0 && p50 <= targetLatencyP50 && p99 <= targetLatencyP99))
+		n, p := pooledLatencies(o.latencyRuns(rate, false)), pooledLatencies(o.latencyRuns(rate, true))
+		if len(n) == 0 || len(p) == 0 {
+			continue
+		}
+		var latBusy []float64
+		for _, pollOnly := range []bool{false, true} {
+			for _, run := range o.latencyRuns(rate, pollOnly) {
+				latBusy = append(latBusy, run.busy)
+			}
+		}
+		t.line(reported, fmt.Sprintf("commit-to-publish latency at %s msgs/s, NOTIFY against poll-only, reported", mdtable.Thousands(float64(rate))),
+			fmt.Sprintf("p50 %s / %s, p99 %s / %s (poll every %s)", mdtable.Dur(stats.Percentile(n, 50)), mdtable.Dur(stats.Percentile(p, 50)), mdtable.Dur(stats.Percentile(n, 99)), mdtable.Dur(stats.Percentile(p, 99)), o.poll),
+			latBusy...)
 	}
 	var rates []string
+	var busy []float64
 	for _, k := range o.relayNs {
-		rates = append(rates, fmt.Sprintf("%s msgs/s with %d", thousands(pooledRelayRate(o.relays[k])), k))
+		rates = append(rates, fmt.Sprintf("%s msgs/s with %d", mdtable.Thousands(pooledRelayRate(o.relays[k])), k))
+		busy = append(busy, relayBusy(o.relays[k]))
 	}
-	w("| relay throughput reported | %s | reported |\n", strings.Join(rates, ", "))
+	t.line(reported, "relay throughput reported", strings.Join(rates, ", "), busy...)
+}
+
+// relayBusy is the machine's busy fraction over relay runs, the mean of the
+// rounds.
+func relayBusy(runs []relayRun) float64 {
+	var busy float64
+	for _, run := range runs {
+		busy += run.busy / float64(len(runs))
+	}
+	return busy
+}
+
+// latencyRates are the message rates of the commit-to-publish runs.
+func (o *outboxResults) latencyRates() []int { return o.rates }
+
+// latencyRuns are the commit-to-publish runs at rate, of the poll-only
+// relay or of the one woken by NOTIFY.
+func (o *outboxResults) latencyRuns(rate int, pollOnly bool) []latencyRun {
+	return o.latency[latencyKey{rate, pollOnly}]
 }
 
 // firstDeliveryCells are the cells whose round trips must be equal at n
@@ -88,8 +112,7 @@ func (r *report) writeOutbox(w writer) {
 	w("### A first delivery with 0, 1 and 10 outgoing messages\n\n")
 	w("Cells as in the message delivery table (%s after a %s warm-up, a pool of as many connections as workers, round trips counted on the wire), each delivery a new message. ", cfg.duration, cfg.warmup)
 	w("After each cell the outbox held exactly n rows per delivery (checked). **vs 0** is the throughput against the cell that publishes nothing, pooled, with the per-round range in brackets.\n\n")
-	w("| workers | messages per delivery | NOTIFY | msgs/s | p50 | p99 | round trips/msg | client CPU/msg | server CPU/msg | busy | vs 0 |\n")
-	w("| ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+	t := cellTable([]mdtable.Column{mdtable.R("workers"), mdtable.R("messages per delivery"), mdtable.L("NOTIFY")}, "p50", "p99", "vs 0")
 	for _, n := range o.workers {
 		zero := o.cell(obxVariants[0], n)
 		for _, v := range obxVariants {
@@ -99,33 +122,36 @@ func (r *report) writeOutbox(w writer) {
 			if !v.notify {
 				notify = "no (`WithoutNotify`)"
 			}
-			w("| %d | %d | %s | %s | %s | %s | %.2f | %s | %s | %.0f%% | %s |\n", n, v.msgs, notify, thousands(s.rate), dur(s.p50), dur(s.p99), s.tripsPerMsg,
-				dur(s.clientCPU), serverDur(s), 100*s.busy, cellRatio(c, zero))
+			t.Row(slices.Concat([]string{mdtable.Int(n), mdtable.Int(v.msgs), notify}, s.cells(2), []string{cellRatio(c, zero)})...)
 		}
 	}
-	w("\n")
+	w("%s\n", t)
+	hi := slices.Max(o.workers)
 	lo := slices.Min(o.workers)
 	z, one, ten := o.cell(obxVariant{0, true}, lo).summary(), o.cell(obxVariant{1, true}, lo).summary(), o.cell(obxVariant{10, true}, lo).summary()
 	w("The rows cost no round trip: at %d worker the median latency is %s with no message, %s with 1 and %s with 10 (the INSERT rides in the batch that commits); what they cost is the server's work on that round trip: server CPU per delivery %s, %s and %s.\n\n",
-		lo, dur(z.p50), dur(one.p50), dur(ten.p50), serverDur(z), serverDur(one), serverDur(ten))
+		lo, mdtable.Dur(z.p50), mdtable.Dur(one.p50), mdtable.Dur(ten.p50), serverDur(z), serverDur(one), serverDur(ten))
 
 	w("### NOTIFY and committing throughput\n\n")
 	w("`NOTIFY` makes a committing transaction take a lock that PostgreSQL holds from just before the commit until after it (in `PreCommit_Notify`, a lock on \"database 0\", the same for every database of the server), so the commits of transactions that notify, WAL flush included, happen one at a time. ")
 	w("So no delivery's transaction notifies: once a commit that wrote outbox rows is acknowledged, the inbox hands the wake-up to its pool's notifier, which sends `NOTIFY` on its own, in a transaction that writes nothing and does not wait for its WAL flush, on a connection of the pool; the commits acknowledged while one is on its way, or within 2 ms after it, share the next. ")
 	w("One message per delivery, with the default NOTIFY and with `WithoutNotify`; **NOTIFY round trips per delivery** is the difference of the two cells' round trips per message, the coalesced NOTIFYs counted on the wire:\n\n")
-	w("| workers | with NOTIFY, msgs/s | WithoutNotify, msgs/s | with / without | NOTIFY round trips per delivery | p50 with / without | p99 with / without |\n| ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+	notify := mdtable.New(mdtable.R("workers"), mdtable.R("with NOTIFY, msgs/s"), mdtable.R("WithoutNotify, msgs/s"), mdtable.R("with / without"),
+		mdtable.R("NOTIFY round trips per delivery"), mdtable.R("p50 with / without"), mdtable.R("p99 with / without"))
 	for _, n := range o.workers {
 		with, without := o.cell(obxVariant{1, true}, n), o.cell(obxVariant{1, false}, n)
 		a, b := with.summary(), without.summary()
-		w("| %d | %s | %s | %s | %.3f | %s / %s | %s / %s |\n", n, thousands(a.rate), thousands(b.rate), cellRatio(with, without), o.notifyTrips(n), dur(a.p50), dur(b.p50), dur(a.p99), dur(b.p99))
+		notify.Row(mdtable.Int(n), mdtable.Thousands(a.rate), mdtable.Thousands(b.rate), cellRatio(with, without), fmt.Sprintf("%.3f", o.notifyTrips(n)),
+			mdtable.Dur(a.p50)+" / "+mdtable.Dur(b.p50), mdtable.Dur(a.p99)+" / "+mdtable.Dur(b.p99))
 	}
-	w("\nWithout the NOTIFY a relay finds the rows only when it polls, so the poll interval becomes the commit-to-publish latency (below).\n\n")
+	w("%s", notify)
+	w("\nWithout the NOTIFY a relay finds the rows only when it polls, so the poll interval becomes the commit-to-publish latency (below). At %d workers that is the trade: the ratio above against the latency below.\n\n", hi)
 
 	w("### Commit-to-publish latency\n\n")
 	w("At each rate of `-obxrate`, messages scheduled at even intervals and delivered by producers on a pool of their own (one for every 100 messages per second, at least 4; each delivery publishes one message, with the default NOTIFY), for %s after a %s warm-up (not counted), while one relay on a pool of its own publishes them. ", cfg.duration, cfg.warmup)
 	w("A message's latency runs from the moment `Handle` returned (the commit acknowledged to the producer) to the moment the relay handed the message to the publisher. ")
 	w("Both relays poll every **%s** (`idem.WithRelayPollInterval`; the default is %s); the NOTIFY relay is also woken by the coalesced NOTIFY through its listening connection, and claims again at once while it finds rows; the poll-only one (`idem.WithRelayPollOnly()`, for PgBouncer in transaction mode) is woken only by its poll.\n\n", o.poll, time.Second)
-	w("| rate | relay | messages | achieved rate | p50 | p90 | p99 | max | published twice |\n| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+	latency := mdtable.New(mdtable.R("rate"), mdtable.L("relay"), mdtable.R("messages"), mdtable.R("achieved rate"), mdtable.R("p50"), mdtable.R("p90"), mdtable.R("p99"), mdtable.R("max"), mdtable.R("published twice"))
 	for _, rate := range o.rates {
 		for _, pollOnly := range []bool{false, true} {
 			runs := o.latency[latencyKey{rate, pollOnly}]
@@ -144,38 +170,39 @@ func (r *report) writeOutbox(w writer) {
 			if pollOnly {
 				name = "poll-only"
 			}
-			w("| %s/s | %s | %s | %s msgs/s | %s | %s | %s | %s | %d |\n", thousands(float64(rate)), name, thousands(float64(msgs)), thousands(float64(msgs)/elapsed.Seconds()),
-				dur(percentile(lat, 50)), dur(percentile(lat, 90)), dur(percentile(lat, 99)), dur(lat[len(lat)-1]), dups)
+			latency.Row(mdtable.Thousands(float64(rate))+"/s", name, mdtable.Int(msgs), mdtable.Thousands(float64(msgs)/elapsed.Seconds())+" msgs/s",
+				mdtable.Dur(stats.Percentile(lat, 50)), mdtable.Dur(stats.Percentile(lat, 90)), mdtable.Dur(stats.Percentile(lat, 99)), mdtable.Dur(lat[len(lat)-1]), fmt.Sprint(dups))
 		}
 	}
+	w("%s", latency)
 	w("\nA poll-only relay's latency is spread over its poll interval (half of it at the median); with NOTIFY it is the wait for the pool's next NOTIFY (at most 2 ms after the one before), its round trip, and one claim statement.\n\n")
 
 	w("### Relay throughput\n\n")
 	w("A backlog of %s rows written beforehand through the same wrapper (%d deliveries at a time, %d messages each, without NOTIFY; then `VACUUM ANALYZE idem_outbox`), then 1 or more relays started at once with the recording publisher, default options (batches of %d): the time until every row was published and deleted (no row left in `idem_outbox`). ",
-		thousands(float64(roundUp(o.backlog, fillMessages))), o.fillWorker, fillMessages, 100)
+		mdtable.Thousands(float64(roundUp(o.backlog, fillMessages))), o.fillWorker, fillMessages, 100)
 	w("The relays have a pool of their own (3 connections per relay, one of which each takes for listening); **round trips per 100 rows** counts their connections' traffic on the wire (per batch: the claim, the mark, and any renewal of the lease; the last, empty claims; the listening connections).\n\n")
-	w("| relays | rows | msgs/s | per round | vs 1 relay | round trips per 100 rows | rows of the busiest relay | published twice | busy |\n| ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |\n")
+	relays := mdtable.New(mdtable.R("relays"), mdtable.R("rows"), mdtable.R("msgs/s"), mdtable.L("per round"), mdtable.R("vs 1 relay"), mdtable.R("round trips per 100 rows"),
+		mdtable.R("rows of the busiest relay"), mdtable.R("published twice"), mdtable.R("busy"))
 	base := pooledRelayRate(o.relays[slices.Min(o.relayNs)])
 	for _, k := range slices.Sorted(slices.Values(o.relayNs)) {
 		runs := o.relays[k]
 		var rows, publishes, busiest int
 		var trips int64
-		var busy float64
 		var per []string
 		for _, run := range runs {
 			rows += run.rows
 			publishes += run.publishes
 			trips += run.trips
-			busy += run.busy / float64(len(runs))
 			if len(run.byRelay) > 0 {
 				busiest += run.byRelay[0]
 			}
-			per = append(per, thousands(run.rate()))
+			per = append(per, mdtable.Thousands(run.rate()))
 		}
 		rate := pooledRelayRate(runs)
-		w("| %d | %s | %s | %s | %s | %.2f | %.0f%% | %d | %.0f%% |\n", k, thousands(float64(rows)), thousands(rate), strings.Join(per, ", "), ratio(rate/base),
-			100*float64(trips)/float64(max(rows, 1)), 100*float64(busiest)/float64(max(rows, 1)), publishes-rows, 100*busy)
+		relays.Row(mdtable.Int(k), mdtable.Int(rows), mdtable.Thousands(rate), strings.Join(per, ", "), mdtable.Ratio(rate/base),
+			fmt.Sprintf("%.2f", 100*float64(trips)/float64(max(rows, 1))), mdtable.Percent(float64(busiest)/float64(max(rows, 1))), fmt.Sprint(publishes-rows), mdtable.Percent(relayBusy(runs)))
 	}
+	w("%s", relays)
 	w("\nOrder the outbox runs went in:\n\n")
 	for i, ord := range o.order {
 		w("%d. %s\n", i+1, strings.Join(ord, "; "))

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"fmt"
 	"time"
 
+	"github.com/idemgen/idemgen/bench/internal/mdtable"
 	"github.com/idemgen/idemgen/idem"
 )
 
@@ -25,25 +27,25 @@ func (s *sizingResults) walOutgoing() (write, relay float64) {
 	return (s.walPer(walPub10) - s.walPer(walFirst)) / 10, s.walPer(walRelay)
 }
 
-func (r *report) sizingTargets(w writer) {
+func (r *report) sizingTargets(t *targetTable) {
 	s := r.sizing
 	in := s.inboxes[0]
-	w("| bytes per inbox row and per outbox row reported | inbox %s B a row, outbox %s B a row waiting for the relay (it keeps no published row), heap and indexes, over %s rows each ([below](#sizing)) | reported |\n",
-		thousands(in.size.perRow()), thousands(s.outbox.perRow()), thousands(float64(in.size.rows)))
+	t.line(reported, "bytes per inbox row and per outbox row reported",
+		fmt.Sprintf("inbox %s B a row, outbox %s B a row waiting for the relay (it keeps no published row), heap and indexes, over %s rows each ([below](#sizing))",
+			mdtable.Thousands(in.size.perRow()), mdtable.Thousands(s.outbox.perRow()), mdtable.Thousands(float64(in.size.rows))))
 	write, relay := s.walOutgoing()
-	w("| WAL per first delivery, per duplicate and per outgoing message reported | first delivery %s B (the bare UPDATE alone %s B), duplicate %s B, outgoing message %s B written + %s B when the relay publishes it | reported |\n",
-		thousands(s.walPer(walFirst)), thousands(s.walPer(walBare)), thousands(s.walPer(walDuplicate)), thousands(write), thousands(relay))
+	t.line(reported, "WAL per first delivery, per duplicate and per outgoing message reported",
+		fmt.Sprintf("first delivery %s B (the bare UPDATE alone %s B), duplicate %s B, outgoing message %s B written + %s B when the relay publishes it",
+			mdtable.Thousands(s.walPer(walFirst)), mdtable.Thousands(s.walPer(walBare)), mdtable.Thousands(s.walPer(walDuplicate)), mdtable.Thousands(write), mdtable.Thousands(relay)))
 	now, before := s.runtimeLayout()
-	verdict := "met"
-	if write+relay > walTarget || now.writePublish() > walTarget {
-		verdict = "**missed**"
-	}
 	fpi := (s.fpiPer(walPub10)-s.fpiPer(walFirst))/10 + s.fpiPer(walRelay)
-	w("| WAL per outgoing message, write + publish, ≤ %d B | through the wrapper and the relay %s + %s = %s B (%s B of it full-page images); the layouts side by side ([below](#outbox-layouts)): now %s B, before %s B (%.2f×) | %s |\n",
-		walTarget, thousands(write), thousands(relay), thousands(write+relay), thousands(fpi), thousands(now.writePublish()), thousands(before.writePublish()),
-		now.writePublish()/before.writePublish(), verdict)
-	w("| the cost of purging a million rows reported | %s inbox rows in one janitor round: %s, %s of WAL (%s B a row); the outbox has no published row to purge | reported |\n",
-		thousands(float64(in.purged)), in.took.Round(time.Millisecond), bytesIEC(float64(in.purgeWAL)), thousands(in.purgeWALPer()))
+	t.line(verdict(write+relay <= walTarget && now.writePublish() <= walTarget), fmt.Sprintf("WAL per outgoing message, write + publish, ≤ %d B", walTarget),
+		fmt.Sprintf("through the wrapper and the relay %s + %s = %s B (%s B of it full-page images); the layouts side by side ([below](#outbox-layouts)): now %s B, before %s B (%.2f×)",
+			mdtable.Thousands(write), mdtable.Thousands(relay), mdtable.Thousands(write+relay), mdtable.Thousands(fpi), mdtable.Thousands(now.writePublish()), mdtable.Thousands(before.writePublish()),
+			now.writePublish()/before.writePublish()))
+	t.line(reported, "the cost of purging a million rows reported",
+		fmt.Sprintf("%s inbox rows in one janitor round: %s, %s of WAL (%s B a row); the outbox has no published row to purge",
+			mdtable.Thousands(float64(in.purged)), in.took.Round(time.Millisecond), mdtable.IEC(float64(in.purgeWAL)), mdtable.Thousands(in.purgeWALPer())))
 }
 
 func (r *report) writeSizing(w writer) {
@@ -51,42 +53,42 @@ func (r *report) writeSizing(w writer) {
 	w("## Sizing\n\n")
 	w("What the inbox of [`bench/ledger`](bench/ledger/) (`idem_bench_ledger`: text key, fingerprint, JSON result, the retention B-tree) and the outbox (`idem_outbox`) cost in disk and in WAL, measured on one connection in a fresh schema.\n\n")
 	in := s.inboxes[0]
-	w("**Bytes per row.** The inbox rows that the WAL measurements below wrote through the wrapper were copied, with new keys of the same shape (`m-<worker>-<seq>`), until the inbox held %s rows; the outbox, which keeps no published row, was filled with as many rows waiting for the relay, of the shape the publishing deposit writes, and the outbox of the layout it replaced (the migration 00001, in a schema of its own) with as many published rows, what it kept for the retention (`INSERT … SELECT generate_series`, %s for the three, then `VACUUM ANALYZE`); then `pg_relation_size` of the heap, of each index and of the TOAST table, and `pg_total_relation_size` (all of them with the free space and visibility maps) over the rows. ", thousands(float64(in.size.rows)), s.fill.Round(time.Millisecond))
+	w("**Bytes per row.** The inbox rows that the WAL measurements below wrote through the wrapper were copied, with new keys of the same shape (`m-<worker>-<seq>`), until the inbox held %s rows; the outbox, which keeps no published row, was filled with as many rows waiting for the relay, of the shape the publishing deposit writes, and the outbox of the layout it replaced (the migration 00001, in a schema of its own) with as many published rows, what it kept for the retention (`INSERT … SELECT generate_series`, %s for the three, then `VACUUM ANALYZE`); then `pg_relation_size` of the heap, of each index and of the TOAST table, and `pg_total_relation_size` (all of them with the free space and visibility maps) over the rows. ", mdtable.Thousands(float64(in.size.rows)), s.fill.Round(time.Millisecond))
 	w("Rows inserted in one go pack the heap and the indexes tighter than rows arriving one delivery at a time among updates and purges; a table that has been purged for a while also holds the free space its purged rows left, which new rows reuse (the file does not shrink without `VACUUM FULL`). The outbox leaves most of each page free (fillfactor 40, for the claim's HOT update), so a backlog takes about two and a half times the heap full pages would.\n\n")
 	w("| layout | table | relation | kind | bytes | bytes/row |\n| --- | --- | --- | --- | ---: | ---: |\n")
 	tables := func(layout string, t tableSize) {
 		for _, rel := range t.rels {
-			w("| %s | %s | %s | %s | %s | %.1f |\n", layout, t.table, rel.name, rel.kind, bytesIEC(float64(rel.bytes)), float64(rel.bytes)/float64(max(t.rows, 1)))
+			w("| %s | %s | %s | %s | %s | %.1f |\n", layout, t.table, rel.name, rel.kind, mdtable.IEC(float64(rel.bytes)), float64(rel.bytes)/float64(max(t.rows, 1)))
 		}
-		w("| %s | %s | **total** (`pg_total_relation_size`), %s rows | | %s | **%.1f** |\n", layout, t.table, thousands(float64(t.rows)), bytesIEC(float64(t.total)), t.perRow())
+		w("| %s | %s | **total** (`pg_total_relation_size`), %s rows | | %s | **%.1f** |\n", layout, t.table, mdtable.Thousands(float64(t.rows)), mdtable.IEC(float64(t.total)), t.perRow())
 	}
 	for _, in := range s.inboxes {
 		tables("inbox: "+in.name, in.size)
 	}
 	tables("outbox: "+runtimeLayoutName()+", rows waiting for the relay", s.outbox)
 	tables("outbox: "+outboxLayouts[0].name+", published rows kept", s.oldOutbox)
-	w("\n**WAL per message.** On one connection, %s messages of each kind one after another; the WAL between the server's flushed position before and after, read with `pg_walinspect` (`pg_get_wal_records_info`, the extension created in the run's schema): the records that touch a relation of the schema (its tables, indexes, TOAST) and every record of the same transactions (their commits), so that what the other users of the shared server wrote meanwhile is left out. %d repeats, interleaved; the median counts. `full_page_writes` is on: the first change of a page after a checkpoint writes the whole 8 KiB page into the WAL, counted in the column of full-page images (a busy table pays them once per page per checkpoint). The outgoing messages are written without `NOTIFY` (a `NOTIFY` writes no WAL of its own).\n\n", thousands(float64(s.msgs)), len(s.wal[walFirst]))
+	w("\n**WAL per message.** On one connection, %s messages of each kind one after another; the WAL between the server's flushed position before and after, read with `pg_walinspect` (`pg_get_wal_records_info`, the extension created in the run's schema): the records that touch a relation of the schema (its tables, indexes, TOAST) and every record of the same transactions (their commits), so that what the other users of the shared server wrote meanwhile is left out. %d repeats, interleaved; the median counts. `full_page_writes` is on: the first change of a page after a checkpoint writes the whole 8 KiB page into the WAL, counted in the column of full-page images (a busy table pays them once per page per checkpoint). The outgoing messages are written without `NOTIFY` (a `NOTIFY` writes no WAL of its own).\n\n", mdtable.Thousands(float64(s.msgs)), len(s.wal[walFirst]))
 	w("| kind | bytes per message, each repeat | median | of it full-page images | beyond the bare UPDATE |\n| --- | --- | ---: | ---: | ---: |\n")
 	for _, k := range walKinds {
 		beyond := "–"
 		if k != walBare && k != walRelay && k != walDuplicate {
-			beyond = thousands(s.walPer(k) - s.walPer(walBare))
+			beyond = mdtable.Thousands(s.walPer(k) - s.walPer(walBare))
 		}
 		unit := ""
 		if k == walRelay {
 			unit = " (per outgoing row)"
 		}
-		w("| %s%s | %s | %s | %s | %s |\n", k, unit, repeats(s.wal[k]), thousands(s.walPer(k)), thousands(s.fpiPer(k)), beyond)
+		w("| %s%s | %s | %s | %s | %s |\n", k, unit, repeats(s.wal[k]), mdtable.Thousands(s.walPer(k)), mdtable.Thousands(s.fpiPer(k)), beyond)
 	}
 	write, relay := s.walOutgoing()
-	w("\nAn outgoing message adds %s B at its first delivery ((publishing 10 − publishing 0) / 10) and %s B when the relay publishes it (its claim, a HOT update of the row, and the delete once the broker confirmed): %s B in all.\n\n", thousands(write), thousands(relay), thousands(write+relay))
+	w("\nAn outgoing message adds %s B at its first delivery ((publishing 10 − publishing 0) / 10) and %s B when the relay publishes it (its claim, a HOT update of the row, and the delete once the broker confirmed): %s B in all.\n\n", mdtable.Thousands(write), mdtable.Thousands(relay), mdtable.Thousands(write+relay))
 	r.writeLayouts(w)
 
 	w("**Purging.** The inbox's copies were dated past the retention (31 days old) and one `RunOnce` of `idem.Janitor` (the inbox's `retain=` %s, batches of %d rows, no other load) purged them; the WAL is counted as above, once. The outbox has nothing to purge: the relay deleted each row as it published it (for the layouts that keep published rows, their purge is in the cleanup column above).\n\n", days(s.inboxRetain), idem.DefaultJanitorBatchSize)
 	w("| inbox layout | rows purged | time | rows/s | statements | longest | WAL | WAL per row |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 	for _, in := range s.inboxes {
-		w("| %s | %s | %s | %s | %d | %s | %s | %s B |\n", in.name, thousands(float64(in.purged)), in.took.Round(time.Millisecond), thousands(in.purgeRate()),
-			in.purge.Statements, dur(in.purge.Longest), bytesIEC(float64(in.purgeWAL)), thousands(in.purgeWALPer()))
+		w("| %s | %s | %s | %s | %d | %s | %s | %s B |\n", in.name, mdtable.Thousands(float64(in.purged)), in.took.Round(time.Millisecond), mdtable.Thousands(in.purgeRate()),
+			in.purge.Statements, mdtable.Dur(in.purge.Longest), mdtable.IEC(float64(in.purgeWAL)), mdtable.Thousands(in.purgeWALPer()))
 	}
 	if r.purge != nil {
 		w("\nUnder load, see [Purge under load](#purge-under-load).")
@@ -100,7 +102,7 @@ func (r *report) writeLayouts(w writer) {
 	s := r.sizing
 	w("### Outbox layouts\n\n")
 	w("Ways to keep the outbox, each in a fresh schema of its own, measured in the same repeats as the kinds above, interleaved: %s transactions of 10 outgoing rows (those of a deposit that publishes 10 messages) written by the layout's `INSERT`; published by its claim and its record of the broker's confirmation, in batches of %d on one connection (the relay's statements, without a broker); then cleared away as the layout does it (its purge), with a `VACUUM` (autovacuum is off on these tables so that it writes into no phase; the cleanup's `VACUUM` stands for it). WAL per outgoing row, counted as above; the write includes its transaction's commit record, which the wrapper's slope above leaves out. A `VACUUM` removes only the rows no open transaction may still see: on a shared server another session's snapshot can hold them, and the cleanup column then shows only the purge's own statements.\n\n",
-		thousands(float64(s.msgs)), idem.DefaultRelayBatchSize)
+		mdtable.Thousands(float64(s.msgs)), idem.DefaultRelayBatchSize)
 	w("| layout | write | publish | **write + publish** | of it full-page images | cleanup |\n| --- | ---: | ---: | ---: | ---: | ---: |\n")
 	for i, l := range outboxLayouts {
 		m := s.layouts[i]
@@ -108,8 +110,8 @@ func (r *report) writeLayouts(w writer) {
 		if l.runtime {
 			name = "**" + name + "**"
 		}
-		w("| %s | %s | %s | **%s** | %s | %s |\n", name, thousands(m.walPer("write")), thousands(m.walPer("publish")), thousands(m.writePublish()),
-			thousands(m.fpiPer("write")+m.fpiPer("publish")), thousands(m.walPer("cleanup")))
+		w("| %s | %s | %s | **%s** | %s | %s |\n", name, mdtable.Thousands(m.walPer("write")), mdtable.Thousands(m.walPer("publish")), mdtable.Thousands(m.writePublish()),
+			mdtable.Thousands(m.fpiPer("write")+m.fpiPer("publish")), mdtable.Thousands(m.walPer("cleanup")))
 	}
 	w("\n")
 	for _, l := range outboxLayouts {
@@ -144,7 +146,7 @@ func repeats(xs []float64) string {
 		if i > 0 {
 			out += " / "
 		}
-		out += thousands(v)
+		out += mdtable.Thousands(v)
 	}
 	return out
 }
@@ -155,33 +157,33 @@ func (r *report) writeScale(w writer) {
 	perDay := float64(scaleRate) * 86400
 	inboxRows := perDay * s.inboxRetain.Hours() / 24
 	idemWAL := s.walPer(walFirst) - s.walPer(walBare)
-	w("### A consumer at %s messages per second\n\n", thousands(scaleRate))
-	w("Arithmetic on the numbers above (measured: bytes per row, WAL per message; reasoning: that they hold at that rate, which this machine cannot deliver). %s messages/s is %s first deliveries a day.\n\n", thousands(scaleRate), thousands(perDay))
+	w("### A consumer at %s messages per second\n\n", mdtable.Thousands(scaleRate))
+	w("Arithmetic on the numbers above (measured: bytes per row, WAL per message; reasoning: that they hold at that rate, which this machine cannot deliver). %s messages/s is %s first deliveries a day.\n\n", mdtable.Thousands(scaleRate), mdtable.Thousands(perDay))
 	w("| | arithmetic | |\n| --- | --- | ---: |\n")
-	w("| inbox rows kept (retain= %s, the default) | %s a day × %.0f days | %s rows |\n", days(s.inboxRetain), thousands(perDay), s.inboxRetain.Hours()/24, thousands(inboxRows))
+	w("| inbox rows kept (retain= %s, the default) | %s a day × %.0f days | %s rows |\n", days(s.inboxRetain), mdtable.Thousands(perDay), s.inboxRetain.Hours()/24, mdtable.Thousands(inboxRows))
 	for _, in := range s.inboxes {
-		w("| inbox on disk: %s | %s rows × %.1f B | %s |\n", in.name, thousands(inboxRows), in.size.perRow(), bytesIEC(inboxRows*in.size.perRow()))
+		w("| inbox on disk: %s | %s rows × %.1f B | %s |\n", in.name, mdtable.Thousands(inboxRows), in.size.perRow(), mdtable.IEC(inboxRows*in.size.perRow()))
 	}
-	w("| WAL a day, the inbox's share | %s × %s B (first delivery − bare UPDATE) | %s |\n", thousands(perDay), thousands(idemWAL), bytesIEC(perDay*idemWAL))
-	w("| WAL a day, with the business UPDATE | %s × %s B | %s |\n", thousands(perDay), thousands(s.walPer(walFirst)), bytesIEC(perDay*s.walPer(walFirst)))
+	w("| WAL a day, the inbox's share | %s × %s B (first delivery − bare UPDATE) | %s |\n", mdtable.Thousands(perDay), mdtable.Thousands(idemWAL), mdtable.IEC(perDay*idemWAL))
+	w("| WAL a day, with the business UPDATE | %s × %s B | %s |\n", mdtable.Thousands(perDay), mdtable.Thousands(s.walPer(walFirst)), mdtable.IEC(perDay*s.walPer(walFirst)))
 	for _, in := range s.inboxes {
-		w("| WAL a day, purging a day's inbox rows: %s | %s × %s B | %s |\n", in.name, thousands(perDay), thousands(in.purgeWALPer()), bytesIEC(perDay*in.purgeWALPer()))
-		w("| one janitor purging a day's inbox rows: %s | %s rows ÷ %s rows/s | %s |\n", in.name, thousands(perDay), thousands(in.purgeRate()),
+		w("| WAL a day, purging a day's inbox rows: %s | %s × %s B | %s |\n", in.name, mdtable.Thousands(perDay), mdtable.Thousands(in.purgeWALPer()), mdtable.IEC(perDay*in.purgeWALPer()))
+		w("| one janitor purging a day's inbox rows: %s | %s rows ÷ %s rows/s | %s |\n", in.name, mdtable.Thousands(perDay), mdtable.Thousands(in.purgeRate()),
 			(time.Duration(perDay / in.purgeRate() * float64(time.Second))).Round(time.Minute).String())
 	}
 	now, before := s.runtimeLayout()
 	outRows := perDay * s.outboxRetain.Hours() / 24
 	write, relay := s.walOutgoing()
 	w("| with one outgoing message each, now (%s) | | |\n", runtimeLayoutName())
-	w("| outbox rows kept | none: a row is deleted once published; what waits is the backlog, an hour of it %s rows | %s rows |\n", thousands(float64(scaleRate)*3600), thousands(0))
-	w("| outbox on disk | an hour of backlog: %s rows × %.1f B | %s |\n", thousands(float64(scaleRate)*3600), s.outbox.perRow(), bytesIEC(float64(scaleRate)*3600*s.outbox.perRow()))
-	w("| WAL a day, the outgoing messages | %s × (%s + %s) B (through the wrapper and the relay) | %s |\n", thousands(perDay), thousands(write), thousands(relay), bytesIEC(perDay*(write+relay)))
-	w("| WAL a day, their cleanup (VACUUM of the deleted rows) | %s × %s B | %s |\n", thousands(perDay), thousands(now.walPer("cleanup")), bytesIEC(perDay*now.walPer("cleanup")))
+	w("| outbox rows kept | none: a row is deleted once published; what waits is the backlog, an hour of it %s rows | %s rows |\n", mdtable.Thousands(float64(scaleRate)*3600), mdtable.Thousands(0))
+	w("| outbox on disk | an hour of backlog: %s rows × %.1f B | %s |\n", mdtable.Thousands(float64(scaleRate)*3600), s.outbox.perRow(), mdtable.IEC(float64(scaleRate)*3600*s.outbox.perRow()))
+	w("| WAL a day, the outgoing messages | %s × (%s + %s) B (through the wrapper and the relay) | %s |\n", mdtable.Thousands(perDay), mdtable.Thousands(write), mdtable.Thousands(relay), mdtable.IEC(perDay*(write+relay)))
+	w("| WAL a day, their cleanup (VACUUM of the deleted rows) | %s × %s B | %s |\n", mdtable.Thousands(perDay), mdtable.Thousands(now.walPer("cleanup")), mdtable.IEC(perDay*now.walPer("cleanup")))
 	w("| with one outgoing message each, before (%s) | | |\n", outboxLayouts[0].name)
-	w("| outbox rows kept (published, %s as docs/janitor.md advised) | %s a day × %.0f days | %s rows |\n", days(s.outboxRetain), thousands(perDay), s.outboxRetain.Hours()/24, thousands(outRows))
-	w("| outbox on disk | %s rows × %.1f B | %s |\n", thousands(outRows), s.oldOutbox.perRow(), bytesIEC(outRows*s.oldOutbox.perRow()))
-	w("| WAL a day, the outgoing messages | %s × (%s + %s) B ([layouts](#outbox-layouts)) | %s |\n", thousands(perDay), thousands(before.walPer("write")), thousands(before.walPer("publish")), bytesIEC(perDay*before.writePublish()))
-	w("| WAL a day, their purge (the janitor's DELETE and VACUUM) | %s × %s B | %s |\n", thousands(perDay), thousands(before.walPer("cleanup")), bytesIEC(perDay*before.walPer("cleanup")))
+	w("| outbox rows kept (published, %s as docs/janitor.md advised) | %s a day × %.0f days | %s rows |\n", days(s.outboxRetain), mdtable.Thousands(perDay), s.outboxRetain.Hours()/24, mdtable.Thousands(outRows))
+	w("| outbox on disk | %s rows × %.1f B | %s |\n", mdtable.Thousands(outRows), s.oldOutbox.perRow(), mdtable.IEC(outRows*s.oldOutbox.perRow()))
+	w("| WAL a day, the outgoing messages | %s × (%s + %s) B ([layouts](#outbox-layouts)) | %s |\n", mdtable.Thousands(perDay), mdtable.Thousands(before.walPer("write")), mdtable.Thousands(before.walPer("publish")), mdtable.IEC(perDay*before.writePublish()))
+	w("| WAL a day, their purge (the janitor's DELETE and VACUUM) | %s × %s B | %s |\n", mdtable.Thousands(perDay), mdtable.Thousands(before.walPer("cleanup")), mdtable.IEC(perDay*before.walPer("cleanup")))
 	w("\n")
 }
 
@@ -191,7 +193,7 @@ func days(d time.Duration) string {
 		if d == 24*time.Hour {
 			return "1 day"
 		}
-		return thousands(d.Hours()/24) + " days"
+		return mdtable.Thousands(d.Hours()/24) + " days"
 	}
 	return d.String()
 }

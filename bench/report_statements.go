@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/idemgen/idemgen/bench/internal/mdtable"
 )
 
 // stmtRole names what a statement does in a delivery, and ranks it in the
@@ -96,16 +98,16 @@ func (r *stmtResults) scenario(name string, n int) *stmtScenario {
 	return nil
 }
 
-func (r *report) statementsTargets(w writer) {
+func (r *report) statementsTargets(t *targetTable) {
 	var cells []string
 	for _, n := range r.stmts.workers {
 		first, dup := r.stmts.scenario(scGenerated, n), r.stmts.scenario(scDuplicate, n)
 		t1, td := first.total(), dup.total()
 		cells = append(cells, fmt.Sprintf("at %d worker(s): a first delivery %s in its statements, %s of backend CPU, %s B of WAL a message; a duplicate %s, %s, %s B",
-			n, dur(msDur(first.perMsg(t1.execMs+t1.planMs))), cpuPer(first), thousands(first.perMsg(t1.walBytes)),
-			dur(msDur(dup.perMsg(td.execMs+td.planMs))), cpuPer(dup), thousands(dup.perMsg(td.walBytes))))
+			n, mdtable.Dur(msDur(first.perMsg(t1.execMs+t1.planMs))), cpuPer(first), mdtable.Thousands(first.perMsg(t1.walBytes)),
+			mdtable.Dur(msDur(dup.perMsg(td.execMs+td.planMs))), cpuPer(dup), mdtable.Thousands(dup.perMsg(td.walBytes))))
 	}
-	w("| the per-statement server cost of a first delivery and a duplicate reported | %s ([below](#statements)) | reported |\n", strings.Join(cells, "; "))
+	t.line(reported, "the per-statement server cost of a first delivery and a duplicate reported", strings.Join(cells, "; ")+" ([below](#statements))")
 }
 
 // cpuPer is a scenario's backend CPU per message, when it is known.
@@ -113,7 +115,7 @@ func cpuPer(s *stmtScenario) string {
 	if s.serverCPU < 0 {
 		return "–"
 	}
-	return dur(s.serverCPU / time.Duration(max(s.msgs, 1)))
+	return mdtable.Dur(s.serverCPU / time.Duration(max(s.msgs, 1)))
 }
 
 func (r *report) writeStatements(w writer) {
@@ -121,7 +123,7 @@ func (r *report) writeStatements(w writer) {
 	w("## Statements\n\n")
 	w("What each statement of a delivery costs the server, from `pg_stat_statements`, on %s; the server: `%s`. ", st.where, st.version)
 	w("Each scenario ran %d time(s) at each concurrency (%s workers, on a pool of as many connections), in turn with the others (the order rotating), in a fresh schema: at least %d messages to warm up (every connection prepares its statements, the server caches their plans), then %s messages between two reads of `pg_stat_statements`, whose difference the tables give, pooled over the rounds, per message. ",
-		st.rounds, joinInts(st.workers, " and "), stmtWarmup, thousands(float64(st.msgs)))
+		st.rounds, joinInts(st.workers, " and "), stmtWarmup, mdtable.Thousands(float64(st.msgs)))
 	w("At one worker no statement waits on another delivery: the times are the statements' own work; with more, a statement's time also holds its waits for locks (rows, buffers, the WAL) and for a core.\n\n")
 	w("The scenarios:\n\n")
 	for _, s := range st.scenarios {
@@ -134,20 +136,21 @@ func (r *report) writeStatements(w writer) {
 	w("A `COMMIT`'s own work (its WAL record, the wait for the flush) happens after the statement, when the transaction ends, and is in no statement's counters: it is in the backend CPU and the WAL of the second table. ")
 	w("PostgreSQL 15's pg_stat_statements counts a utility statement sent as a prepared statement (pgx's `begin`, `commit` and `rollback` in a pipeline) only the first time, in the warm-up: where such a row is missing, the statement ran, at the cost of a `begin` or `commit` sent as a simple query (the hand-written rows), under a microsecond.\n\n")
 
-	w("| workers | scenario | statement | calls/msg | time | plans/msg | plan | rows/msg | shared hit/msg | dirtied/msg | WAL/msg | SQL |\n")
-	w("| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n")
+	stmts := mdtable.New(mdtable.R("workers"), mdtable.L("scenario"), mdtable.L("statement"), mdtable.R("calls/msg"), mdtable.R("time"), mdtable.R("plans/msg"),
+		mdtable.R("plan"), mdtable.R("rows/msg"), mdtable.R("shared hit/msg"), mdtable.R("dirtied/msg"), mdtable.R("WAL/msg"), mdtable.L("SQL"))
 	for _, s := range st.scenarios {
 		for _, c := range s.statements() {
 			_, role := stmtRole(c.query)
 			plan := "–"
 			if c.plans > 0 {
-				plan = dur(msDur(c.planMs / float64(c.plans)))
+				plan = mdtable.Dur(msDur(c.planMs / float64(c.plans)))
 			}
-			w("| %d | %s | %s | %.2f | %s | %.2f | %s | %.2f | %.1f | %.2f | %s B | %s |\n", s.workers, s.name, role,
-				s.perMsg(float64(c.calls)), dur(msDur(c.execMs/float64(max(c.calls, 1)))), s.perMsg(float64(c.plans)), plan,
-				s.perMsg(float64(c.rows)), s.perMsg(float64(c.hit)), s.perMsg(float64(c.dirtied)), thousands(s.perMsg(c.walBytes)), shortSQL(c.query, 90))
+			stmts.Row(mdtable.Int(s.workers), s.name, role, fmt.Sprintf("%.2f", s.perMsg(float64(c.calls))), mdtable.Dur(msDur(c.execMs/float64(max(c.calls, 1)))),
+				fmt.Sprintf("%.2f", s.perMsg(float64(c.plans))), plan, fmt.Sprintf("%.2f", s.perMsg(float64(c.rows))), fmt.Sprintf("%.1f", s.perMsg(float64(c.hit))),
+				fmt.Sprintf("%.2f", s.perMsg(float64(c.dirtied))), mdtable.Thousands(s.perMsg(c.walBytes))+" B", shortSQL(c.query, 90))
 		}
 	}
+	w("%s", stmts)
 	w("\nPer message, each scenario's statements together against what its backend spent (its CPU, from `/proc`) and what the server wrote to the WAL")
 	if st.own {
 		w(" (the insert position before and after: the cluster is the run's alone, autovacuum off)")
@@ -155,18 +158,18 @@ func (r *report) writeStatements(w writer) {
 		w(" (not known on a shared server: other sessions move the WAL position)")
 	}
 	w(". What the backend spent beyond its statements is the protocol (reading, parsing and answering each message, a wake-up per round trip) and the end of each transaction (the commit record, the flush).\n\n")
-	w("| workers | scenario | round trips/msg | statements counted/msg | time + plan in statements/msg | backend CPU/msg | WAL in statements/msg | WAL, all/msg |\n")
-	w("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+	totals := mdtable.New(mdtable.R("workers"), mdtable.L("scenario"), mdtable.R("round trips/msg"), mdtable.R("statements counted/msg"),
+		mdtable.R("time + plan in statements/msg"), mdtable.R("backend CPU/msg"), mdtable.R("WAL in statements/msg"), mdtable.R("WAL, all/msg"))
 	for _, s := range st.scenarios {
 		t := s.total()
 		wal := "–"
 		if s.wal >= 0 {
-			wal = thousands(s.perMsg(float64(s.wal))) + " B"
+			wal = mdtable.Thousands(s.perMsg(float64(s.wal))) + " B"
 		}
-		w("| %d | %s | %.2f | %.2f | %s | %s | %s B | %s |\n", s.workers, s.name, s.perMsg(float64(s.trips)), s.perMsg(float64(t.calls)),
-			dur(msDur(s.perMsg(t.execMs+t.planMs))), cpuPer(s), thousands(s.perMsg(t.walBytes)), wal)
+		totals.Row(mdtable.Int(s.workers), s.name, fmt.Sprintf("%.2f", s.perMsg(float64(s.trips))), fmt.Sprintf("%.2f", s.perMsg(float64(t.calls))),
+			mdtable.Dur(msDur(s.perMsg(t.execMs+t.planMs))), cpuPer(s), mdtable.Thousands(s.perMsg(t.walBytes))+" B", wal)
 	}
-	w("\n")
+	w("%s\n", totals)
 }
 
 func onOff(b bool) string {
@@ -181,5 +184,5 @@ func onOff(b bool) string {
 func cellBound(name string, s summary, cores int) string {
 	cpu := s.clientCPU + max(s.serverCPU, 0)
 	return fmt.Sprintf("%s: CPU %s a message (client %s + server %s; %d cores: at most %s msgs/s), %.2f round trips a message, the machine %.0f%% busy",
-		name, dur(cpu), dur(s.clientCPU), serverDur(s), cores, thousands(float64(cores)/cpu.Seconds()), s.tripsPerMsg, 100*s.busy)
+		name, mdtable.Dur(cpu), mdtable.Dur(s.clientCPU), serverDur(s), cores, mdtable.Thousands(float64(cores)/cpu.Seconds()), s.tripsPerMsg, 100*s.busy)
 }

@@ -13,6 +13,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/idemgen/idemgen/bench/internal/procstat"
+	"github.com/idemgen/idemgen/bench/internal/stats"
 	"github.com/idemgen/idemgen/bench/ledger"
 	"github.com/idemgen/idemgen/idem"
 )
@@ -188,7 +190,7 @@ func runGoCell(ctx context.Context, cfg *config, sc scenario, workers int) (samp
 }
 
 // runGoCellVia is runGoCell with the workers' connections going through the
-// delayProxy at address via ("": straight to the server), measuring for d.
+// netproxy.Proxy at address via ("": straight to the server), measuring for d.
 func runGoCellVia(ctx context.Context, cfg *config, sc scenario, workers int, via string, d time.Duration) (sample, error) {
 	migrations := sc.migrations
 	if migrations == nil {
@@ -218,13 +220,13 @@ func runGoCellVia(ctx context.Context, cfg *config, sc scenario, workers int, vi
 		return sample{}, fmt.Errorf("%s: warm-up: %w", sc.name, err)
 	}
 	counter.reset()
-	meter := startCPU()
+	meter := procstat.Start()
 	server0, serverOK := counter.serverCPU()
 	res, err := runPhase(ctx, ws, d, deliver, true)
 	if err != nil {
 		return sample{}, fmt.Errorf("%s: %w", sc.name, err)
 	}
-	res.clientCPU, res.busy = meter.stop()
+	res.clientCPU, res.busy = meter.Stop()
 	res.serverCPU = -1
 	if server1, ok := counter.serverCPU(); ok && serverOK {
 		res.serverCPU = server1 - server0
@@ -296,15 +298,6 @@ func runPhase(ctx context.Context, ws []*worker, d time.Duration, deliver delive
 	return res, nil
 }
 
-// percentile returns the p-th percentile (0 < p < 100) of sorted durations.
-func percentile(sorted []time.Duration, p float64) time.Duration {
-	if len(sorted) == 0 {
-		return 0
-	}
-	i := int(float64(len(sorted))*p/100+0.5) - 1
-	return sorted[min(max(i, 0), len(sorted)-1)]
-}
-
 // cell is one scenario at one concurrency: a sample per round.
 type cell struct {
 	samples []sample
@@ -341,7 +334,7 @@ func (c *cell) summary() summary {
 		lat = append(lat, smp.latencies...)
 	}
 	slices.Sort(lat)
-	s.p50, s.p99 = percentile(lat, 50), percentile(lat, 99)
+	s.p50, s.p99 = stats.Percentile(lat, 50), stats.Percentile(lat, 99)
 	if elapsed > 0 && msgs > 0 {
 		s.rate = float64(msgs) / elapsed.Seconds()
 		s.tripsPerMsg = float64(trips) / float64(msgs)

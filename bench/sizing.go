@@ -16,6 +16,8 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/idemgen/idemgen/bench/internal/mdtable"
+	"github.com/idemgen/idemgen/bench/internal/stats"
 	"github.com/idemgen/idemgen/bench/ledger"
 	"github.com/idemgen/idemgen/generated/outboxdb"
 	"github.com/idemgen/idemgen/idem"
@@ -127,21 +129,10 @@ func (s *sizingResults) runtimeLayout() (now, before *layoutResult) {
 }
 
 // walPer returns the median of the bytes per message measured for kind.
-func (s *sizingResults) walPer(kind string) float64 { return medianFloat(s.wal[kind]) }
+func (s *sizingResults) walPer(kind string) float64 { return stats.Median(s.wal[kind]) }
 
 // fpiPer returns the median of the full-page images' bytes per message.
-func (s *sizingResults) fpiPer(kind string) float64 { return medianFloat(s.fpi[kind]) }
-
-func medianFloat(xs []float64) float64 {
-	if len(xs) == 0 {
-		return 0
-	}
-	sorted := slices.Sorted(slices.Values(xs))
-	if len(sorted)%2 == 1 {
-		return sorted[len(sorted)/2]
-	}
-	return (sorted[len(sorted)/2-1] + sorted[len(sorted)/2]) / 2
-}
+func (s *sizingResults) fpiPer(kind string) float64 { return stats.Median(s.fpi[kind]) }
 
 // walMeter counts the WAL of one schema's relations with pg_walinspect:
 // of the records between two positions, those that touch a relation of the
@@ -359,7 +350,7 @@ func runSizing(ctx context.Context, cfg *config) (*sizingResults, error) {
 		return nil, err
 	}
 	logf("sizing: filled in %s; inbox %d rows, %s; outbox %d rows, %s; the outbox of 00001 %d rows, %s", res.fill.Round(time.Millisecond),
-		inbox.size.rows, bytesIEC(float64(inbox.size.total)), res.outbox.rows, bytesIEC(float64(res.outbox.total)), res.oldOutbox.rows, bytesIEC(float64(res.oldOutbox.total)))
+		inbox.size.rows, mdtable.IEC(float64(inbox.size.total)), res.outbox.rows, mdtable.IEC(float64(res.outbox.total)), res.oldOutbox.rows, mdtable.IEC(float64(res.oldOutbox.total)))
 
 	jpool, err := s.namedPool(ctx, 1, "idembench-janitor", nil)
 	if err != nil {
@@ -389,7 +380,7 @@ func runSizing(ctx context.Context, cfg *config) (*sizingResults, error) {
 	inbox.purged = inbox.purge.Purged["idem_bench_ledger"]
 	// The copies; the rows the three kinds of first delivery wrote are kept.
 	wantInbox := inbox.size.rows - 3*int64(cfg.walRepeats*cfg.walMsgs)
-	logf("sizing: the janitor purged %v in %s (%d statements, the longest %s), %s of WAL", inbox.purge.Purged, inbox.took.Round(time.Millisecond), inbox.purge.Statements, dur(inbox.purge.Longest), bytesIEC(float64(inbox.purgeWAL)))
+	logf("sizing: the janitor purged %v in %s (%d statements, the longest %s), %s of WAL", inbox.purge.Purged, inbox.took.Round(time.Millisecond), inbox.purge.Statements, mdtable.Dur(inbox.purge.Longest), mdtable.IEC(float64(inbox.purgeWAL)))
 	if inbox.purged != wantInbox || len(inbox.purge.Purged) != 1 {
 		return nil, fmt.Errorf("the janitor purged %v, want %d inbox rows (the copies) and nothing else", inbox.purge.Purged, wantInbox)
 	}
@@ -804,8 +795,8 @@ func newLayoutResult() *layoutResult {
 // publish: the target's measure.
 func (l *layoutResult) writePublish() float64 { return l.walPer("write") + l.walPer("publish") }
 
-func (l *layoutResult) walPer(phase string) float64 { return medianFloat(l.wal[phase]) }
-func (l *layoutResult) fpiPer(phase string) float64 { return medianFloat(l.fpi[phase]) }
+func (l *layoutResult) walPer(phase string) float64 { return stats.Median(l.wal[phase]) }
+func (l *layoutResult) fpiPer(phase string) float64 { return stats.Median(l.fpi[phase]) }
 
 // layoutSchema is a layout's schema, ready for a repeat.
 type layoutSchema struct {

@@ -67,5 +67,5 @@ func TestSizingPartTiny(t *testing.T) {
 	r := &report{cfg: cfg, sizing: res}
 	t.Log(reportHas(t, []string{"## Sizing", "### Outbox layouts", "### A consumer at 10,000 messages per second", "| idem_bench_ledger | **total**",
 		"WAL per first delivery, per duplicate and per outgoing message reported", "WAL per outgoing message, write + publish"},
-		r.sizingTargets, r.writeSizing))
+		r.writeTargets, r.writeSizing))
 }

@@ -49,7 +49,7 @@ func TestStatementsPartTiny(t *testing.T) {
 	r := &report{cfg: cfg, stmts: res}
 	reportHas(t, []string{"## Statements", "| 1 | generated | claim |", "| 1 | generated, duplicates | read the stored row |", "| 1 | generated | mark done, store the result, claim check |",
 		"the per-statement server cost of a first delivery and a duplicate reported"},
-		r.statementsTargets, r.writeStatements)
+		r.writeTargets, r.writeStatements)
 }
 
 func statementTexts(s *stmtScenario) []string {

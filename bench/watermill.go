@@ -21,6 +21,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/idemgen/idemgen/bench/internal/mdtable"
+	"github.com/idemgen/idemgen/bench/internal/stats"
 	"github.com/idemgen/idemgen/bench/ledger"
 	"github.com/idemgen/idemgen/idem"
 	"github.com/idemgen/idemgen/idem/consumer"
@@ -125,7 +127,7 @@ func (p *peerResults) runRound(ctx context.Context, cfg *config, round int, step
 				return nil, fmt.Errorf("brokers round %d, %s, %s: %w", round+1, side.name, mode, err)
 			}
 			lat := slices.Sorted(slices.Values(run.lat))
-			logf("    %d messages at %s msgs/s: p50 %s, p99 %s", run.msgs, thousands(run.rate()), dur(percentile(lat, 50)), dur(percentile(lat, 99)))
+			logf("    %d messages at %s msgs/s: p50 %s, p99 %s", run.msgs, mdtable.Thousands(run.rate()), mdtable.Dur(stats.Percentile(lat, 50)), mdtable.Dur(stats.Percentile(lat, 99)))
 			k := peerKey{si, mode}
 			p.runs[k] = append(p.runs[k], run)
 			order = append(order, fmt.Sprintf("%s %s", side.name, mode))

@@ -47,6 +47,7 @@ import (
 	"github.com/idemgen/idemgen/examples/billing"
 	"github.com/idemgen/idemgen/examples/notifications"
 	"github.com/idemgen/idemgen/idem/idemtest/brokertest"
+	"github.com/idemgen/idemgen/internal/netproxy"
 	"github.com/idemgen/idemgen/internal/pgcluster"
 )
 
@@ -112,9 +113,9 @@ type soak struct {
 	dir              string // logs of the child processes
 	pg               *pgcluster.Cluster
 	pool             *pgxpool.Pool
-	end              endpoint // what children use
-	ctl              broker   // the parent's own connection
-	nats             *proxy
+	end              endpoint        // what children use
+	ctl              broker          // the parent's own connection
+	nats             *netproxy.Proxy // between the children and NATS, to cut their connections
 	exe              string
 
 	mu       sync.Mutex
@@ -193,7 +194,7 @@ func (s *soak) run(ctx context.Context) (int, error) {
 		}
 	}()
 	if s.nats != nil {
-		defer s.nats.close()
+		defer s.nats.Close()
 	}
 
 	for i := range s.o.billing {
@@ -301,10 +302,10 @@ func (s *soak) setupBroker(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if s.nats, err = newProxy(u.Host); err != nil {
+		if s.nats, err = netproxy.Start(netproxy.TCP(u.Host), 0); err != nil {
 			return err
 		}
-		s.end.url = "nats://" + s.nats.addr()
+		s.end.url = "nats://" + s.nats.Addr()
 	}
 	ctl, err := dial(endpoint{kind: s.end.kind, url: target, prefix: s.end.prefix}, "soakctl "+s.end.prefix)
 	if err != nil {

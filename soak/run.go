@@ -202,7 +202,7 @@ func (s *soak) injectFaults(ctx context.Context) {
 
 func (s *soak) closeBrokerConnections(name string) (int, error) {
 	if s.nats != nil {
-		return s.nats.cut(), nil
+		return s.nats.Cut(), nil
 	}
 	// One process's connections: rabbitmqctl takes seconds a call, and one
 	// call per connection of every process would make the fault take minutes.

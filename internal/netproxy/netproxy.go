@@ -1,26 +1,16 @@
-package main
-
-import (
-	"context"
-	"fmt"
-	"net"
-	"strings"
-	"sync"
-	"syscall"
-	"time"
-
-	"github.com/jackc/pgx/v5/pgconn"
-)
-
-// delayProxy is a TCP proxy in front of PostgreSQL that adds a fixed delay
-// to every byte each way, as a network between the client and the server
-// would: what the client writes reaches the server oneWay after it was
+// Package netproxy is a TCP proxy for tests and benchmarks: it forwards each
+// connection it accepts on 127.0.0.1 to a server, optionally holding every
+// chunk of bytes for a fixed delay each way (a network between client and
+// server), and can cut every connection it carries at once (the server
+// dropping its clients) without touching the server. The benchmark puts one
+// in front of PostgreSQL to add round trips (bench's network part); the soak
+// puts one between its child processes and NATS to disconnect them.
+//
+// With a delay, what the client writes reaches the server oneWay after it was
 // written, and the answer reaches the client oneWay after the server sent
-// it, so a round trip costs 2×oneWay more than on the socket. Bytes keep
+// it, so a round trip costs 2×oneWay more than without the proxy. Bytes keep
 // their order; the bandwidth is not limited (a chunk read is forwarded
-// whole). It listens on 127.0.0.1 and dials the server the way the
-// benchmark's pools do (the Unix socket), so that the server sees the same
-// kind of connection and pg_hba.conf need not allow TCP.
+// whole).
 //
 // No library for this is among the packages this project may use (no
 // toxiproxy Go module), and its core is small: a reader per connection and
@@ -33,24 +23,43 @@ import (
 // which made every cell past a few workers CPU-bound on the proxy instead
 // of the round trips it is there to add. The sender waits in nanosleep(2),
 // not in time.Sleep: Go's timers can wake about a millisecond late whatever
-// the duration (a 250 µs Sleep measured 1.09 ms; BENCHMARKS.md says where), while
-// nanosleep overshoots by tens of microseconds. The delays are that much
-// longer than asked, more on a busier machine; the sender learns how late
-// it wakes and starts its sleeps that much earlier (at most half the
-// delay), so that on average the delay is what was asked. network.go
-// reports the round trip measured through each proxy, and the tables use
-// it. A sender blocked by a full socket would hold up every connection; the
-// benchmark's clients always read their answers, and the messages are
-// small.
-type delayProxy struct {
+// the duration (a 250 µs Sleep measured 1.09 ms), while nanosleep overshoots
+// by tens of microseconds. The delays are that much longer than asked, more
+// on a busier machine; the sender learns how late it wakes and starts its
+// sleeps that much earlier (at most half the delay), so that on average the
+// delay is what was asked. A sender blocked by a full socket would hold up
+// every connection; the benchmark's clients always read their answers, and
+// the messages are small.
+package netproxy
+
+import (
+	"context"
+	"net"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// DialFunc connects to the server a proxy forwards to.
+type DialFunc func(ctx context.Context) (net.Conn, error)
+
+// TCP dials addr (host:port) over TCP.
+func TCP(addr string) DialFunc {
+	var d net.Dialer
+	return func(ctx context.Context) (net.Conn, error) { return d.DialContext(ctx, "tcp", addr) }
+}
+
+// Proxy forwards the connections it accepts to the server its DialFunc
+// reaches.
+type Proxy struct {
 	ln     net.Listener
 	oneWay time.Duration
-	dial   func(ctx context.Context) (net.Conn, error)
+	dial   DialFunc
 
 	mu     sync.Mutex
-	conns  map[net.Conn]struct{}
-	queue  []chunk       // in arrival order, so in due order
-	ready  chan struct{} // has a value when the queue went from empty to not
+	pairs  map[net.Conn]net.Conn // client → server, while both are open
+	queue  []chunk               // in arrival order, so in due order
+	ready  chan struct{}         // has a value when the queue went from empty to not
 	closed chan struct{}
 	wg     sync.WaitGroup
 }
@@ -62,25 +71,28 @@ type chunk struct {
 	due      time.Time
 }
 
-// startDelayProxy listens on a free port of 127.0.0.1 and forwards every
-// connection to the server that dial reaches, oneWay later each way.
-func startDelayProxy(oneWay time.Duration, dial func(ctx context.Context) (net.Conn, error)) (*delayProxy, error) {
+// Start listens on a free port of 127.0.0.1 and forwards every connection
+// to the server that dial reaches, oneWay later each way (0: at once).
+func Start(dial DialFunc, oneWay time.Duration) (*Proxy, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
-	p := &delayProxy{ln: ln, oneWay: oneWay, dial: dial, conns: map[net.Conn]struct{}{},
+	p := &Proxy{ln: ln, oneWay: max(oneWay, 0), dial: dial, pairs: map[net.Conn]net.Conn{},
 		ready: make(chan struct{}, 1), closed: make(chan struct{})}
-	p.wg.Add(2)
+	p.wg.Add(1)
 	go p.accept()
-	go p.send()
+	if p.oneWay > 0 {
+		p.wg.Add(1)
+		go p.send()
+	}
 	return p, nil
 }
 
-// addr is the proxy's address, host:port.
-func (p *delayProxy) addr() string { return p.ln.Addr().String() }
+// Addr is the proxy's address, host:port.
+func (p *Proxy) Addr() string { return p.ln.Addr().String() }
 
-func (p *delayProxy) accept() {
+func (p *Proxy) accept() {
 	defer p.wg.Done()
 	for {
 		client, err := p.ln.Accept()
@@ -95,17 +107,7 @@ func (p *delayProxy) accept() {
 	}
 }
 
-func (p *delayProxy) track(c net.Conn, add bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if add {
-		p.conns[c] = struct{}{}
-	} else {
-		delete(p.conns, c)
-	}
-}
-
-func (p *delayProxy) serve(client net.Conn) {
+func (p *Proxy) serve(client net.Conn) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	server, err := p.dial(ctx)
 	cancel()
@@ -113,44 +115,57 @@ func (p *delayProxy) serve(client net.Conn) {
 		client.Close()
 		return
 	}
-	if tc, ok := client.(*net.TCPConn); ok {
-		_ = tc.SetNoDelay(true)
+	for _, c := range []net.Conn{client, server} {
+		if tc, ok := c.(*net.TCPConn); ok {
+			_ = tc.SetNoDelay(true)
+		}
 	}
-	p.track(client, true)
-	p.track(server, true)
+	p.mu.Lock()
+	p.pairs[client] = server
+	p.mu.Unlock()
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() { defer wg.Done(); p.read(server, client) }()
 	go func() { defer wg.Done(); p.read(client, server) }()
 	wg.Wait()
-	p.track(client, false)
-	p.track(server, false)
+	p.mu.Lock()
+	delete(p.pairs, client)
+	p.mu.Unlock()
 }
 
-// read queues what src sends for dst, each chunk due oneWay after it was
-// read. When src ends, both connections are closed (what was queued for
-// dst is dropped with it, as a reset would).
-func (p *delayProxy) read(dst, src net.Conn) {
+// read forwards what src sends to dst: at once without a delay, else queued,
+// each chunk due oneWay after it was read. When src ends, both connections
+// are closed (what was queued for dst is dropped with it, as a reset would).
+func (p *Proxy) read(dst, src net.Conn) {
 	defer dst.Close()
 	defer src.Close()
 	buf := make([]byte, 64<<10)
 	for {
 		n, err := src.Read(buf)
 		if n > 0 {
-			c := chunk{data: append([]byte(nil), buf[:n]...), dst: dst, src: src, due: time.Now().Add(p.oneWay)}
-			p.mu.Lock()
-			p.queue = append(p.queue, c)
-			first := len(p.queue) == 1
-			p.mu.Unlock()
-			if first {
-				select {
-				case p.ready <- struct{}{}:
-				default:
+			if p.oneWay == 0 {
+				if _, werr := dst.Write(buf[:n]); werr != nil {
+					return
 				}
+			} else {
+				p.enqueue(chunk{data: append([]byte(nil), buf[:n]...), dst: dst, src: src, due: time.Now().Add(p.oneWay)})
 			}
 		}
 		if err != nil { // EOF, a reset or closed: the deferred closes end the other side
 			return
+		}
+	}
+}
+
+func (p *Proxy) enqueue(c chunk) {
+	p.mu.Lock()
+	p.queue = append(p.queue, c)
+	first := len(p.queue) == 1
+	p.mu.Unlock()
+	if first {
+		select {
+		case p.ready <- struct{}{}:
+		default:
 		}
 	}
 }
@@ -161,7 +176,7 @@ const early = 20 * time.Microsecond
 
 // send writes each queued chunk when it is due: it sleeps until the oldest
 // is, then writes every chunk due by then, in order.
-func (p *delayProxy) send() {
+func (p *Proxy) send() {
 	defer p.wg.Done()
 	var due []chunk
 	var late time.Duration // the wake-ups' average lateness
@@ -204,32 +219,27 @@ func (p *delayProxy) send() {
 	}
 }
 
-// close stops listening, closes every connection and waits for the copies
-// to end.
-func (p *delayProxy) close() {
-	p.ln.Close()
-	close(p.closed)
+// Cut closes every connection the proxy carries, both sides, and returns how
+// many client connections that was. The proxy keeps accepting new ones.
+func (p *Proxy) Cut() int {
 	p.mu.Lock()
-	for c := range p.conns {
-		c.Close()
+	defer p.mu.Unlock()
+	n := len(p.pairs)
+	for client, server := range p.pairs {
+		client.Close()
+		server.Close()
+		delete(p.pairs, client)
 	}
-	p.mu.Unlock()
-	p.wg.Wait()
+	return n
 }
 
-// serverDialer returns a dialer of the server that the database URL names,
-// as pgx reaches it: its Unix socket, or host:port over TCP.
-func serverDialer(dbURL string) (func(ctx context.Context) (net.Conn, error), error) {
-	cfg, err := pgconn.ParseConfig(dbURL)
-	if err != nil {
-		return nil, err
-	}
-	network, address := "tcp", net.JoinHostPort(cfg.Host, fmt.Sprint(cfg.Port))
-	if strings.HasPrefix(cfg.Host, "/") {
-		network, address = "unix", fmt.Sprintf("%s/.s.PGSQL.%d", cfg.Host, cfg.Port)
-	}
-	var d net.Dialer
-	return func(ctx context.Context) (net.Conn, error) { return d.DialContext(ctx, network, address) }, nil
+// Close stops listening, closes every connection and waits for the copies
+// to end.
+func (p *Proxy) Close() {
+	p.ln.Close()
+	close(p.closed)
+	p.Cut()
+	p.wg.Wait()
 }
 
 // nanosleep waits d in the nanosleep system call: the goroutine's thread

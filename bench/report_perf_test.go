@@ -1,0 +1,200 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/idemgen/idemgen/idem"
+)
+
+// cellAt is a cell of one round: msgs messages in a second, each latency
+// lat, the machine busy busy.
+func cellAt(msgs int64, lat time.Duration, busy float64) *cell {
+	return &cell{samples: []sample{{msgs: msgs, elapsed: time.Second, trips: 3 * msgs, latencies: []time.Duration{lat}, clientCPU: time.Duration(msgs) * 100 * time.Microsecond,
+		serverCPU: time.Duration(msgs) * 200 * time.Microsecond, busy: busy}}}
+}
+
+// outboxWith is an outbox part of one round at 1 and 16 workers: the
+// committing cells with and without NOTIFY at 16, a latency run at 200
+// msgs/s whose messages took lat, and a single relay at relayRate.
+func outboxWith(with, without int64, lat []time.Duration, relayRate int) *outboxResults {
+	o := &outboxResults{workers: []int{1, 16}, cells: map[obxKey]*cell{}, latency: map[latencyKey][]latencyRun{}, relays: map[int][]relayRun{},
+		relayNs: []int{1}, rates: []int{200}, poll: idem.DefaultRelayPoll}
+	o.cells[obxKey{obxVariant{1, true}, 16}] = cellAt(with, 20*time.Millisecond, 0.8)
+	o.cells[obxKey{obxVariant{1, false}, 16}] = cellAt(without, 10*time.Millisecond, 0.9)
+	o.latency[latencyKey{200, false}] = []latencyRun{{msgs: len(lat), elapsed: time.Second, lat: lat, busy: 0.3}}
+	o.relays[1] = []relayRun{{relays: 1, rows: relayRate, elapsed: time.Second, busy: 0.7}}
+	return o
+}
+
+// checkOnly checks that lines is one line of status want whose target holds
+// what and whose measurement holds has, and returns it.
+func checkOnly(t *testing.T, name string, lines []target, want status, what, has string) target {
+	t.Helper()
+	if len(lines) != 1 {
+		t.Fatalf("%s: %d lines, want one", name, len(lines))
+	}
+	l := lines[0]
+	if l.status != want || !strings.Contains(l.measured, has) || !strings.Contains(l.what, what) {
+		t.Errorf("%s: %v %q: %q; want %v, %q with %q", name, l.status, l.what, l.measured, want, what, has)
+	}
+	return l
+}
+
+func repeat(d time.Duration, n int) []time.Duration {
+	out := make([]time.Duration, n)
+	for i := range out {
+		out[i] = d
+	}
+	return out
+}
+
+func TestNotifyTarget(t *testing.T) {
+	cfg := &config{workers: []int{1, 16}}
+	for _, c := range []struct {
+		name          string
+		with, without int64
+		want          status
+	}{{"0.95×", 950, 1000, met}, {"exactly 0.9×", 900, 1000, met}, {"0.57×", 570, 1000, missed}} {
+		r := &report{cfg: cfg, outbox: outboxWith(c.with, c.without, repeat(time.Millisecond, 10), 1000)}
+		l := r.notifyTarget()
+		if l.status != c.want {
+			t.Errorf("%s: %v, want %v (%s)", c.name, l.status, c.want, l.measured)
+		}
+		if !strings.HasPrefix(l.what, "at 16 workers committing throughput with the default NOTIFY ≥ 0.9× WithoutNotify") {
+			t.Errorf("%s: target %q", c.name, l.what)
+		}
+		if c.want == missed && !strings.Contains(l.measured, "with NOTIFY p50 20 ms, p99 20 ms, CPU 300 µs a message (client + server)") {
+			t.Errorf("%s: a miss without what bounds it: %s", c.name, l.measured)
+		}
+		if len(l.busy) != 2 || l.busy[0] != 0.8 || l.busy[1] != 0.9 {
+			t.Errorf("%s: busy %v, want the two cells' 0.8 and 0.9", c.name, l.busy)
+		}
+	}
+	if l := (&report{cfg: cfg}).notifyTarget(); l.status != notRun || !strings.Contains(l.measured, "the outbox part did not run") {
+		t.Errorf("without the outbox part: %v, %q; want not run", l.status, l.measured)
+	}
+}
+
+func TestPublishLatencyTargets(t *testing.T) {
+	cfg := &config{workers: []int{1, 16}}
+	fast := repeat(time.Millisecond, 100)
+	slowTail := append(repeat(time.Millisecond, 98), 80*time.Millisecond, 90*time.Millisecond) // p99 80 ms
+	slowMedian := repeat(6*time.Millisecond, 100)
+	for _, c := range []struct {
+		name string
+		lat  []time.Duration
+		want status
+		has  string
+	}{
+		{"1 ms", fast, met, "p50 1 ms, p99 1 ms over 100 messages"},
+		{"a slow tail", slowTail, missed, "2 of the messages waited over 50 ms"},
+		{"a slow median", slowMedian, missed, "p50 6 ms"},
+	} {
+		r := &report{cfg: cfg, outbox: outboxWith(1000, 1000, c.lat, 1000)}
+		l := checkOnly(t, c.name, r.publishLatencyTargets(), c.want, "at 200 msgs/s", c.has)
+		if len(l.busy) != 1 || l.busy[0] != 0.3 {
+			t.Errorf("%s: busy %v, want the run's 0.3", c.name, l.busy)
+		}
+	}
+	checkOnly(t, "without the outbox part", (&report{cfg: cfg}).publishLatencyTargets(), notRun, "p50 ≤ 5 ms", "the outbox part did not run")
+}
+
+// TestDBTargetsNotRun checks that without the db part the claim's targets
+// are one line, not run.
+func TestDBTargetsNotRun(t *testing.T) {
+	reportHas(t, []string{"| generated ≥ 1.3× hand-written and ≥ 0.5× bare at 16 workers | the db part did not run (`-parts`) | | not run |"},
+		(&report{cfg: &config{workers: []int{1, 16}}}).writeTargets)
+}
+
+func TestRelayVsRecordingTargets(t *testing.T) {
+	cfg := &config{workers: []int{1, 16}}
+	brokers := func(relay, raw int64) *brokersResults {
+		b := &brokersResults{brokers: []string{"rabbitmq"}, relayRows: 10000, relay: map[brkKey]*cell{}}
+		b.relay[brkKey{"rabbitmq", 0, false}] = cellAt(relay, 0, 0.6)
+		b.relay[brkKey{"rabbitmq", 0, true}] = cellAt(raw, 0, 0.5)
+		b.relay[brkKey{recordingName, 0, false}] = cellAt(10000, 0, 0.7)
+		return b
+	}
+	for _, c := range []struct {
+		name       string
+		relay, raw int64
+		want       status
+		has        string
+	}{
+		{"0.9×", 9000, 20000, met, "the same part and rounds"},
+		{"the broker bounds it", 5000, 6000, missed, "bounded by the broker"},
+		{"the relay bounds it", 5000, 20000, missed, "not by the broker"},
+	} {
+		r := &report{cfg: cfg, brokers: brokers(c.relay, c.raw)}
+		l := checkOnly(t, c.name, r.relayVsRecordingTargets(), c.want, "RabbitMQ's publisher", c.has)
+		if len(l.busy) != 2 || l.busy[0] != 0.6 || l.busy[1] != 0.7 {
+			t.Errorf("%s: busy %v, want the adapter cell's 0.6 and the recording relay's 0.7", c.name, l.busy)
+		}
+	}
+	checkOnly(t, "without brokers", (&report{cfg: cfg, outbox: outboxWith(1, 1, nil, 1)}).relayVsRecordingTargets(), notRun, "each adapter's publisher", "the brokers part")
+}
+
+func TestBusyColumn(t *testing.T) {
+	for _, c := range []struct {
+		busy []float64
+		want string
+	}{{nil, ""}, {[]float64{0.834}, "83%"}, {[]float64{0.834, 0.831}, "83%"}, {[]float64{0.91, 0.78, 0.8}, "78–91%"}} {
+		if got := busyRange(c.busy); got != c.want {
+			t.Errorf("busy %v: %q, want %q", c.busy, got, c.want)
+		}
+	}
+	tt := &targetTable{}
+	tt.line(met, "a", "b", 0.5)
+	tt.line(notRun, "c", "d")
+	want := "| target | measured | busy | |\n| --- | --- | ---: | --- |\n| a | b | 50% | met |\n| c | d | | not run |\n"
+	if got := tt.String(); got != want {
+		t.Errorf("table:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+// TestBatchTargetSetBased checks the targets against bare batched: the
+// set-based handler's line where the batch part has its cell, HandleBatch's
+// always, and without the part a line not run.
+func TestBatchTargetSetBased(t *testing.T) {
+	part := func(setBased bool) *batchResults {
+		b := &batchResults{size: 100, workers: []int{16}, cells: map[cellKey]*cell{}, cores: 2}
+		for _, name := range []string{scBare, scBareBatched, scGenerated, scBatch, scDuplicate, scBatchDup} {
+			b.cells[cellKey{name, 16}] = cellAt(1000, time.Millisecond, 0.5)
+		}
+		b.cells[cellKey{scBareBatched, 16}] = cellAt(10000, time.Millisecond, 0.5)
+		if setBased {
+			b.cells[cellKey{scBatchSet, 16}] = cellAt(8000, time.Millisecond, 0.6)
+		}
+		return b
+	}
+	cfg := &config{workers: []int{1, 16}, batchWorkers: []int{16}}
+	againstBatched := func(b *batchResults) map[string]target {
+		tt := &targetTable{}
+		(&report{cfg: cfg, batch: b}).batchTargets(tt)
+		lines := map[string]target{}
+		for _, l := range tt.lines {
+			switch {
+			case strings.Contains(l.what, "bare batched") && strings.Contains(l.what, "set-based"):
+				lines[scBatchSet] = l
+			case strings.Contains(l.what, "bare batched"):
+				lines[scBatch] = l
+			}
+		}
+		return lines
+	}
+	with := againstBatched(part(true))
+	if l := with[scBatchSet]; l.status != met || l.what != "HandleBatch of 100 with a set-based handler (HandleBatch, set-based) at 16 workers ≥ 0.75× bare batched" || l.busy[0] != 0.6 {
+		t.Errorf("with the set-based scenario: %v %q %v; want met (0.80×) on its cell", l.status, l.what, l.busy)
+	}
+	for name, lines := range map[string]map[string]target{"with the set-based scenario": with, "without it": againstBatched(part(false))} {
+		if l := lines[scBatch]; l.status != missed || !strings.Contains(l.measured, "a round trip a message") {
+			t.Errorf("%s: HandleBatch %v %q; want its 0.10×, missed, with what bounds it", name, l.status, l.measured)
+		}
+	}
+	if _, ok := againstBatched(part(false))[scBatchSet]; ok {
+		t.Error("a set-based line without its cell")
+	}
+	reportHas(t, []string{"| HandleBatch at 16 workers ≥ 0.75× bare batched | the batch part did not run (`-parts`) | | not run |"}, (&report{cfg: cfg}).writeTargets)
+}
