@@ -163,21 +163,26 @@ func KilledExternal(t *testing.T, setup func(t *testing.T) ClaimAdapter, cons Cl
 	killedAt := time.Now()
 	running := QueryInt(t, db.Pool, `SELECT count(*)::int FROM idem_test_claims WHERE status = 'running' AND attempts = 1`)
 	leaseEnd := map[string]time.Time{}
-	rows, err := db.Pool.Query(context.Background(), `SELECT key_id, lease_until FROM idem_test_claims`)
+	var states []string
+	rows, err := db.Pool.Query(context.Background(), `SELECT key_id, status, attempts, lease_until FROM idem_test_claims ORDER BY key_id`)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for rows.Next() {
-		var id string
-		var end time.Time
-		if err := rows.Scan(&id, &end); err != nil {
+		var id, status string
+		var attempts int
+		var end *time.Time // NULL once a claim is no longer held
+		if err := rows.Scan(&id, &status, &attempts, &end); err != nil {
 			t.Fatal(err)
 		}
-		leaseEnd[id] = end
+		states = append(states, fmt.Sprintf("%s %s (attempts %d)", id, status, attempts))
+		if end != nil {
+			leaseEnd[id] = *end
+		}
 	}
 	rows.Close()
 	if running != KillMessages {
-		t.Fatalf("after the kill: %d of %d claims running with attempts 1", running, KillMessages)
+		t.Fatalf("after the kill: %d of %d claims running with attempts 1: %s; the worker's output:\n%s", running, KillMessages, strings.Join(states, ", "), out.String())
 	}
 
 	logs, log := NewLogs(t)
