@@ -776,9 +776,6 @@ func runtimeMark(ctx context.Context, db outboxdb.DBTX, token pgtype.UUID, ids [
 	return err
 }
 
-// layoutPhases are the phases of a layout's measurement, in order.
-var layoutPhases = []string{"write", "publish", "cleanup"}
-
 // layoutResult is what one layout measured, per repeat: WAL bytes per
 // outgoing row, per phase, of which full-page images. (Bytes per row are
 // measured on the filled tables below: a layout's small table here also

@@ -247,7 +247,6 @@ func TestTwoJanitorsPurgeAndSweepEachRowOnce(t *testing.T) {
 	readers := []*metric.ManualReader{metric.NewManualReader(), metric.NewManualReader()}
 	var janitors []*idem.Janitor
 	for _, r := range readers {
-		//lint:ignore SA1019 the deprecated option must stay harmless: it purges nothing
 		j, err := idem.NewJanitor(db.Pool, []idem.Maintained{post, pay}, idem.WithJanitorBatchSize(100),
 			idem.WithJanitorOutbox(7*24*time.Hour), idem.WithJanitorLogger(testLogger(t)),
 			idem.WithJanitorMeterProvider(metric.NewMeterProvider(metric.WithReader(r))))

@@ -334,11 +334,9 @@ func TestRelayDeletesWhatItPublishes(t *testing.T) {
 	if got := queryInt(t, db.Pool, `SELECT count(*)::int FROM idem_outbox`); got != 2 {
 		t.Errorf("%d rows in the outbox, want the 2 dead ones (every published row deleted)", got)
 	}
-	//lint:ignore SA1019 the deprecated Purge must stay harmless: it deletes nothing
 	if n, err := r.Purge(ctx, 0); n != 0 || err != nil {
 		t.Errorf("Purge: %d, %v; want 0, nil", n, err)
 	}
-	//lint:ignore SA1019 as above
 	if _, err := r.Purge(ctx, -time.Second); err == nil {
 		t.Error("Purge(-1s): no error")
 	}
