@@ -166,76 +166,43 @@ func runPurge(ctx context.Context, cfg *config) (*purgeResults, error) {
 		return int64(res.rows) - int64(timer.done())*int64(res.batch)
 	}
 	deliver := func(ctx context.Context, stop <-chan struct{}, redeliver bool) ([]time.Duration, error) {
-		var (
-			mu   sync.Mutex
-			all  []time.Duration
-			errs []error
-			wg   sync.WaitGroup
-		)
-		for w := range res.workers {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				var lat []time.Duration
-				defer func() {
-					mu.Lock()
-					all = append(all, lat...)
-					mu.Unlock()
-				}()
-				for {
-					select {
-					case <-stop:
-						return
-					case <-ctx.Done():
-						return
-					default:
-					}
-					n := seq.Add(1)
-					msg := ledger.Deposit{MessageID: "m-" + strconv.FormatInt(n, 10), Account: n%int64(cfg.accounts) + 1, Amount: 1}
-					again := redeliver && n%purgeRedeliverEvery == 0
-					if again {
-						// A key the current batch or the next holds.
-						g := max(front()-n%int64(2*res.batch), 1)
-						msg.MessageID = "expired-" + strconv.FormatInt(g, 10)
-					}
-					t0 := time.Now()
-					_, outcome, err := post.Handle(ctx, msg)
-					for tries := 0; again && errors.Is(err, idem.ErrRetryable) && tries < 10; tries++ {
-						// The claim met the row, the purge deleted it before
-						// the read back: what the broker's redelivery does.
-						retried.Add(1)
-						_, outcome, err = post.Handle(ctx, msg)
-					}
-					switch {
-					case again && errors.Is(err, idem.ErrKeyReused):
-						redelivered.Add(1)
-						reused.Add(1)
-						lat = append(lat, time.Since(t0))
-						continue
-					case again && err == nil && outcome == idem.Duplicate:
-						// An earlier redelivery of the key processed it anew.
-						redelivered.Add(1)
-						lat = append(lat, time.Since(t0))
-						continue
-					case err == nil && outcome == idem.Processed:
-						processed.Add(1)
-						if again {
-							redelivered.Add(1)
-						}
-					}
-					if err != nil || outcome != idem.Processed {
-						mu.Lock()
-						errs = append(errs, fmt.Errorf("worker %d: %v, %v", w, outcome, err))
-						mu.Unlock()
-						return
-					}
-					lat = append(lat, time.Since(t0))
+		return deliverUntil(ctx, stop, res.workers, func(w int) (time.Duration, bool, error) {
+			n := seq.Add(1)
+			msg := ledger.Deposit{MessageID: "m-" + strconv.FormatInt(n, 10), Account: n%int64(cfg.accounts) + 1, Amount: 1}
+			again := redeliver && n%purgeRedeliverEvery == 0
+			if again {
+				// A key the current batch or the next holds.
+				g := max(front()-n%int64(2*res.batch), 1)
+				msg.MessageID = "expired-" + strconv.FormatInt(g, 10)
+			}
+			t0 := time.Now()
+			_, outcome, err := post.Handle(ctx, msg)
+			for tries := 0; again && errors.Is(err, idem.ErrRetryable) && tries < 10; tries++ {
+				// The claim met the row, the purge deleted it before
+				// the read back: what the broker's redelivery does.
+				retried.Add(1)
+				_, outcome, err = post.Handle(ctx, msg)
+			}
+			switch {
+			case again && errors.Is(err, idem.ErrKeyReused):
+				redelivered.Add(1)
+				reused.Add(1)
+				return time.Since(t0), true, nil
+			case again && err == nil && outcome == idem.Duplicate:
+				// An earlier redelivery of the key processed it anew.
+				redelivered.Add(1)
+				return time.Since(t0), true, nil
+			case err == nil && outcome == idem.Processed:
+				processed.Add(1)
+				if again {
+					redelivered.Add(1)
 				}
-			}()
-		}
-		wg.Wait()
-		slices.Sort(all)
-		return all, errors.Join(errs...)
+			}
+			if err != nil || outcome != idem.Processed {
+				return 0, false, fmt.Errorf("worker %d: %v, %v", w, outcome, err)
+			}
+			return time.Since(t0), true, nil
+		})
 	}
 
 	logf("purge: %d workers deliver for %s without the purge", res.workers, cfg.purgeBaseline)
@@ -416,4 +383,52 @@ func (r *purgeResults) sample(ctx context.Context, s *schema) error {
 			}
 		}
 	}
+}
+
+// deliverUntil runs workers goroutines, each calling one(w) until stop is
+// closed or ctx ends, and returns every delivery's latency, sorted. one
+// returns how long its delivery took and whether it counts (false: a
+// delivery whose latency is not kept); an error stops its worker and is
+// returned, joined with the others'.
+func deliverUntil(ctx context.Context, stop <-chan struct{}, workers int, one func(w int) (time.Duration, bool, error)) ([]time.Duration, error) {
+	var (
+		mu   sync.Mutex
+		all  []time.Duration
+		errs []error
+		wg   sync.WaitGroup
+	)
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var lat []time.Duration
+			defer func() {
+				mu.Lock()
+				all = append(all, lat...)
+				mu.Unlock()
+			}()
+			for {
+				select {
+				case <-stop:
+					return
+				case <-ctx.Done():
+					return
+				default:
+				}
+				d, keep, err := one(w)
+				if err != nil {
+					mu.Lock()
+					errs = append(errs, err)
+					mu.Unlock()
+					return
+				}
+				if keep {
+					lat = append(lat, d)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	slices.Sort(all)
+	return all, errors.Join(errs...)
 }

@@ -2,12 +2,9 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -124,49 +121,18 @@ func runPurgePartitioned(ctx context.Context, cfg *config) (*partitionedPurge, e
 	record := telemetry.NewRecordReadingIdem(pool)
 	var seq, processed atomic.Int64
 	deliver := func(stop <-chan struct{}) ([]time.Duration, error) {
-		var (
-			mu   sync.Mutex
-			all  []time.Duration
-			errs []error
-			wg   sync.WaitGroup
-		)
-		for w := range cfg.purgeWorkers {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				var lat []time.Duration
-				defer func() {
-					mu.Lock()
-					all = append(all, lat...)
-					mu.Unlock()
-				}()
-				for {
-					select {
-					case <-stop:
-						return
-					case <-ctx.Done():
-						return
-					default:
-					}
-					n := seq.Add(1)
-					msg := telemetry.Reading{ReadingID: "r-" + strconv.FormatInt(n, 10), DeviceID: "dev-" + strconv.FormatInt(n%1000, 10),
-						TakenAt: time.Now(), Value: float64(n)}
-					t0 := time.Now()
-					outcome, err := record.Handle(ctx, msg)
-					if err != nil || outcome != idem.Processed {
-						mu.Lock()
-						errs = append(errs, fmt.Errorf("worker %d: %v, %v", w, outcome, err))
-						mu.Unlock()
-						return
-					}
-					processed.Add(1)
-					lat = append(lat, time.Since(t0))
-				}
-			}()
-		}
-		wg.Wait()
-		slices.Sort(all)
-		return all, errors.Join(errs...)
+		return deliverUntil(ctx, stop, cfg.purgeWorkers, func(w int) (time.Duration, bool, error) {
+			n := seq.Add(1)
+			msg := telemetry.Reading{ReadingID: "r-" + strconv.FormatInt(n, 10), DeviceID: "dev-" + strconv.FormatInt(n%1000, 10),
+				TakenAt: time.Now(), Value: float64(n)}
+			t0 := time.Now()
+			outcome, err := record.Handle(ctx, msg)
+			if err != nil || outcome != idem.Processed {
+				return 0, false, fmt.Errorf("worker %d: %v, %v", w, outcome, err)
+			}
+			processed.Add(1)
+			return time.Since(t0), true, nil
+		})
 	}
 
 	logf("purge (partitioned): %d workers deliver for %s without the purge", cfg.purgeWorkers, cfg.purgeBaseline)
