@@ -18,10 +18,12 @@ import (
 
 // BenchmarkCommitProtocol measures, side by side, what it costs to write the
 // claim running and mark it done in the commit round trip (the protocol of
-// Inbox, so that a handler that ends the transaction through SQL,
-// tx.Exec(ctx, "COMMIT"), leaves a running row that the next delivery takes
-// over) against a claim born done, whose handler's own COMMIT would make the
-// redelivery a Duplicate of work that never finished:
+// Inbox for a handler with a result, so that a handler that ends the
+// transaction with a COMMIT sent around its Tx leaves a running row that the
+// next delivery takes over) against a claim born done (the protocol for a
+// handler without a result, where marking the row would be an UPDATE of its
+// own), whose handler's own COMMIT would make the redelivery a Duplicate of
+// work that never finished:
 //
 //   - done_at_claim: BEGIN and the claim (the row inserted done) in one
 //     round trip, the handler's UPDATE, then [the result's UPDATE,] the claim

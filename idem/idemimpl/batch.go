@@ -489,15 +489,20 @@ func (b *batch[M, R]) lookup(ctx context.Context, conn *pgx.Conn, lost []int, ke
 // COMMIT: nothing was committed, and the messages can be delivered again.
 var errBatchRolledBack = errors.New("idem: the batch was rolled back before its commit")
 
-// complete marks the keys' rows done with their results, deletes the rows
-// of the batch's stale messages (stale), writes the outbox rows, checks that
+// complete marks the keys' rows done with their results (for a handler with
+// a result: the rows of one without were born done), deletes the rows of
+// the batch's stale messages (stale), writes the outbox rows, checks that
 // the connection is still in the claim's transaction and commits, in one
 // round trip (one UPDATE, and DELETE, per null pattern of the keys), then
 // has the relays woken (see Inbox.complete). errBatchRolledBack: nothing
 // committed; any other error: the COMMIT's outcome is unknown.
 func (b *batch[M, R]) complete(ctx context.Context, conn *pgx.Conn, keys [][]any, results []string, outs []*idem.Outbox, stale [][]any) error {
 	in := b.in
-	groups, staleGroups := byPattern(keys), byPattern(stale)
+	var groups []patternKeys // the rows to mark done with their results
+	if in.sql.result {
+		groups = byPattern(keys)
+	}
+	staleGroups := byPattern(stale)
 	pb := pgutil.NewBatch(5 + len(groups) + len(staleGroups))
 	for _, g := range groups {
 		q := in.sql.batchCompleteKeys(pick(keys, g), g.nulls, pick(results, g))
@@ -554,7 +559,7 @@ func (b *batch[M, R]) complete(ctx context.Context, conn *pgx.Conn, keys [][]any
 	switch {
 	case err != nil:
 		return fmt.Errorf("idem: store the batch's results and commit: %w", err)
-	case updated != int64(len(keys)):
+	case in.sql.result && updated != int64(len(keys)):
 		// Committed, but some rows did not get their result: a handler
 		// deleted an inbox row. The messages are done; say so.
 		return fmt.Errorf("idem: %d of %d inbox rows were gone when the batch's results were stored; did a handler delete them?", int64(len(keys))-updated, len(keys))

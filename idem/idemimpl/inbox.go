@@ -355,8 +355,8 @@ var errAborted = errors.New("idem: a statement of the handler failed but the han
 // raise outside the claim's transaction.
 const claimLostMessage = "idem: not the transaction of the claim"
 
-// claimCheck runs right before the COMMIT of a batch, in the same round
-// trip. It fails, and so turns the COMMIT queued after it into a rollback,
+// claimCheck runs right before the COMMIT of a batch, and of a single
+// delivery without a result, in the same round trip. It fails, and so turns the COMMIT queued after it into a rollback,
 // unless the connection is still inside the transaction that the claim
 // began: the claim statement sets idem.lock_timeout for its transaction only
 // (see claimSQL), so the setting is empty in any other transaction. That
@@ -364,7 +364,8 @@ const claimLostMessage = "idem: not the transaction of the claim"
 // "ROLLBACK; BEGIN; ..." around its Tx, which leaves the connection inside a
 // transaction again, but one without the inbox rows. The ELSE branch reads
 // the setting so that the planner cannot fold it into a constant error. (A
-// single delivery's markDoneSQL makes the same check.)
+// single delivery's markDoneSQL makes the same check, for a handler with a
+// result.)
 const claimCheck = "SELECT CASE WHEN coalesce(current_setting('idem.lock_timeout', true), '') <> '' THEN true " +
 	"ELSE ('" + claimLostMessage + "' || coalesce(current_setting('idem.lock_timeout', true), ''))::boolean END"
 
@@ -380,13 +381,18 @@ func isClaimCheckFailure(err error) bool {
 
 // complete marks the key's inbox row done with the handler's result, if it
 // has one, where the connection is still in the claim's transaction (else
-// it fails: markDoneSQL), writes the outgoing messages of out (one INSERT),
+// it fails: markDoneSQL; a row without a result was born done, and
+// claimCheck makes the same check of the transaction), writes the outgoing messages of out (one INSERT),
 // and commits, all in one round trip; then, unless WithoutNotify, it has the
 // relays woken (relayWake).
 func (in *Inbox[M, R]) complete(ctx context.Context, conn *pgx.Conn, key []any, result []byte, out *idem.Outbox) error {
 	b := pgutil.NewBatch(4)
-	q := in.sql.markKeyDone(key, result)
-	b.Queue(q.sql, q.args...)
+	if in.sql.result {
+		q := in.sql.markKeyDone(key, result)
+		b.Queue(q.sql, q.args...)
+	} else {
+		b.Queue(claimCheck) // the row was born done
+	}
 	var published int
 	if out != nil { // a publishing inbox's: the rows of what the handler published
 		published = queueOutgoing(b, in.table.Consumer, in.fields, [][]any{key}, []*idem.Outbox{out})

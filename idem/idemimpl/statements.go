@@ -87,12 +87,20 @@ func list(cols []Column, sep string, f func(i int, c Column) string) string {
 
 // The statements of an inbox (Table).
 //
-// The claim inserts the key's row running, and the commit's round trip
-// marks it done right before the COMMIT, only inside the claim's
-// transaction: so a committed row is done unless a handler ended the
-// transaction itself (tx.Exec(ctx, "COMMIT")), and then it is running, and
-// the next delivery takes it over (takeOver) and runs the handler in full
-// rather than answering a Duplicate for work that never finished.
+// For a handler with a result, the claim inserts the key's row running, and
+// the commit's round trip stores the result and marks the row done right
+// before the COMMIT, only inside the claim's transaction: so a committed row
+// is done unless the transaction was committed by something else than the
+// inbox (a COMMIT sent around the handler's Tx, through tx.Conn()), and then
+// it is running, and the next delivery takes it over (takeOver) and runs the
+// handler in full rather than answering a Duplicate for work that never
+// finished. The result's UPDATE is needed anyway, so the running state costs
+// nothing there. For a handler without a result the row is born done: an
+// UPDATE only to mark it would be one more tuple written a message, and the
+// commit round trip checks the claim's transaction instead (claimCheck).
+// The handler's Tx refuses a transaction-control statement before sending
+// it, in every mode (see handlerTx.before), so only a COMMIT sent around the
+// Tx commits such a row early (docs/errors.md says what that loses).
 //
 // The claim bounds its own wait for a concurrent claim of the key: the wait
 // saves the session's lock_timeout and sets the bound before the INSERT
@@ -123,7 +131,7 @@ const (
   OFFSET 0) AS wait`
 
 	claimSQL = `INSERT INTO {table} ({columns}, fingerprint, status)
-SELECT {values}, {fingerprint}::bytea, 'running' FROM ` + claimBound + `
+SELECT {values}, {fingerprint}::bytea, {status} FROM ` + claimBound + `
 ON CONFLICT DO NOTHING
 RETURNING set_config('lock_timeout', current_setting('idem.lock_timeout'), true) IS NOT NULL`
 
@@ -133,7 +141,7 @@ RETURNING set_config('lock_timeout', current_setting('idem.lock_timeout'), true)
 	guardedClaimSQL = claimWait + `,
 claim AS (
   INSERT INTO {table} ({columns}, fingerprint, status)
-  SELECT {values}, {fingerprint}::bytea, 'running' FROM wait
+  SELECT {values}, {fingerprint}::bytea, {status} FROM wait
   ON CONFLICT DO NOTHING
   RETURNING 1
 ),
@@ -155,8 +163,8 @@ FROM ` + claimBound + `
 WHERE {match} AND t.status = 'running' AND t.fingerprint = {fingerprint}::bytea
 RETURNING set_config('lock_timeout', current_setting('idem.lock_timeout'), true) IS NOT NULL`
 
-	// markDoneSQL marks the claimed row done (with its result, for a
-	// handler that has one) right before the COMMIT. It fails, raising an
+	// markDoneSQL marks the claimed row of a handler with a result done,
+	// with its result, right before the COMMIT. It fails, raising an
 	// invalid-boolean error whose text is claimLostMessage, so that the
 	// COMMIT after it rolls back, unless the connection is still in the
 	// claim's transaction (the only one where idem.lock_timeout is set) and
@@ -165,7 +173,7 @@ RETURNING set_config('lock_timeout', current_setting('idem.lock_timeout'), true)
 	// row. The ELSE branch reads the setting so that the planner cannot
 	// fold it into a constant error.
 	markDoneSQL = `WITH done AS (
-  UPDATE {table} SET status = 'done'{result}
+  UPDATE {table} SET status = 'done', result = {result}
   WHERE {match} AND current_setting('idem.lock_timeout', true) <> ''
   RETURNING 1
 )
@@ -205,7 +213,7 @@ m AS MATERIALIZED (
 ),
 claim AS (
   INSERT INTO {table} ({columns}, fingerprint, status)
-  SELECT {alias_values}, m.fp, 'running' FROM wait, m ORDER BY {alias_values}
+  SELECT {alias_values}, m.fp, {status} FROM wait, m ORDER BY {alias_values}
   ON CONFLICT DO NOTHING
   RETURNING {columns}
 ),
@@ -229,7 +237,7 @@ m AS MATERIALIZED (
 ),
 claim AS (
   INSERT INTO {table} ({columns}, fingerprint, status)
-  SELECT {alias_values}, m.fp, 'running' FROM wait, m ORDER BY {alias_values}
+  SELECT {alias_values}, m.fp, {status} FROM wait, m ORDER BY {alias_values}
   ON CONFLICT DO NOTHING
   RETURNING {columns}
 ),
@@ -261,14 +269,11 @@ WHERE (SELECT r FROM restored) IS NOT NULL`
 FROM {keys}
 JOIN {table} AS t ON {join_table}`
 
-	// The batch's rows are marked done (with their results) in the
-	// commit's round trip, whose claim check fails the COMMIT outside the
-	// claim's transaction.
+	// The batch's rows of a handler with a result are marked done with
+	// their results in the commit's round trip, whose claim check fails the
+	// COMMIT outside the claim's transaction. (Without a result they are
+	// born done.)
 	batchCompleteSQL = `UPDATE {table} AS t SET status = 'done', result = m.r::json
-FROM {keys}
-WHERE {join_table}`
-
-	batchDoneSQL = `UPDATE {table} AS t SET status = 'done'
 FROM {keys}
 WHERE {join_table}`
 
@@ -285,10 +290,11 @@ type inboxSQL struct {
 	parts    int
 	guarded  bool
 	claimSQL string
-	// markDone, takeOver and lookup hold the variants by null pattern of
-	// the key (bit i set when part i is NULL), 0 for a key without NULL
-	// parts: a NULL part cannot be matched with =, so each variant matches
-	// it with IS NULL and numbers only the parts that are not NULL.
+	// markDone (only with a result), takeOver and lookup hold the variants
+	// by null pattern of the key (bit i set when part i is NULL), 0 for a
+	// key without NULL parts: a NULL part cannot be matched with =, so each
+	// variant matches it with IS NULL and numbers only the parts that are
+	// not NULL.
 	markDone, takeOver, lookup map[uint64]string
 	// result: the rows store the handler's result (markDone sets it).
 	result bool
@@ -321,11 +327,15 @@ func newInboxSQL[M any](constructor string, t Table[M], result bool) *inboxSQL {
 	edit := func(name, sql string) string { return sqlhook.Apply(t.Consumer, name, sql) }
 	columns := list(cols, ", ", func(_ int, c Column) string { return c.Name })
 	values := list(cols, ", ", func(i int, c Column) string { return ph(i+1) + "::" + c.Type })
+	status := "'done'" // born done: see the statements' doc above
+	if result {
+		status = "'running'"
+	}
 	claim := fill(claimSQL, "wait", ph(n+2), "table", t.Name, "columns", columns,
-		"values", values, "fingerprint", ph(n+1))
+		"values", values, "fingerprint", ph(n+1), "status", status)
 	if s.guarded {
 		claim = fill(guardedClaimSQL, "wait", ph(n+2), "table", t.Name, "columns", columns,
-			"values", values, "fingerprint", ph(n+1), "versions", t.Versions,
+			"values", values, "fingerprint", ph(n+1), "status", status, "versions", t.Versions,
 			"entity", ph(n+3), "entity_type", t.EntityType, "version", ph(n+4))
 	}
 	s.claimSQL = edit("claim", claim)
@@ -348,11 +358,9 @@ func newInboxSQL[M any](constructor string, t Table[M], result bool) *inboxSQL {
 			}
 		}
 		match, next := matchKey(cols, nulls)
-		set := ""
 		if result {
-			set = ", result = " + next
+			s.markDone[nulls] = edit("mark_done", fill(markDoneSQL, "table", t.Name, "result", next, "match", match))
 		}
-		s.markDone[nulls] = edit("mark_done", fill(markDoneSQL, "table", t.Name, "result", set, "match", match))
 		s.takeOver[nulls] = edit("take_over", fill(takeOverSQL, "wait", "$"+strconv.Itoa(nextN(next)+1),
 			"table", t.Name, "match", match, "fingerprint", next))
 		s.lookup[nulls] = edit("lookup", fill(lookupSQL, "table", t.Name, "match", match))
@@ -367,7 +375,7 @@ func newInboxSQL[M any](constructor string, t Table[M], result bool) *inboxSQL {
 		return "claim." + c.Name + " = m.k" + strconv.Itoa(i+1)
 	})
 	claimPairs := []string{"wait", ph(n + 2), "arrays", all.arrays, "fingerprint", ph(n + 1),
-		"aliases", all.aliases, "table", t.Name, "columns", columns,
+		"aliases", all.aliases, "table", t.Name, "columns", columns, "status", status,
 		"alias_values", all.values, "join_claim", claimJoin}
 	if s.guarded {
 		s.batchClaim = edit("batch_claim", fill(guardedBatchClaimSQL, append(claimPairs,
@@ -431,8 +439,6 @@ func batchStatements(table string, cols []Column, nulls uint64, result bool, edi
 	}
 	if result {
 		b.complete = stmt("batch_complete", batchCompleteSQL, withResults)
-	} else {
-		b.complete = stmt("batch_complete", batchDoneSQL, plain)
 	}
 	return b
 }
@@ -462,8 +468,9 @@ func matchKey(cols []Column, nulls uint64) (where, next string) {
 // claim is the claim of key: its parts, the fingerprint, the claim's
 // lock_timeout and, for a table with a stale-message guard, the entity and
 // the version (order). It returns one boolean row when it inserted the key:
-// true unless the guard found the version stale. The row it inserts is done
-// (it becomes visible only with the commit).
+// true unless the guard found the version stale. The row it inserts is
+// running for a handler with a result (the commit's round trip marks it
+// done), done for one without (it becomes visible only with the commit).
 func (s *inboxSQL) claim(key []any, fp []byte, lockWait any, order []any) query {
 	args := make([]any, 0, len(key)+2+len(order))
 	for _, part := range key {
@@ -476,9 +483,11 @@ func (s *inboxSQL) claim(key []any, fp []byte, lockWait any, order []any) query 
 	return query{s.claimSQL, args}
 }
 
-// markKeyDone marks key's row done, with result for a handler that has one,
+// markKeyDone marks key's row done with result, for a handler that has one,
 // and fails unless the connection is in the claim's transaction (see
 // markDoneSQL): the parts of the key that are not NULL, then the result.
+// (A handler without a result has no such statement: its row is born
+// done.)
 // The result goes as text, never as []byte: pgx sends a []byte of unknown
 // parameter type as bytea ('\x7b...'), which json refuses, whenever it does
 // not describe the statement first (QueryExecModeExec and
@@ -486,10 +495,7 @@ func (s *inboxSQL) claim(key []any, fp []byte, lockWait any, order []any) query 
 // need). As text, the server reads it as the column's type in every mode.
 func (s *inboxSQL) markKeyDone(key []any, result []byte) query {
 	sql, args := byNulls(s.markDone, key)
-	if s.result {
-		args = append(args, string(result))
-	}
-	return query{sql, args}
+	return query{sql, append(args, string(result))}
 }
 
 // takeOverKey claims key's committed running row (takeOverSQL): the parts of
@@ -641,9 +647,6 @@ func (s *inboxSQL) batchLookupKeys(keys [][]any, nulls uint64) query {
 // and stores their results (JSON texts, see markKeyDone), for a handler
 // that has one: the key arrays, then the results as text[].
 func (s *inboxSQL) batchCompleteKeys(keys [][]any, nulls uint64, results []string) query {
-	if !s.result {
-		return query{s.batch[nulls].complete, s.keyArrays(keys, nulls, 0)}
-	}
 	return query{s.batch[nulls].complete, append(s.keyArrays(keys, nulls, 1), results)}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -28,14 +29,18 @@ var errTxOwned = errors.New("idem: the inbox commits or rolls back the handler's
 // pgx.ErrTxClosed, so a handler that keeps the Tx beyond its return cannot
 // write through a connection that is back in the pool.
 //
-// A handler can still end the transaction through SQL (tx.Exec(ctx,
-// "ROLLBACK"), COMMIT, END, ABORT): after every statement handlerTx looks at
-// the connection's transaction status, which pgx tracks from the server's
-// replies, and once the connection is outside the transaction it refuses
-// every statement, so that nothing the handler writes afterwards commits on
-// its own, and the delivery fails saying what the handler did. Nested
-// transactions (savepoints, through Begin) are checked the same way; large
-// objects are those of the real pgx transaction.
+// A handler can try to end the transaction through SQL (tx.Exec(ctx,
+// "COMMIT"), END, ROLLBACK, ABORT, or a BEGIN): such a statement is refused
+// before it is sent (transactionControl), even inside a string of several
+// statements. What gets around that (a statement sent through tx.Conn(), or
+// by the name of a prepared statement) is caught after the fact: after every
+// statement handlerTx looks at the connection's transaction status, which
+// pgx tracks from the server's replies, and once the connection is outside
+// the transaction it refuses every statement, so that nothing the handler
+// writes afterwards commits on its own. Either way the delivery fails saying
+// what the handler did. Nested transactions (savepoints, through Begin) are
+// checked the same way; large objects are those of the real pgx
+// transaction.
 type handlerTx struct {
 	pgx.Tx
 	conn      *pgx.Conn
@@ -77,6 +82,31 @@ func (t *handlerTx) before() error {
 	return nil
 }
 
+// beforeSending is before, and then refuse for sql.
+func (t *handlerTx) beforeSending(sql string) error {
+	if err := t.before(); err != nil {
+		return err
+	}
+	return t.refuse(sql)
+}
+
+// refuse refuses, before it is sent, a statement that would end the
+// inbox's transaction or begin another (transactionControl): the Tx is then
+// unusable, as after a statement that ended the transaction, and the
+// delivery fails.
+func (t *handlerTx) refuse(sql string) error {
+	words, effect := transactionControl(sql)
+	if words == "" {
+		return nil
+	}
+	what := fmt.Sprintf("statement %s %s: it was not sent", quoteSQL(sql), effect)
+	if end := statementEnd(sql, 0); strings.TrimSpace(sql[min(end+1, len(sql)):]) != "" {
+		what = fmt.Sprintf("statements %s hold a %s, which %s: none of them was sent", quoteSQL(sql), words, effect)
+	}
+	t.s.escaped = fmt.Errorf("idem: the handler's %s; %s", what, escapeAdvice)
+	return t.s.escaped
+}
+
 const escapeAdvice = "the inbox's transaction must commit the inbox row with the handler's writes, so every later statement of the handler was refused and the delivery fails (return an error to roll back; use tx.Begin for a savepoint)"
 
 // after is checked after every statement: a statement that left the
@@ -96,7 +126,7 @@ func (t *handlerTx) after(sql string, tag pgconn.CommandTag) {
 	case began:
 		what = "began a transaction of its own (a BEGIN inside the inbox's transaction is either a mistake or follows a statement that ended it): nothing of it is committed"
 	case tag.String() == "COMMIT":
-		what = "committed the inbox's transaction: what the handler wrote before it is committed, with the key's inbox row still running, so the redelivery takes the key over and runs the handler again in full"
+		what = "committed the inbox's transaction: what the handler wrote before it is committed"
 	case tag.String() == "ROLLBACK":
 		what = "rolled the inbox's transaction back: nothing of it is committed"
 	default:
@@ -166,18 +196,23 @@ func (t *handlerTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResult
 	if err := t.before(); err != nil {
 		return pgx.FailedBatchResults(b, err)
 	}
+	for _, q := range b.QueuedQueries {
+		if err := t.refuse(q.SQL); err != nil {
+			return pgx.FailedBatchResults(b, err)
+		}
+	}
 	return &checkedBatch{BatchResults: t.Tx.SendBatch(ctx, b), t: t}
 }
 
 func (t *handlerTx) Prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription, error) {
-	if err := t.before(); err != nil {
+	if err := t.beforeSending(sql); err != nil {
 		return nil, err
 	}
 	return t.Tx.Prepare(ctx, name, sql)
 }
 
 func (t *handlerTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
-	if err := t.before(); err != nil {
+	if err := t.beforeSending(sql); err != nil {
 		return pgconn.CommandTag{}, err
 	}
 	tag, err := t.Tx.Exec(ctx, sql, args...)
@@ -189,7 +224,7 @@ func (t *handlerTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.C
 }
 
 func (t *handlerTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
-	if err := t.before(); err != nil {
+	if err := t.beforeSending(sql); err != nil {
 		return pgutil.Fail(err), err
 	}
 	rows, err := t.Tx.Query(ctx, sql, args...)
