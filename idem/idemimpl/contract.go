@@ -43,9 +43,12 @@ package idemimpl
 //
 // Version 3: what only generated code calls moved from package idem to this
 // package (idem.SupportPackageIsVersion2 is gone with it), so that package
-// idem documents what users call. Table.Partition and the Bucket constants (Hour,
-// Day, Week, Month), and idemtest.Partition, came later within version 3:
-// code generated before sets neither, and means what it meant (an inbox
-// that is not partitioned), so it needs no regeneration; code that sets
-// them fails to compile against a runtime without them.
+// idem documents what users call. Added later within version 3, since code
+// generated before neither sets nor calls them and means what it meant:
+// Table.Partition, the Bucket constants (Hour, Day, Week, Month) and
+// idemtest.Partition (an inbox partitioned by time); Table.Handler (a
+// set-based handler's name in errors); NewSetInbox, NewPublishingSetInbox,
+// NoResultSet and NoResultPublishingSet (set-based batch handlers). Such code
+// needs no regeneration; code that uses them fails to compile, on the name,
+// against a runtime without them.
 const SupportPackageIsVersion3 = true
