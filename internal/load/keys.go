@@ -43,63 +43,17 @@ func (c *checker) key(o directive.Option, msg types.Type) []model.KeyPart {
 // guard's fields are resolved the same way, with allowNull unset.
 func (c *checker) keyPart(pos diag.Pos, path string, msg types.Type, allowNull bool) (model.KeyPart, bool) {
 	part := model.KeyPart{Path: path}
-	var hopTypes []types.Type
-	cur := msg
 	elems := strings.Split(path, ".")
 	if problem := envelopeKeyProblem(msg, elems[0]); problem != "" {
 		c.errorf(pos, "key field %s of %s: %s", path, c.typeString(msg), problem)
 		return part, false
 	}
-	for i, name := range elems {
-		prefix := strings.Join(elems[:i], ".")
-		if name == "" {
-			c.errorf(pos, "key field path %q has an empty element", path)
-			return part, false
-		}
-		base := cur
-		if p, ok := base.Underlying().(*types.Pointer); ok {
-			base = p.Elem()
-		}
-		if _, ok := base.Underlying().(*types.Struct); !ok {
-			c.errorf(pos, "key field %s: %s has type %s, which has no fields", path, prefix, c.typeString(cur))
-			return part, false
-		}
-		obj, index, _ := types.LookupFieldOrMethod(base, false, c.pkg.Types, name)
-		field, isField := obj.(*types.Var)
-		switch {
-		case obj == nil && index != nil:
-			c.errorf(pos, "key field %s: %s is ambiguous in %s: %s; name the one to key on by its full path",
-				path, name, c.describe(base, prefix), strings.Join(c.ambiguous(base, name, joinPath(prefix)), " and "))
-			return part, false
-		case obj == nil:
-			msg := fmt.Sprintf("key field %s: %s has no field %s", path, c.describe(base, prefix), name)
-			if s := c.suggestField(base, name, joinPath(prefix)); s != "" {
-				msg += fmt.Sprintf(" (did you mean %s?)", s)
-			}
-			c.errorf(pos, "%s", msg)
-			return part, false
-		case !isField:
-			c.errorf(pos, "key field %s: %s is a method, not a field", path, name)
-			return part, false
-		case !field.Exported():
-			c.errorf(pos, "key field %s: field %s is unexported; key fields must be exported (they are part of the message's encoding)", path, name)
-			return part, false
-		}
-		// Follow the index path, which includes the embedded fields a
-		// promoted field is reached through.
-		t := base
-		for _, idx := range index {
-			if p, ok := t.Underlying().(*types.Pointer); ok {
-				t = p.Elem()
-			}
-			f := t.Underlying().(*types.Struct).Field(idx)
-			_, isPtr := f.Type().Underlying().(*types.Pointer)
-			part.Hops = append(part.Hops, model.Hop{Field: f.Name(), Pointer: isPtr})
-			hopTypes = append(hopTypes, f.Type())
-			t = f.Type()
-		}
-		cur = t
+	walked, ok := c.walkPath(pos, path, msg, keyPath)
+	if !ok {
+		return part, false
 	}
+	part.Hops = walked.hops
+	cur, hopTypes := walked.leaf, walked.hopTypes
 
 	if !c.keyType(pos, path, cur, &part, allowNull) {
 		return part, false
@@ -193,4 +147,97 @@ func envelopeFieldProblem(name string) string {
 		return "the headers are not part of the message's fingerprint (json:\"-\") and may change between deliveries of one message; key on ID (the broker's message id) or on a field of Body"
 	}
 	return ""
+}
+
+// pathRules are what differs between the field paths of a directive: the
+// key's parts (and the guard's fields) and the partition's time field.
+type pathRules struct {
+	what     string // the path in errors: "key field"
+	pick     string // what the path is for: "key on"
+	exported string // why its fields must be exported
+	// pointers: whether the path may go through pointer fields (the
+	// generated tests then allocate what they point to).
+	pointers bool
+}
+
+var (
+	keyPath = pathRules{what: "key field", pick: "key on", pointers: true,
+		exported: "key fields must be exported (they are part of the message's encoding)"}
+	timePath = pathRules{what: "time field", pick: "partition by",
+		exported: "the time must be an exported field (it is part of the message's encoding)"}
+)
+
+// walkedPath is a field path resolved against a message type: a hop for each
+// field it goes through (with the embedded fields a promoted field is
+// reached through), the type of each hop's field, and the type it ends at.
+type walkedPath struct {
+	hops     []model.Hop
+	hopTypes []types.Type
+	leaf     types.Type
+}
+
+// walkPath resolves the dotted field path at pos against msg under rules,
+// reporting what is wrong with it.
+func (c *checker) walkPath(pos diag.Pos, path string, msg types.Type, rules pathRules) (walkedPath, bool) {
+	var w walkedPath
+	cur := msg
+	if p, ok := cur.Underlying().(*types.Pointer); ok && !rules.pointers {
+		cur = p.Elem() // a pointer to the message is not a hop
+	}
+	elems := strings.Split(path, ".")
+	for i, name := range elems {
+		prefix := strings.Join(elems[:i], ".")
+		if name == "" {
+			c.errorf(pos, "%s path %q has an empty element", rules.what, path)
+			return w, false
+		}
+		base := cur
+		if p, ok := base.Underlying().(*types.Pointer); ok && rules.pointers {
+			base = p.Elem()
+		}
+		if _, ok := base.Underlying().(*types.Struct); !ok {
+			c.errorf(pos, "%s %s: %s has type %s, which has no fields", rules.what, path, prefix, c.typeString(cur))
+			return w, false
+		}
+		obj, index, _ := types.LookupFieldOrMethod(base, false, c.pkg.Types, name)
+		field, isField := obj.(*types.Var)
+		switch {
+		case obj == nil && index != nil:
+			c.errorf(pos, "%s %s: %s is ambiguous in %s: %s; name the one to %s by its full path",
+				rules.what, path, name, c.describe(base, prefix), strings.Join(c.ambiguous(base, name, joinPath(prefix)), " and "), rules.pick)
+			return w, false
+		case obj == nil:
+			msg := fmt.Sprintf("%s %s: %s has no field %s", rules.what, path, c.describe(base, prefix), name)
+			if s := c.suggestField(base, name, joinPath(prefix)); s != "" {
+				msg += fmt.Sprintf(" (did you mean %s?)", s)
+			}
+			c.errorf(pos, "%s", msg)
+			return w, false
+		case !isField:
+			c.errorf(pos, "%s %s: %s is a method, not a field", rules.what, path, name)
+			return w, false
+		case !field.Exported():
+			c.errorf(pos, "%s %s: field %s is unexported; %s", rules.what, path, name, rules.exported)
+			return w, false
+		}
+		t := base
+		for j, idx := range index {
+			if p, ok := t.Underlying().(*types.Pointer); ok {
+				t = p.Elem()
+			}
+			f := t.Underlying().(*types.Struct).Field(idx)
+			_, isPtr := f.Type().Underlying().(*types.Pointer)
+			if last := i == len(elems)-1 && j == len(index)-1; isPtr && !last && !rules.pointers {
+				c.errorf(pos, "%s %s is reached through the pointer %s; partition by a time.Time field reached without one "+
+					"(the generated tests set it on a copy of the message, which would share what the pointer points to)", rules.what, path, f.Name())
+				return w, false
+			}
+			w.hops = append(w.hops, model.Hop{Field: f.Name(), Pointer: isPtr && rules.pointers})
+			w.hopTypes = append(w.hopTypes, f.Type())
+			t = f.Type()
+		}
+		cur = t
+	}
+	w.leaf = cur
+	return w, true
 }

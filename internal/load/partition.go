@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"go/types"
 	"slices"
-	"strings"
 
 	"github.com/idemgen/idemgen/internal/directive"
 	"github.com/idemgen/idemgen/internal/model"
@@ -80,55 +79,12 @@ func (c *checker) timeField(o directive.Option, msg types.Type) (model.KeyPart, 
 		c.errorf(pos, "time= is empty; name the message field that holds its time, such as time=SentAt")
 		return part, false
 	}
-	cur := msg
-	if p, ok := cur.Underlying().(*types.Pointer); ok {
-		cur = p.Elem()
+	walked, ok := c.walkPath(pos, path, msg, timePath)
+	if !ok {
+		return part, false
 	}
-	elems := strings.Split(path, ".")
-	for i, name := range elems {
-		prefix := strings.Join(elems[:i], ".")
-		if name == "" {
-			c.errorf(pos, "time field path %q has an empty element", path)
-			return part, false
-		}
-		if _, ok := cur.Underlying().(*types.Struct); !ok {
-			c.errorf(pos, "time field %s: %s has type %s, which has no fields", path, prefix, c.typeString(cur))
-			return part, false
-		}
-		obj, index, _ := types.LookupFieldOrMethod(cur, false, c.pkg.Types, name)
-		field, isField := obj.(*types.Var)
-		switch {
-		case obj == nil && index != nil:
-			c.errorf(pos, "time field %s: %s is ambiguous in %s; name the one to partition by by its full path", path, name, c.describe(cur, prefix))
-			return part, false
-		case obj == nil:
-			msg := fmt.Sprintf("time field %s: %s has no field %s", path, c.describe(cur, prefix), name)
-			if s := c.suggestField(cur, name, joinPath(prefix)); s != "" {
-				msg += fmt.Sprintf(" (did you mean %s?)", s)
-			}
-			c.errorf(pos, "%s", msg)
-			return part, false
-		case !isField:
-			c.errorf(pos, "time field %s: %s is a method, not a field", path, name)
-			return part, false
-		case !field.Exported():
-			c.errorf(pos, "time field %s: field %s is unexported; the time must be an exported field (it is part of the message's encoding)", path, name)
-			return part, false
-		}
-		t := cur
-		for j, idx := range index {
-			f := t.Underlying().(*types.Struct).Field(idx)
-			last := i == len(elems)-1 && j == len(index)-1
-			if _, isPtr := f.Type().Underlying().(*types.Pointer); isPtr && !last {
-				c.errorf(pos, "time field %s is reached through the pointer %s; partition by a time.Time field reached without one "+
-					"(the generated tests set it on a copy of the message, which would share what the pointer points to)", path, f.Name())
-				return part, false
-			}
-			part.Hops = append(part.Hops, model.Hop{Field: f.Name()})
-			t = f.Type()
-		}
-		cur = t
-	}
+	part.Hops = walked.hops
+	cur := walked.leaf
 	if !isNamed(cur, "time", "Time") {
 		c.errorf(pos, "time field %s has type %s; it must be a time.Time (not a pointer or a string: a message without its time has no bucket), "+
 			"the time its sender gave it, the same in every copy", path, c.typeString(cur))
