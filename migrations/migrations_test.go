@@ -161,8 +161,9 @@ func TestDeleteOnPublishKeepsWhatWaits(t *testing.T) {
 // claim_token a bigint and claim_token, lease_until, attempts the last
 // columns of the row, leaves available_at NULL unless a backoff set it
 // (the due index on coalesce(available_at, created_at)), drops the held
-// row's token but keeps its lease, and lets the identity go on; its down brings back a uuid claim_token, '' and
-// '{}' and available_at (NOT NULL again); up again works.
+// row's token but keeps its lease, and lets the identity go on; its down
+// brings back a uuid claim_token, the empty ordering key and headers, and
+// available_at (NOT NULL again); up again works.
 func TestCompactClaimKeepsWhatWaits(t *testing.T) {
 	db := idemtest.New(t, nil)
 	ctx := context.Background()
