@@ -102,7 +102,7 @@ type storedMessage struct {
 
 // outboxRows reads the outbox rows in id order. A row without an ordering
 // key or headers stores NULL (the migration 00003); it reads as the relay
-// reads it, '' and {}.
+// reads it: an empty ordering key, no headers.
 func outboxRows(t testing.TB, pool *pgxpool.Pool) []storedMessage {
 	t.Helper()
 	rows, err := pool.Query(context.Background(), `SELECT message_id::text, consumer, key, destination, coalesce(ordering_key, ''), coalesce(headers, '{}')::text, payload
