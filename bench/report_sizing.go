@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/idemgen/idemgen/bench/internal/mdtable"
@@ -43,9 +44,22 @@ func (r *report) sizingTargets(t *targetTable) {
 		fmt.Sprintf("through the wrapper and the relay %s + %s = %s B (%s B of it full-page images); the layouts side by side ([below](#outbox-layouts)): now %s B, before %s B (%.2f×)",
 			mdtable.Thousands(write), mdtable.Thousands(relay), mdtable.Thousands(write+relay), mdtable.Thousands(fpi), mdtable.Thousands(now.writePublish()), mdtable.Thousands(before.writePublish()),
 			now.writePublish()/before.writePublish()))
+	purges := ""
+	for _, in := range s.inboxes[1:] {
+		purges += fmt.Sprintf("; the %s inbox: %s rows dropped in %s, %s of WAL (%s B a row)", layoutShort(in), mdtable.Thousands(float64(in.purged)), in.took.Round(time.Millisecond),
+			mdtable.IEC(float64(in.purgeWAL)), mdtable.Thousands(in.purgeWALPer()))
+	}
 	t.line(reported, "the cost of purging a million rows reported",
-		fmt.Sprintf("%s inbox rows in one janitor round: %s, %s of WAL (%s B a row); the outbox has no published row to purge",
-			mdtable.Thousands(float64(in.purged)), in.took.Round(time.Millisecond), mdtable.IEC(float64(in.purgeWAL)), mdtable.Thousands(in.purgeWALPer())))
+		fmt.Sprintf("%s inbox rows in one janitor round: %s, %s of WAL (%s B a row)%s; the outbox has no published row to purge",
+			mdtable.Thousands(float64(in.purged)), in.took.Round(time.Millisecond), mdtable.IEC(float64(in.purgeWAL)), mdtable.Thousands(in.purgeWALPer()), purges))
+}
+
+// layoutShort names an inbox layout in a sentence.
+func layoutShort(in inboxSizing) string {
+	if in.dropped {
+		return "partitioned"
+	}
+	return "plain"
 }
 
 func (r *report) writeSizing(w writer) {
@@ -84,11 +98,21 @@ func (r *report) writeSizing(w writer) {
 	w("\nAn outgoing message adds %s B at its first delivery ((publishing 10 − publishing 0) / 10) and %s B when the relay publishes it (its claim, a HOT update of the row, and the delete once the broker confirmed): %s B in all.\n\n", mdtable.Thousands(write), mdtable.Thousands(relay), mdtable.Thousands(write+relay))
 	r.writeLayouts(w)
 
-	w("**Purging.** The inbox's copies were dated past the retention (31 days old) and one `RunOnce` of `idem.Janitor` (the inbox's `retain=` %s, batches of %d rows, no other load) purged them; the WAL is counted as above, once. The outbox has nothing to purge: the relay deleted each row as it published it (for the layouts that keep published rows, their purge is in the cleanup column above).\n\n", days(s.inboxRetain), idem.DefaultJanitorBatchSize)
+	w("**The inbox layouts side by side.** The plain inbox is the one above (`bench/ledger`, its WAL the kinds above). The partitioned one is the inbox of [`examples/telemetry`](examples/telemetry/) (`partition=day time=TakenAt retain=336h`), in a schema of its own: %s readings of today delivered through the generated wrapper, and as many stored by the handler's `INSERT` alone, WAL counted as above, %d repeats, the median; then the day that has just passed the retention was given its partition (named as the janitor names it) and copies of the delivered rows (new keys of the same shape) until the inbox held %s rows, `VACUUM ANALYZE`, and the sizes of every partition's heap, indexes and TOAST (the kept window's empty partitions included) over the rows. The handlers differ (an `UPDATE` of an account, an `INSERT` of a reading): the inbox's share is the delivery's WAL less the handler's own.\n\n",
+		mdtable.Thousands(float64(s.msgs)), len(s.wal[walFirst]), mdtable.Thousands(float64(s.inboxes[0].size.rows)))
+	w("| inbox layout | retain= | bytes/row | WAL per first delivery | the handler's write alone | the inbox's share |\n| --- | ---: | ---: | ---: | ---: | ---: |\n")
+	for _, in := range s.inboxes {
+		w("| %s | %s | %.1f | %s B | %s B | %s B |\n", in.name, days(in.retain), in.size.perRow(), mdtable.Thousands(in.walFirst), mdtable.Thousands(in.walBare), mdtable.Thousands(in.inboxWAL()))
+	}
+	w("\n**Purging.** The plain inbox's copies were dated past the retention (31 days old) and one `RunOnce` of `idem.Janitor` (the inbox's `retain=` %s, batches of %d rows, no other load) purged them; the partitioned inbox's expired day went in one `RunOnce` too, which dropped its partition. The WAL is counted as above, once; for the drop, the records of the transactions whose commit removes the partition's files count too (they touch the catalog, not the inbox's relations). The outbox has nothing to purge: the relay deleted each row as it published it (for the layouts that keep published rows, their purge is in the cleanup column above).\n\n", days(s.inboxRetain), idem.DefaultJanitorBatchSize)
 	w("| inbox layout | rows purged | time | rows/s | statements | longest | WAL | WAL per row |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 	for _, in := range s.inboxes {
-		w("| %s | %s | %s | %s | %d | %s | %s | %s B |\n", in.name, mdtable.Thousands(float64(in.purged)), in.took.Round(time.Millisecond), mdtable.Thousands(in.purgeRate()),
-			in.purge.Statements, mdtable.Dur(in.purge.Longest), mdtable.IEC(float64(in.purgeWAL)), mdtable.Thousands(in.purgeWALPer()))
+		statements, longest := strconv.Itoa(in.purge.Statements), mdtable.Dur(in.purge.Longest)
+		if in.dropped {
+			statements, longest = fmt.Sprintf("%d partition dropped", len(in.purge.Dropped[telemetryInbox])), "–"
+		}
+		w("| %s | %s | %s | %s | %s | %s | %s | %s B |\n", in.name, mdtable.Thousands(float64(in.purged)), in.took.Round(time.Millisecond), mdtable.Thousands(in.purgeRate()),
+			statements, longest, mdtable.IEC(float64(in.purgeWAL)), mdtable.Thousands(in.purgeWALPer()))
 	}
 	if r.purge != nil {
 		w("\nUnder load, see [Purge under load](#purge-under-load).")
@@ -155,20 +179,25 @@ func repeats(xs []float64) string {
 func (r *report) writeScale(w writer) {
 	s := r.sizing
 	perDay := float64(scaleRate) * 86400
-	inboxRows := perDay * s.inboxRetain.Hours() / 24
-	idemWAL := s.walPer(walFirst) - s.walPer(walBare)
 	w("### A consumer at %s messages per second\n\n", mdtable.Thousands(scaleRate))
 	w("Arithmetic on the numbers above (measured: bytes per row, WAL per message; reasoning: that they hold at that rate, which this machine cannot deliver). %s messages/s is %s first deliveries a day.\n\n", mdtable.Thousands(scaleRate), mdtable.Thousands(perDay))
 	w("| | arithmetic | |\n| --- | --- | ---: |\n")
-	w("| inbox rows kept (retain= %s, the default) | %s a day × %.0f days | %s rows |\n", days(s.inboxRetain), mdtable.Thousands(perDay), s.inboxRetain.Hours()/24, mdtable.Thousands(inboxRows))
 	for _, in := range s.inboxes {
-		w("| inbox on disk: %s | %s rows × %.1f B | %s |\n", in.name, mdtable.Thousands(inboxRows), in.size.perRow(), mdtable.IEC(inboxRows*in.size.perRow()))
-	}
-	w("| WAL a day, the inbox's share | %s × %s B (first delivery − bare UPDATE) | %s |\n", mdtable.Thousands(perDay), mdtable.Thousands(idemWAL), mdtable.IEC(perDay*idemWAL))
-	w("| WAL a day, with the business UPDATE | %s × %s B | %s |\n", mdtable.Thousands(perDay), mdtable.Thousands(s.walPer(walFirst)), mdtable.IEC(perDay*s.walPer(walFirst)))
-	for _, in := range s.inboxes {
-		w("| WAL a day, purging a day's inbox rows: %s | %s × %s B | %s |\n", in.name, mdtable.Thousands(perDay), mdtable.Thousands(in.purgeWALPer()), mdtable.IEC(perDay*in.purgeWALPer()))
-		w("| one janitor purging a day's inbox rows: %s | %s rows ÷ %s rows/s | %s |\n", in.name, mdtable.Thousands(perDay), mdtable.Thousands(in.purgeRate()),
+		rows := perDay * in.retain.Hours() / 24
+		w("| inbox: %s | | |\n", in.name)
+		w("| inbox rows kept (retain= %s) | %s a day × %.0f days | %s rows |\n", days(in.retain), mdtable.Thousands(perDay), in.retain.Hours()/24, mdtable.Thousands(rows))
+		w("| inbox on disk | %s rows × %.1f B | %s |\n", mdtable.Thousands(rows), in.size.perRow(), mdtable.IEC(rows*in.size.perRow()))
+		w("| WAL a day, the inbox's share | %s × %s B (first delivery − the handler's write alone) | %s |\n", mdtable.Thousands(perDay), mdtable.Thousands(in.inboxWAL()), mdtable.IEC(perDay*in.inboxWAL()))
+		w("| WAL a day, with the handler's write | %s × %s B | %s |\n", mdtable.Thousands(perDay), mdtable.Thousands(in.walFirst), mdtable.IEC(perDay*in.walFirst))
+		if in.dropped {
+			// A day goes in one drop, whatever its rows: its WAL and its
+			// time are those of the drop measured (of a day of fewer rows).
+			w("| WAL a day, dropping a day's partition | one drop, as measured (%s rows) | %s |\n", mdtable.Thousands(float64(in.purged)), mdtable.IEC(float64(in.purgeWAL)))
+			w("| one janitor dropping a day's partition | one drop, as measured | %s |\n", in.took.Round(time.Millisecond))
+			continue
+		}
+		w("| WAL a day, purging a day's inbox rows | %s × %s B | %s |\n", mdtable.Thousands(perDay), mdtable.Thousands(in.purgeWALPer()), mdtable.IEC(perDay*in.purgeWALPer()))
+		w("| one janitor purging a day's inbox rows | %s rows ÷ %s rows/s | %s |\n", mdtable.Thousands(perDay), mdtable.Thousands(in.purgeRate()),
 			(time.Duration(perDay / in.purgeRate() * float64(time.Second))).Round(time.Minute).String())
 	}
 	now, before := s.runtimeLayout()

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"math"
+	"math/rand/v2"
 	"slices"
 	"strconv"
 	"testing/fstest"
@@ -109,7 +111,17 @@ type inboxSizing struct {
 	purge    idem.JanitorReport
 	took     time.Duration
 	purgeWAL int64
+	// dropped: the purge drops partitions instead of deleting rows.
+	dropped bool
+	// retain is the consumer's retain=; walFirst the WAL of a first
+	// delivery through the generated wrapper, walBare of the handler's
+	// write alone (no deduplication), bytes per message (medians).
+	retain            time.Duration
+	walFirst, walBare float64
 }
+
+// inboxWAL is the inbox's own share of a first delivery's WAL.
+func (i inboxSizing) inboxWAL() float64 { return i.walFirst - i.walBare }
 
 // purgeWALPer is the purge's WAL per purged row.
 func (i inboxSizing) purgeWALPer() float64 { return float64(i.purgeWAL) / float64(max(i.purged, 1)) }
@@ -142,7 +154,12 @@ func (s *sizingResults) fpiPer(kind string) float64 { return stats.Median(s.fpi[
 type walMeter struct {
 	fn   string // the schema-qualified pg_get_wal_records_info
 	rels string // a regular expression matching the schema's relations in block_ref
-	pool *pgxpool.Pool
+	// dropped is a regular expression matching the schema's relations in
+	// the description of a commit record that removes their files (a
+	// dropped partition): the records of such a transaction touch the
+	// catalog, not the relations.
+	dropped string
+	pool    *pgxpool.Pool
 }
 
 // newWALMeter creates the extension pg_walinspect in schema (dropped with
@@ -160,18 +177,29 @@ func newWALMeter(ctx context.Context, pool *pgxpool.Pool, schema string) (*walMe
 	}
 	m.fn = ext + ".pg_get_wal_records_info"
 	if err := pool.QueryRow(ctx, `
-		SELECT 'rel [0-9]+/[0-9]+/(' || string_agg(pg_relation_filenode(c.oid)::text, '|') || ') '
+		SELECT 'rel [0-9]+/[0-9]+/(' || string_agg(pg_relation_filenode(c.oid)::text, '|') || ') ',
+		       'rels:.* base/[0-9]+/(' || string_agg(pg_relation_filenode(c.oid)::text, '|') || ')([^0-9]|$)'
 		FROM pg_class c
 		WHERE pg_relation_filenode(c.oid) IS NOT NULL AND (c.relnamespace = $1::regnamespace
 		   OR c.oid IN (SELECT reltoastrelid FROM pg_class WHERE relnamespace = $1::regnamespace)
-		   OR c.oid IN (SELECT indexrelid FROM pg_index WHERE indrelid IN (SELECT reltoastrelid FROM pg_class WHERE relnamespace = $1::regnamespace)))`, schema).Scan(&m.rels); err != nil {
+		   OR c.oid IN (SELECT indexrelid FROM pg_index WHERE indrelid IN (SELECT reltoastrelid FROM pg_class WHERE relnamespace = $1::regnamespace)))`, schema).Scan(&m.rels, &m.dropped); err != nil {
 		return nil, err
 	}
 	return m, nil
 }
 
-// position is the server's WAL position, flushed.
+// position is the server's WAL position, flushed. pg_walinspect reads only
+// up to the flushed position, and the relay commits with synchronous_commit
+// off: its last records may still wait for the WAL writer, and a position
+// read then would leave them to the next measurement. So a transactional
+// logical message is written first, in a transaction of its own committed
+// synchronously, which flushes everything written before it (its records
+// touch no relation of the schema and are of another transaction: not
+// counted).
 func (m *walMeter) position(ctx context.Context) (string, error) {
+	if _, err := m.pool.Exec(ctx, `SELECT pg_logical_emit_message(true, 'idembench', '')`); err != nil {
+		return "", fmt.Errorf("flush the WAL: %w", err)
+	}
 	var pos string
 	err := m.pool.QueryRow(ctx, `SELECT pg_current_wal_flush_lsn()::text`).Scan(&pos)
 	return pos, err
@@ -184,10 +212,12 @@ func (m *walMeter) between(ctx context.Context, from, to string) (total, fpi int
 		return 0, 0, nil
 	}
 	err = m.pool.QueryRow(ctx, `
-		WITH recs AS (SELECT xid, record_length, fpi_length, block_ref ~ $3 AS ours FROM `+m.fn+`($1::pg_lsn, $2::pg_lsn)),
+		WITH recs AS (SELECT xid, record_length, fpi_length,
+		                     block_ref ~ $3 OR (resource_manager = 'Transaction' AND description ~ $4) AS ours
+		              FROM `+m.fn+`($1::pg_lsn, $2::pg_lsn)),
 		     xids AS (SELECT DISTINCT xid FROM recs WHERE ours AND xid <> '0')
 		SELECT COALESCE(sum(record_length), 0)::bigint, COALESCE(sum(fpi_length), 0)::bigint
-		FROM recs WHERE ours OR (xid <> '0' AND xid IN (SELECT xid FROM xids))`, from, to, m.rels).Scan(&total, &fpi)
+		FROM recs WHERE ours OR (xid <> '0' AND xid IN (SELECT xid FROM xids))`, from, to, m.rels, m.dropped).Scan(&total, &fpi)
 	return total, fpi, err
 }
 
@@ -342,7 +372,8 @@ func runSizing(ctx context.Context, cfg *config) (*sizingResults, error) {
 	if res.oldOutbox, err = measureTable(ctx, oldPool, "idem_outbox"); err != nil {
 		return nil, err
 	}
-	inbox := inboxSizing{name: "one table; the janitor deletes rows past retain= (the default)"}
+	inbox := inboxSizing{name: "one table; the janitor deletes rows past retain= (the default)", retain: res.inboxRetain,
+		walFirst: res.walPer(walFirst), walBare: res.walPer(walBare)}
 	if inbox.size, err = measureTable(ctx, pool, "idem_bench_ledger"); err != nil {
 		return nil, err
 	}
@@ -385,6 +416,12 @@ func runSizing(ctx context.Context, cfg *config) (*sizingResults, error) {
 		return nil, fmt.Errorf("the janitor purged %v, want %d inbox rows (the copies) and nothing else", inbox.purge.Purged, wantInbox)
 	}
 	res.inboxes = append(res.inboxes, inbox)
+	logf("sizing: the partitioned inbox (examples/telemetry), filled to %d rows and its expired day dropped", cfg.sizeRows)
+	part, err := sizePartitionedInbox(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("the partitioned inbox: %w", err)
+	}
+	res.inboxes = append(res.inboxes, part)
 	return res, nil
 }
 
@@ -497,9 +534,12 @@ type outboxLayout struct {
 	write func(ctx context.Context, db outboxdb.DBTX, p outboxdb.InsertOutboxParams) error
 	// claim claims up to batch due rows for token and returns their
 	// message ids, in text form.
-	claim func(ctx context.Context, db outboxdb.DBTX, token pgtype.UUID, batch int) ([]string, error)
+	claim func(ctx context.Context, db outboxdb.DBTX, token any, batch int) ([]string, error)
 	// mark records that the broker confirmed the rows ids claimed by token.
-	mark func(ctx context.Context, db outboxdb.DBTX, token pgtype.UUID, ids []string) error
+	mark func(ctx context.Context, db outboxdb.DBTX, token any, ids []string) error
+	// uuidToken: the layout's claim_token is a uuid (before the migration
+	// 00003), not a bigint.
+	uuidToken bool
 	// cleanup statements run once the rows are published, each until it
 	// affects fewer rows than a janitor's batch, before the VACUUM.
 	cleanup []string
@@ -562,6 +602,43 @@ WHERE id IN (
 )`
 )
 
+// The statements of sql/outbox.sql under the migration 00002 (before
+// 00003): a uuid claim token, ” and '{}' written for no ordering key and no
+// headers, as sqlc compiled them.
+const (
+	v2InsertOutbox = `INSERT INTO idem_outbox (message_id, consumer, key, destination, ordering_key, headers, payload)
+SELECT m.message_id, $1::text, m.key, m.destination, m.ordering_key, m.headers, m.payload
+FROM (
+    SELECT unnest($2::text[]) AS key,
+           unnest($3::text[])::uuid AS message_id,
+           unnest($4::text[]) AS destination,
+           unnest($5::text[]) AS ordering_key,
+           unnest($6::text[])::jsonb AS headers,
+           unnest($7::bytea[]) AS payload,
+           generate_series(1, cardinality($2::text[])) AS n
+) AS m
+WHERE NOT EXISTS (SELECT 1 FROM idem_outbox AS o WHERE o.message_id = m.message_id)
+ORDER BY m.n`
+	v2Claim = `UPDATE idem_outbox AS o
+SET claim_token = $1,
+    lease_until = now() + make_interval(secs => 30),
+    attempts    = o.attempts + 1
+WHERE o.message_id IN (
+    SELECT c.message_id
+    FROM idem_outbox AS c
+    WHERE c.dead_at IS NULL
+      AND c.available_at <= now()
+      AND (c.lease_until IS NULL OR c.lease_until <= now())
+    ORDER BY c.available_at, c.id
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+)
+RETURNING o.message_id::text`
+	v2MarkPublished = `DELETE FROM idem_outbox
+WHERE message_id = ANY ($1::text[]::uuid[])
+  AND claim_token = $2`
+)
+
 // on00001 returns the migration 00001 followed by the statements of a
 // layout built from its table.
 func on00001(ddl string) (fs.FS, error) {
@@ -572,7 +649,8 @@ func on00001(ddl string) (fs.FS, error) {
 	return withMigration(first, "00002_layout.sql", ddl)
 }
 
-// outboxLayouts are the layouts measured, the runtime's second.
+// outboxLayouts are the layouts measured: the one of 00001 first (the
+// "before" of the report), then 00002's, then the runtime's.
 var outboxLayouts = []outboxLayout{
 	{
 		name: "before: published_at set on publish (00001)",
@@ -580,14 +658,26 @@ var outboxLayouts = []outboxLayout{
 		migrations: func() (fs.FS, error) {
 			return subFS(outboxmigrations.FS, "00001_idem_outbox.sql")
 		},
-		write:   execInsert(fmt.Sprintf(oldInsertOutbox, "message_id")),
-		claim:   queryIDs(oldClaim),
-		mark:    execIDs(oldMarkPublished),
-		cleanup: []string{oldPurgePublished},
+		write:     execInsert(fmt.Sprintf(oldInsertOutbox, "message_id")),
+		claim:     queryIDs(oldClaim),
+		mark:      execIDs(oldMarkPublished),
+		cleanup:   []string{oldPurgePublished},
+		uuidToken: true,
 	},
 	{
-		name:       "now: delete on publish, fillfactor 40, message id the primary key (00002)",
-		what:       "the relay deletes a row once confirmed; most of each page is left free, so that the claim's update (of columns no index covers) stays in the row's page, a HOT update; the message id is the primary key and id has no index of its own; the INSERT skips a message id already there with NOT EXISTS instead of ON CONFLICT (whose speculative insertion writes a confirmation record a row)",
+		name: "delete on publish, fillfactor 40, message id the primary key (00002)",
+		what: "the relay deletes a row once confirmed; most of each page is left free, so that the claim's update (of columns no index covers) stays in the row's page, a HOT update; the message id is the primary key and id has no index of its own; the INSERT skips a message id already there with NOT EXISTS instead of ON CONFLICT (whose speculative insertion writes a confirmation record a row); a uuid claim token, and '' and '{}' for no ordering key and no headers",
+		migrations: func() (fs.FS, error) {
+			return subFS(outboxmigrations.FS, "00001_idem_outbox.sql", "00002_idem_outbox_delete_on_publish.sql")
+		},
+		write:     execInsert(v2InsertOutbox),
+		claim:     queryIDs(v2Claim),
+		mark:      execIDs(v2MarkPublished),
+		uuidToken: true,
+	},
+	{
+		name:       "now: 00002 with a bigint claim token last beside lease_until and attempts, NULL for no ordering key and no headers (00003)",
+		what:       "as 00002, but the claim's HOT update logs 20 bytes of the row instead of 32 (the bytes between the first and the last it changes: a bigint token instead of a uuid, and claim_token, lease_until, attempts the last columns, adjacent), and a row without an ordering key or headers stores NULL instead of '' and '{}' (8 bytes less with the alignment)",
 		migrations: func() (fs.FS, error) { return outboxmigrations.FS, nil },
 		write:      runtimeInsert,
 		claim:      runtimeClaim,
@@ -605,8 +695,8 @@ WHERE o.message_id IN (
     SELECT k.message_id
     FROM (SELECT c.message_id, c.id
           FROM idem_outbox AS c
-          WHERE c.dead_at IS NULL AND c.available_at <= now() AND (c.lease_until IS NULL OR c.lease_until <= now())
-          ORDER BY c.available_at, c.id
+          WHERE c.dead_at IS NULL AND coalesce(c.available_at, c.created_at) <= now() AND (c.lease_until IS NULL OR c.lease_until <= now())
+          ORDER BY coalesce(c.available_at, c.created_at), c.id
           LIMIT 2 * $2) AS k
     WHERE pg_try_advisory_xact_lock(1768843630, hashtext(k.message_id::text))
     LIMIT $2)
@@ -616,9 +706,9 @@ RETURNING o.message_id::text`),
 	},
 	{
 		name: "delete on publish only: id the primary key, ON CONFLICT, fillfactor 40",
-		what: "as now, with the indexes and the INSERT of 00001: id the primary key and the message id unique beside it, ON CONFLICT (message_id) DO NOTHING",
+		what: "as now, with the indexes and the INSERT of 00001 (which writes '' and '{}'): id the primary key and the message id unique beside it, ON CONFLICT (message_id) DO NOTHING",
 		migrations: func() (fs.FS, error) {
-			return withMigration(outboxmigrations.FS, "00003_id_primary_key.sql", `ALTER TABLE idem_outbox DROP CONSTRAINT idem_outbox_pkey;
+			return withMigration(outboxmigrations.FS, "00004_id_primary_key.sql", `ALTER TABLE idem_outbox DROP CONSTRAINT idem_outbox_pkey;
 ALTER TABLE idem_outbox ADD PRIMARY KEY (id);
 ALTER TABLE idem_outbox ADD UNIQUE (message_id);`)
 		},
@@ -630,7 +720,7 @@ ALTER TABLE idem_outbox ADD UNIQUE (message_id);`)
 		name: "now, fillfactor 100",
 		what: "as now, with pages filled full: the claim's update has no room in the row's page and goes to another, with an entry in every index",
 		migrations: func() (fs.FS, error) {
-			return withMigration(outboxmigrations.FS, "00003_fillfactor_100.sql", `ALTER TABLE idem_outbox RESET (fillfactor);`)
+			return withMigration(outboxmigrations.FS, "00004_fillfactor_100.sql", `ALTER TABLE idem_outbox RESET (fillfactor);`)
 		},
 		write: runtimeInsert,
 		claim: runtimeClaim,
@@ -657,6 +747,7 @@ CREATE INDEX idem_outbox_dead ON idem_outbox (dead_at) WHERE dead_at IS NOT NULL
 		// made again for the next repeat).
 		cleanup: []string{`DROP TABLE idem_outbox_today`,
 			`CREATE TABLE idem_outbox_today PARTITION OF idem_outbox DEFAULT WITH (autovacuum_enabled = false)`},
+		uuidToken: true,
 	},
 	{
 		name: "published ids in a narrow side table",
@@ -684,6 +775,7 @@ SELECT o.id FROM idem_outbox AS o WHERE o.message_id = ANY ($1::text[]::uuid[]) 
     RETURNING id
 )
 DELETE FROM idem_outbox WHERE id IN (SELECT id FROM p)`},
+		uuidToken: true,
 	},
 	{
 		name: "published_at in no index, fillfactor 50 (HOT mark)",
@@ -701,6 +793,7 @@ CREATE INDEX idem_outbox_ordered ON idem_outbox (ordering_key, id) WHERE dead_at
 		mark:  execIDs(oldMarkPublished),
 		cleanup: []string{`DELETE FROM idem_outbox
 WHERE id IN (SELECT p.id FROM idem_outbox AS p WHERE p.published_at < now() LIMIT 500 FOR UPDATE SKIP LOCKED)`},
+		uuidToken: true,
 	},
 }
 
@@ -738,8 +831,8 @@ func execInsert(sql string) func(context.Context, outboxdb.DBTX, outboxdb.Insert
 	}
 }
 
-func queryIDs(sql string) func(context.Context, outboxdb.DBTX, pgtype.UUID, int) ([]string, error) {
-	return func(ctx context.Context, db outboxdb.DBTX, token pgtype.UUID, batch int) ([]string, error) {
+func queryIDs(sql string) func(context.Context, outboxdb.DBTX, any, int) ([]string, error) {
+	return func(ctx context.Context, db outboxdb.DBTX, token any, batch int) ([]string, error) {
 		rows, err := db.Query(ctx, sql, token, batch)
 		if err != nil {
 			return nil, err
@@ -748,8 +841,8 @@ func queryIDs(sql string) func(context.Context, outboxdb.DBTX, pgtype.UUID, int)
 	}
 }
 
-func execIDs(sql string) func(context.Context, outboxdb.DBTX, pgtype.UUID, []string) error {
-	return func(ctx context.Context, db outboxdb.DBTX, token pgtype.UUID, ids []string) error {
+func execIDs(sql string) func(context.Context, outboxdb.DBTX, any, []string) error {
+	return func(ctx context.Context, db outboxdb.DBTX, token any, ids []string) error {
 		_, err := db.Exec(ctx, sql, ids, token)
 		return err
 	}
@@ -762,8 +855,8 @@ func runtimeInsert(ctx context.Context, db outboxdb.DBTX, p outboxdb.InsertOutbo
 	return err
 }
 
-func runtimeClaim(ctx context.Context, db outboxdb.DBTX, token pgtype.UUID, batch int) ([]string, error) {
-	rows, err := outboxdb.New(db).Claim(ctx, outboxdb.ClaimParams{ClaimToken: token, LeaseSeconds: 30, BatchSize: int32(batch)})
+func runtimeClaim(ctx context.Context, db outboxdb.DBTX, token any, batch int) ([]string, error) {
+	rows, err := outboxdb.New(db).Claim(ctx, outboxdb.ClaimParams{ClaimToken: token.(int64), LeaseSeconds: 30, BatchSize: int32(batch)})
 	ids := make([]string, len(rows))
 	for i, r := range rows {
 		ids[i] = r.MessageID.String()
@@ -771,8 +864,8 @@ func runtimeClaim(ctx context.Context, db outboxdb.DBTX, token pgtype.UUID, batc
 	return ids, err
 }
 
-func runtimeMark(ctx context.Context, db outboxdb.DBTX, token pgtype.UUID, ids []string) error {
-	_, err := outboxdb.New(db).MarkPublished(ctx, outboxdb.MarkPublishedParams{MessageIds: ids, ClaimToken: token})
+func runtimeMark(ctx context.Context, db outboxdb.DBTX, token any, ids []string) error {
+	_, err := outboxdb.New(db).MarkPublished(ctx, outboxdb.MarkPublishedParams{MessageIds: ids, ClaimToken: token.(int64)})
 	return err
 }
 
@@ -883,7 +976,10 @@ func (ls *layoutSchema) measure(ctx context.Context, msgs int, seq *int, res *la
 	published := 0
 	if err := phase("publish", func() error {
 		for {
-			token := pgtype.UUID{Bytes: uuid.New(), Valid: true}
+			var token any = rand.Int64N(math.MaxInt64) + 1
+			if l.uuidToken {
+				token = pgtype.UUID{Bytes: uuid.New(), Valid: true}
+			}
 			ids, err := l.claim(ctx, ls.pool, token, idem.DefaultRelayBatchSize)
 			if err != nil || len(ids) == 0 {
 				return err

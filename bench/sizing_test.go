@@ -13,7 +13,9 @@ import (
 // writes more WAL than a duplicate, that every outbox layout wrote WAL in
 // each phase, that the runtime's layout publishes with less WAL than the one
 // it replaced, that the outbox it replaced was filled with published rows,
-// and that the report writes its sections and its targets.
+// that the partitioned inbox (examples/telemetry) was filled, delivered to
+// and dropped, for less WAL a row than the plain inbox's purge, and that the
+// report writes its sections and its targets.
 func TestSizingPartTiny(t *testing.T) {
 	ctx, url := testDB(t, 5*time.Minute)
 	cfg := &config{db: url, accounts: 100, sizeRows: 20000, walMsgs: 50, walRepeats: 2}
@@ -57,6 +59,23 @@ func TestSizingPartTiny(t *testing.T) {
 			t.Errorf("%s: WAL per phase %v", l.name, m.wal)
 		}
 	}
+	if len(res.inboxes) != 2 {
+		t.Fatalf("%d inbox layouts measured, want 2 (plain, partitioned)", len(res.inboxes))
+	}
+	part := res.inboxes[1]
+	t.Logf("partitioned inbox %.1f B/row over %d rows; WAL: first %.0f, the INSERT alone %.0f; dropped %d rows in %s, %d B of WAL",
+		part.size.perRow(), part.size.rows, part.walFirst, part.walBare, part.purged, part.took, part.purgeWAL)
+	if !part.dropped || part.size.rows != 20000 || part.size.perRow() < 50 || part.size.perRow() > 2000 {
+		t.Errorf("the partitioned inbox: %d rows, %.1f B a row", part.size.rows, part.size.perRow())
+	}
+	if part.walFirst <= part.walBare || part.walBare <= 0 || part.inboxWAL() <= 0 {
+		t.Errorf("the partitioned inbox's WAL: first delivery %.0f, the INSERT alone %.0f", part.walFirst, part.walBare)
+	}
+	// Dropping a partition writes catalog changes, not a record a row: less
+	// WAL a row than the DELETE of the plain inbox's purge.
+	if part.purged != part.size.rows-int64(cfg.walRepeats*cfg.walMsgs) || part.purgeWAL <= 0 || part.purgeWALPer() >= in.purgeWALPer() {
+		t.Errorf("the partitioned inbox's drop: %d rows, %d B of WAL (%.1f B a row; the plain purge %.1f)", part.purged, part.purgeWAL, part.purgeWALPer(), in.purgeWALPer())
+	}
 	now, before := res.runtimeLayout()
 	if now.walPer("publish") >= before.walPer("publish") {
 		t.Errorf("publish: %.0f B a row now, %.0f before", now.walPer("publish"), before.walPer("publish"))
@@ -65,7 +84,7 @@ func TestSizingPartTiny(t *testing.T) {
 		t.Errorf("the outbox of 00001: %d rows, %.1f B a row", res.oldOutbox.rows, res.oldOutbox.perRow())
 	}
 	r := &report{cfg: cfg, sizing: res}
-	t.Log(reportHas(t, []string{"## Sizing", "### Outbox layouts", "### A consumer at 10,000 messages per second", "| idem_bench_ledger | **total**",
+	t.Log(reportHas(t, []string{"## Sizing", "### Outbox layouts", "### A consumer at 10,000 messages per second", "| idem_bench_ledger | **total**", "| inbox: " + partitionedInboxName + " | idem_telemetry_reading | **total**", "**The inbox layouts side by side.**",
 		"WAL per first delivery, per duplicate and per outgoing message reported", "WAL per outgoing message, write + publish"},
 		r.writeTargets, r.writeSizing))
 }

@@ -100,10 +100,13 @@ type storedMessage struct {
 	Payload                                     []byte
 }
 
-// outboxRows reads the outbox rows in id order.
+// outboxRows reads the outbox rows in id order. A row without an ordering
+// key or headers stores NULL (the migration 00003); it reads as the relay
+// reads it: an empty ordering key, no headers.
 func outboxRows(t testing.TB, pool *pgxpool.Pool) []storedMessage {
 	t.Helper()
-	rows, err := pool.Query(context.Background(), `SELECT message_id::text, consumer, key, destination, ordering_key, headers::text, payload FROM idem_outbox ORDER BY id`)
+	rows, err := pool.Query(context.Background(), `SELECT message_id::text, consumer, key, destination, coalesce(ordering_key, ''), coalesce(headers, '{}')::text, payload
+		FROM idem_outbox ORDER BY id`)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,12 +9,12 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgerrcode"
-	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/idemgen/idemgen/generated/outboxdb"
 	"github.com/idemgen/idemgen/idem/internal/obs"
@@ -182,6 +182,28 @@ func (r *Relay) Run(ctx context.Context) error {
 // migration 00002 (rows deleted on publish).
 var errOutboxOutOfDate = errors.New("the table still has published_at: apply the migration 00002_idem_outbox_delete_on_publish")
 
+// errOutboxBeforeCompactClaim is what Run returns for an outbox table
+// without the migration 00003 (a bigint claim token, the claim's columns
+// last), which this release's statements need: its uuid claim_token does
+// not take the relay's token.
+var errOutboxBeforeCompactClaim = errors.New("the table's claim_token is not a bigint: apply the migration 00003_idem_outbox_compact_claim")
+
+// claimToken names one claim of the relay's: the rows it took carry it, and
+// the statements after the claim act only on the rows that still carry it.
+type claimToken = int64
+
+// newClaimToken draws a claim's token: 63 random bits (math/rand/v2's
+// generator, seeded from the system's entropy), so that two claims that
+// overlap share one with a probability of about 2⁻⁶³; never 0, a value no
+// claim uses.
+func newClaimToken() claimToken {
+	for {
+		if t := rand.Int64(); t != 0 {
+			return t
+		}
+	}
+}
+
 // checkLayout refuses an outbox table that is missing or still has the
 // layout of the migration 00001, whose published rows this release's claim
 // would take again. A database that cannot be reached is logged and tried
@@ -189,12 +211,14 @@ var errOutboxOutOfDate = errors.New("the table still has published_at: apply the
 // nil, and Run returns).
 func (r *Relay) checkLayout(ctx context.Context) error {
 	for failures := 1; ; failures++ {
-		current, err := r.q.OutboxLayout(ctx)
+		missing, err := r.q.OutboxLayout(ctx)
 		switch {
-		case err == nil && current:
+		case err == nil && missing == "":
 			return nil
-		case err == nil:
+		case err == nil && strings.HasPrefix(missing, "00002"):
 			return r.outOfDate(errOutboxOutOfDate)
+		case err == nil:
+			return r.outOfDate(errOutboxBeforeCompactClaim)
 		case pgutil.HasSQLState(err, pgerrcode.UndefinedTable, pgerrcode.UndefinedColumn):
 			return r.outOfDate(err)
 		case ctx.Err() != nil:
@@ -252,13 +276,13 @@ func rowIDs(rows []claimedRow) []string {
 // claimWith runs the claim of the relay's mode through q. The rows come in
 // the order of their ids, the order they were written in: the statement
 // names them by their message id (the primary key), whose order is none.
-func (r *Relay) claimWith(ctx context.Context, q *outboxdb.Queries, token pgtype.UUID) ([]claimedRow, error) {
+func (r *Relay) claimWith(ctx context.Context, q *outboxdb.Queries, token claimToken) ([]claimedRow, error) {
 	rows, err := r.claimRowsWith(ctx, q, token)
 	slices.SortFunc(rows, func(a, b claimedRow) int { return cmp.Compare(a.ID, b.ID) })
 	return rows, err
 }
 
-func (r *Relay) claimRowsWith(ctx context.Context, q *outboxdb.Queries, token pgtype.UUID) ([]claimedRow, error) {
+func (r *Relay) claimRowsWith(ctx context.Context, q *outboxdb.Queries, token claimToken) ([]claimedRow, error) {
 	var rows []claimedRow
 	if r.o.ordered {
 		got, err := q.ClaimOrdered(ctx, outboxdb.ClaimOrderedParams{
@@ -326,7 +350,7 @@ func (r *Relay) markedRows(ctx context.Context, c *confirmed, n int64) {
 	})
 }
 
-func (r *Relay) recordFailure(ctx context.Context, token pgtype.UUID, rows []claimedRow, errs []string) error {
+func (r *Relay) recordFailure(ctx context.Context, token claimToken, rows []claimedRow, errs []string) error {
 	_, err := r.q.RecordFailure(ctx, outboxdb.RecordFailureParams{
 		ClaimToken:         token,
 		MessageIds:         rowIDs(rows),
@@ -362,7 +386,7 @@ func (r *Relay) recordFailure(ctx context.Context, token pgtype.UUID, rows []cla
 }
 
 // release hands claimed rows back; if it fails, their lease lapses instead.
-func (r *Relay) release(ctx context.Context, token pgtype.UUID, ids []string) {
+func (r *Relay) release(ctx context.Context, token claimToken, ids []string) {
 	if _, err := r.q.Release(ctx, outboxdb.ReleaseParams{MessageIds: ids, ClaimToken: token}); err != nil {
 		r.o.logger.LogAttrs(ctx, slog.LevelWarn, "idem relay could not release its rows on stop; they are free again when the lease lapses",
 			slog.String("relay", r.o.id), slog.Int("rows", len(ids)), slog.Duration("lease", r.o.lease), slog.String("error", err.Error()))

@@ -7,7 +7,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemgen/idemgen/generated/outboxdb"
@@ -94,7 +93,7 @@ const relaxedCommit = "SELECT set_config('synchronous_commit', 'off', true)"
 // batch runs as one transaction, and their results are read back in order
 // (resultsDB), so that the claim sees the marks. It returns how many of c's
 // rows were marked and the claimed rows.
-func (r *Relay) pipelined(ctx context.Context, c *confirmed, token pgtype.UUID) (int64, []claimedRow, error) {
+func (r *Relay) pipelined(ctx context.Context, c *confirmed, token claimToken) (int64, []claimedRow, error) {
 	var mark outboxdb.MarkPublishedParams
 	var b pgx.Batch
 	b.Queue(relaxedCommit)

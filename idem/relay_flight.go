@@ -8,9 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5/pgtype"
-
 	"github.com/idemgen/idemgen/generated/outboxdb"
 )
 
@@ -30,7 +27,7 @@ import (
 
 // flight is one claimed batch on its way.
 type flight struct {
-	token     pgtype.UUID
+	token     claimToken
 	rows      []claimedRow
 	claimedAt time.Time // before the claim was sent: the lease counts from it
 
@@ -59,7 +56,7 @@ type flight struct {
 
 // confirmed are the rows of a batch that the broker confirmed, to be marked.
 type confirmed struct {
-	token pgtype.UUID
+	token claimToken
 	rows  []claimedRow
 }
 
@@ -132,7 +129,7 @@ func (r *Relay) markAndClaim(ctx context.Context, c *confirmed, claim bool) (*fl
 	if !claim {
 		return nil, r.markPublished(book, c)
 	}
-	token := pgtype.UUID{Bytes: uuid.New(), Valid: true}
+	token := newClaimToken()
 	claimedAt := time.Now()
 	var rows []claimedRow
 	var err error
@@ -162,7 +159,7 @@ func (r *Relay) markAndClaim(ctx context.Context, c *confirmed, claim bool) (*fl
 // The lease is counted from before the claim was sent, on this machine's
 // clock, so the deadline here is never later than the database's. The keeper
 // runs until the batch's publish returns or the batch is handed back (end).
-func (r *Relay) hold(ctx context.Context, token pgtype.UUID, rows []claimedRow, claimedAt time.Time) *flight {
+func (r *Relay) hold(ctx context.Context, token claimToken, rows []claimedRow, claimedAt time.Time) *flight {
 	f := &flight{token: token, rows: rows, claimedAt: claimedAt, stop: make(chan struct{}), done: make(chan struct{})}
 	for _, row := range rows {
 		m, err := row.message()

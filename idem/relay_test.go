@@ -302,7 +302,7 @@ func TestRelayCleanStop(t *testing.T) {
 		t.Errorf("Run took %v to return after the cancel", took)
 	}
 	if got := queryInt(t, db.Pool, `SELECT count(*)::int FROM idem_outbox
-		WHERE claim_token IS NULL AND lease_until IS NULL AND attempts = 0 AND last_error IS NULL AND available_at <= now() AND dead_at IS NULL`); got != 4 {
+		WHERE claim_token IS NULL AND lease_until IS NULL AND attempts = 0 AND last_error IS NULL AND coalesce(available_at, created_at) <= now() AND dead_at IS NULL`); got != 4 {
 		t.Errorf("%d of 4 rows released after the stop, want all (free at once, no attempt used)", got)
 	}
 }
@@ -405,6 +405,40 @@ func TestRelayRefusesTheOldLayout(t *testing.T) {
 	}
 	if got := len(rec.snapshot()); got != 0 {
 		t.Errorf("%d publications of an already published row", got)
+	}
+}
+
+// TestRelayRefusesTheLayoutOf00002: on an outbox table without the
+// migration 00003 (a uuid claim_token) this release's bigint token matches
+// no column type; Run refuses it at once, naming the migration, and
+// publishes nothing.
+func TestRelayRefusesTheLayoutOf00002(t *testing.T) {
+	chain := fstest.MapFS{}
+	for _, name := range []string{"00001_idem_outbox.sql", "00002_idem_outbox_delete_on_publish.sql"} {
+		data, err := fs.ReadFile(outboxmigrations.FS, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		chain[name] = &fstest.MapFile{Data: data}
+	}
+	db := idemtest.New(t, chain)
+	if _, err := db.Pool.Exec(context.Background(), `INSERT INTO idem_outbox (message_id, consumer, key, destination, payload)
+		VALUES (gen_random_uuid(), 'c', 'k', 'd', '\x00')`); err != nil {
+		t.Fatal(err)
+	}
+	rec := &recorder{}
+	r := idem.NewRelay(db.Pool, rec.publisher("v2", 0, nil), idem.WithRelayLogger(testLogger(t)))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err := r.Run(ctx)
+	if err == nil || !strings.Contains(err.Error(), "00003_idem_outbox_compact_claim") {
+		t.Fatalf("Run on the layout of 00002: %v; want an error naming the migration 00003", err)
+	}
+	if ctx.Err() != nil {
+		t.Errorf("Run returned only when its context ended")
+	}
+	if got := len(rec.snapshot()); got != 0 {
+		t.Errorf("%d publications from a table the relay refuses", got)
 	}
 }
 

@@ -153,3 +153,90 @@ func TestDeleteOnPublishKeepsWhatWaits(t *testing.T) {
 		t.Errorf("%s rows after up again, want 4", got)
 	}
 }
+
+// TestCompactClaimKeepsWhatWaits: the migration 00003 over a table of 00002
+// with pending rows (one held by a relay's claim, one in an ordering key's
+// queue with headers) and a dead row keeps them all with their ids and
+// columns, stores NULL for no ordering key and no headers, makes
+// claim_token a bigint and claim_token, lease_until, attempts the last
+// columns of the row, leaves available_at NULL unless a backoff set it
+// (the due index on coalesce(available_at, created_at)), drops the held
+// row's token but keeps its lease, and lets the identity go on; its down
+// brings back a uuid claim_token, the empty ordering key and headers, and
+// available_at (NOT NULL again); up again works.
+func TestCompactClaimKeepsWhatWaits(t *testing.T) {
+	db := idemtest.New(t, nil)
+	ctx := context.Background()
+	provider := db.Migrations(t, migrations.FS)
+	exec := func(sql string, args ...any) {
+		t.Helper()
+		if _, err := db.Pool.Exec(ctx, sql, args...); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	query := func(sql string) string {
+		t.Helper()
+		var s string
+		if err := db.Pool.QueryRow(ctx, sql).Scan(&s); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+		return s
+	}
+	if _, err := provider.UpTo(ctx, 2); err != nil {
+		t.Fatalf("up to 2: %v", err)
+	}
+	exec(`INSERT INTO idem_outbox (message_id, consumer, key, destination, ordering_key, headers, payload, attempts, last_error, claim_token, lease_until, dead_at) VALUES
+		('00000000-0000-0000-0000-000000000001', 'c', 'held', 'd', '', '{}', 'p1', 1, NULL, '00000000-0000-0000-0000-0000000000aa', now() + interval '1 hour', NULL),
+		('00000000-0000-0000-0000-000000000002', 'c', 'pending', 'd', 'k', '{"a": "1"}', 'p2', 2, 'broker down', NULL, NULL, NULL),
+		('00000000-0000-0000-0000-000000000003', 'c', 'dead', 'd', '', '{}', 'p3', 10, 'refused', NULL, NULL, now())`)
+	exec(`UPDATE idem_outbox SET available_at = now() + interval '1 minute' WHERE key = 'pending'`)
+	rows := func() string {
+		return query(`SELECT string_agg(format('%s:%s:%s:%s:%s:%s:%s:%s:%s', id, key, coalesce(ordering_key, 'NULL'), coalesce(headers::text, 'NULL'), attempts,
+			coalesce(last_error, '-'), claim_token IS NOT NULL, lease_until > now(), dead_at IS NOT NULL), ' ' ORDER BY id) FROM idem_outbox`)
+	}
+	if _, err := provider.UpTo(ctx, 3); err != nil {
+		t.Fatalf("up to 3: %v", err)
+	}
+	// The held row keeps its lease (t), not its token (f).
+	const after3 = `1:held:NULL:NULL:1:-:f:t:f 2:pending:k:{"a": "1"}:2:broker down:f::f 3:dead:NULL:NULL:10:refused:f::t`
+	if got := rows(); got != after3 {
+		t.Errorf("after 00003:\n got %s\nwant %s", got, after3)
+	}
+	if got := query(`SELECT string_agg(attname || ' ' || format_type(atttypid, atttypmod), ', ' ORDER BY attnum DESC) FROM (
+		SELECT * FROM pg_attribute WHERE attrelid = 'idem_outbox'::regclass AND attnum > 0 AND NOT attisdropped ORDER BY attnum DESC LIMIT 3) a`); got != "attempts integer, lease_until timestamp with time zone, claim_token bigint" {
+		t.Errorf("the last columns after 00003: %s, want claim_token bigint, lease_until, attempts last", got)
+	}
+	if got := query(`SELECT coalesce(array_to_string(reloptions, ','), '') FROM pg_class WHERE oid = 'idem_outbox'::regclass`); got != "fillfactor=40" {
+		t.Errorf("reloptions after 00003: %q, want fillfactor=40", got)
+	}
+	if got := query(`SELECT string_agg(indexname, ' ' ORDER BY indexname) FROM pg_indexes WHERE schemaname = current_schema() AND tablename = 'idem_outbox'`); got != "idem_outbox_dead idem_outbox_due idem_outbox_ordered idem_outbox_pkey" {
+		t.Errorf("indexes after 00003: %s", got)
+	}
+	exec(`INSERT INTO idem_outbox (message_id, consumer, key, destination, payload) VALUES ('00000000-0000-0000-0000-000000000004', 'c', 'new', 'd', 'p4')`)
+	if got := query(`SELECT id::text || ':' || attempts || ':' || (ordering_key IS NULL) || ':' || (headers IS NULL) || ':' || (available_at IS NULL) FROM idem_outbox WHERE key = 'new'`); got != "4:0:true:true:true" {
+		t.Errorf("the first row after 00003: %s, want id 4 (the identity goes on), 0 attempts, NULL ordering key, headers and available_at", got)
+	}
+	if got := query(`SELECT string_agg(id::text, ' ' ORDER BY id) FROM idem_outbox WHERE available_at IS NOT NULL`); got != "2" {
+		t.Errorf("rows with an available_at after 00003: %s, want only 2 (in backoff: its available_at was set apart from created_at)", got)
+	}
+	if got := query(`SELECT indexdef FROM pg_indexes WHERE schemaname = current_schema() AND indexname = 'idem_outbox_due'`); !strings.Contains(got, "(COALESCE(available_at, created_at), id) WHERE (dead_at IS NULL)") {
+		t.Errorf("the due index after 00003: %s", got)
+	}
+
+	if _, err := provider.DownTo(ctx, 2); err != nil {
+		t.Fatalf("down to 2: %v", err)
+	}
+	if got := query(`SELECT string_agg(format('%s:%s:%s:%s:%s', id, ordering_key, headers::text, claim_token IS NULL, available_at = created_at), ' ' ORDER BY id) FROM idem_outbox`); got != `1::{}:t:t 2:k:{"a": "1"}:t:f 3::{}:t:t 4::{}:t:t` {
+		t.Errorf("after the down: %s", got)
+	}
+	if got := query(`SELECT string_agg(attname || ' ' || format_type(atttypid, atttypmod) || ' ' || attnotnull, ', ' ORDER BY attname) FROM pg_attribute
+		WHERE attrelid = 'idem_outbox'::regclass AND attname IN ('claim_token', 'ordering_key', 'headers') AND NOT attisdropped`); got != "claim_token uuid false, headers jsonb true, ordering_key text true" {
+		t.Errorf("the columns after the down: %s", got)
+	}
+	if _, err := provider.Up(ctx); err != nil {
+		t.Fatalf("up again: %v", err)
+	}
+	if got := query(`SELECT count(*)::text FROM idem_outbox`); got != "4" {
+		t.Errorf("%s rows after up again, want 4", got)
+	}
+}

@@ -8,22 +8,29 @@
 -- claiming at this moment. Each gets the claim token, a lease and one more
 -- attempt. The locking subquery's conditions are checked again on the row's
 -- latest version once it is locked, so a row another relay claimed or
--- published in the meantime is skipped, never claimed twice.
+-- published in the meantime is skipped, never claimed twice. The token is a
+-- bigint, and the three columns set are the last of the row, adjacent, so
+-- that the WAL record of this HOT update, which logs the bytes between the
+-- first and the last changed one, holds 20 of them (migrations/00003).
+-- available_at is NULL until a failed publish sets a backoff, the row due
+-- from created_at on: the conditions and the order name the expression of
+-- the index idem_outbox_due.
 UPDATE idem_outbox AS o
-SET claim_token = @claim_token,
+SET claim_token = @claim_token::bigint,
     lease_until = now() + make_interval(secs => @lease_seconds::float8),
     attempts    = o.attempts + 1
 WHERE o.message_id IN (
     SELECT c.message_id
     FROM idem_outbox AS c
     WHERE c.dead_at IS NULL
-      AND c.available_at <= now()
+      AND coalesce(c.available_at, c.created_at) <= now()
       AND (c.lease_until IS NULL OR c.lease_until <= now())
-    ORDER BY c.available_at, c.id
+    ORDER BY coalesce(c.available_at, c.created_at), c.id
     LIMIT @batch_size
     FOR UPDATE SKIP LOCKED
 )
-RETURNING o.id, o.message_id, o.destination, o.ordering_key, o.headers, o.payload, o.attempts;
+RETURNING o.id, o.message_id, o.destination, coalesce(o.ordering_key, '')::text AS ordering_key,
+          coalesce(o.headers, '{}')::jsonb AS headers, o.payload, o.attempts;
 
 -- name: ClaimOrdered :many
 -- ClaimOrdered is Claim for the ordered mode: of the rows that have an
@@ -34,16 +41,16 @@ RETURNING o.id, o.message_id, o.destination, o.ordering_key, o.headers, o.payloa
 -- a dead row no longer does. Rows without an ordering key are claimed as by
 -- Claim. Rows are taken by ascending id.
 UPDATE idem_outbox AS o
-SET claim_token = @claim_token,
+SET claim_token = @claim_token::bigint,
     lease_until = now() + make_interval(secs => @lease_seconds::float8),
     attempts    = o.attempts + 1
 WHERE o.message_id IN (
     SELECT c.message_id
     FROM idem_outbox AS c
     WHERE c.dead_at IS NULL
-      AND c.available_at <= now()
+      AND coalesce(c.available_at, c.created_at) <= now()
       AND (c.lease_until IS NULL OR c.lease_until <= now())
-      AND (c.ordering_key = '' OR NOT EXISTS (
+      AND (coalesce(c.ordering_key, '') = '' OR NOT EXISTS (
           SELECT 1
           FROM idem_outbox AS p
           WHERE p.ordering_key = c.ordering_key
@@ -55,7 +62,8 @@ WHERE o.message_id IN (
     LIMIT @batch_size
     FOR UPDATE SKIP LOCKED
 )
-RETURNING o.id, o.message_id, o.destination, o.ordering_key, o.headers, o.payload, o.attempts;
+RETURNING o.id, o.message_id, o.destination, coalesce(o.ordering_key, '')::text AS ordering_key,
+          coalesce(o.headers, '{}')::jsonb AS headers, o.payload, o.attempts;
 
 -- name: ExtendLease :many
 -- ExtendLease renews the lease of the rows the token still holds and returns
@@ -66,7 +74,7 @@ RETURNING o.id, o.message_id, o.destination, o.ordering_key, o.headers, o.payloa
 UPDATE idem_outbox
 SET lease_until = now() + make_interval(secs => @lease_seconds::float8)
 WHERE message_id = ANY ((@message_ids::text[])::uuid[])
-  AND claim_token = @claim_token
+  AND claim_token = @claim_token::bigint
 RETURNING message_id;
 
 -- name: MarkPublished :execrows
@@ -78,7 +86,7 @@ RETURNING message_id;
 -- was lost is left to the relay that holds it now.
 DELETE FROM idem_outbox
 WHERE message_id = ANY ((@message_ids::text[])::uuid[])
-  AND claim_token = @claim_token;
+  AND claim_token = @claim_token::bigint;
 
 -- name: RecordFailure :execrows
 -- RecordFailure records a failed publish of the rows the token still holds,
@@ -99,7 +107,7 @@ FROM (SELECT unnest(@message_ids::text[])::uuid AS message_id,
              @backoff_max_seconds::float8 AS max,
              @max_attempts::integer AS max_attempts) AS f
 WHERE o.message_id = f.message_id
-  AND o.claim_token = @claim_token;
+  AND o.claim_token = @claim_token::bigint;
 
 -- name: Release :execrows
 -- Release gives the rows the token still holds back, due at once, with the
@@ -110,21 +118,33 @@ SET claim_token = NULL,
     lease_until = NULL,
     attempts    = greatest(attempts - 1, 0)
 WHERE message_id = ANY ((@message_ids::text[])::uuid[])
-  AND claim_token = @claim_token;
+  AND claim_token = @claim_token::bigint;
 
 -- name: OutboxLayout :one
--- OutboxLayout reads whether idem_outbox has the layout of this release's
--- statements: a table still without migration 00002 has published_at, keeps
--- its published rows, and this release's claim would take them again. An
--- absent table fails with SQLSTATE 42P01, as every statement of the relay
--- does.
-SELECT NOT EXISTS (
-    SELECT 1
-    FROM pg_catalog.pg_attribute
-    WHERE attrelid = 'idem_outbox'::regclass
-      AND attname = 'published_at'
-      AND NOT attisdropped
-) AS current;
+-- OutboxLayout names the newest outbox migration that idem_outbox lacks
+-- for this release's statements, '' when it has them all: a table still
+-- without 00002 has published_at, keeps its published rows, and this
+-- release's claim would take them again; a table without 00003 has a uuid
+-- claim_token, which this release's bigint token does not match. An absent
+-- table fails with SQLSTATE 42P01, as every statement of the relay does.
+SELECT (CASE
+    WHEN EXISTS (
+        SELECT 1
+        FROM pg_catalog.pg_attribute
+        WHERE attrelid = 'idem_outbox'::regclass
+          AND attname = 'published_at'
+          AND NOT attisdropped
+    ) THEN '00002_idem_outbox_delete_on_publish'
+    WHEN NOT EXISTS (
+        SELECT 1
+        FROM pg_catalog.pg_attribute
+        WHERE attrelid = 'idem_outbox'::regclass
+          AND attname = 'claim_token'
+          AND atttypid = 'pg_catalog.int8'::pg_catalog.regtype
+          AND NOT attisdropped
+    ) THEN '00003_idem_outbox_compact_claim'
+    ELSE ''
+END)::text AS missing;
 
 -- name: Backlog :one
 -- Backlog reads what waits in the outbox, for the outbox gauges and
@@ -155,14 +175,16 @@ FROM (SELECT count(*)::bigint AS pending, min(created_at) AS oldest
 -- the order of the Publish calls in the rows' ids, which the relay's ordered
 -- mode follows. A message id already in the table (a rerun after the inbox
 -- row was purged, while the first run's row waits or is dead) writes no
--- second row. NOT EXISTS rather than ON CONFLICT: a speculative insertion
+-- second row. An empty ordering key and empty headers are stored as NULL,
+-- 8 bytes less a row with the alignment (migrations/00003); the relay's
+-- claims read them back as '' and '{}'. NOT EXISTS rather than ON CONFLICT: a speculative insertion
 -- writes one more WAL record a row (its confirmation), some 48 bytes. Two
 -- transactions cannot write one message id at the same moment, as the
 -- inbox's row of the incoming key serialises them; were they to, the
 -- primary key would fail the second one's commit, never write a second
 -- row.
 INSERT INTO idem_outbox (message_id, consumer, key, destination, ordering_key, headers, payload)
-SELECT m.message_id, @consumer::text, m.key, m.destination, m.ordering_key, m.headers, m.payload
+SELECT m.message_id, @consumer::text, m.key, m.destination, NULLIF(m.ordering_key, ''), NULLIF(m.headers, '{}'::jsonb), m.payload
 FROM (
     SELECT unnest(@keys::text[]) AS key,
            unnest(@message_ids::text[])::uuid AS message_id,

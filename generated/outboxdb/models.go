@@ -14,14 +14,14 @@ type IdemOutbox struct {
 	Consumer    string
 	Key         string
 	Destination string
-	OrderingKey string
+	OrderingKey pgtype.Text
 	Headers     []byte
 	Payload     []byte
 	CreatedAt   pgtype.Timestamptz
 	AvailableAt pgtype.Timestamptz
-	Attempts    int32
 	LastError   pgtype.Text
-	ClaimToken  pgtype.UUID
-	LeaseUntil  pgtype.Timestamptz
 	DeadAt      pgtype.Timestamptz
+	ClaimToken  pgtype.Int8
+	LeaseUntil  pgtype.Timestamptz
+	Attempts    int32
 }
