@@ -40,8 +40,13 @@ func (r *report) sizingTargets(t *targetTable) {
 			mdtable.Thousands(s.walPer(walFirst)), mdtable.Thousands(s.walPer(walBare)), mdtable.Thousands(s.walPer(walDuplicate)), mdtable.Thousands(write), mdtable.Thousands(relay)))
 	now, before := s.runtimeLayout()
 	fpi := (s.fpiPer(walPub10)-s.fpiPer(walFirst))/10 + s.fpiPer(walRelay)
-	t.line(verdict(write+relay <= walTarget && now.writePublish() <= walTarget), fmt.Sprintf("WAL per outgoing message, write + publish, ≤ %d B", walTarget),
-		fmt.Sprintf("through the wrapper and the relay %s + %s = %s B (%s B of it full-page images); the layouts side by side ([below](#outbox-layouts)): now %s B, before %s B (%.2f×)",
+	// The target is what an outgoing message costs where it is written, in
+	// a delivery's transaction, whose commit record the inbox pays anyway:
+	// the wrapper's slope. The layouts' comparison writes each batch of rows
+	// in a transaction of its own, and so carries a share of a commit record
+	// a row (a tenth of one, some 3 to 4 bytes): it ranks the layouts.
+	t.line(verdict(write+relay <= walTarget), fmt.Sprintf("WAL per outgoing message, write + publish, ≤ %d B", walTarget),
+		fmt.Sprintf("through the wrapper and the relay %s + %s = %s B (%s B of it full-page images); the layouts side by side ([below](#outbox-layouts)), each write with its own commit record: now %s B, before %s B (%.2f×)",
 			mdtable.Thousands(write), mdtable.Thousands(relay), mdtable.Thousands(write+relay), mdtable.Thousands(fpi), mdtable.Thousands(now.writePublish()), mdtable.Thousands(before.writePublish()),
 			now.writePublish()/before.writePublish()))
 	purges := ""

@@ -302,7 +302,7 @@ func TestRelayCleanStop(t *testing.T) {
 		t.Errorf("Run took %v to return after the cancel", took)
 	}
 	if got := queryInt(t, db.Pool, `SELECT count(*)::int FROM idem_outbox
-		WHERE claim_token IS NULL AND lease_until IS NULL AND attempts = 0 AND last_error IS NULL AND coalesce(available_at, created_at) <= now() AND dead_at IS NULL`); got != 4 {
+		WHERE claim_token IS NULL AND lease_until IS NULL AND attempts IS NULL AND last_error IS NULL AND coalesce(available_at, created_at) <= now() AND dead_at IS NULL`); got != 4 {
 		t.Errorf("%d of 4 rows released after the stop, want all (free at once, no attempt used)", got)
 	}
 }

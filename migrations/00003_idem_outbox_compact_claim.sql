@@ -19,6 +19,10 @@
 --   due from created_at on, which it repeated (8 bytes a row). The relay's
 --   index of due rows is on coalesce(available_at, created_at), the same
 --   order as before; a writer that still sets available_at is read right.
+-- - attempts is NULL until the first claim rather than 0: the 4 bytes of a
+--   0 made the INSERT's WAL record of each row 8 bytes longer once aligned,
+--   and the claim, which sets it, logs the same bytes either way. A writer
+--   of an older release that stores 0 is read right.
 --
 -- The columns cannot be reordered in place: claim_token, lease_until and
 -- attempts are dropped and added again at the end of the row (a dropped
@@ -51,12 +55,14 @@ ALTER TABLE idem_outbox DROP COLUMN lease_until;
 ALTER TABLE idem_outbox DROP COLUMN attempts;
 
 -- claim_token and lease_until: the relay that holds the row, and until when;
--- attempts counts claims. The claim sets the three, the last of the row.
+-- attempts counts claims, NULL before the first (a 0 would be 4 bytes in
+-- every row written, 8 with the WAL record's alignment). The claim sets the
+-- three, the last of the row.
 ALTER TABLE idem_outbox ADD COLUMN claim_token bigint;
 
 ALTER TABLE idem_outbox ADD COLUMN lease_until timestamptz;
 
-ALTER TABLE idem_outbox ADD COLUMN attempts integer NOT NULL DEFAULT 0;
+ALTER TABLE idem_outbox ADD COLUMN attempts integer;
 
 -- NULL: no ordering key, no headers ('' and '{}' mean the same).
 ALTER TABLE idem_outbox ALTER COLUMN ordering_key DROP NOT NULL;
@@ -78,7 +84,7 @@ INSERT INTO idem_outbox (id, message_id, consumer, key, destination, ordering_ke
                          created_at, available_at, last_error, dead_at, lease_until, attempts)
 OVERRIDING SYSTEM VALUE
 SELECT id, message_id, consumer, key, destination, NULLIF(ordering_key, ''), NULLIF(headers, '{}'), payload,
-       created_at, NULLIF(available_at, created_at), last_error, dead_at, lease_until, attempts
+       created_at, NULLIF(available_at, created_at), last_error, dead_at, lease_until, NULLIF(attempts, 0)
 FROM idem_outbox_waiting
 ORDER BY id;
 
@@ -92,7 +98,7 @@ CREATE INDEX idem_outbox_due ON idem_outbox ((coalesce(available_at, created_at)
 -- +goose Down
 -- Back to the layout of 00002: a uuid claim_token (the rows a relay holds
 -- keep their lease, not their token), '' and '{}' for no ordering key and no
--- headers, available_at always set.
+-- headers, available_at always set, attempts 0 before the first claim.
 LOCK TABLE idem_outbox IN ACCESS EXCLUSIVE MODE;
 
 CREATE TEMPORARY TABLE idem_outbox_waiting AS
@@ -118,13 +124,17 @@ ALTER TABLE idem_outbox ALTER COLUMN available_at SET DEFAULT now();
 
 ALTER TABLE idem_outbox ALTER COLUMN available_at SET NOT NULL;
 
+ALTER TABLE idem_outbox ALTER COLUMN attempts SET DEFAULT 0;
+
+ALTER TABLE idem_outbox ALTER COLUMN attempts SET NOT NULL;
+
 DROP INDEX idem_outbox_due;
 
 INSERT INTO idem_outbox (id, message_id, consumer, key, destination, ordering_key, headers, payload,
                          created_at, available_at, attempts, last_error, lease_until, dead_at)
 OVERRIDING SYSTEM VALUE
 SELECT id, message_id, consumer, key, destination, coalesce(ordering_key, ''), coalesce(headers, '{}'), payload,
-       created_at, coalesce(available_at, created_at), attempts, last_error, lease_until, dead_at
+       created_at, coalesce(available_at, created_at), coalesce(attempts, 0), last_error, lease_until, dead_at
 FROM idem_outbox_waiting
 ORDER BY id;
 

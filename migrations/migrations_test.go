@@ -213,8 +213,8 @@ func TestCompactClaimKeepsWhatWaits(t *testing.T) {
 		t.Errorf("indexes after 00003: %s", got)
 	}
 	exec(`INSERT INTO idem_outbox (message_id, consumer, key, destination, payload) VALUES ('00000000-0000-0000-0000-000000000004', 'c', 'new', 'd', 'p4')`)
-	if got := query(`SELECT id::text || ':' || attempts || ':' || (ordering_key IS NULL) || ':' || (headers IS NULL) || ':' || (available_at IS NULL) FROM idem_outbox WHERE key = 'new'`); got != "4:0:true:true:true" {
-		t.Errorf("the first row after 00003: %s, want id 4 (the identity goes on), 0 attempts, NULL ordering key, headers and available_at", got)
+	if got := query(`SELECT id::text || ':' || coalesce(attempts::text, 'NULL') || ':' || (ordering_key IS NULL) || ':' || (headers IS NULL) || ':' || (available_at IS NULL) FROM idem_outbox WHERE key = 'new'`); got != "4:NULL:true:true:true" {
+		t.Errorf("the first row after 00003: %s, want id 4 (the identity goes on), NULL attempts (never claimed), NULL ordering key, headers and available_at", got)
 	}
 	if got := query(`SELECT string_agg(id::text, ' ' ORDER BY id) FROM idem_outbox WHERE available_at IS NOT NULL`); got != "2" {
 		t.Errorf("rows with an available_at after 00003: %s, want only 2 (in backoff: its available_at was set apart from created_at)", got)
@@ -226,11 +226,11 @@ func TestCompactClaimKeepsWhatWaits(t *testing.T) {
 	if _, err := provider.DownTo(ctx, 2); err != nil {
 		t.Fatalf("down to 2: %v", err)
 	}
-	if got := query(`SELECT string_agg(format('%s:%s:%s:%s:%s', id, ordering_key, headers::text, claim_token IS NULL, available_at = created_at), ' ' ORDER BY id) FROM idem_outbox`); got != `1::{}:t:t 2:k:{"a": "1"}:t:f 3::{}:t:t 4::{}:t:t` {
+	if got := query(`SELECT string_agg(format('%s:%s:%s:%s:%s:%s', id, ordering_key, headers::text, claim_token IS NULL, available_at = created_at, attempts), ' ' ORDER BY id) FROM idem_outbox`); got != `1::{}:t:t:1 2:k:{"a": "1"}:t:f:2 3::{}:t:t:10 4::{}:t:t:0` {
 		t.Errorf("after the down: %s", got)
 	}
 	if got := query(`SELECT string_agg(attname || ' ' || format_type(atttypid, atttypmod) || ' ' || attnotnull, ', ' ORDER BY attname) FROM pg_attribute
-		WHERE attrelid = 'idem_outbox'::regclass AND attname IN ('claim_token', 'ordering_key', 'headers') AND NOT attisdropped`); got != "claim_token uuid false, headers jsonb true, ordering_key text true" {
+		WHERE attrelid = 'idem_outbox'::regclass AND attname IN ('attempts', 'claim_token', 'ordering_key', 'headers') AND NOT attisdropped`); got != "attempts integer true, claim_token uuid false, headers jsonb true, ordering_key text true" {
 		t.Errorf("the columns after the down: %s", got)
 	}
 	if _, err := provider.Up(ctx); err != nil {

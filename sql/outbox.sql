@@ -12,13 +12,13 @@
 -- bigint, and the three columns set are the last of the row, adjacent, so
 -- that the WAL record of this HOT update, which logs the bytes between the
 -- first and the last changed one, holds 20 of them (migrations/00003).
--- available_at is NULL until a failed publish sets a backoff, the row due
--- from created_at on: the conditions and the order name the expression of
--- the index idem_outbox_due.
+-- attempts is NULL until the first claim, and available_at until a failed
+-- publish sets a backoff, the row due from created_at on: the conditions
+-- and the order name the expression of the index idem_outbox_due.
 UPDATE idem_outbox AS o
 SET claim_token = @claim_token::bigint,
     lease_until = now() + make_interval(secs => @lease_seconds::float8),
-    attempts    = o.attempts + 1
+    attempts    = coalesce(o.attempts, 0) + 1
 WHERE o.message_id IN (
     SELECT c.message_id
     FROM idem_outbox AS c
@@ -30,7 +30,7 @@ WHERE o.message_id IN (
     FOR UPDATE SKIP LOCKED
 )
 RETURNING o.id, o.message_id, o.destination, coalesce(o.ordering_key, '')::text AS ordering_key,
-          coalesce(o.headers, '{}')::jsonb AS headers, o.payload, o.attempts;
+          coalesce(o.headers, '{}')::jsonb AS headers, o.payload, coalesce(o.attempts, 0)::integer AS attempts;
 
 -- name: ClaimOrdered :many
 -- ClaimOrdered is Claim for the ordered mode: of the rows that have an
@@ -43,7 +43,7 @@ RETURNING o.id, o.message_id, o.destination, coalesce(o.ordering_key, '')::text 
 UPDATE idem_outbox AS o
 SET claim_token = @claim_token::bigint,
     lease_until = now() + make_interval(secs => @lease_seconds::float8),
-    attempts    = o.attempts + 1
+    attempts    = coalesce(o.attempts, 0) + 1
 WHERE o.message_id IN (
     SELECT c.message_id
     FROM idem_outbox AS c
@@ -63,7 +63,7 @@ WHERE o.message_id IN (
     FOR UPDATE SKIP LOCKED
 )
 RETURNING o.id, o.message_id, o.destination, coalesce(o.ordering_key, '')::text AS ordering_key,
-          coalesce(o.headers, '{}')::jsonb AS headers, o.payload, o.attempts;
+          coalesce(o.headers, '{}')::jsonb AS headers, o.payload, coalesce(o.attempts, 0)::integer AS attempts;
 
 -- name: ExtendLease :many
 -- ExtendLease renews the lease of the rows the token still holds and returns
@@ -116,7 +116,7 @@ WHERE o.message_id = f.message_id
 UPDATE idem_outbox
 SET claim_token = NULL,
     lease_until = NULL,
-    attempts    = greatest(attempts - 1, 0)
+    attempts    = nullif(attempts - 1, 0)
 WHERE message_id = ANY ((@message_ids::text[])::uuid[])
   AND claim_token = @claim_token::bigint;
 

@@ -31,8 +31,10 @@ func TestMigrationsWithOutboxAppendsTheChain(t *testing.T) {
 	}
 	// The outbox chain comes after the ledger's last migration, in its
 	// order.
-	outbox := fmt.Sprintf("%05d_idem_outbox.sql", len(want)+1)
-	want = append(want, outbox, fmt.Sprintf("%05d_idem_outbox_delete_on_publish.sql", len(want)+2))
+	n := len(want)
+	outbox := fmt.Sprintf("%05d_idem_outbox.sql", n+1)
+	want = append(want, outbox, fmt.Sprintf("%05d_idem_outbox_delete_on_publish.sql", n+2),
+		fmt.Sprintf("%05d_idem_outbox_compact_claim.sql", n+3))
 	if !slices.Equal(got, want) {
 		t.Fatalf("migrations %q, want %q", got, want)
 	}

@@ -23,5 +23,5 @@ type IdemOutbox struct {
 	DeadAt      pgtype.Timestamptz
 	ClaimToken  pgtype.Int8
 	LeaseUntil  pgtype.Timestamptz
-	Attempts    int32
+	Attempts    pgtype.Int4
 }

@@ -48,7 +48,7 @@ const claim = `-- name: Claim :many
 UPDATE idem_outbox AS o
 SET claim_token = $1::bigint,
     lease_until = now() + make_interval(secs => $2::float8),
-    attempts    = o.attempts + 1
+    attempts    = coalesce(o.attempts, 0) + 1
 WHERE o.message_id IN (
     SELECT c.message_id
     FROM idem_outbox AS c
@@ -60,7 +60,7 @@ WHERE o.message_id IN (
     FOR UPDATE SKIP LOCKED
 )
 RETURNING o.id, o.message_id, o.destination, coalesce(o.ordering_key, '')::text AS ordering_key,
-          coalesce(o.headers, '{}')::jsonb AS headers, o.payload, o.attempts
+          coalesce(o.headers, '{}')::jsonb AS headers, o.payload, coalesce(o.attempts, 0)::integer AS attempts
 `
 
 type ClaimParams struct {
@@ -91,9 +91,9 @@ type ClaimRow struct {
 // bigint, and the three columns set are the last of the row, adjacent, so
 // that the WAL record of this HOT update, which logs the bytes between the
 // first and the last changed one, holds 20 of them (migrations/00003).
-// available_at is NULL until a failed publish sets a backoff, the row due
-// from created_at on: the conditions and the order name the expression of
-// the index idem_outbox_due.
+// attempts is NULL until the first claim, and available_at until a failed
+// publish sets a backoff, the row due from created_at on: the conditions
+// and the order name the expression of the index idem_outbox_due.
 func (q *Queries) Claim(ctx context.Context, arg ClaimParams) ([]ClaimRow, error) {
 	rows, err := q.db.Query(ctx, claim, arg.ClaimToken, arg.LeaseSeconds, arg.BatchSize)
 	if err != nil {
@@ -126,7 +126,7 @@ const claimOrdered = `-- name: ClaimOrdered :many
 UPDATE idem_outbox AS o
 SET claim_token = $1::bigint,
     lease_until = now() + make_interval(secs => $2::float8),
-    attempts    = o.attempts + 1
+    attempts    = coalesce(o.attempts, 0) + 1
 WHERE o.message_id IN (
     SELECT c.message_id
     FROM idem_outbox AS c
@@ -146,7 +146,7 @@ WHERE o.message_id IN (
     FOR UPDATE SKIP LOCKED
 )
 RETURNING o.id, o.message_id, o.destination, coalesce(o.ordering_key, '')::text AS ordering_key,
-          coalesce(o.headers, '{}')::jsonb AS headers, o.payload, o.attempts
+          coalesce(o.headers, '{}')::jsonb AS headers, o.payload, coalesce(o.attempts, 0)::integer AS attempts
 `
 
 type ClaimOrderedParams struct {
@@ -408,7 +408,7 @@ const release = `-- name: Release :execrows
 UPDATE idem_outbox
 SET claim_token = NULL,
     lease_until = NULL,
-    attempts    = greatest(attempts - 1, 0)
+    attempts    = nullif(attempts - 1, 0)
 WHERE message_id = ANY (($1::text[])::uuid[])
   AND claim_token = $2::bigint
 `
