@@ -101,8 +101,8 @@ func TestOutboxKind(t *testing.T) {
 	}
 }
 
-// TestOutboxKindCopiesTheChain: the runtime's whole chain (the table, then
-// delete on publish) is copied byte for byte after the folder's inbox, in
+// TestOutboxKindCopiesTheChain: the runtime's whole chain (the table, delete
+// on publish, the compact claim) is copied byte for byte after the folder's inbox, in
 // its order, and recorded in idemgen.sum.
 func TestOutboxKindCopiesTheChain(t *testing.T) {
 	const app = "example.com/app"
@@ -114,8 +114,10 @@ func TestOutboxKindCopiesTheChain(t *testing.T) {
 		Wants: []Want{want(inbox("app.a", keyID), app), {Kind: k, Name: OutboxChain, State: k.Steps()}}}
 	files, msgs := plan(dirOf(nil), r)
 	copies := map[string]string{"00002_idem_outbox.sql": "00001_idem_outbox.sql",
-		"00003_idem_outbox_delete_on_publish.sql": "00002_idem_outbox_delete_on_publish.sql"}
-	if len(msgs) > 0 || !slices.Equal(names(files), []string{"00001_idem_app_a.sql", "00002_idem_outbox.sql", "00003_idem_outbox_delete_on_publish.sql"}) {
+		"00003_idem_outbox_delete_on_publish.sql": "00002_idem_outbox_delete_on_publish.sql",
+		"00004_idem_outbox_compact_claim.sql":     "00003_idem_outbox_compact_claim.sql"}
+	if len(msgs) > 0 || !slices.Equal(names(files), []string{"00001_idem_app_a.sql", "00002_idem_outbox.sql",
+		"00003_idem_outbox_delete_on_publish.sql", "00004_idem_outbox_compact_claim.sql"}) {
 		t.Fatalf("%q, %q", names(files), msgs)
 	}
 	for copied, name := range copies {
