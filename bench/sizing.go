@@ -470,17 +470,24 @@ func relayAll(ctx context.Context, s *schema, n int) error {
 // measureTable reads the rows of table and the size of its heap, of each of
 // its indexes and of its TOAST table.
 func measureTable(ctx context.Context, pool *pgxpool.Pool, table string) (tableSize, error) {
-	t := tableSize{table: table}
-	if err := pool.QueryRow(ctx, `SELECT count(*) FROM `+table).Scan(&t.rows); err != nil {
-		return t, err
-	}
-	rows, err := pool.Query(ctx, `
+	return measureWith(ctx, pool, table, `
 		SELECT c.relname, 'heap', pg_relation_size(c.oid), pg_total_relation_size(c.oid) FROM pg_class c WHERE c.oid = $1::regclass
 		UNION ALL
 		SELECT 'TOAST', 'TOAST', pg_relation_size(c.reltoastrelid) + COALESCE((SELECT sum(pg_relation_size(indexrelid)) FROM pg_index WHERE indrelid = c.reltoastrelid), 0), 0
 		FROM pg_class c WHERE c.oid = $1::regclass AND c.reltoastrelid <> 0
 		UNION ALL
-		(SELECT i.relname, 'index', pg_relation_size(i.oid), 0 FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid WHERE x.indrelid = $1::regclass ORDER BY i.relname)`, table)
+		(SELECT i.relname, 'index', pg_relation_size(i.oid), 0 FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid WHERE x.indrelid = $1::regclass ORDER BY i.relname)`)
+}
+
+// measureWith counts table's rows and reads its sizes with sizes, a query
+// of $1 (the table) returning name, kind ("heap", "TOAST", "index"), bytes
+// and, for the heap, the table's total size.
+func measureWith(ctx context.Context, pool *pgxpool.Pool, table, sizes string) (tableSize, error) {
+	t := tableSize{table: table}
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM `+table).Scan(&t.rows); err != nil {
+		return t, err
+	}
+	rows, err := pool.Query(ctx, sizes, table)
 	if err != nil {
 		return t, err
 	}

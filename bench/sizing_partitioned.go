@@ -174,11 +174,7 @@ func walOf(ctx context.Context, wal *walMeter, n int, deliver func(i int) error)
 // of its partitions: their heaps together, each of the parent's indexes over
 // every partition, and their TOAST tables.
 func measurePartitioned(ctx context.Context, pool *pgxpool.Pool, table string) (tableSize, error) {
-	t := tableSize{table: table}
-	if err := pool.QueryRow(ctx, `SELECT count(*) FROM `+table).Scan(&t.rows); err != nil {
-		return t, err
-	}
-	rows, err := pool.Query(ctx, `
+	return measureWith(ctx, pool, table, `
 		WITH leaves AS (SELECT relid FROM pg_partition_tree($1::regclass) WHERE isleaf)
 		SELECT 'heap (' || count(*) || ' partitions)', 'heap', sum(pg_relation_size(c.oid))::bigint, sum(pg_total_relation_size(c.oid))::bigint
 		FROM leaves l JOIN pg_class c ON c.oid = l.relid
@@ -188,21 +184,5 @@ func measurePartitioned(ctx context.Context, pool *pgxpool.Pool, table string) (
 		UNION ALL
 		(SELECT p.relname, 'index', sum(pg_relation_size(x.indexrelid))::bigint, 0
 		 FROM leaves l JOIN pg_index x ON x.indrelid = l.relid JOIN pg_class p ON p.oid = pg_partition_root(x.indexrelid)
-		 GROUP BY p.relname ORDER BY p.relname)`, table)
-	if err != nil {
-		return t, err
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var r relSize
-		var total int64
-		if err := rows.Scan(&r.name, &r.kind, &r.bytes, &total); err != nil {
-			return t, err
-		}
-		if r.kind == "heap" {
-			t.total = total
-		}
-		t.rels = append(t.rels, r)
-	}
-	return t, rows.Err()
+		 GROUP BY p.relname ORDER BY p.relname)`)
 }

@@ -80,20 +80,7 @@ func TestDeleteOnPublishKeepsWhatWaits(t *testing.T) {
 	db := idemtest.New(t, nil)
 	ctx := context.Background()
 	provider := db.Migrations(t, migrations.FS)
-	exec := func(sql string, args ...any) {
-		t.Helper()
-		if _, err := db.Pool.Exec(ctx, sql, args...); err != nil {
-			t.Fatalf("%s: %v", sql, err)
-		}
-	}
-	query := func(sql string) string {
-		t.Helper()
-		var s string
-		if err := db.Pool.QueryRow(ctx, sql).Scan(&s); err != nil {
-			t.Fatalf("%s: %v", sql, err)
-		}
-		return s
-	}
+	exec, query := sqlHelpers(t, db)
 	if _, err := provider.UpTo(ctx, 1); err != nil {
 		t.Fatalf("up to 1: %v", err)
 	}
@@ -168,20 +155,7 @@ func TestCompactClaimKeepsWhatWaits(t *testing.T) {
 	db := idemtest.New(t, nil)
 	ctx := context.Background()
 	provider := db.Migrations(t, migrations.FS)
-	exec := func(sql string, args ...any) {
-		t.Helper()
-		if _, err := db.Pool.Exec(ctx, sql, args...); err != nil {
-			t.Fatalf("%s: %v", sql, err)
-		}
-	}
-	query := func(sql string) string {
-		t.Helper()
-		var s string
-		if err := db.Pool.QueryRow(ctx, sql).Scan(&s); err != nil {
-			t.Fatalf("%s: %v", sql, err)
-		}
-		return s
-	}
+	exec, query := sqlHelpers(t, db)
 	if _, err := provider.UpTo(ctx, 2); err != nil {
 		t.Fatalf("up to 2: %v", err)
 	}
@@ -239,4 +213,25 @@ func TestCompactClaimKeepsWhatWaits(t *testing.T) {
 	if got := query(`SELECT count(*)::text FROM idem_outbox`); got != "4" {
 		t.Errorf("%s rows after up again, want 4", got)
 	}
+}
+
+// sqlHelpers returns, for the migration tests, exec (a statement that must
+// succeed) and query (a statement of one text value), each failing t.
+func sqlHelpers(t *testing.T, db *idemtest.DB) (exec func(sql string, args ...any), query func(sql string) string) {
+	ctx := context.Background()
+	exec = func(sql string, args ...any) {
+		t.Helper()
+		if _, err := db.Pool.Exec(ctx, sql, args...); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	query = func(sql string) string {
+		t.Helper()
+		var s string
+		if err := db.Pool.QueryRow(ctx, sql).Scan(&s); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+		return s
+	}
+	return exec, query
 }
