@@ -40,6 +40,11 @@ type sourceAllocs struct {
 
 var benchRE = regexp.MustCompile(`^Benchmark(\S+?)(?:-\d+)?\s+\d+\s+([0-9.]+) ns/op\s+([0-9.]+) B/op\s+([0-9.]+) allocs/op`)
 
+// deliveryHandleRE names, for pprof's -focus, the method every first
+// delivery of the profiled benchmark goes through: the engine's Handle,
+// which the generated wrapper's embedded idemimpl.Inbox promotes.
+const deliveryHandleRE = `idem/idemimpl\.\(\*(Inbox|delivery)\[.*\]\)\.Handle$`
+
 // profiledDeliveries is the -benchtime of the profiled run.
 const profiledDeliveries = 2000
 
@@ -90,7 +95,7 @@ func runAlloc(ctx context.Context, cfg *config) (*allocResults, error) {
 	}
 	out, err = goCmd(ctx, cfg.root, nil, "tool", "pprof", "-sample_index=alloc_objects", "-top",
 		"-nodecount=0", "-nodefraction=0", "-edgefraction=0",
-		`-focus=idem\.\(\*Inbox\[.*\]\)\.Handle$`, `-ignore=ledger\.Post$`,
+		"-focus="+deliveryHandleRE, `-ignore=ledger\.Post$`,
 		`-hide=^(runtime|container|encoding|crypto|errors|fmt|sync|strconv|bytes|strings|context|time|math|reflect|internal|unicode|slices|io|net|os|sort|hash)[./]`,
 		bin, prof)
 	if err != nil {
@@ -131,8 +136,8 @@ func runAlloc(ctx context.Context, cfg *config) (*allocResults, error) {
 // allocSource names the part of the code a function belongs to.
 func allocSource(fn string) string {
 	switch {
-	case strings.HasPrefix(fn, "github.com/idemgen/idemgen/idem."):
-		return "package idem (the runtime), with the encoding/json and sha256 work it calls"
+	case strings.HasPrefix(fn, "github.com/idemgen/idemgen/idem.") || strings.HasPrefix(fn, "github.com/idemgen/idemgen/idem/idemimpl."):
+		return "packages idem and idem/idemimpl (the runtime), with the encoding/json and sha256 work they call"
 	case strings.HasPrefix(fn, "github.com/idemgen/idemgen/bench/ledger."):
 		return "the generated code (idem_gen.go: key extraction)"
 	case strings.HasPrefix(fn, "github.com/jackc/"):

@@ -41,6 +41,9 @@ func (r *report) batchTargets(t *targetTable) {
 				// one pgx batch.
 				why += "; the handler's own UPDATE is a round trip a message, which bare batched pipelines, and the claim, the lookup and the stored results are the inbox's work on top"
 			}
+			if other == scBareBatched && handle == scBatchSet {
+				why += "; " + r.inboxWritesBound()
+			}
 		}
 		t.line(verdict(q >= target), what, mdtable.Ratio(q)+" ([below](#batches))"+why, busyOf(b.cell(handle, n), b.cell(other, n))...)
 	}

@@ -23,7 +23,7 @@ func outboxWith(with, without int64, lat []time.Duration, relayRate int) *outbox
 		relayNs: []int{1}, rates: []int{200}, poll: idem.DefaultRelayPoll}
 	o.cells[obxKey{obxVariant{1, true}, 16}] = cellAt(with, 20*time.Millisecond, 0.8)
 	o.cells[obxKey{obxVariant{1, false}, 16}] = cellAt(without, 10*time.Millisecond, 0.9)
-	o.latency[latencyKey{200, false}] = []latencyRun{{msgs: len(lat), elapsed: time.Second, lat: lat, busy: 0.3}}
+	o.latency[latencyKey{200, false}] = []latencyRun{{msgs: len(lat), elapsed: time.Duration(len(lat)) * time.Second / 200, lat: lat, busy: 0.3}}
 	o.relays[1] = []relayRun{{relays: 1, rows: relayRate, elapsed: time.Second, busy: 0.7}}
 	return o
 }
@@ -98,6 +98,12 @@ func TestPublishLatencyTargets(t *testing.T) {
 			t.Errorf("%s: busy %v, want the run's 0.3", c.name, l.busy)
 		}
 	}
+	// The producers committed 100 messages in a second of the 200 asked:
+	// fast latencies of a rate that was not reached miss the target.
+	slow := outboxWith(1000, 1000, fast, 1000)
+	slow.latency[latencyKey{200, false}][0].elapsed = time.Second
+	checkOnly(t, "the rate not reached", (&report{cfg: cfg, outbox: slow}).publishLatencyTargets(), missed, "at 200 msgs/s",
+		"the rate was not reached**: 4 producers committed 100 msgs/s of the 200 asked, while the machine commits at most 1,000 msgs/s")
 	checkOnly(t, "without the outbox part", (&report{cfg: cfg}).publishLatencyTargets(), notRun, "p50 ≤ 5 ms", "the outbox part did not run")
 }
 

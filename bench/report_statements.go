@@ -98,6 +98,76 @@ func (r *stmtResults) scenario(name string, n int) *stmtScenario {
 	return nil
 }
 
+// claimWorkBound says, for a missed target of the generated scenario
+// against other (bare or hand-written), what the server's own work allows:
+// the statements part's backend CPU a message of both scenarios, at its
+// highest concurrency, and what pgbench gets running the hand-written
+// inbox's statements against the bare UPDATE (no Go client in either). When
+// the cores are saturated the rate cannot beat the ratio of the work a
+// message, however few the round trips. Empty when neither part ran.
+func (r *report) claimWorkBound(other string) string {
+	var parts []string
+	if r.stmts != nil && len(r.stmts.workers) > 0 {
+		n := slices.Max(r.stmts.workers)
+		gen, o := r.stmts.scenario(scGenerated, n), r.stmts.scenario(other, n)
+		if gen != nil && o != nil && gen.serverCPU > 0 && o.serverCPU > 0 {
+			g, b := gen.serverCPU/time.Duration(max(gen.msgs, 1)), o.serverCPU/time.Duration(max(o.msgs, 1))
+			tg, to := gen.total(), o.total()
+			parts = append(parts, fmt.Sprintf("in the statements part at %d workers a first delivery costs the server %s of backend CPU a message (%s in its statements, %s B of WAL), %s %s (%s, %s B): the server's work alone allows %s",
+				n, mdtable.Dur(g), mdtable.Dur(msDur(gen.perMsg(tg.execMs+tg.planMs))), mdtable.Thousands(gen.perMsg(tg.walBytes)),
+				other, mdtable.Dur(b), mdtable.Dur(msDur(o.perMsg(to.execMs+to.planMs))), mdtable.Thousands(o.perMsg(to.walBytes)), mdtable.Ratio(float64(b)/float64(g))))
+		}
+	}
+	if r.db != nil && other == scBare {
+		n := r.maxWorkers()
+		pi, pb := r.db.cell(scPgInbox, n), r.db.cell(scPgBare, n)
+		if pi != nil && pb != nil {
+			parts = append(parts, fmt.Sprintf("pgbench running the hand-written inbox's statements gets %s of pgbench bare at %d workers: the inbox's row (its INSERT into a unique index, the stored result) is work the bare UPDATE does not do",
+				cellRatio(pi, pb), n))
+		}
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return "; " + strings.Join(parts, "; ")
+}
+
+// inboxWritesBound says what bounds a set-based HandleBatch against bare
+// batched, whose round trips are as few: every message the wrapper delivers
+// writes its inbox row twice (the claim's INSERT, into a unique index, and
+// the UPDATE that stores its result) beside the handler's change, the only
+// write of bare batched. The statements part, when it ran, prices the two
+// writes against the change, one message at a time on one connection.
+func (r *report) inboxWritesBound() string {
+	const why = "every message writes the inbox's row twice (the claim's INSERT into a unique index, then the UPDATE that stores the result) beside the handler's change, the only write of bare batched"
+	if r.stmts == nil || len(r.stmts.workers) == 0 {
+		return why
+	}
+	gen := r.stmts.scenario(scGenerated, slices.Min(r.stmts.workers))
+	if gen == nil {
+		return why
+	}
+	byRole := map[string]*stmtCost{}
+	for _, c := range gen.statements() {
+		_, role := stmtRole(c.query)
+		if byRole[role] == nil {
+			byRole[role] = &stmtCost{}
+		}
+		byRole[role].add(c)
+	}
+	claim, change := byRole["claim"], byRole["the handler's UPDATE"]
+	store := cmp.Or(byRole["mark done, store the result, claim check"], byRole["mark done, store the result"])
+	if claim == nil || change == nil || store == nil {
+		return why
+	}
+	ms := func(c *stmtCost) float64 { return c.execMs + c.planMs }
+	return fmt.Sprintf("%s: in the statements part (one message at a time, %d worker) the claim costs %s and %s B of WAL a message, storing the result %s and %s B, the change itself %s and %s B, so the inbox's writes are %s the work of the change they guard",
+		why, gen.workers, mdtable.Dur(msDur(gen.perMsg(ms(claim)))), mdtable.Thousands(gen.perMsg(claim.walBytes)),
+		mdtable.Dur(msDur(gen.perMsg(ms(store)))), mdtable.Thousands(gen.perMsg(store.walBytes)),
+		mdtable.Dur(msDur(gen.perMsg(ms(change)))), mdtable.Thousands(gen.perMsg(change.walBytes)),
+		mdtable.Ratio((ms(claim)+ms(store))/ms(change)))
+}
+
 func (r *report) statementsTargets(t *targetTable) {
 	var cells []string
 	for _, n := range r.stmts.workers {

@@ -172,7 +172,7 @@ func (r *report) dbTargets(t *targetTable) {
 		if q >= target {
 			return ""
 		}
-		return "; " + cellBound(scGenerated, gen, runtime.NumCPU()) + "; " + cellBound(other, o, runtime.NumCPU())
+		return "; " + cellBound(scGenerated, gen, runtime.NumCPU()) + "; " + cellBound(other, o, runtime.NumCPU()) + r.claimWorkBound(other)
 	}
 	t.line(verdict(gen.rate/hand.rate >= targetVsHand),
 		fmt.Sprintf("generated ≥ %.1f× hand-written at %d workers", targetVsHand, n),
