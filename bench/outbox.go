@@ -563,6 +563,17 @@ func pooledRelayRate(runs []relayRun) float64 {
 }
 
 // pooledLatencies are the latencies of every run, sorted.
+// pooledRate is the measured messages of runs and the rate they were
+// committed at, pooled over the runs.
+func pooledRate(runs []latencyRun) (msgs int, rate float64) {
+	var elapsed time.Duration
+	for _, r := range runs {
+		msgs += r.msgs
+		elapsed += r.elapsed
+	}
+	return msgs, float64(msgs) / elapsed.Seconds()
+}
+
 func pooledLatencies(runs []latencyRun) []time.Duration {
 	var all []time.Duration
 	for _, r := range runs {

@@ -159,18 +159,16 @@ func (r *report) writeOutbox(w writer) {
 			if len(lat) == 0 {
 				continue
 			}
-			var msgs, dups int
-			var elapsed time.Duration
+			msgs, achieved := pooledRate(runs)
+			dups := 0
 			for _, run := range runs {
-				msgs += run.msgs
 				dups += run.dups
-				elapsed += run.elapsed
 			}
 			name := "NOTIFY + poll"
 			if pollOnly {
 				name = "poll-only"
 			}
-			latency.Row(mdtable.Thousands(float64(rate))+"/s", name, mdtable.Int(msgs), mdtable.Thousands(float64(msgs)/elapsed.Seconds())+" msgs/s",
+			latency.Row(mdtable.Thousands(float64(rate))+"/s", name, mdtable.Int(msgs), mdtable.Thousands(achieved)+" msgs/s",
 				mdtable.Dur(stats.Percentile(lat, 50)), mdtable.Dur(stats.Percentile(lat, 90)), mdtable.Dur(stats.Percentile(lat, 99)), mdtable.Dur(lat[len(lat)-1]), fmt.Sprint(dups))
 		}
 	}

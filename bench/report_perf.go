@@ -98,13 +98,7 @@ func (r *report) publishLatencyTargets() []target {
 			continue
 		}
 		p50, p99 := stats.Percentile(lat, 50), stats.Percentile(lat, 99)
-		var msgs int
-		var elapsed time.Duration
-		for _, run := range runs {
-			msgs += run.msgs
-			elapsed += run.elapsed
-		}
-		achieved := float64(msgs) / elapsed.Seconds()
+		_, achieved := pooledRate(runs)
 		// A rate the producers did not reach is not the cell the target
 		// names: the latencies are those of a saturated machine.
 		reached := achieved >= latencyRateReached*float64(rate)
@@ -211,11 +205,12 @@ func sharedCoresBound(rec, raw summary, relay float64) string {
 	if rec.busy <= 0 || raw.busy <= 0 || rec.rate <= 0 || raw.rate <= 0 {
 		return ""
 	}
-	cores := float64(runtime.NumCPU())
-	perMsg := rec.busy*cores/rec.rate + raw.busy*cores/raw.rate // core-seconds a message
-	most := cores / perMsg
+	cores := runtime.NumCPU()
+	// cpu is a run's core-seconds a message.
+	cpu := func(s summary) float64 { return s.busy * float64(cores) / s.rate }
+	most := float64(cores) / (cpu(rec) + cpu(raw))
+	dur := func(sec float64) string { return mdtable.Dur(time.Duration(sec * float64(time.Second))) }
 	return fmt.Sprintf("; the broker shares the %d cores with the database: the machine's CPU a message is %s with the recording publisher (%.0f%% busy) and %s with the raw publisher (%.0f%% busy), so a relay that overlapped both perfectly reaches at most %s msgs/s, %s of the recording relay; this one reaches %s of that bound",
-		int(cores), mdtable.Dur(time.Duration(rec.busy*cores/rec.rate*float64(time.Second))), 100*rec.busy,
-		mdtable.Dur(time.Duration(raw.busy*cores/raw.rate*float64(time.Second))), 100*raw.busy,
+		cores, dur(cpu(rec)), 100*rec.busy, dur(cpu(raw)), 100*raw.busy,
 		mdtable.Thousands(most), mdtable.Ratio(most/rec.rate), mdtable.Ratio(relay/most))
 }

@@ -111,7 +111,7 @@ func (r *report) claimWorkBound(other string) string {
 		n := slices.Max(r.stmts.workers)
 		gen, o := r.stmts.scenario(scGenerated, n), r.stmts.scenario(other, n)
 		if gen != nil && o != nil && gen.serverCPU > 0 && o.serverCPU > 0 {
-			g, b := gen.serverCPU/time.Duration(max(gen.msgs, 1)), o.serverCPU/time.Duration(max(o.msgs, 1))
+			g, b := gen.cpuPerMsg(), o.cpuPerMsg()
 			tg, to := gen.total(), o.total()
 			parts = append(parts, fmt.Sprintf("in the statements part at %d workers a first delivery costs the server %s of backend CPU a message (%s in its statements, %s B of WAL), %s %s (%s, %s B): the server's work alone allows %s",
 				n, mdtable.Dur(g), mdtable.Dur(msDur(gen.perMsg(tg.execMs+tg.planMs))), mdtable.Thousands(gen.perMsg(tg.walBytes)),
@@ -180,12 +180,20 @@ func (r *report) statementsTargets(t *targetTable) {
 	t.line(reported, "the per-statement server cost of a first delivery and a duplicate reported", strings.Join(cells, "; ")+" ([below](#statements))")
 }
 
+// cpuPerMsg is a scenario's backend CPU per message; negative when unknown.
+func (s *stmtScenario) cpuPerMsg() time.Duration {
+	if s.serverCPU < 0 {
+		return -1
+	}
+	return s.serverCPU / time.Duration(max(s.msgs, 1))
+}
+
 // cpuPer is a scenario's backend CPU per message, when it is known.
 func cpuPer(s *stmtScenario) string {
 	if s.serverCPU < 0 {
 		return "–"
 	}
-	return mdtable.Dur(s.serverCPU / time.Duration(max(s.msgs, 1)))
+	return mdtable.Dur(s.cpuPerMsg())
 }
 
 func (r *report) writeStatements(w writer) {
