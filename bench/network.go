@@ -146,27 +146,37 @@ func runNetwork(ctx context.Context, cfg *config) (*netResults, error) {
 // medianPing opens one connection (through the proxy at via, if set) and
 // returns the median of n pings.
 func medianPing(ctx context.Context, dbURL, via string, n int) (time.Duration, error) {
+	lat, err := pings(ctx, dbURL, via, n)
+	if err != nil {
+		return 0, err
+	}
+	return stats.Percentile(lat, 50), nil
+}
+
+// pings opens one connection (through the proxy at via, if set) and returns
+// the round trips of n pings on it, shortest first.
+func pings(ctx context.Context, dbURL, via string, n int) ([]time.Duration, error) {
 	s := &schema{name: "public", base: dbURL, via: via}
 	pool, _, err := s.pool(ctx, 1)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	defer pool.Close()
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	defer conn.Release()
 	lat := make([]time.Duration, 0, n)
 	for range n {
 		t0 := time.Now()
 		if err := conn.Conn().Ping(ctx); err != nil {
-			return 0, err
+			return nil, err
 		}
 		lat = append(lat, time.Since(t0))
 	}
 	slices.Sort(lat)
-	return stats.Percentile(lat, 50), nil
+	return lat, nil
 }
 
 // netBound says what bounds a cell's rate: the round trips (a worker does at

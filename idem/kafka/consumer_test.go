@@ -419,7 +419,7 @@ func TestConsumerRebalanceTenThousand(t *testing.T) {
 		}
 	}
 	stopA := run(t, kafka.NewConsumer(brokers, group, []string{topic}, a.Wrap(chargeInbox(db.Pool, nil), slow), opts...))
-	waitFor(t, 20*time.Second, "a quarter handled", func() bool { return len(a.Snapshot()) >= total/4 })
+	waitProgress(t, 20*time.Second, "a quarter handled", total/4, func() int64 { return int64(len(a.Snapshot())) })
 	joining.Store(true)
 	stopB := run(t, kafka.NewConsumer(brokers, group, []string{topic}, b.Wrap(chargeInbox(db.Pool, nil), nil), opts...))
 	sumCommitted := func() int64 {
