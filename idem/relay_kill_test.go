@@ -79,6 +79,14 @@ func downstreamBacklog(t *testing.T, prefix string, n int) (*idemtest.DB, []outR
 
 const envKilledRelayURL = "IDEM_TEST_KILLED_RELAY_URL"
 
+// killedRelayLease is the lease of the relays these tests kill: the
+// survivor waits for it to lapse. It is long enough that the killed relay's
+// keeper renews it on a loaded machine (at 300 ms, a keeper starved of CPU
+// while 100 messages were delivered let the lease of the batch it held
+// lapse, and the relay, rightly, did not publish that batch), and short
+// enough that the survivor starts within seconds.
+const killedRelayLease = 3 * time.Second
+
 // TestRelayKilledAfterPublishBeforeMark: a relay process killed with SIGKILL
 // after its broker confirmed a batch and before it marked the rows leaves
 // them claimed; once the lease lapses another relay publishes them again,
@@ -107,7 +115,7 @@ func TestRelayKilledAfterPublishBeforeMark(t *testing.T) {
 		outcomes[id] = o
 	}, nil), idem.WithRelayID("survivor"), idem.WithRelayPollInterval(20*time.Millisecond), idem.WithRelayLogger(testLogger(t)))
 	runRelay(t, r)
-	waitFor(t, 10*time.Second, "the rows published again", func() bool { return pendingRows(t, db) == 0 })
+	waitFor(t, killedRelayLease+30*time.Second, "the rows published again", func() bool { return pendingRows(t, db) == 0 })
 
 	mu.Lock()
 	defer mu.Unlock()
@@ -164,7 +172,7 @@ func runKilledRelay(url string) {
 		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 		select {}
 	})
-	r := idem.NewRelay(pool, pub, idem.WithRelayID("doomed"), idem.WithRelayLease(300*time.Millisecond),
+	r := idem.NewRelay(pool, pub, idem.WithRelayID("doomed"), idem.WithRelayLease(killedRelayLease),
 		idem.WithRelayLogger(slog.New(slog.NewTextHandler(os.Stderr, nil))))
 	fail(fmt.Errorf("Run returned: %v", r.Run(ctx)))
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,20 +20,26 @@ import (
 	"github.com/idemgen/idemgen/idem/idemtest"
 )
 
-// statementLog records when the relay's claims and marks ended and how many
-// rows each took, as seen by pgx (single statements and batched ones).
+// statementLog records when the relay's claims and marks ended, how many
+// rows each took and which pipelined round trip carried them, as seen by
+// pgx (single statements and batched ones).
 type statementLog struct {
-	mu   sync.Mutex
-	runs []statementRun
+	mu      sync.Mutex
+	runs    []statementRun
+	batches atomic.Int64
 }
 
 type statementRun struct {
-	name string // "Claim", "MarkPublished", ...: the sqlc name of the query
-	rows int64
-	end  time.Time
+	name  string // "Claim", "MarkPublished", ...: the sqlc name of the query
+	rows  int64
+	end   time.Time
+	batch int64 // the pgx batch (one round trip) that carried it; 0: none
 }
 
-type sqlKey struct{}
+type (
+	sqlKey   struct{}
+	batchKey struct{}
+)
 
 // sqlcName is the name sqlc writes at the head of a query's text.
 func sqlcName(sql string) string {
@@ -44,10 +51,10 @@ func sqlcName(sql string) string {
 	return name
 }
 
-func (l *statementLog) add(sql string, tag int64, err error) {
+func (l *statementLog) add(sql string, tag int64, err error, batch int64) {
 	if name := sqlcName(sql); name != "" && err == nil {
 		l.mu.Lock()
-		l.runs = append(l.runs, statementRun{name: name, rows: tag, end: time.Now()})
+		l.runs = append(l.runs, statementRun{name: name, rows: tag, end: time.Now(), batch: batch})
 		l.mu.Unlock()
 	}
 }
@@ -58,30 +65,32 @@ func (l *statementLog) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pg
 
 func (l *statementLog) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryEndData) {
 	sql, _ := ctx.Value(sqlKey{}).(string)
-	l.add(sql, data.CommandTag.RowsAffected(), data.Err)
+	l.add(sql, data.CommandTag.RowsAffected(), data.Err, 0)
 }
 
 func (l *statementLog) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
-	return ctx
+	return context.WithValue(ctx, batchKey{}, l.batches.Add(1))
 }
 
-func (l *statementLog) TraceBatchQuery(_ context.Context, _ *pgx.Conn, data pgx.TraceBatchQueryData) {
-	l.add(data.SQL, data.CommandTag.RowsAffected(), data.Err)
+func (l *statementLog) TraceBatchQuery(ctx context.Context, _ *pgx.Conn, data pgx.TraceBatchQueryData) {
+	batch, _ := ctx.Value(batchKey{}).(int64)
+	l.add(data.SQL, data.CommandTag.RowsAffected(), data.Err, batch)
 }
 
 func (l *statementLog) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
 
-// within returns the runs of name that took rows and ended inside [from, to].
-func (l *statementLog) within(name string, from, to time.Time) int {
+// taking returns the runs of name that took rows, in the order they ended.
+func (l *statementLog) taking(name string) []statementRun {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	n := 0
+	var runs []statementRun
 	for _, r := range l.runs {
-		if r.name == name && r.rows > 0 && r.end.After(from) && r.end.Before(to) {
-			n++
+		if r.name == name && r.rows > 0 {
+			runs = append(runs, r)
 		}
 	}
-	return n
+	slices.SortStableFunc(runs, func(a, b statementRun) int { return a.end.Compare(b.end) })
+	return runs
 }
 
 // publishCalls groups publications into the Publish calls that carried
@@ -100,10 +109,18 @@ func publishCalls(pubs []publication) []publication {
 
 // TestRelayOverlapsTheDatabaseWithSlowConfirms: a publisher that takes 300ms
 // to confirm each batch of 100 rows. While a batch is at the broker, the
-// relay claims the next one and marks the one before, so that every batch
-// but the last has its successor claimed during its publish, and every batch
-// but the first has its predecessor marked during it; each row is published
-// once and marked.
+// relay claims the next one and marks the one before, in one round trip, so
+// that every batch but the last has its successor claimed during its
+// publish, and every batch but the first has its predecessor marked in that
+// round trip; each row is published once and marked.
+//
+// The k-th claim that took rows took the k-th batch. "During its publish"
+// is between the return of the publish before it (the relay launches a
+// batch only then) and the end of its own 300ms, both as the publisher saw
+// them; the publisher's start is not a bound, since on a loaded machine the
+// goroutine that calls it may run after the round trip launched beside it
+// has returned. A relay that claims only once a publish returned claims
+// each next batch after that end.
 func TestRelayOverlapsTheDatabaseWithSlowConfirms(t *testing.T) {
 	db := idemtest.New(t, outboxFS(t, nil))
 	const batches, size = 8, 100
@@ -137,19 +154,29 @@ func TestRelayOverlapsTheDatabaseWithSlowConfirms(t *testing.T) {
 	if len(calls) != batches {
 		t.Fatalf("%d Publish calls, want %d of %d rows", len(calls), batches, size)
 	}
+	// The k-th claim that took rows took the k-th batch.
+	claims, marks := log.taking("Claim"), log.taking("MarkPublished")
+	if len(claims) != batches {
+		t.Fatalf("%d claims took rows, want %d of %d rows", len(claims), batches, size)
+	}
 	for i, c := range calls {
-		if i > 0 && c.Start.Before(calls[i-1].End) {
-			t.Errorf("Publish call %d began before call %d returned", i+1, i)
-		}
-		if i < len(calls)-1 {
-			if n := log.within("Claim", c.Start, c.End); n != 1 {
-				t.Errorf("batch %d: %d claims took rows while it was at the broker, want 1 (the next batch)", i+1, n)
-			}
-		}
+		from := claims[0].end // the first batch's own claim is not during it
 		if i > 0 {
-			if n := log.within("MarkPublished", c.Start, c.End); n != 1 {
-				t.Errorf("batch %d: %d marks while it was at the broker, want 1 (the batch before)", i+1, n)
+			from = calls[i-1].End
+			if c.Start.Before(from) {
+				t.Errorf("Publish call %d began before call %d returned", i+1, i)
 			}
+		}
+		if i == len(calls)-1 {
+			continue
+		}
+		next := claims[i+1]
+		if !next.end.After(from) || !next.end.Before(c.End) {
+			t.Errorf("batch %d: the claim of the next batch ended %v after its publish did, want while it was at the broker", i+1, next.end.Sub(c.End))
+			continue
+		}
+		if i > 0 && !slices.ContainsFunc(marks, func(m statementRun) bool { return m.batch != 0 && m.batch == next.batch }) {
+			t.Errorf("batch %d: no mark in the round trip that claimed the next batch, want the batch before marked there", i+1)
 		}
 	}
 	if got := queryInt(t, db.Pool, `SELECT count(*)::int FROM idem_outbox`); got != 0 {
@@ -192,7 +219,7 @@ func TestRelayKilledWithABatchInFlight(t *testing.T) {
 		defer mu.Unlock()
 		outcomes[o]++
 	}, nil), idem.WithRelayID("survivor"), idem.WithRelayPollInterval(20*time.Millisecond), idem.WithRelayLogger(testLogger(t))))
-	waitFor(t, 10*time.Second, "the rows published again", func() bool { return pendingRows(t, db) == 0 })
+	waitFor(t, killedRelayLease+30*time.Second, "the rows published again", func() bool { return pendingRows(t, db) == 0 })
 
 	mu.Lock()
 	defer mu.Unlock()
@@ -260,7 +287,7 @@ func runInFlightRelay(url string) {
 		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 		select {}
 	})
-	r := idem.NewRelay(pool, pub, idem.WithRelayID("in-flight"), idem.WithRelayBatchSize(100), idem.WithRelayLease(300*time.Millisecond),
+	r := idem.NewRelay(pool, pub, idem.WithRelayID("in-flight"), idem.WithRelayBatchSize(100), idem.WithRelayLease(killedRelayLease),
 		idem.WithRelayLogger(slog.New(slog.NewTextHandler(os.Stderr, nil))))
 	fail(fmt.Errorf("Run returned: %v", r.Run(ctx)))
 }
