@@ -545,15 +545,18 @@ func TestRelayOrderedDeadRowHoldsBackOnlyItsKey(t *testing.T) {
 		}
 		return nil
 	}
-	const base = 150 * time.Millisecond
+	// The poison row's first retry comes a second after its first try: the
+	// other key's eight rows, a claim round trip each, go out well within it
+	// on a loaded machine too (at 150 ms they did not always).
+	const base = time.Second
 	for i := 0; i < 2; i++ {
 		id := fmt.Sprintf("d%d", i)
 		runRelay(t, idem.NewRelay(db.Pool, rec.publisher(id, 0, fail), idem.WithRelayID(id), idem.WithRelayOrdered(),
-			idem.WithRelayMaxAttempts(3), idem.WithRelayBackoff(base, time.Second), idem.WithRelayPollInterval(10*time.Millisecond),
+			idem.WithRelayMaxAttempts(3), idem.WithRelayBackoff(base, 2*base), idem.WithRelayPollInterval(10*time.Millisecond),
 			idem.WithRelayLogger(testLogger(t))))
 	}
 	commitOutbox(t, db.Pool, append(bad, good...))
-	waitFor(t, 10*time.Second, "every row published or dead", func() bool { return pendingRows(t, db) == 0 })
+	waitFor(t, 30*time.Second, "every row published or dead", func() bool { return pendingRows(t, db) == 0 })
 
 	var order []string
 	var poisonTries []publication
