@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemgen/idemgen/bench/internal/stats"
 	"github.com/idemgen/idemgen/internal/netproxy"
 )
 
@@ -27,7 +28,7 @@ func TestDelayProxyAddsTheRoundTrip(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Logf("pings via %q: shortest %s, median %s, longest %s", via, lat[0], lat[len(lat)/2], lat[len(lat)-1])
+		t.Logf("pings via %q: shortest %s, median %s, longest %s", via, lat[0], stats.Percentile(lat, 50), lat[len(lat)-1])
 		return lat[0]
 	}
 	p, err := netproxy.Start(dial, time.Millisecond)

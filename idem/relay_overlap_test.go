@@ -154,7 +154,6 @@ func TestRelayOverlapsTheDatabaseWithSlowConfirms(t *testing.T) {
 	if len(calls) != batches {
 		t.Fatalf("%d Publish calls, want %d of %d rows", len(calls), batches, size)
 	}
-	// The k-th claim that took rows took the k-th batch.
 	claims, marks := log.taking("Claim"), log.taking("MarkPublished")
 	if len(claims) != batches {
 		t.Fatalf("%d claims took rows, want %d of %d rows", len(claims), batches, size)
@@ -172,7 +171,8 @@ func TestRelayOverlapsTheDatabaseWithSlowConfirms(t *testing.T) {
 		}
 		next := claims[i+1]
 		if !next.end.After(from) || !next.end.Before(c.End) {
-			t.Errorf("batch %d: the claim of the next batch ended %v after its publish did, want while it was at the broker", i+1, next.end.Sub(c.End))
+			t.Errorf("batch %d: the claim of the next batch ended %v after the window began and %v before its publish ended, want both positive (while it was at the broker)",
+				i+1, next.end.Sub(from), c.End.Sub(next.end))
 			continue
 		}
 		if i > 0 && !slices.ContainsFunc(marks, func(m statementRun) bool { return m.batch != 0 && m.batch == next.batch }) {
