@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"sort"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"testing/fstest"
@@ -250,12 +249,5 @@ func pendingRows(t testing.TB, db *idemtest.DB) int {
 
 // testLogger logs the relay's warnings and errors into the test's log.
 func testLogger(t testing.TB) *slog.Logger {
-	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
-}
-
-type testWriter struct{ t testing.TB }
-
-func (w testWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimSuffix(string(p), "\n"))
-	return len(p), nil
+	return slog.New(slog.NewTextHandler(idemtest.LogWriter(t), &slog.HandlerOptions{Level: slog.LevelWarn}))
 }

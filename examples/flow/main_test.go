@@ -40,13 +40,14 @@ func TestMain(m *testing.M) {
 // options are the command's options for broker in a test: its servers,
 // the test database, the consumers' warnings in the test log.
 func options(t *testing.T, broker string) Options {
+	log := idemtest.LogWriter(t)
 	o := Options{
 		Broker:   broker,
 		DBURL:    idemtest.DatabaseURL(t),
 		Timeout:  time.Minute,
 		LogLevel: slog.LevelWarn,
-		Log:      testLog{t},
-		Output:   testLog{t},
+		Log:      log,
+		Output:   log,
 	}
 	switch broker {
 	case "rabbitmq":
@@ -55,14 +56,6 @@ func options(t *testing.T, broker string) Options {
 		o.NATSURL = brokertest.NATSURL(t)
 	}
 	return o
-}
-
-// testLog writes each line to t.Log.
-type testLog struct{ t *testing.T }
-
-func (l testLog) Write(p []byte) (int, error) {
-	l.t.Log(strings.TrimSuffix(string(p), "\n"))
-	return len(p), nil
 }
 
 // TestFlowPublishedThreeTimes runs the command's flow on each broker: 5
@@ -179,7 +172,7 @@ func runKilledChild(t *testing.T, f *Flow) string {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), childEnv+"="+string(cfg))
-	cmd.Stderr = testLog{t}
+	cmd.Stderr = idemtest.LogWriter(t)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -3,6 +3,7 @@ package idemtest
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"sync"
@@ -17,15 +18,24 @@ import (
 // tests' suites give it to the wrapper (idem.WithLogger) before their own
 // options.
 func Logger(t testing.TB) *slog.Logger {
-	w := &testWriter{t: t}
-	t.Cleanup(w.close)
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	return slog.New(slog.NewTextHandler(LogWriter(t), &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
 
 // WithTestLogger is idem.WithLogger(Logger(t)).
 func WithTestLogger(t testing.TB) idem.Option { return idem.WithLogger(Logger(t)) }
 
-// testWriter hands each record, one Write, to t.Log until t ends.
+// LogWriter returns a writer that hands each Write, without its trailing
+// newline, to t.Log until t ends, and drops what is written after: a relay,
+// a consumer or a client library may still log from its own goroutine while
+// the test's cleanup stops it, and testing panics (failing the whole test
+// binary, with no test named) on a t.Log after the test has completed.
+func LogWriter(t testing.TB) io.Writer {
+	w := &testWriter{t: t}
+	t.Cleanup(w.close)
+	return w
+}
+
+// testWriter is LogWriter's writer.
 type testWriter struct {
 	mu   sync.Mutex
 	t    testing.TB

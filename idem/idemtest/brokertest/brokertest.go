@@ -10,6 +10,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"regexp"
@@ -186,9 +187,10 @@ func Describe(ds []Delivery) string {
 	return b.String()
 }
 
-// Logs collects the consumer's log lines and passes them to t.Log.
+// Logs collects the consumer's log lines and passes them to t.Log until t
+// ends (idemtest.LogWriter).
 type Logs struct {
-	t  testing.TB
+	w  io.Writer
 	mu sync.Mutex
 	b  strings.Builder
 }
@@ -197,8 +199,7 @@ func (l *Logs) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	l.b.Write(p)
 	l.mu.Unlock()
-	l.t.Log(strings.TrimSuffix(string(p), "\n"))
-	return len(p), nil
+	return l.w.Write(p)
 }
 
 // String returns every line logged so far.
@@ -210,7 +211,7 @@ func (l *Logs) String() string {
 
 // NewLogs returns the collected lines and a debug-level logger writing them.
 func NewLogs(t testing.TB) (*Logs, *slog.Logger) {
-	l := &Logs{t: t}
+	l := &Logs{w: idemtest.LogWriter(t)}
 	return l, slog.New(slog.NewTextHandler(l, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
 
