@@ -1,6 +1,8 @@
 package main
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,15 +15,30 @@ import (
 // ping must be 2 ms longer than the straight one, within 0.1 ms short (the
 // proxy learns how late it wakes and sleeps that much less, but never writes
 // a chunk before it is due) and 1 ms long, and through one of 0.5 ms, 0.4 to
-// 1.5 ms. Each side is the shortest of 50 pings: a loaded machine (go test
-// runs the other packages beside this one) only ever makes a ping longer,
-// and a proxy that adds too much adds it to every ping, the shortest too.
+// 1.5 ms. Each side is the shortest of 50 pings: a loaded machine only ever
+// makes a ping longer, and a proxy that adds too much adds it to every ping,
+// the shortest too. A machine whose cores are all taken for a while (go
+// test runs the other packages beside this one) can lengthen every one of
+// 50 pings, so the measurement is taken up to five times, a second apart,
+// and the test fails only when none of them is within the bounds.
 func TestDelayProxyAddsTheRoundTrip(t *testing.T) {
 	ctx, url := testDB(t, time.Minute)
 	dial, err := serverDialer(url)
 	if err != nil {
 		t.Fatal(err)
 	}
+	p, err := netproxy.Start(dial, time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	// A short delay must be near what was asked too: Go's timers alone
+	// would make this 250 µs each way a millisecond each way.
+	short, err := netproxy.Start(dial, 250*time.Microsecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer short.Close()
 	shortest := func(via string) time.Duration {
 		t.Helper()
 		lat, err := pings(ctx, url, via, 50)
@@ -31,25 +48,24 @@ func TestDelayProxyAddsTheRoundTrip(t *testing.T) {
 		t.Logf("pings via %q: shortest %s, median %s, longest %s", via, lat[0], stats.Percentile(lat, 50), lat[len(lat)-1])
 		return lat[0]
 	}
-	p, err := netproxy.Start(dial, time.Millisecond)
-	if err != nil {
-		t.Fatal(err)
+	var misses []string
+	for attempt := 1; attempt <= 5; attempt++ {
+		if attempt > 1 {
+			time.Sleep(time.Second)
+		}
+		straight, proxied, half := shortest(""), shortest(p.Addr()), shortest(short.Addr())
+		miss := ""
+		if added := proxied - straight; added < 1900*time.Microsecond || added > 3*time.Millisecond {
+			miss = fmt.Sprintf("the proxy of 2ms added %s to the shortest round trip (%s → %s), want 1.9 to 3 ms", added, straight, proxied)
+		} else if half < 400*time.Microsecond || half > 1500*time.Microsecond {
+			miss = fmt.Sprintf("the shortest ping through a proxy of 0.5ms a round trip took %s, want 0.4 to 1.5 ms", half)
+		}
+		if miss == "" {
+			return
+		}
+		misses = append(misses, fmt.Sprintf("attempt %d: %s", attempt, miss))
 	}
-	defer p.Close()
-	straight, proxied := shortest(""), shortest(p.Addr())
-	if added := proxied - straight; added < 1900*time.Microsecond || added > 3*time.Millisecond {
-		t.Fatalf("the proxy added %s to the shortest round trip (%s → %s), want 2ms (1.9 to 3 ms)", added, straight, proxied)
-	}
-	// A short delay must be near what was asked too: Go's timers alone
-	// would make this 250 µs each way a millisecond each way.
-	short, err := netproxy.Start(dial, 250*time.Microsecond)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer short.Close()
-	if half := shortest(short.Addr()); half < 400*time.Microsecond || half > 1500*time.Microsecond {
-		t.Fatalf("shortest ping through a proxy of 0.5ms a round trip: %s, want 0.4 to 1.5 ms", half)
-	}
+	t.Fatalf("no attempt within the bounds:\n%s", strings.Join(misses, "\n"))
 }
 
 // TestNetworkPartTiny runs the network part small (one 2 ms link, 1 and 2

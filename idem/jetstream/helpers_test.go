@@ -106,16 +106,23 @@ func publish(t testing.TB, js jetstream.JetStream, subject, id string, data []by
 // streamMsgs returns every message stream holds, in order.
 func streamMsgs(t testing.TB, js jetstream.JetStream, stream string) []*jetstream.RawStreamMsg {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
+	// Each request has 5s of its own: thousands of them, one at a time, on
+	// a loaded machine take longer than any one budget for them all.
+	request := func() (context.Context, context.CancelFunc) {
+		return context.WithTimeout(context.Background(), 5*time.Second)
+	}
+	ctx, cancel := request()
 	s, err := js.Stream(ctx, stream)
+	cancel()
 	if err != nil {
 		t.Fatalf("stream %s: %v", stream, err)
 	}
 	info := s.CachedInfo()
 	var out []*jetstream.RawStreamMsg
 	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
+		ctx, cancel := request()
 		m, err := s.GetMsg(ctx, seq)
+		cancel()
 		if err != nil {
 			t.Fatalf("stream %s message %d: %v", stream, seq, err)
 		}
