@@ -369,7 +369,9 @@ func distinct(keys []string) []string {
 // whole run get ErrInProgress, the lease is renewed again and again, and the
 // run ends Processed with fence 1 and attempts 1.
 func TestExternalHeartbeatKeepsClaim(t *testing.T) {
-	const lease = time.Second
+	// Renewed every 667ms: a lease of a second left a test binary starved of
+	// CPU on a loaded machine too little room, and the run was cancelled.
+	const lease = 2 * time.Second
 	db := payDB(t)
 	p := idemtest.NewProvider()
 	msg := payment{ID: "pay-long", Amount: 300}
@@ -728,11 +730,14 @@ func TestExternalCallerCancelledDuringRun(t *testing.T) {
 }
 
 // TestExternalHeartbeatSurvivesShortOutage: heartbeats that fail for less
-// than the lease (the worker cut off from the database for 700ms, with a
-// lease of 1.5s renewed every 500ms) are retried, and the claim is kept: the
-// run ends Processed, its context never cancelled.
+// than the lease (the worker cut off from the database for 1.4s from the
+// claim, with a lease of 3s renewed every second: the first renewal fails,
+// the second, a second before the lease would run out, succeeds) are
+// retried, and the claim is kept: the run ends Processed, its context never
+// cancelled.
 func TestExternalHeartbeatSurvivesShortOutage(t *testing.T) {
-	const lease = 1500 * time.Millisecond
+	const lease = 3 * time.Second
+	const outage = 1400 * time.Millisecond
 	db := payDB(t)
 	cut := &cutDB{pool: db.Pool}
 	p := idemtest.NewProvider()
@@ -757,11 +762,11 @@ func TestExternalHeartbeatSurvivesShortOutage(t *testing.T) {
 	}()
 	<-started
 	cut.cut.Store(true)
-	time.Sleep(700 * time.Millisecond)
+	time.Sleep(outage)
 	cut.cut.Store(false)
 	err := <-done
 	row := readPayRow(t, db.Pool, msg.ID)
-	t.Logf("a 700ms outage during a run of %v (lease %v): context cancelled %v; Handle %v %v; row %v", 2*lease, lease, cancelled.Load(), o, err, row)
+	t.Logf("an outage of %v during a run of %v (lease %v): context cancelled %v; Handle %v %v; row %v", outage, 2*lease, lease, cancelled.Load(), o, err, row)
 	if cancelled.Load() || err != nil || o != idem.Processed || row.Status != "done" || row.Fence != 1 {
 		t.Errorf("got cancelled=%v, %v %v, row %v; want the claim kept: Processed, done, fence 1", cancelled.Load(), o, err, row)
 	}

@@ -17,7 +17,7 @@ import (
 // ChargeRequested at most once per key (OrderID) of the consumer
 // "payments.charge" as far as its provider is concerned, with claims in the
 // table idem_payments_charge. Each scenario is a subtest in a fresh schema with
-// the goose migrations of migrations/ applied, and the lease shortened to 1s
+// the goose migrations of migrations/ applied, and the lease shortened to 2s
 // (idemtest.ExternalLease); its receiver and message come from chargeFixture,
 // called once per scenario with the scenario's idemtest.Provider, which it
 // wires into the receiver:
@@ -27,7 +27,7 @@ import (
 //     idem.ErrInProgress at once; after done, 16 redeliveries are
 //     idem.Duplicate with the stored result and run nothing;
 //   - lease_takeover: a worker that dies after its handler and before its done
-//     leaves its claim running; once its lease (1s in the test) has run out,
+//     leaves its claim running; once its lease (2s in the test) has run out,
 //     the redelivery takes the key over once: a second run with the same
 //     idempotency key, done with attempts = 2;
 //   - heartbeat_keeps_claim: a run held for three leases keeps its claim

@@ -11,7 +11,7 @@ import (
 
 // ExternalLease is idemtest.ExternalLease, the lease of the external
 // scenarios, for the generated documentation.
-const ExternalLease = time.Second
+const ExternalLease = 2 * time.Second
 
 // externalTest writes the test of a mode=external handler: the scenarios of
 // idemtest.ExternalSuite.
