@@ -32,8 +32,8 @@ func (r *report) outboxTargets(t *targetTable) {
 	var commitCells []*cell
 	for _, k := range o.workers {
 		with, without := o.cell(obxVariant{1, true}, k), o.cell(obxVariant{1, false}, k)
-		committing = append(committing, fmt.Sprintf("%s msgs/s with, %s without at %d %s: %s",
-			mdtable.Thousands(with.summary().rate), mdtable.Thousands(without.summary().rate), k, plural(k, "worker"), cellRatio(without, with)))
+		committing = append(committing, fmt.Sprintf("%s msgs/s with, %s without at %d %s: %s with ÷ without",
+			mdtable.Thousands(with.summary().rate), mdtable.Thousands(without.summary().rate), k, plural(k, "worker"), cellRatio(with, without)))
 		commitCells = append(commitCells, with, without)
 	}
 	t.line(reported, "committing throughput with and without NOTIFY reported", strings.Join(committing, "; "), busyOf(commitCells...)...)
