@@ -108,10 +108,8 @@ func streamMsgs(t testing.TB, js jetstream.JetStream, stream string) []*jetstrea
 	t.Helper()
 	// Each request has 5s of its own: thousands of them, one at a time, on
 	// a loaded machine take longer than any one budget for them all.
-	request := func() (context.Context, context.CancelFunc) {
-		return context.WithTimeout(context.Background(), 5*time.Second)
-	}
-	ctx, cancel := request()
+	const perRequest = 5 * time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), perRequest)
 	s, err := js.Stream(ctx, stream)
 	cancel()
 	if err != nil {
@@ -120,7 +118,7 @@ func streamMsgs(t testing.TB, js jetstream.JetStream, stream string) []*jetstrea
 	info := s.CachedInfo()
 	var out []*jetstream.RawStreamMsg
 	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
-		ctx, cancel := request()
+		ctx, cancel := context.WithTimeout(context.Background(), perRequest)
 		m, err := s.GetMsg(ctx, seq)
 		cancel()
 		if err != nil {
