@@ -18,6 +18,7 @@ import (
 	"github.com/idemgen/idemgen/bench/internal/procstat"
 	"github.com/idemgen/idemgen/bench/ledger"
 	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/idem/relay"
 )
 
 // The brokers part puts the generated wrapper between real brokers and the
@@ -30,7 +31,7 @@ import (
 //     UPDATE, commit, then ack), at each concurrency of -workers, against a
 //     plain consumer of the same library that decodes and acks the same
 //     messages at the same concurrency (the ceiling);
-//   - relay: an outbox backlog published by idem.NewRelay through the
+//   - relay: an outbox backlog published by relay.New through the
 //     adapter's publisher, against a plain publisher of the same library
 //     sending the same messages in batches of the relay's size, each
 //     confirmed (RabbitMQ publisher confirms, JetStream PubAcks, Kafka
@@ -78,7 +79,7 @@ type source interface {
 
 // sink is a destination the relay and the raw publisher publish to.
 type sink interface {
-	// publisher is the adapter's publisher for idem.Relay, routing every
+	// publisher is the adapter's publisher for relay.Relay, routing every
 	// outbox message to the sink.
 	publisher() (idem.Publisher, func())
 	// rawPublish publishes msgs with the broker library alone, batch at a
@@ -170,15 +171,15 @@ func runBrokers(ctx context.Context, cfg *config) (*brokersResults, error) {
 	for round := range cfg.rounds {
 		var order []string
 		recording := func() error {
-			step("round %d, publish, idem.Relay with the recording publisher", round+1)
+			step("round %d, publish, relay.Relay with the recording publisher", round+1)
 			smp, err := runPublishCell(ctx, cfg, recordingKind{}, res.partitions, res.relayRows, false)
 			if err != nil {
-				return fmt.Errorf("brokers round %d, publish, idem.Relay with the recording publisher: %w", round+1, err)
+				return fmt.Errorf("brokers round %d, publish, relay.Relay with the recording publisher: %w", round+1, err)
 			}
 			logf("    %s msgs/s", mdtable.Thousands(smp.rate()))
 			c := res.relayCell(recordingName, false)
 			c.samples = append(c.samples, smp)
-			order = append(order, "idem.Relay, recording publisher")
+			order = append(order, "relay.Relay, recording publisher")
 			return nil
 		}
 		if round%2 == 0 {
@@ -286,7 +287,7 @@ func relayName(raw bool) string {
 	if raw {
 		return "raw publisher"
 	}
-	return "idem.Relay"
+	return "relay.Relay"
 }
 
 // uniqueTag names a cell's queues, streams, topics and groups: no other run
@@ -431,7 +432,7 @@ func runConsumeCell(ctx context.Context, cfg *config, k brokerKind, workers, par
 
 // runPublishCell publishes rows messages to a fresh sink of k: an outbox
 // backlog written beforehand through the publishing wrapper, published by
-// one idem.Relay through the adapter's publisher (raw false), or the same
+// one relay.Relay through the adapter's publisher (raw false), or the same
 // messages (the same ids and bodies) through the broker library alone, in
 // batches of the relay's size (raw true). The time runs from the start of
 // the relay (of the first publish) until every message was confirmed and,
@@ -454,7 +455,7 @@ func runPublishCell(ctx context.Context, cfg *config, k brokerKind, partitions, 
 		}
 		meter := procstat.Start()
 		start := time.Now()
-		if err := dst.rawPublish(ctx, msgs, idem.DefaultRelayBatchSize); err != nil {
+		if err := dst.rawPublish(ctx, msgs, relay.DefaultBatchSize); err != nil {
 			return sample{}, err
 		}
 		elapsed = time.Since(start)
@@ -495,7 +496,7 @@ func runPublishCell(ctx context.Context, cfg *config, k brokerKind, partitions, 
 		})
 		rctx, cancel := context.WithCancel(ctx)
 		defer cancel()
-		relay := idem.NewRelay(relayPool, counted, idem.WithRelayID(tag), idem.WithRelayLogger(quietLog))
+		relay := relay.New(relayPool, counted, relay.WithID(tag), relay.WithLogger(quietLog))
 		errc := make(chan error, 1)
 		meter := procstat.Start()
 		start := time.Now()

@@ -52,7 +52,7 @@ func TestBrokersPart(t *testing.T) {
 		}
 	}
 	if c := res.relayCell(recordingName, false); len(c.samples) != 1 || c.samples[0].msgs != 200 || !(c.samples[0].rate() > 0) {
-		t.Errorf("idem.Relay with the recording publisher: samples %+v; want one of 200 messages", c.samples)
+		t.Errorf("relay.Relay with the recording publisher: samples %+v; want one of 200 messages", c.samples)
 	}
 	for si, side := range peerSides {
 		for _, mode := range peerModes {

@@ -13,7 +13,7 @@
 //   - the outbox: first deliveries whose handler publishes 0, 1 and 10
 //     messages (round trips on the wire, throughput, latency), with and
 //     without the commit's NOTIFY; commit-to-publish latency of an
-//     idem.Relay woken by NOTIFY against one that only polls; and relay
+//     relay.Relay woken by NOTIFY against one that only polls; and relay
 //     throughput over a backlog, for 1 and 4 relays;
 //   - the brokers (brokers.go): consuming from RabbitMQ, NATS JetStream and
 //     Kafka (kfake, in-process) through idem's adapters into the generated
@@ -51,7 +51,7 @@ import (
 	"time"
 
 	"github.com/idemgen/idemgen/bench/internal/procstat"
-	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/idem/relay"
 	"github.com/idemgen/idemgen/internal/testdb"
 )
 
@@ -222,7 +222,7 @@ func parseFlags() (*config, error) {
 	flag.StringVar(&sizes, "gensizes", "50,100,250,500", "handlers in the synthetic packages, comma-separated")
 	flag.StringVar(&cfg.benchTime, "benchtime", "2s", "-benchtime of the go test -benchmem benchmarks")
 	flag.StringVar(&obxRates, "obxrate", "200,2000", "outbox: messages per second of the commit-to-publish latency runs, comma-separated (the first is also the rate of the Watermill comparison's steady runs)")
-	flag.DurationVar(&cfg.obxPoll, "obxpoll", idem.DefaultRelayPoll, "outbox: the relay's poll interval in the latency runs (NOTIFY and poll-only)")
+	flag.DurationVar(&cfg.obxPoll, "obxpoll", relay.DefaultPoll, "outbox: the relay's poll interval in the latency runs (NOTIFY and poll-only)")
 	flag.IntVar(&cfg.obxBacklog, "obxbacklog", 50000, "outbox: rows in the backlog of the relay throughput runs")
 	flag.StringVar(&relays, "obxrelays", "1,4", "outbox: relays at once in the throughput runs, comma-separated")
 	flag.StringVar(&brokers, "brokers", strings.Join(brokerNames, ","), "brokers: the brokers of the brokers part, comma-separated (rabbitmq also runs the Watermill comparison)")

@@ -18,10 +18,11 @@ import (
 	"github.com/idemgen/idemgen/bench/internal/stats"
 	"github.com/idemgen/idemgen/bench/ledger"
 	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/idem/relay"
 )
 
 // The outbox part measures a handler that publishes through idem's outbox
-// (ledger.NewPublishingPost: Post's UPDATE, then n messages) and idem.Relay:
+// (ledger.NewPublishingPost: Post's UPDATE, then n messages) and relay.Relay:
 //
 //   - first deliveries that publish 0, 1 and 10 messages, and 1 and 10
 //     without the NOTIFY (idem.WithoutNotify), as cells like those of the db
@@ -279,13 +280,13 @@ type relayGroup struct {
 	n      int
 }
 
-func startRelays(ctx context.Context, pool *pgxpool.Pool, rec *recorder, n int, opts ...idem.RelayOption) *relayGroup {
+func startRelays(ctx context.Context, pool *pgxpool.Pool, rec *recorder, n int, opts ...relay.Option) *relayGroup {
 	rctx, cancel := context.WithCancel(ctx)
 	g := &relayGroup{cancel: cancel, errs: make(chan error, n), n: n}
 	quiet := slog.New(slog.DiscardHandler)
 	for i := range n {
 		id := "bench-" + strconv.Itoa(i)
-		relay := idem.NewRelay(pool, rec.publisher(id), append([]idem.RelayOption{idem.WithRelayID(id), idem.WithRelayLogger(quiet)}, opts...)...)
+		relay := relay.New(pool, rec.publisher(id), append([]relay.Option{relay.WithID(id), relay.WithLogger(quiet)}, opts...)...)
 		go func() { g.errs <- relay.Run(rctx) }()
 	}
 	return g
@@ -346,9 +347,9 @@ func runLatency(ctx context.Context, cfg *config, rate int, pollOnly bool) (late
 	defer relayPool.Close()
 
 	rec := newRecorder()
-	opts := []idem.RelayOption{idem.WithRelayPollInterval(cfg.obxPoll)}
+	opts := []relay.Option{relay.WithPollInterval(cfg.obxPoll)}
 	if pollOnly {
-		opts = append(opts, idem.WithRelayPollOnly())
+		opts = append(opts, relay.WithPollOnly())
 	}
 	relays := startRelays(ctx, relayPool, rec, 1, opts...)
 	stopped := false

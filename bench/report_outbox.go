@@ -106,7 +106,7 @@ func (r *report) writeOutbox(w writer) {
 	w("## Outbox\n\n")
 	w("A handler that publishes: `ledger.NewPublishingPost` ([`bench/ledger/publishing.go`](bench/ledger/publishing.go)) wraps the same consumer with `idemimpl.NewPublishingInbox`; its handler makes Post's UPDATE, then calls `out.Publish` n times with a small JSON message. ")
 	w("The inbox writes the n rows into `idem_outbox` in its commit round trip, with the result and `COMMIT`: one multi-row INSERT; after the commit, unless `idem.WithoutNotify()` is given, the pool's coalesced `NOTIFY` (below). ")
-	w("The relay (`idem.NewRelay`, default options unless said) publishes to a recording publisher, which confirms every message at once and records when it first saw each id. ")
+	w("The relay (`relay.New`, default options unless said) publishes to a recording publisher, which confirms every message at once and records when it first saw each id. ")
 	w("Every run below is in a fresh schema with the ledger's migrations and the outbox chain (`migrations/`), applied with goose; %d %s (`-rounds`) ran them, interleaved, the order rotating from round to round.\n\n", cfg.rounds, plural(cfg.rounds, "round"))
 
 	w("### A first delivery with 0, 1 and 10 outgoing messages\n\n")
@@ -150,7 +150,7 @@ func (r *report) writeOutbox(w writer) {
 	w("### Commit-to-publish latency\n\n")
 	w("At each rate of `-obxrate`, messages scheduled at even intervals and delivered by producers on a pool of their own (one for every 100 messages per second, at least 4; each delivery publishes one message, with the default NOTIFY), for %s after a %s warm-up (not counted), while one relay on a pool of its own publishes them. ", cfg.duration, cfg.warmup)
 	w("A message's latency runs from the moment `Handle` returned (the commit acknowledged to the producer) to the moment the relay handed the message to the publisher. ")
-	w("Both relays poll every **%s** (`idem.WithRelayPollInterval`; the default is %s); the NOTIFY relay is also woken by the coalesced NOTIFY through its listening connection, and claims again at once while it finds rows; the poll-only one (`idem.WithRelayPollOnly()`, for PgBouncer in transaction mode) is woken only by its poll.\n\n", o.poll, time.Second)
+	w("Both relays poll every **%s** (`relay.WithPollInterval`; the default is %s); the NOTIFY relay is also woken by the coalesced NOTIFY through its listening connection, and claims again at once while it finds rows; the poll-only one (`relay.WithPollOnly()`, for PgBouncer in transaction mode) is woken only by its poll.\n\n", o.poll, time.Second)
 	latency := mdtable.New(mdtable.R("rate"), mdtable.L("relay"), mdtable.R("messages"), mdtable.R("achieved rate"), mdtable.R("p50"), mdtable.R("p90"), mdtable.R("p99"), mdtable.R("max"), mdtable.R("published twice"))
 	for _, rate := range o.rates {
 		for _, pollOnly := range []bool{false, true} {

@@ -9,7 +9,7 @@ import (
 
 	"github.com/idemgen/idemgen/bench/internal/mdtable"
 	"github.com/idemgen/idemgen/bench/internal/stats"
-	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/idem/relay"
 )
 
 // The targets of issue 24 (performance where users pay for it), each read
@@ -104,8 +104,8 @@ func (r *report) publishLatencyTargets() []target {
 		reached := achieved >= latencyRateReached*float64(rate)
 		ok := reached && p50 <= targetPublishP50 && p99 <= targetPublishP99
 		poll := "polling every " + o.poll.String()
-		if o.poll != idem.DefaultRelayPoll {
-			poll += fmt.Sprintf(" (`-obxpoll`; the default is %s)", idem.DefaultRelayPoll)
+		if o.poll != relay.DefaultPoll {
+			poll += fmt.Sprintf(" (`-obxpoll`; the default is %s)", relay.DefaultPoll)
 		}
 		measured := fmt.Sprintf("p50 %s, p99 %s over %s messages, the relay woken by NOTIFY and %s ([below](#commit-to-publish-latency))",
 			mdtable.Dur(p50), mdtable.Dur(p99), mdtable.Int(len(lat)), poll)

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/idem/relay"
 )
 
 // cellAt is a cell of one round: msgs messages in a second, each latency
@@ -20,7 +20,7 @@ func cellAt(msgs int64, lat time.Duration, busy float64) *cell {
 // msgs/s whose messages took lat, and a single relay at relayRate.
 func outboxWith(with, without int64, lat []time.Duration, relayRate int) *outboxResults {
 	o := &outboxResults{workers: []int{1, 16}, cells: map[obxKey]*cell{}, latency: map[latencyKey][]latencyRun{}, relays: map[int][]relayRun{},
-		relayNs: []int{1}, rates: []int{200}, poll: idem.DefaultRelayPoll}
+		relayNs: []int{1}, rates: []int{200}, poll: relay.DefaultPoll}
 	o.cells[obxKey{obxVariant{1, true}, 16}] = cellAt(with, 20*time.Millisecond, 0.8)
 	o.cells[obxKey{obxVariant{1, false}, 16}] = cellAt(without, 10*time.Millisecond, 0.9)
 	o.latency[latencyKey{200, false}] = []latencyRun{{msgs: len(lat), elapsed: time.Duration(len(lat)) * time.Second / 200, lat: lat, busy: 0.3}}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/idemgen/idemgen/bench/internal/mdtable"
 	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/idem/relay"
 )
 
 // scaleRate is the consumer of the "at scale" arithmetic: messages per
@@ -131,7 +132,7 @@ func (r *report) writeLayouts(w writer) {
 	s := r.sizing
 	w("### Outbox layouts\n\n")
 	w("Ways to keep the outbox, each in a fresh schema of its own, measured in the same repeats as the kinds above, interleaved: %s transactions of 10 outgoing rows (those of a deposit that publishes 10 messages) written by the layout's `INSERT`; published by its claim and its record of the broker's confirmation, in batches of %d on one connection (the relay's statements, without a broker); then cleared away as the layout does it (its purge), with a `VACUUM` (autovacuum is off on these tables so that it writes into no phase; the cleanup's `VACUUM` stands for it). WAL per outgoing row, counted as above; the write includes its transaction's commit record, which the wrapper's slope above leaves out. A `VACUUM` removes only the rows no open transaction may still see: on a shared server another session's snapshot can hold them, and the cleanup column then shows only the purge's own statements.\n\n",
-		mdtable.Thousands(float64(s.msgs)), idem.DefaultRelayBatchSize)
+		mdtable.Thousands(float64(s.msgs)), relay.DefaultBatchSize)
 	w("| layout | write | publish | **write + publish** | of it full-page images | cleanup |\n| --- | ---: | ---: | ---: | ---: | ---: |\n")
 	for i, l := range outboxLayouts {
 		m := s.layouts[i]

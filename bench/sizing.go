@@ -23,6 +23,7 @@ import (
 	"github.com/idemgen/idemgen/bench/ledger"
 	"github.com/idemgen/idemgen/generated/outboxdb"
 	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/idem/relay"
 	outboxmigrations "github.com/idemgen/idemgen/migrations"
 )
 
@@ -446,7 +447,7 @@ func relayAll(ctx context.Context, s *schema, n int) error {
 	}
 	defer pool.Close()
 	rec := newRecorder()
-	relays := startRelays(ctx, pool, rec, 1, idem.WithRelayPollInterval(10*time.Millisecond))
+	relays := startRelays(ctx, pool, rec, 1, relay.WithPollInterval(10*time.Millisecond))
 	deadline := time.Now().Add(5 * time.Minute)
 	for {
 		var pending int64
@@ -987,7 +988,7 @@ func (ls *layoutSchema) measure(ctx context.Context, msgs int, seq *int, res *la
 			if l.uuidToken {
 				token = pgtype.UUID{Bytes: uuid.New(), Valid: true}
 			}
-			ids, err := l.claim(ctx, ls.pool, token, idem.DefaultRelayBatchSize)
+			ids, err := l.claim(ctx, ls.pool, token, relay.DefaultBatchSize)
 			if err != nil || len(ids) == 0 {
 				return err
 			}

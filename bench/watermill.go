@@ -27,6 +27,7 @@ import (
 	"github.com/idemgen/idemgen/idem"
 	"github.com/idemgen/idemgen/idem/consumer"
 	"github.com/idemgen/idemgen/idem/rabbitmq"
+	"github.com/idemgen/idemgen/idem/relay"
 )
 
 // The peer comparison: the outbox a Go team would otherwise pick, Watermill's
@@ -34,7 +35,7 @@ import (
 // transaction through a forwarder.Publisher, and the forwarder component
 // relaying the table to RabbitMQ through watermill-amqp), against idemgen's
 // (the business write and idem.Outbox's row in the wrapper's transaction,
-// idem.NewRelay publishing through idem/rabbitmq), the same messages to the
+// relay.New publishing through idem/rabbitmq), the same messages to the
 // same RabbitMQ, received by the same plain amqp091 consumer.
 //
 // Each side runs a burst (as many messages as -peermsgs, the producers
@@ -54,7 +55,7 @@ type peerSide struct {
 // peerSides are the outboxes compared, in table order: idemgen with its
 // defaults, Watermill with its defaults, and Watermill with a short poll.
 var peerSides = []peerSide{
-	{name: "idemgen (idem.NewRelay, defaults)"},
+	{name: "idemgen (relay.New, defaults)"},
 	{name: "Watermill (forwarder, defaults: 1s poll)", watermill: true, poll: time.Second},
 	{name: "Watermill (forwarder, 10ms poll)", watermill: true, poll: 10 * time.Millisecond},
 }
@@ -201,7 +202,7 @@ func runPeer(ctx context.Context, cfg *config, side peerSide, mode peerMode) (pe
 			consumer.WithLogger(quietLog), rabbitmq.WithConnectionName("idem bench peer relay"))
 		defer pub.Close()
 		startRelay = func() (func() error, error) {
-			relay := idem.NewRelay(relayPool, pub, idem.WithRelayID(tag), idem.WithRelayLogger(quietLog))
+			relay := relay.New(relayPool, pub, relay.WithID(tag), relay.WithLogger(quietLog))
 			errc := make(chan error, 1)
 			go func() { errc <- relay.Run(rctx) }()
 			return func() error { cancel(); return <-errc }, nil
@@ -275,7 +276,7 @@ func runPeer(ctx context.Context, cfg *config, side peerSide, mode peerMode) (pe
 		}
 		lastCommit = time.Now() // the backlog's wait runs from the relay's start
 	}
-	wait := 3*max(side.poll, idem.DefaultRelayPoll) + time.Duration(total)*time.Millisecond + 30*time.Second
+	wait := 3*max(side.poll, relay.DefaultPoll) + time.Duration(total)*time.Millisecond + 30*time.Second
 	if err := recv.wait(ctx, lastCommit.Add(wait)); err != nil {
 		return peerRun{}, fmt.Errorf("%w by %s after the last commit", err, wait)
 	}

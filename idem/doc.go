@@ -4,7 +4,7 @@
 //
 // This package is what users call: the outcomes and errors of a delivery and
 // [ActionFor], the options of the generated wrappers ([Option]), the
-// [Outbox] a publishing handler writes to, the [Relay] that publishes it, the
+// [Outbox] a publishing handler writes to, the relay.Relay that publishes it, the
 // [Janitor] that keeps the tables, and the interfaces the broker adapters take
 // ([Handler], [BatchHandler]). A generated wrapper declares the handler's
 // inbox table (its name and key columns) and hands it to the delivery engine
@@ -35,7 +35,7 @@
 //     handler buffered in its [Outbox] (one INSERT into idem_outbox), and
 //     COMMIT. Then return [Processed]; the caller acks. Once such a commit
 //     is acknowledged, a NOTIFY of its own, shared by the commits of a few
-//     milliseconds, wakes the relays. A [Relay] publishes the committed
+//     milliseconds, wakes the relays. A relay.Relay publishes the committed
 //     outbox rows, at least once each, with their stable ids
 //     ([OutgoingMessageID]).
 //

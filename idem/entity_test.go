@@ -14,6 +14,7 @@ import (
 	"github.com/idemgen/idemgen/idem"
 	"github.com/idemgen/idemgen/idem/idemimpl"
 	"github.com/idemgen/idemgen/idem/idemtest"
+	"github.com/idemgen/idemgen/idem/internal/relaytest"
 )
 
 // mode=entity in every QueryExecMode: the outcomes, and the round trips on
@@ -169,7 +170,7 @@ func TestEntityPublishes(t *testing.T) {
 	for _, f := range purchaseMigrations {
 		sql = string(f.Data)
 	}
-	db := idemtest.New(t, outboxFS(t, map[string]string{"00100_purchases.sql": sql}))
+	db := idemtest.New(t, relaytest.OutboxFS(t, map[string]string{"00100_purchases.sql": sql}))
 	ctx := context.Background()
 	in := idemimpl.NewPublishingEntityInbox(db.Pool, purchaseTable, func(ctx context.Context, tx pgx.Tx, out *idem.Outbox, msg purchase) (idem.None, error) {
 		if _, err := buy(ctx, tx, msg); err != nil {

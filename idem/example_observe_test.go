@@ -12,6 +12,7 @@ import (
 	"github.com/idemgen/idemgen/idem"
 	"github.com/idemgen/idemgen/idem/idemimpl"
 	"github.com/idemgen/idemgen/idem/idemtest"
+	"github.com/idemgen/idemgen/idem/relay"
 )
 
 // ExampleWithMeterProvider wires an inbox and a relay to a logger and an
@@ -42,9 +43,9 @@ func ExampleWithMeterProvider() {
 		return idem.None{}, err
 	}, idem.WithLogger(logger), idem.WithMeterProvider(mp))
 
-	relay := idem.NewRelay(pool, idem.PublisherFunc(func(ctx context.Context, msgs []idem.OutgoingMessage) []error {
+	r := relay.New(pool, idem.PublisherFunc(func(ctx context.Context, msgs []idem.OutgoingMessage) []error {
 		return make([]error, len(msgs)) // a broker adapter's publisher in a service
-	}), idem.WithRelayLogger(logger), idem.WithRelayMeterProvider(mp))
+	}), relay.WithLogger(logger), relay.WithMeterProvider(mp))
 
-	_, _ = inbox, relay // inbox.Handle(ctx, msg) per delivery; go relay.Run(ctx)
+	_, _ = inbox, r // inbox.Handle(ctx, msg) per delivery; go r.Run(ctx)
 }

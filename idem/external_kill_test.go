@@ -21,6 +21,7 @@ import (
 	"github.com/idemgen/idemgen/idem"
 	"github.com/idemgen/idemgen/idem/idemimpl"
 	"github.com/idemgen/idemgen/idem/idemtest"
+	"github.com/idemgen/idemgen/idem/internal/relaytest"
 )
 
 // The tests of workers that die: a child process (this test binary run
@@ -201,8 +202,8 @@ func TestExternalSweeperResetsDeadClaims(t *testing.T) {
 	ids := []string{"pay-dies-always", "pay-dead-2", "pay-dead-3", "pay-dead-4", "pay-dead-5"}
 	expired := func(n int) {
 		t.Helper()
-		waitFor(t, 10*childLease, fmt.Sprintf("%d expired claims", n), func() bool {
-			return queryInt(t, db.Pool, `SELECT count(*)::int FROM idem_test_pay WHERE status = 'running' AND lease_until < now()`) == n
+		relaytest.WaitFor(t, 10*childLease, fmt.Sprintf("%d expired claims", n), func() bool {
+			return relaytest.QueryInt(t, db.Pool, `SELECT count(*)::int FROM idem_test_pay WHERE status = 'running' AND lease_until < now()`) == n
 		})
 	}
 	sweep := func() idem.SweepReport {
@@ -228,7 +229,7 @@ func TestExternalSweeperResetsDeadClaims(t *testing.T) {
 	} else {
 		t.Logf("round 1: a worker died holding %d claims; the sweep reset %d, stuck %s", len(ids), rep.Reset, stuckText(rep))
 	}
-	if n := queryInt(t, db.Pool, `SELECT count(*)::int FROM idem_test_pay WHERE status = 'released' AND attempts = 2 AND fence = 2 AND lease_until IS NULL`); n != len(ids) {
+	if n := relaytest.QueryInt(t, db.Pool, `SELECT count(*)::int FROM idem_test_pay WHERE status = 'released' AND attempts = 2 AND fence = 2 AND lease_until IS NULL`); n != len(ids) {
 		t.Errorf("%d of %d rows released with attempts 2 and fence 2 after the first sweep", n, len(ids))
 	}
 	if rep := sweep(); rep.Reset != 0 {
@@ -296,7 +297,7 @@ func TestExternalTwoSweepersResetOnce(t *testing.T) {
 		}
 		resets[i] = rep.Reset
 	})
-	once := queryInt(t, db.Pool, `SELECT count(*)::int FROM idem_test_pay WHERE status = 'released' AND attempts = 2 AND fence = 2`)
+	once := relaytest.QueryInt(t, db.Pool, `SELECT count(*)::int FROM idem_test_pay WHERE status = 'released' AND attempts = 2 AND fence = 2`)
 	t.Logf("two sweepers at once over %d expired claims: reset %d (in %v) and %d (in %v); %d rows reset exactly once",
 		rows, resets[0], took[0].Round(time.Millisecond), resets[1], took[1].Round(time.Millisecond), once)
 	if resets[0]+resets[1] != rows || once != rows {

@@ -17,6 +17,7 @@ import (
 	"github.com/idemgen/idemgen/idem"
 	"github.com/idemgen/idemgen/idem/idemimpl"
 	"github.com/idemgen/idemgen/idem/idemtest"
+	"github.com/idemgen/idemgen/idem/internal/relaytest"
 )
 
 // The mode=external tests: a payment consumer whose handler charges through
@@ -157,8 +158,8 @@ func (d *cutDB) Acquire(ctx context.Context) (*pgxpool.Conn, error) {
 // database's clock.
 func waitLeaseExpired(t testing.TB, pool *pgxpool.Pool, id string, timeout time.Duration) {
 	t.Helper()
-	waitFor(t, timeout, "the lease of "+id+" to run out", func() bool {
-		return queryInt(t, pool, `SELECT count(*)::int FROM idem_test_pay WHERE key_id = $1 AND status = 'running' AND lease_until < now()`, id) == 1
+	relaytest.WaitFor(t, timeout, "the lease of "+id+" to run out", func() bool {
+		return relaytest.QueryInt(t, pool, `SELECT count(*)::int FROM idem_test_pay WHERE key_id = $1 AND status = 'running' AND lease_until < now()`, id) == 1
 	})
 }
 
@@ -204,7 +205,7 @@ func TestExternalConcurrentDuringLiveClaim(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("no delivery reached the provider within 10s")
 	}
-	waitFor(t, 10*time.Second, "the 15 losing deliveries to return while the winner's call is held", func() bool { return returned.Load() == n-1 })
+	relaytest.WaitFor(t, 10*time.Second, "the 15 losing deliveries to return while the winner's call is held", func() bool { return returned.Load() == n-1 })
 	hold.Release()
 	<-done
 
@@ -293,7 +294,7 @@ func TestExternalTakeoverByOneOfEight(t *testing.T) {
 	<-started
 	cut.cut.Store(true)
 	waitLeaseExpired(t, db.Pool, msg.ID, 10*lease)
-	waitFor(t, 5*lease, "worker A's context to be cancelled", func() bool { return aCause.Load() != nil })
+	relaytest.WaitFor(t, 5*lease, "worker A's context to be cancelled", func() bool { return aCause.Load() != nil })
 	cause := aCause.Load().(error)
 	if !errors.Is(cause, idem.ErrClaimLost) {
 		t.Errorf("worker A's context cause: %v; want ErrClaimLost", cause)
@@ -637,8 +638,8 @@ func TestExternalPurgeSparesRunningClaims(t *testing.T) {
 	table.Retain = time.Hour
 	x := idemimpl.NewExternalInbox(db.Pool, table, charge(idemtest.NewProvider()))
 	n, err := x.Purge(ctx)
-	left := queryInt(t, db.Pool, `SELECT count(*)::int FROM idem_test_pay WHERE key_id IN ('running-old', 'done-new')`)
-	all := queryInt(t, db.Pool, `SELECT count(*)::int FROM idem_test_pay`)
+	left := relaytest.QueryInt(t, db.Pool, `SELECT count(*)::int FROM idem_test_pay WHERE key_id IN ('running-old', 'done-new')`)
+	all := relaytest.QueryInt(t, db.Pool, `SELECT count(*)::int FROM idem_test_pay`)
 	t.Logf("purge with a retention of 1h: deleted %d (%v); %d rows left, the old running claim and the young row among them: %d", n, err, all, left)
 	if err != nil || n != 2 || all != 2 || left != 2 {
 		t.Errorf("purge deleted %d (%v), left %d rows (%d of the two to keep); want 2 deleted, the running claim and the young row kept", n, err, all, left)

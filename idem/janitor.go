@@ -14,6 +14,7 @@ import (
 	"github.com/idemgen/idemgen/idem/internal/obs"
 	"github.com/idemgen/idemgen/idem/internal/partition"
 	"github.com/idemgen/idemgen/idem/internal/pgutil"
+	"github.com/idemgen/idemgen/idem/internal/wait"
 )
 
 // The janitor's defaults: what NewJanitor uses for an option not given.
@@ -218,7 +219,7 @@ func (j *Janitor) Run(ctx context.Context) error {
 			return nil
 		}
 		j.logRound(ctx, rep, err, time.Since(started))
-		if !sleep(ctx, j.o.interval-time.Since(started)) {
+		if !wait.Sleep(ctx, j.o.interval-time.Since(started)) {
 			return nil
 		}
 	}

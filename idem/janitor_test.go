@@ -23,6 +23,7 @@ import (
 	"github.com/idemgen/idemgen/idem"
 	"github.com/idemgen/idemgen/idem/idemimpl"
 	"github.com/idemgen/idemgen/idem/idemtest"
+	"github.com/idemgen/idemgen/idem/internal/relaytest"
 )
 
 // The janitor's tests run on generated tables: the inbox of bench/ledger
@@ -248,7 +249,7 @@ func TestTwoJanitorsPurgeAndSweepEachRowOnce(t *testing.T) {
 	var janitors []*idem.Janitor
 	for _, r := range readers {
 		j, err := idem.NewJanitor(db.Pool, []idem.Maintained{post, pay}, idem.WithJanitorBatchSize(100),
-			idem.WithJanitorOutbox(7*24*time.Hour), idem.WithJanitorLogger(testLogger(t)),
+			idem.WithJanitorOutbox(7*24*time.Hour), idem.WithJanitorLogger(relaytest.Logger(t)),
 			idem.WithJanitorMeterProvider(metric.NewMeterProvider(metric.WithReader(r))))
 		if err != nil {
 			t.Fatal(err)
@@ -292,13 +293,13 @@ func TestTwoJanitorsPurgeAndSweepEachRowOnce(t *testing.T) {
 	if resets[0]+resets[1] != claims {
 		t.Errorf("the sweepers reset %v claims; want %d in all", resets, claims)
 	}
-	if n := queryInt(t, db.Pool, `SELECT count(*) FROM idem_test_pay WHERE key_id LIKE 'run-%' AND (status <> 'released' OR attempts <> 3 OR fence <> 6)`); n != 0 {
+	if n := relaytest.QueryInt(t, db.Pool, `SELECT count(*) FROM idem_test_pay WHERE key_id LIKE 'run-%' AND (status <> 'released' OR attempts <> 3 OR fence <> 6)`); n != 0 {
 		t.Errorf("%d claims not reset exactly once (want released, attempts 3, fence 6)", n)
 	}
-	if n := queryInt(t, db.Pool, `SELECT count(*) FROM idem_bench_ledger`); n != fresh {
+	if n := relaytest.QueryInt(t, db.Pool, `SELECT count(*) FROM idem_bench_ledger`); n != fresh {
 		t.Errorf("%d inbox rows left; want the %d fresh ones", n, fresh)
 	}
-	if n := queryInt(t, db.Pool, `SELECT count(*) FROM idem_outbox`); n != outboxOld+100 {
+	if n := relaytest.QueryInt(t, db.Pool, `SELECT count(*) FROM idem_outbox`); n != outboxOld+100 {
 		t.Errorf("%d outbox rows left; want every one of the %d pending or dead ones", n, outboxOld+100)
 	}
 
@@ -344,15 +345,15 @@ func TestJanitorRunStopsOnCancel(t *testing.T) {
 	mustExec(t, db, `INSERT INTO idem_bench_ledger (key_message_id, fingerprint, created_at)
 		SELECT 'old-' || g, '\x00', now() - interval '31 days' FROM generate_series(1, 500) g`)
 	j, err := idem.NewJanitor(db.Pool, []idem.Maintained{ledger.NewPostIdem(db.Pool)},
-		idem.WithJanitorInterval(20*time.Millisecond), idem.WithJanitorLogger(testLogger(t)))
+		idem.WithJanitorInterval(20*time.Millisecond), idem.WithJanitorLogger(relaytest.Logger(t)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- j.Run(ctx) }()
-	waitFor(t, 10*time.Second, "the first round's purge", func() bool {
-		return queryInt(t, db.Pool, `SELECT count(*) FROM idem_bench_ledger`) == 0
+	relaytest.WaitFor(t, 10*time.Second, "the first round's purge", func() bool {
+		return relaytest.QueryInt(t, db.Pool, `SELECT count(*) FROM idem_bench_ledger`) == 0
 	})
 	if err := j.Run(ctx); err == nil || !strings.Contains(err.Error(), "while it is running") {
 		t.Errorf("a second Run: %v; want it refused", err)

@@ -13,6 +13,8 @@ import (
 
 	"github.com/idemgen/idemgen/idem"
 	"github.com/idemgen/idemgen/idem/idemimpl"
+	"github.com/idemgen/idemgen/idem/internal/relaytest"
+	"github.com/idemgen/idemgen/idem/relay"
 )
 
 // TestNotifyIsCoalescedAndNeverDropped: 16 workers deliver publishing
@@ -26,15 +28,15 @@ import (
 func TestNotifyIsCoalescedAndNeverDropped(t *testing.T) {
 	db := orderDB(t)
 	ctx := context.Background()
-	rec := &recorder{}
-	r := idem.NewRelay(db.Pool, rec.publisher("n", 0, nil), idem.WithRelayID("coalesced-"+db.Schema),
-		idem.WithRelayPollInterval(time.Minute), idem.WithRelayLogger(testLogger(t)))
-	runRelay(t, r)
-	waitFor(t, 5*time.Second, "the listening connection", func() bool { return listeners(t, db, r) == 1 })
+	rec := &relaytest.Recorder{}
+	r := relay.New(db.Pool, rec.Publisher("n", 0, nil), relay.WithID("coalesced-"+db.Schema),
+		relay.WithPollInterval(time.Minute), relay.WithLogger(relaytest.Logger(t)))
+	relaytest.Run(t, r)
+	relaytest.WaitFor(t, 5*time.Second, "the listening connection", func() bool { return relaytest.Listeners(t, db, r) == 1 })
 	// The relay's catch-up claim after it began to listen is behind it once
 	// a first row goes out on its NOTIFY.
-	commitOutbox(t, db.Pool, makeRows("first", 1))
-	waitFor(t, 5*time.Second, "the first row published", func() bool { return rec.len() == 1 })
+	relaytest.Commit(t, db.Pool, relaytest.MakeRows("first", 1))
+	relaytest.WaitFor(t, 5*time.Second, "the first row published", func() bool { return rec.Len() == 1 })
 
 	listener := outboxListener(t, db.URL)
 	var backends sync.Map // the PIDs of the pool's connections
@@ -89,7 +91,7 @@ func TestNotifyIsCoalescedAndNeverDropped(t *testing.T) {
 	}
 	wg.Wait()
 	const deliveries = workers * perWorker
-	waitFor(t, 10*time.Second, "every row published on a NOTIFY (the poll is a minute away)", func() bool { return rec.len() == 1+deliveries })
+	relaytest.WaitFor(t, 10*time.Second, "every row published on a NOTIFY (the poll is a minute away)", func() bool { return rec.Len() == 1+deliveries })
 	// The last NOTIFY may still be on its way to the listener.
 	time.Sleep(200 * time.Millisecond)
 	stopListening()

@@ -18,6 +18,7 @@ import (
 	"github.com/idemgen/idemgen/idem/idemtest"
 	"github.com/idemgen/idemgen/idem/internal/obs"
 	"github.com/idemgen/idemgen/idem/internal/obs/obstest"
+	"github.com/idemgen/idemgen/idem/internal/relaytest"
 )
 
 // The tables of TestEveryModeObservesAlike: one consumer per mode, all keyed
@@ -69,7 +70,7 @@ const (
 // consumer and outcome count exactly the deliveries made.
 func TestEveryModeObservesAlike(t *testing.T) {
 	ctx := context.Background()
-	db := idemtest.New(t, outboxFS(t, map[string]string{
+	db := idemtest.New(t, relaytest.OutboxFS(t, map[string]string{
 		"00100_tx.sql": modesTxMigration, "00101_x.sql": modesXMigration, "00102_entity.sql": modesEntityMigration,
 	}))
 	meter := obstest.New(t)

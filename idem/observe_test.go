@@ -18,6 +18,8 @@ import (
 	"github.com/idemgen/idemgen/idem/idemtest"
 	"github.com/idemgen/idemgen/idem/internal/obs"
 	"github.com/idemgen/idemgen/idem/internal/obs/obstest"
+	"github.com/idemgen/idemgen/idem/internal/relaytest"
+	"github.com/idemgen/idemgen/idem/relay"
 )
 
 // The observability tests: a scripted scenario that makes every outcome of
@@ -143,7 +145,7 @@ func TestObservabilityScenario(t *testing.T) {
 	meter := obstest.New(t)
 	logs := newLogCapture()
 	logger := slog.New(logs)
-	db := idemtest.New(t, outboxFS(t, map[string]string{"00100_obs.sql": obsMigration, "00101_obsx.sql": obsXMigration}))
+	db := idemtest.New(t, relaytest.OutboxFS(t, map[string]string{"00100_obs.sql": obsMigration, "00101_obsx.sql": obsXMigration}))
 	ticketDB := idemtest.New(t, ticketMigrations())
 	opts := []idem.Option{idem.WithLogger(logger), idem.WithMeterProvider(meter)}
 	msg := func(id string, amount int64, attempt int) obsMsg {
@@ -264,8 +266,8 @@ func TestObservabilityScenario(t *testing.T) {
 		t.Fatal(err)
 	}
 	expect(obsXConsumer, obs.ClaimLost, <-first, is(idem.ErrClaimLost))
-	waitFor(t, 5*lease, "the lease of x4 to run out", func() bool {
-		return queryInt(t, db.Pool, `SELECT count(*)::int FROM idem_test_obsx WHERE key_id = 'x4' AND status = 'running' AND lease_until < now()`) == 1
+	relaytest.WaitFor(t, 5*lease, "the lease of x4 to run out", func() bool {
+		return relaytest.QueryInt(t, db.Pool, `SELECT count(*)::int FROM idem_test_obsx WHERE key_id = 'x4' AND status = 'running' AND lease_until < now()`) == 1
 	})
 	rep, err := x.Sweep(ctx)
 	if err != nil || rep.Reset != 1 {
@@ -291,14 +293,14 @@ func TestObservabilityScenario(t *testing.T) {
 
 	// The relay: two rows published, one failing into a dead row, one not
 	// due for an hour.
-	rows := []outRow{
+	rows := []relaytest.Row{
 		{ID: uuid.New(), Key: "k", Destination: "obs.ok", Payload: obsMarker + "-1"},
 		{ID: uuid.New(), Key: "k", Destination: "obs.ok", Payload: obsMarker + "-2"},
 		{ID: uuid.New(), Key: "k", Destination: "obs.fail", Payload: obsMarker + "-3"},
 		{ID: uuid.New(), Key: "k", Destination: "obs.later", Payload: obsMarker + "-4"},
 	}
 	err = pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
-		if err := insertOutbox(ctx, tx, rows); err != nil {
+		if err := relaytest.Insert(ctx, tx, rows); err != nil {
 			return err
 		}
 		_, err := tx.Exec(ctx, `UPDATE idem_outbox SET available_at = now() + interval '1 hour', created_at = now() - interval '5 seconds' WHERE destination = 'obs.later'`)
@@ -307,19 +309,19 @@ func TestObservabilityScenario(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec := &recorder{}
-	relay := idem.NewRelay(db.Pool, rec.publisher("obs", 0, func(m idem.OutgoingMessage) error {
+	rec := &relaytest.Recorder{}
+	r := relay.New(db.Pool, rec.Publisher("obs", 0, func(m idem.OutgoingMessage) error {
 		if m.Destination == "obs.fail" {
 			return errors.New("broker: rejected")
 		}
 		return nil
-	}), idem.WithRelayID("obs"), idem.WithRelayMaxAttempts(1), idem.WithRelayPollInterval(10*time.Millisecond),
-		idem.WithRelayLogger(logger), idem.WithRelayMeterProvider(meter))
-	stopRelay := runRelay(t, relay)
+	}), relay.WithID("obs"), relay.WithMaxAttempts(1), relay.WithPollInterval(10*time.Millisecond),
+		relay.WithLogger(logger), relay.WithMeterProvider(meter))
+	stopRelay := relaytest.Run(t, r)
 	// A published row is deleted: two rows left, the dead one and the one
 	// not due.
-	waitFor(t, 10*time.Second, "two rows published and one dead", func() bool {
-		return queryInt(t, db.Pool, `SELECT count(*)::int * 10 + count(*) FILTER (WHERE dead_at IS NOT NULL)::int FROM idem_outbox`) == 21
+	relaytest.WaitFor(t, 10*time.Second, "two rows published and one dead", func() bool {
+		return relaytest.QueryInt(t, db.Pool, `SELECT count(*)::int * 10 + count(*) FILTER (WHERE dead_at IS NOT NULL)::int FROM idem_outbox`) == 21
 	})
 	running := meter.Collect(t) // the gauges are there while the relay runs
 	stopRelay()

@@ -16,7 +16,7 @@ import (
 // writes the buffered messages as rows of the outbox table,
 // idem_outbox, in the round trip that stores the result and commits, so they
 // exist exactly when the handler's change committed. A handler error or panic
-// discards them, and so does a delivery that does not commit. A [Relay]
+// discards them, and so does a delivery that does not commit. A relay.Relay
 // then publishes the committed rows.
 //
 // The messages of one run get stable ids, [OutgoingMessageID] of the
@@ -82,7 +82,7 @@ type publishOptions struct {
 }
 
 // WithOrderingKey sets the message's ordering key: a relay in ordered mode
-// ([WithRelayOrdered]) publishes the messages of one key one at a time, in
+// (relay.WithOrdered) publishes the messages of one key one at a time, in
 // the order their rows were written. An empty key is no key.
 func WithOrderingKey(key string) PublishOption {
 	return func(o *publishOptions) { o.orderingKey = key }
@@ -189,6 +189,11 @@ func checkText(what, s string) error {
 	}
 	return nil
 }
+
+// OutboxChannel is the channel of the NOTIFY that wakes the relays after
+// commits that wrote outbox rows. It is sent once such a commit is
+// acknowledged, at most once per DB every few milliseconds.
+const OutboxChannel = "idem_outbox"
 
 // WithoutNotify turns off the NOTIFY on [OutboxChannel] that wakes the
 // relays after a publishing inbox committed outbox rows. The NOTIFY is not

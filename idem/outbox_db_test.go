@@ -10,6 +10,8 @@ import (
 
 	"github.com/idemgen/idemgen/idem"
 	"github.com/idemgen/idemgen/idem/idemimpl"
+	"github.com/idemgen/idemgen/idem/internal/relaytest"
+	"github.com/idemgen/idemgen/idem/relay"
 )
 
 // acquireOnly is a user's idem.DB with nothing but Acquire (no Exec, Query
@@ -39,11 +41,11 @@ func TestRelayTakesTheInboxesDB(t *testing.T) {
 	}
 	before := acquires.Load()
 	recv := &capture{}
-	stop := runRelay(t, idem.NewRelay(userDB, recv, idem.WithRelayID("user-db"), idem.WithRelayPollInterval(20*time.Millisecond),
-		idem.WithRelayLogger(testLogger(t))))
-	waitFor(t, 10*time.Second, "the relay to publish 3 messages", func() bool { return len(recv.published()) == 3 })
-	waitFor(t, 10*time.Second, "the published rows deleted", func() bool {
-		return queryInt(t, db.Pool, `SELECT count(*)::int FROM idem_outbox`) == 0
+	stop := relaytest.Run(t, relay.New(userDB, recv, relay.WithID("user-db"), relay.WithPollInterval(20*time.Millisecond),
+		relay.WithLogger(relaytest.Logger(t))))
+	relaytest.WaitFor(t, 10*time.Second, "the relay to publish 3 messages", func() bool { return len(recv.published()) == 3 })
+	relaytest.WaitFor(t, 10*time.Second, "the published rows deleted", func() bool {
+		return relaytest.QueryInt(t, db.Pool, `SELECT count(*)::int FROM idem_outbox`) == 0
 	})
 	stop()
 	// At least the listening connection, a claim and a mark.
@@ -53,7 +55,7 @@ func TestRelayTakesTheInboxesDB(t *testing.T) {
 	// The inbox's NOTIFY is sent after its commit, on a connection of the
 	// pool, by a goroutine of its own: it may still hold that connection for
 	// a moment; a connection the relay leaked would stay acquired.
-	waitFor(t, 5*time.Second, "every connection released after the relay stopped", func() bool {
+	relaytest.WaitFor(t, 5*time.Second, "every connection released after the relay stopped", func() bool {
 		return db.Pool.Stat().AcquiredConns() == 0
 	})
 }

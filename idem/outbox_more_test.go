@@ -21,6 +21,8 @@ import (
 
 	"github.com/idemgen/idemgen/idem"
 	"github.com/idemgen/idemgen/idem/idemimpl"
+	"github.com/idemgen/idemgen/idem/internal/relaytest"
+	"github.com/idemgen/idemgen/idem/relay"
 )
 
 // TestOutboxDuplicateBeforePublish is the outbox's replay rule: duplicates of a
@@ -49,12 +51,12 @@ func TestOutboxDuplicateBeforePublish(t *testing.T) {
 		t.Fatalf("the duplicates changed the outbox:\nbefore %s\nafter  %s", rowsBefore, after)
 	}
 	wantOutboxIDs(t, db.Pool, msg, 2, "after the duplicates")
-	if n := pendingRows(t, db); n != 2 {
+	if n := relaytest.Pending(t, db); n != 2 {
 		t.Fatalf("%d rows pending after the duplicates, want 2", n)
 	}
 	recv := &capture{}
-	stop := runRelay(t, idem.NewRelay(db.Pool, recv, idem.WithRelayID("dup"), idem.WithRelayPollInterval(20*time.Millisecond), idem.WithRelayLogger(testLogger(t))))
-	waitFor(t, 10*time.Second, "the relay to mark both rows", func() bool { return pendingRows(t, db) == 0 })
+	stop := relaytest.Run(t, relay.New(db.Pool, recv, relay.WithID("dup"), relay.WithPollInterval(20*time.Millisecond), relay.WithLogger(relaytest.Logger(t))))
+	relaytest.WaitFor(t, 10*time.Second, "the relay to mark both rows", func() bool { return relaytest.Pending(t, db) == 0 })
 	stop()
 	want := map[string]int{
 		idem.OutgoingMessageID(orderTable.Consumer, []any{"dup", int64(1)}, 0): 1,
@@ -122,7 +124,7 @@ func TestOutboxNoRowsWhenTheDeliveryFails(t *testing.T) {
 			case c.want != nil && !c.want(err):
 				t.Fatalf("Handle: %v", err)
 			}
-			if n := queryInt(t, db.Pool, `SELECT count(*)::int FROM idem_outbox WHERE ordering_key = $1`, msg.Shop); n != 0 {
+			if n := relaytest.QueryInt(t, db.Pool, `SELECT count(*)::int FROM idem_outbox WHERE ordering_key = $1`, msg.Shop); n != 0 {
 				t.Fatalf("%d outbox rows after the failed delivery, want 0", n)
 			}
 			good := idemimpl.NewPublishingInbox(db.Pool, orderTable, placeOrder)
@@ -251,11 +253,11 @@ func TestOutboxKilledInsideTheTransaction(t *testing.T) {
 			}
 			// The server rolls the dead worker's transaction back once it
 			// sees the connection closed; the redelivery's claim waits for it.
-			waitFor(t, 10*time.Second, "the dead worker's backend gone", func() bool {
-				return queryInt(t, db.Pool, `SELECT count(*)::int FROM pg_stat_activity WHERE application_name = 'killed worker'`) == 0
+			relaytest.WaitFor(t, 10*time.Second, "the dead worker's backend gone", func() bool {
+				return relaytest.QueryInt(t, db.Pool, `SELECT count(*)::int FROM pg_stat_activity WHERE application_name = 'killed worker'`) == 0
 			})
 			for _, table := range []string{"idem_outbox", "idem_test_order", "orders"} {
-				if n := queryInt(t, db.Pool, `SELECT count(*)::int FROM `+table+` WHERE `+map[string]string{
+				if n := relaytest.QueryInt(t, db.Pool, `SELECT count(*)::int FROM `+table+` WHERE `+map[string]string{
 					"idem_outbox": "ordering_key = $1", "idem_test_order": "key_shop = $1", "orders": "shop = $1"}[table], msg.Shop); n != 0 {
 					t.Fatalf("%d rows in %s after the kill, want 0", n, table)
 				}
@@ -402,7 +404,7 @@ func TestOutboxNotify(t *testing.T) {
 			t.Errorf("%s: %d notifications on %s, want %d", c.name, got, idem.OutboxChannel, c.want)
 		}
 	}
-	if n := queryInt(t, db.Pool, `SELECT count(*)::int FROM idem_outbox`); n != 7 {
+	if n := relaytest.QueryInt(t, db.Pool, `SELECT count(*)::int FROM idem_outbox`); n != 7 {
 		t.Errorf("%d outbox rows, want 7 (WithoutNotify still writes them)", n)
 	}
 }
@@ -465,7 +467,7 @@ func TestOutboxCostsNoRoundTrip(t *testing.T) {
 						break
 					}
 				}
-				waitFor(t, 5*time.Second, "the notifier to release its connection", func() bool { return pool.Stat().AcquiredConns() == 0 })
+				relaytest.WaitFor(t, 5*time.Second, "the notifier to release its connection", func() bool { return pool.Stat().AcquiredConns() == 0 })
 			}
 			number := int64(0)
 			// deliver returns the round trips of a delivery and, if it
@@ -505,7 +507,7 @@ func TestOutboxCostsNoRoundTrip(t *testing.T) {
 			if got["no outbox"] != want {
 				t.Errorf("a first delivery took %d round trips, want %d (BEGIN + claim, the handler's INSERT, the commit batch)", got["no outbox"], want)
 			}
-			if n := queryInt(t, db.Pool, `SELECT count(*)::int FROM idem_outbox WHERE ordering_key = $1`, shop); n != 12 {
+			if n := relaytest.QueryInt(t, db.Pool, `SELECT count(*)::int FROM idem_outbox WHERE ordering_key = $1`, shop); n != 12 {
 				t.Errorf("%d outbox rows, want 12", n)
 			}
 		})
@@ -546,7 +548,7 @@ func TestPublishRefusesAnOrderingKeyTheIndexCannotHold(t *testing.T) {
 	}))
 	_, _, err := in.Handle(ctx, order{Shop: "long-key", Number: 1})
 	rows := outboxRows(t, db.Pool)
-	inbox := queryInt(t, db.Pool, `SELECT count(*)::int FROM `+orderTable.Name)
+	inbox := relaytest.QueryInt(t, db.Pool, `SELECT count(*)::int FROM `+orderTable.Name)
 	t.Logf("Publish with a 3000-byte ordering key: %v; Handle: %v (%v); outbox rows %d, inbox rows %d", publishErr, err, idem.ActionFor(err), len(rows), inbox)
 	if !errors.Is(publishErr, idem.ErrUnencodable) || !errors.Is(err, idem.ErrUnencodable) || idem.ActionFor(err) != idem.DeadLetter {
 		t.Errorf("Publish: %v, Handle: %v; want errors wrapping ErrUnencodable, dead-lettered", publishErr, err)

@@ -17,6 +17,8 @@ import (
 	"github.com/idemgen/idemgen/idem"
 	"github.com/idemgen/idemgen/idem/idemimpl"
 	"github.com/idemgen/idemgen/idem/idemtest"
+	"github.com/idemgen/idemgen/idem/internal/relaytest"
+	"github.com/idemgen/idemgen/idem/relay"
 )
 
 // The publishing handler of these tests: an order keyed by (Shop, Number)
@@ -75,7 +77,7 @@ var orderTable = idemimpl.Table[order]{
 
 // orderDB is a test schema with the outbox and the order tables.
 func orderDB(t testing.TB) *idemtest.DB {
-	return idemtest.New(t, outboxFS(t, map[string]string{"00100_orders.sql": orderMigration}))
+	return idemtest.New(t, relaytest.OutboxFS(t, map[string]string{"00100_orders.sql": orderMigration}))
 }
 
 // placeOrder records the order and publishes msg.Publish messages to
@@ -212,7 +214,7 @@ func slowFirst(ctx context.Context, tx pgx.Tx, out *idem.Outbox, msg order) (int
 // error or panic and an unencodable payload write none; a relay publishes
 // the rows with their ordering key, headers and payload, once each id.
 // relayOpts are the relay's options (poll-only through PgBouncer).
-func outboxScenarios(t *testing.T, db *idemtest.DB, pool *pgxpool.Pool, shop string, relayOpts ...idem.RelayOption) {
+func outboxScenarios(t *testing.T, db *idemtest.DB, pool *pgxpool.Pool, shop string, relayOpts ...relay.Option) {
 	ctx := context.Background()
 	in := idemimpl.NewPublishingInbox(pool, orderTable, slowFirst)
 	msg := order{Shop: shop, Number: 1, Publish: 2}
@@ -267,9 +269,9 @@ func outboxScenarios(t *testing.T, db *idemtest.DB, pool *pgxpool.Pool, shop str
 	}
 
 	recv := &capture{}
-	opts := append([]idem.RelayOption{idem.WithRelayID("outbox-" + shop), idem.WithRelayPollInterval(20 * time.Millisecond), idem.WithRelayLogger(testLogger(t))}, relayOpts...)
-	stop := runRelay(t, idem.NewRelay(pool, recv, opts...))
-	waitFor(t, 10*time.Second, "the relay to publish the 4 rows", func() bool { return len(recv.published()) >= 4 })
+	opts := append([]relay.Option{relay.WithID("outbox-" + shop), relay.WithPollInterval(20 * time.Millisecond), relay.WithLogger(relaytest.Logger(t))}, relayOpts...)
+	stop := relaytest.Run(t, relay.New(pool, recv, opts...))
+	relaytest.WaitFor(t, 10*time.Second, "the relay to publish the 4 rows", func() bool { return len(recv.published()) >= 4 })
 	stop()
 
 	byID := map[string]idem.OutgoingMessage{}
@@ -350,7 +352,7 @@ func TestOutboxThroughPgBouncer(t *testing.T) {
 		pgx.QueryExecModeDescribeExec,
 	} {
 		t.Run(mode.String(), func(t *testing.T) {
-			outboxScenarios(t, db, poolInMode(t, bouncer, mode), "bouncer-"+mode.String(), idem.WithRelayPollOnly())
+			outboxScenarios(t, db, poolInMode(t, bouncer, mode), "bouncer-"+mode.String(), relay.WithPollOnly())
 		})
 	}
 }

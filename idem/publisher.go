@@ -15,7 +15,7 @@ type OutgoingMessage struct {
 // Publisher sends msgs and returns one error per message, in order: nil once the broker
 // confirmed that message.
 //
-// A [Relay] calls Publish with one batch at a time and no transaction open. It
+// A relay.Relay calls Publish with one batch at a time and no transaction open. It
 // cancels ctx when it stops and when it can no longer hold the batch's lease
 // (another relay may then take the rows): Publish must return promptly once
 // ctx is done, with an error for every message the broker has not confirmed.

@@ -1,6 +1,6 @@
 // Package migrations holds the goose migrations of the runtime's fixed tables:
 // the transactional outbox, idem_outbox, that handlers taking an *idem.Outbox
-// write and idem.Relay publishes from. They are hand-written, embedded in FS,
+// write and relay.Relay publishes from. They are hand-written, embedded in FS,
 // and carry an "-- idemgen:outbox" line so that idemgen recognises the chain
 // when it copies it into a service's migrations folder. Apply them with goose
 // (goose.NewProvider(goose.DialectPostgres, db, migrations.FS)) or let idemgen

@@ -16,6 +16,7 @@ import (
 	"github.com/idemgen/idemgen/examples/billing"
 	"github.com/idemgen/idemgen/examples/notifications"
 	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/idem/relay"
 )
 
 // The roles of the soak's child processes: the parent re-executes its own
@@ -131,9 +132,9 @@ func runChild(args []string) int {
 	case roleRelay:
 		pub, closePub := b.publisher(*name, log)
 		defer closePub()
-		run = idem.NewRelay(pool, countingPublisher{pub: pub, st: &st}, idem.WithRelayID(*name),
-			idem.WithRelayPollInterval(200*time.Millisecond), idem.WithRelayBatchSize(200),
-			idem.WithRelayBackoff(50*time.Millisecond, 2*time.Second), idem.WithRelayLogger(log)).Run
+		run = relay.New(pool, countingPublisher{pub: pub, st: &st}, relay.WithID(*name),
+			relay.WithPollInterval(200*time.Millisecond), relay.WithBatchSize(200),
+			relay.WithBackoff(50*time.Millisecond, 2*time.Second), relay.WithLogger(log)).Run
 	default:
 		fmt.Fprintf(os.Stderr, "unknown role %q\n", *role)
 		return 2

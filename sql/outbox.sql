@@ -1,4 +1,4 @@
--- The queries of idem.Relay over idem_outbox (migrations/), compiled by sqlc
+-- The queries of relay.Relay over idem_outbox (migrations/), compiled by sqlc
 -- into generated/outboxdb. Every statement is one short transaction of its
 -- own; none is held open while a message is on its way to a broker.
 

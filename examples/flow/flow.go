@@ -22,6 +22,7 @@ import (
 	"github.com/idemgen/idemgen/examples/billing"
 	"github.com/idemgen/idemgen/examples/notifications"
 	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/idem/relay"
 	"github.com/idemgen/idemgen/internal/demo"
 )
 
@@ -218,9 +219,9 @@ func (f *Flow) Process(ctx context.Context, want Expect, timeout time.Duration) 
 			}
 		}()
 	}
-	relay := idem.NewRelay(f.Pool, &confirmCounter{pub: f.Broker.Publisher(), n: &f.relayed},
-		idem.WithRelayID(f.Schema), idem.WithRelayPollInterval(100*time.Millisecond),
-		idem.WithRelayBackoff(50*time.Millisecond, time.Second), idem.WithRelayLogger(f.log.With("relay", f.Schema)))
+	relay := relay.New(f.Pool, &confirmCounter{pub: f.Broker.Publisher(), n: &f.relayed},
+		relay.WithID(f.Schema), relay.WithPollInterval(100*time.Millisecond),
+		relay.WithBackoff(50*time.Millisecond, time.Second), relay.WithLogger(f.log.With("relay", f.Schema)))
 	start("billing consumer", f.Broker.Billing(counting(&f.billing, chargeHandler(f.Pool)), 4, f.log.With("consumer", "billing")).Run)
 	start("relay", relay.Run)
 	start("notifications consumer", f.Broker.Notifications(counting(&f.notes, notifications.NewNotifyChargeCompletedIdem(f.Pool)),

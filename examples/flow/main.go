@@ -2,7 +2,7 @@
 // published, each several times (an order service whose publish is retried),
 // → billing consumes them with the generated wrapper of billing.Charge, which
 // writes ChargeCompleted to the outbox in the charge's transaction → an
-// idem.Relay publishes it with the broker's confirms, its stable id as the
+// relay.Relay publishes it with the broker's confirms, its stable id as the
 // broker's message id → a notifications consumer applies each ChargeCompleted
 // once (notifications.NotifyChargeCompleted, keyed on that id). It prints
 // the counts and exits 0 only when they are exact: one charge, one relayed

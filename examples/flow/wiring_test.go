@@ -10,10 +10,10 @@ import (
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/idemgen/idemgen/examples/billing"
-	"github.com/idemgen/idemgen/idem"
 	idemjs "github.com/idemgen/idemgen/idem/jetstream"
 	"github.com/idemgen/idemgen/idem/kafka"
 	"github.com/idemgen/idemgen/idem/rabbitmq"
+	"github.com/idemgen/idemgen/idem/relay"
 )
 
 // readmeWiring is the wiring the README's Brokers section shows, line for
@@ -22,17 +22,17 @@ import (
 func readmeWiring(ctx context.Context, pool *pgxpool.Pool, svc *billing.Service, amqpURL string, nc *nats.Conn, js natsjs.JetStream, brokers []string) error {
 	var errs []error
 	{
-		go idem.NewRelay(pool, rabbitmq.NewPublisher(amqpURL)).Run(ctx)
+		go relay.New(pool, rabbitmq.NewPublisher(amqpURL)).Run(ctx)
 		err := rabbitmq.Consume(ctx, amqpURL, rabbitmq.Topology{Queue: "billing.charge"}, billing.NewChargeIdem(pool, svc))
 		errs = append(errs, err)
 	}
 	{
-		go idem.NewRelay(pool, idemjs.NewPublisher(nc)).Run(ctx)
+		go relay.New(pool, idemjs.NewPublisher(nc)).Run(ctx)
 		err := idemjs.Consume(ctx, js, idemjs.Topology{Stream: "ORDERS", Consumer: "billing"}, billing.NewChargeIdem(pool, svc))
 		errs = append(errs, err)
 	}
 	{
-		go idem.NewRelay(pool, kafka.NewPublisher(brokers)).Run(ctx)
+		go relay.New(pool, kafka.NewPublisher(brokers)).Run(ctx)
 		err := kafka.Consume(ctx, brokers, "billing", []string{"billing.charge"}, billing.NewChargeIdem(pool, svc))
 		errs = append(errs, err)
 	}

@@ -24,7 +24,7 @@ const _ = idemimpl.SupportPackageIsVersion3
 // redelivered message gets the stored result back without running the handler
 // again. The handler publishes through the outbox: the messages it gives to its
 // *idem.Outbox are written to idem_outbox in the same commit, with ids derived
-// from the consumer and the key, or not at all; an idem.Relay delivers them.
+// from the consumer and the key, or not at all; a relay.Relay delivers them.
 // Build it with NewShipIdem.
 //
 // Its methods are those of the idemimpl.Inbox it embeds: Handle and Deliver

@@ -1,5 +1,5 @@
 // Package outboxdb is sqlc's compilation of the relay's queries (sql/) over
-// the outbox table (migrations/): the statements idem.Relay runs. Generated;
+// the outbox table (migrations/): the statements relay.Relay runs. Generated;
 // edit sql/ and run go generate, never the generated files.
 package outboxdb
 

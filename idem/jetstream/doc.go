@@ -3,7 +3,7 @@
 // [Consumer] that pulls from a durable consumer, feeds each message to an
 // [idem.Handler] (a generated wrapper, an [idemimpl.Inbox]) and acknowledges it
 // only after its transaction committed, and a [Publisher] that an
-// [idem.Relay] publishes the outbox through, each message with its PubAck.
+// [relay.Relay] publishes the outbox through, each message with its PubAck.
 //
 // # What the consumer does with each message
 //

@@ -11,9 +11,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/idemgen/idemgen/idem"
 	"github.com/idemgen/idemgen/idem/consumer"
 	idemjs "github.com/idemgen/idemgen/idem/jetstream"
+	"github.com/idemgen/idemgen/idem/relay"
 )
 
 // Example wires a consumer and a relay: the stream, the durable consumer and
@@ -49,7 +49,7 @@ func Example() {
 	// The relay publishes what handlers wrote to the outbox; the stable id
 	// becomes the Nats-Msg-Id.
 	go func() {
-		if err := idem.NewRelay(pool, idemjs.NewPublisher(nc)).Run(ctx); err != nil {
+		if err := relay.New(pool, idemjs.NewPublisher(nc)).Run(ctx); err != nil {
 			log.Print(err)
 		}
 	}()

@@ -40,7 +40,7 @@ func commitOutbox(t testing.TB, pool *pgxpool.Pool, rows []outRow) {
 	brokertest.CommitOutbox(t, pool, "test.jetstream", rows)
 }
 
-// TestPublisherThroughRelay: a real idem.Relay publishes committed outbox
+// TestPublisherThroughRelay: a real relay.Relay publishes committed outbox
 // rows through the Publisher; each is stored once with the row's stable id
 // as Nats-Msg-Id and its headers, and the rows are marked published (PubAck).
 func TestPublisherThroughRelay(t *testing.T) {

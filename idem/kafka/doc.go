@@ -2,7 +2,7 @@
 // github.com/twmb/franz-go): a [Consumer] in a consumer group that feeds each
 // record to an [idem.Handler] (a generated wrapper, an [idemimpl.Inbox]) and
 // commits its offset only after the handler's transaction committed, and a
-// [Publisher] that an [idem.Relay] produces the outbox through, with an
+// [Publisher] that an [relay.Relay] produces the outbox through, with an
 // idempotent producer and acks.
 //
 // # What the consumer does with each record

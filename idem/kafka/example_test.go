@@ -9,9 +9,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/idemgen/idemgen/idem"
 	"github.com/idemgen/idemgen/idem/consumer"
 	"github.com/idemgen/idemgen/idem/kafka"
+	"github.com/idemgen/idemgen/idem/relay"
 )
 
 // Example wires a consumer and a relay: the records of billing.charge
@@ -33,7 +33,7 @@ func Example() {
 	pub := kafka.NewPublisher(brokers)
 	defer pub.Close()
 	go func() {
-		if err := idem.NewRelay(pool, pub).Run(ctx); err != nil {
+		if err := relay.New(pool, pub).Run(ctx); err != nil {
 			log.Print(err)
 		}
 	}()

@@ -41,7 +41,7 @@ func commitOutbox(t testing.TB, pool *pgxpool.Pool, rows []outRow) {
 	brokertest.CommitOutbox(t, pool, "test.kafka", rows)
 }
 
-// TestPublisherThroughRelay: a real idem.Relay publishes committed outbox
+// TestPublisherThroughRelay: a real relay.Relay publishes committed outbox
 // rows through the Publisher; each record arrives once with the row's stable
 // id in the idem-message-id header and as the key, with the row's headers,
 // and the rows are marked published (acknowledged).

@@ -2,7 +2,7 @@
 // github.com/rabbitmq/amqp091-go): a [Consumer] that feeds a queue's
 // deliveries to an [idem.Handler] (a generated wrapper, an [idemimpl.Inbox]) and
 // acknowledges each only after its transaction committed, and a [Publisher]
-// that an [idem.Relay] publishes the outbox through, with publisher confirms.
+// that an [relay.Relay] publishes the outbox through, with publisher confirms.
 //
 // # What the consumer does with each delivery
 //

@@ -10,9 +10,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/idemgen/idemgen/idem"
 	"github.com/idemgen/idemgen/idem/consumer"
 	"github.com/idemgen/idemgen/idem/rabbitmq"
+	"github.com/idemgen/idemgen/idem/relay"
 )
 
 // Example wires a consumer and a relay: the queue's topology declared at
@@ -49,7 +49,7 @@ func Example() {
 	pub := rabbitmq.NewPublisher(url)
 	defer pub.Close()
 	go func() {
-		if err := idem.NewRelay(pool, pub).Run(ctx); err != nil {
+		if err := relay.New(pool, pub).Run(ctx); err != nil {
 			log.Print(err)
 		}
 	}()

@@ -15,6 +15,7 @@ import (
 	"github.com/idemgen/idemgen/idem/consumer"
 	"github.com/idemgen/idemgen/idem/idemtest/brokertest"
 	"github.com/idemgen/idemgen/idem/rabbitmq"
+	"github.com/idemgen/idemgen/idem/relay"
 )
 
 // TestRelayOutageLogIsBounded: a relay whose broker refuses connections for
@@ -44,8 +45,8 @@ func TestRelayOutageLogIsBounded(t *testing.T) {
 	logs, log := brokertest.NewLogs(t)
 	pub := rabbitmq.NewPublisher(url, rabbitmq.WithConfig(amqp.Config{Dial: dial}), consumer.WithLogger(log))
 	t.Cleanup(func() { pub.Close() })
-	r := idem.NewRelay(db.Pool, pub, idem.WithRelayID("outage"), idem.WithRelayPollInterval(50*time.Millisecond),
-		idem.WithRelayBackoff(100*time.Millisecond, 400*time.Millisecond), idem.WithRelayMaxAttempts(1000), idem.WithRelayLogger(log))
+	r := relay.New(db.Pool, pub, relay.WithID("outage"), relay.WithPollInterval(50*time.Millisecond),
+		relay.WithBackoff(100*time.Millisecond, 400*time.Millisecond), relay.WithMaxAttempts(1000), relay.WithLogger(log))
 	brokertest.Run(t, r)
 	time.Sleep(outage)
 	during := strings.Count(logs.String(), "\n")

@@ -39,7 +39,7 @@ func commitOutbox(t testing.TB, pool *pgxpool.Pool, rows []outRow) {
 	brokertest.CommitOutbox(t, pool, "test.rabbit", rows)
 }
 
-// TestPublisherThroughRelay: a real idem.Relay publishes committed outbox
+// TestPublisherThroughRelay: a real relay.Relay publishes committed outbox
 // rows through the Publisher; each arrives once with the row's stable id as
 // message_id and its headers, and the rows are marked published (confirmed).
 func TestPublisherThroughRelay(t *testing.T) {

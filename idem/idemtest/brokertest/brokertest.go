@@ -27,6 +27,7 @@ import (
 	"github.com/idemgen/idemgen/idem"
 	"github.com/idemgen/idemgen/idem/idemimpl"
 	"github.com/idemgen/idemgen/idem/idemtest"
+	"github.com/idemgen/idemgen/idem/relay"
 	outboxmigrations "github.com/idemgen/idemgen/migrations"
 )
 
@@ -348,12 +349,12 @@ func OrderRows(t testing.TB, dest, prefix string, from, n int) []OutRow {
 	return rows
 }
 
-// RunRelay runs an idem.Relay over pub until the test ends.
+// RunRelay runs an relay.Relay over pub until the test ends.
 func RunRelay(t testing.TB, pool *pgxpool.Pool, pub idem.Publisher) {
 	t.Helper()
 	_, logger := NewLogs(t)
-	r := idem.NewRelay(pool, pub, idem.WithRelayPollInterval(20*time.Millisecond), idem.WithRelayBackoff(50*time.Millisecond, 200*time.Millisecond),
-		idem.WithRelayBatchSize(25), idem.WithRelayLogger(logger))
+	r := relay.New(pool, pub, relay.WithPollInterval(20*time.Millisecond), relay.WithBackoff(50*time.Millisecond, 200*time.Millisecond),
+		relay.WithBatchSize(25), relay.WithLogger(logger))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- r.Run(ctx) }()

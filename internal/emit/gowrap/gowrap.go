@@ -51,10 +51,10 @@ func (e emitter) wrapper(f *jen.File) {
 	publishes := ""
 	if h.Outbox {
 		publishes = "The handler publishes through the outbox: the messages it gives to its *idem.Outbox are written to idem_outbox " +
-			"in the same commit, with ids derived from the consumer and the key, or not at all; an idem.Relay delivers them. "
+			"in the same commit, with ids derived from the consumer and the key, or not at all; a relay.Relay delivers them. "
 		if h.Set {
 			publishes = "The handler publishes through the outbox: what it gives to out.For(i) is written to idem_outbox " +
-				"in the same commit, with ids derived from the consumer and the key of msgs[i], or not at all; an idem.Relay delivers them. "
+				"in the same commit, with ids derived from the consumer and the key of msgs[i], or not at all; a relay.Relay delivers them. "
 		}
 	}
 	batches := "the keys of a batch claimed in one statement, in one transaction per batch"

@@ -2,7 +2,7 @@
 // the service's migrations (its own tables, the inboxes idemgen generated and
 // the outbox chain it copied) in a fresh schema, delivers messages through
 // the generated wrappers, duplicates included, and prints what happened and
-// what a consumer does with each delivery (idem.ActionFor). An idem.Relay runs
+// what a consumer does with each delivery (idem.ActionFor). An relay.Relay runs
 // meanwhile and publishes the ChargeCompleted messages that Charge wrote to
 // the outbox, through a publisher that records them; the demo prints them,
 // with their ids, which are derived from the consumer and the order id and so
@@ -39,6 +39,7 @@ import (
 	"github.com/idemgen/idemgen/examples/billing"
 	"github.com/idemgen/idemgen/examples/inventory"
 	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/idem/relay"
 	"github.com/idemgen/idemgen/internal/demo"
 )
 
@@ -62,8 +63,8 @@ func run(ctx context.Context, dbURL, schema string, w io.Writer) (err error) {
 	// the NOTIFY that follows the commits that wrote rows, while the
 	// deliveries run.
 	published := &recorder{}
-	relay := idem.NewRelay(pool, published, idem.WithRelayID("billing-demo"),
-		idem.WithRelayLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	relay := relay.New(pool, published, relay.WithID("billing-demo"),
+		relay.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
 	relayCtx, stopRelay := context.WithCancel(ctx)
 	relayDone := make(chan error, 1)
 	go func() { relayDone <- relay.Run(relayCtx) }()
@@ -192,7 +193,7 @@ func (r *recorder) Publish(_ context.Context, msgs []idem.OutgoingMessage) []err
 
 // wait returns the messages published, once relay has published at least n
 // and its outbox holds nothing pending.
-func (r *recorder) wait(ctx context.Context, relay *idem.Relay, n int) ([]idem.OutgoingMessage, error) {
+func (r *recorder) wait(ctx context.Context, relay *relay.Relay, n int) ([]idem.OutgoingMessage, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	for {

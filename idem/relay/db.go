@@ -1,4 +1,4 @@
-package idem
+package relay
 
 import (
 	"context"
@@ -10,14 +10,15 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemgen/idemgen/generated/outboxdb"
+	"github.com/idemgen/idemgen/idem"
 	"github.com/idemgen/idemgen/idem/internal/pgutil"
 )
 
 // acquiringDB gives the relay's queries (outboxdb.DBTX) what a
-// *pgxpool.Pool's Exec, Query and QueryRow do, for any [DB]: each statement
+// *pgxpool.Pool's Exec, Query and QueryRow do, for any [idem.DB]: each statement
 // runs on a connection acquired for it and released once its result is
 // read, so that a relay takes the same DB as the inboxes do.
-type acquiringDB struct{ db DB }
+type acquiringDB struct{ db idem.DB }
 
 var _ outboxdb.DBTX = acquiringDB{}
 

@@ -1,4 +1,4 @@
-package idem_test
+package relay_test
 
 import (
 	"context"
@@ -17,14 +17,15 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemgen/idemgen/idem"
-	"github.com/idemgen/idemgen/idem/idemimpl"
 	"github.com/idemgen/idemgen/idem/idemtest"
+	"github.com/idemgen/idemgen/idem/internal/relaytest"
+	"github.com/idemgen/idemgen/idem/relay"
 	outboxmigrations "github.com/idemgen/idemgen/migrations"
 )
 
 // writeConcurrently writes rows in transactions of perTx rows from workers
 // goroutines at once, each transaction with its NOTIFY.
-func writeConcurrently(t *testing.T, pool *pgxpool.Pool, rows []outRow, workers, perTx int) {
+func writeConcurrently(t *testing.T, pool *pgxpool.Pool, rows []relaytest.Row, workers, perTx int) {
 	t.Helper()
 	var next atomic.Int64
 	var wg sync.WaitGroup
@@ -37,7 +38,7 @@ func writeConcurrently(t *testing.T, pool *pgxpool.Pool, rows []outRow, workers,
 				if from >= len(rows) {
 					return
 				}
-				commitOutbox(t, pool, rows[from:min(from+perTx, len(rows))])
+				relaytest.Commit(t, pool, rows[from:min(from+perTx, len(rows))])
 			}
 		}()
 	}
@@ -50,18 +51,18 @@ func writeConcurrently(t *testing.T, pool *pgxpool.Pool, rows []outRow, workers,
 func TestRelaysShareTheWork(t *testing.T) {
 	for _, relays := range []int{2, 4} {
 		t.Run(fmt.Sprintf("relays=%d", relays), func(t *testing.T) {
-			db := idemtest.New(t, outboxFS(t, nil))
-			rows := makeRows("share", 10000)
-			rec := &recorder{}
+			db := idemtest.New(t, relaytest.OutboxFS(t, nil))
+			rows := relaytest.MakeRows("share", 10000)
+			rec := &relaytest.Recorder{}
 			for i := 0; i < relays; i++ {
 				id := fmt.Sprintf("r%d", i)
-				r := idem.NewRelay(db.Pool, rec.publisher(id, time.Millisecond, nil), idem.WithRelayID(id), idem.WithRelayLogger(testLogger(t)))
-				runRelay(t, r)
+				r := relay.New(db.Pool, rec.Publisher(id, time.Millisecond, nil), relay.WithID(id), relay.WithLogger(relaytest.Logger(t)))
+				relaytest.Run(t, r)
 			}
 			writeConcurrently(t, db.Pool, rows, 8, 100)
-			waitFor(t, 20*time.Second, "every row published", func() bool { return pendingRows(t, db) == 0 })
-			pubs := rec.snapshot()
-			checkNoOverlap(t, pubs)
+			relaytest.WaitFor(t, 20*time.Second, "every row published", func() bool { return relaytest.Pending(t, db) == 0 })
+			pubs := rec.Snapshot()
+			relaytest.CheckNoOverlap(t, pubs)
 			seen := map[string]bool{}
 			byRelay := map[string]int{}
 			for _, p := range pubs {
@@ -73,7 +74,7 @@ func TestRelaysShareTheWork(t *testing.T) {
 					t.Fatalf("row %s never published", r.ID)
 				}
 			}
-			if got := queryInt(t, db.Pool, `SELECT count(*)::int FROM idem_outbox`); got != 0 {
+			if got := relaytest.QueryInt(t, db.Pool, `SELECT count(*)::int FROM idem_outbox`); got != 0 {
 				t.Errorf("%d rows left in the outbox, want none (each deleted once published)", got)
 			}
 			t.Logf("%d publications of %d rows; by relay: %v", len(pubs), len(rows), byRelay)
@@ -89,22 +90,22 @@ func TestRelaysShareTheWork(t *testing.T) {
 // lapse, and a lease of tens of milliseconds left too thin a margin for the
 // publisher to notice in time.
 func TestRelayLeaseShorterThanPublish(t *testing.T) {
-	db := idemtest.New(t, outboxFS(t, nil))
-	rows := makeRows("slow", 30)
-	commitOutbox(t, db.Pool, rows)
-	rec := &recorder{}
+	db := idemtest.New(t, relaytest.OutboxFS(t, nil))
+	rows := relaytest.MakeRows("slow", 30)
+	relaytest.Commit(t, db.Pool, rows)
+	rec := &relaytest.Recorder{}
 	for i := 0; i < 5; i++ {
 		id := fmt.Sprintf("slow%d", i)
-		r := idem.NewRelay(db.Pool, rec.publisher(id, 2500*time.Millisecond, nil), idem.WithRelayID(id),
-			idem.WithRelayBatchSize(10), idem.WithRelayLease(time.Second), idem.WithRelayPollInterval(10*time.Millisecond),
-			idem.WithRelayLogger(testLogger(t)))
-		runRelay(t, r)
+		r := relay.New(db.Pool, rec.Publisher(id, 2500*time.Millisecond, nil), relay.WithID(id),
+			relay.WithBatchSize(10), relay.WithLease(time.Second), relay.WithPollInterval(10*time.Millisecond),
+			relay.WithLogger(relaytest.Logger(t)))
+		relaytest.Run(t, r)
 	}
-	allPublished := eventually(20*time.Second, func() bool { return pendingRows(t, db) == 0 })
-	pubs := rec.snapshot()
-	checkNoOverlap(t, pubs)
+	allPublished := relaytest.Eventually(20*time.Second, func() bool { return relaytest.Pending(t, db) == 0 })
+	pubs := rec.Snapshot()
+	relaytest.CheckNoOverlap(t, pubs)
 	if !allPublished {
-		t.Errorf("%d rows still pending after 20s", pendingRows(t, db))
+		t.Errorf("%d rows still pending after 20s", relaytest.Pending(t, db))
 	}
 	if len(pubs) != len(rows) {
 		t.Errorf("%d publications of %d rows: a lease lapsed during a publish and another relay took the rows", len(pubs), len(rows))
@@ -117,8 +118,8 @@ func TestRelayLeaseShorterThanPublish(t *testing.T) {
 // dead-lettered after the maximum attempts, kept and visible; the other
 // messages are published at once, not held back by either.
 func TestRelayRetriesBackoffAndDeadLetters(t *testing.T) {
-	db := idemtest.New(t, outboxFS(t, nil))
-	rows := makeRows("fault", 6)
+	db := idemtest.New(t, relaytest.OutboxFS(t, nil))
+	rows := relaytest.MakeRows("fault", 6)
 	flaky, poison := rows[1].ID.String(), rows[4].ID.String()
 	var flakyFails atomic.Int32
 	fail := func(m idem.OutgoingMessage) error {
@@ -130,16 +131,16 @@ func TestRelayRetriesBackoffAndDeadLetters(t *testing.T) {
 		}
 		return nil
 	}
-	rec := &recorder{}
+	rec := &relaytest.Recorder{}
 	const base, maxBackoff = 60 * time.Millisecond, 100 * time.Millisecond
-	r := idem.NewRelay(db.Pool, rec.publisher("f", 0, fail), idem.WithRelayID("f"), idem.WithRelayMaxAttempts(3),
-		idem.WithRelayBackoff(base, maxBackoff), idem.WithRelayPollInterval(10*time.Millisecond), idem.WithRelayLogger(testLogger(t)))
-	runRelay(t, r)
-	commitOutbox(t, db.Pool, rows)
-	waitFor(t, 10*time.Second, "every row published or dead", func() bool { return pendingRows(t, db) == 0 })
+	r := relay.New(db.Pool, rec.Publisher("f", 0, fail), relay.WithID("f"), relay.WithMaxAttempts(3),
+		relay.WithBackoff(base, maxBackoff), relay.WithPollInterval(10*time.Millisecond), relay.WithLogger(relaytest.Logger(t)))
+	relaytest.Run(t, r)
+	relaytest.Commit(t, db.Pool, rows)
+	relaytest.WaitFor(t, 10*time.Second, "every row published or dead", func() bool { return relaytest.Pending(t, db) == 0 })
 
-	attempts := map[string][]publication{}
-	for _, p := range rec.snapshot() {
+	attempts := map[string][]relaytest.Publication{}
+	for _, p := range rec.Snapshot() {
 		attempts[p.ID] = append(attempts[p.ID], p)
 	}
 	for _, row := range rows {
@@ -180,7 +181,7 @@ func TestRelayRetriesBackoffAndDeadLetters(t *testing.T) {
 	)
 	ctx := context.Background()
 	// A published row is deleted: of the six, only the poison row is left.
-	if got := queryInt(t, db.Pool, `SELECT count(*)::int FROM idem_outbox WHERE message_id <> $1::uuid`, poison); got != 0 {
+	if got := relaytest.QueryInt(t, db.Pool, `SELECT count(*)::int FROM idem_outbox WHERE message_id <> $1::uuid`, poison); got != 0 {
 		t.Errorf("%d published rows left in the outbox, want none (the flaky one deleted once its third try was confirmed)", got)
 	}
 	if err := db.Pool.QueryRow(ctx, `SELECT dead_at IS NOT NULL, last_error, attempts FROM idem_outbox WHERE message_id = $1::uuid`, poison).
@@ -199,7 +200,7 @@ func TestRelayRetriesBackoffAndDeadLetters(t *testing.T) {
 	}
 	// A dead row is never claimed again.
 	time.Sleep(100 * time.Millisecond)
-	if got := len(rec.snapshot()); got != 1*4+3+3 {
+	if got := len(rec.Snapshot()); got != 1*4+3+3 {
 		t.Errorf("%d publications, want 10 (the dead row was tried again?)", got)
 	}
 }
@@ -207,24 +208,20 @@ func TestRelayRetriesBackoffAndDeadLetters(t *testing.T) {
 // TestRelayPollOnly: without a listening connection (as through PgBouncer in
 // transaction mode) the relay publishes rows committed without any NOTIFY.
 func TestRelayPollOnly(t *testing.T) {
-	db := idemtest.New(t, outboxFS(t, nil))
-	rec := &recorder{}
-	r := idem.NewRelay(db.Pool, rec.publisher("p", 0, nil), idem.WithRelayID("poll-only-"+db.Schema), idem.WithRelayPollOnly(),
-		idem.WithRelayPollInterval(30*time.Millisecond), idem.WithRelayLogger(testLogger(t)))
-	runRelay(t, r)
-	rows := makeRows("poll", 5)
+	db := idemtest.New(t, relaytest.OutboxFS(t, nil))
+	rec := &relaytest.Recorder{}
+	r := relay.New(db.Pool, rec.Publisher("p", 0, nil), relay.WithID("poll-only-"+db.Schema), relay.WithPollOnly(),
+		relay.WithPollInterval(30*time.Millisecond), relay.WithLogger(relaytest.Logger(t)))
+	relaytest.Run(t, r)
+	rows := relaytest.MakeRows("poll", 5)
 	ctx := context.Background()
-	if err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error { return insertOutbox(ctx, tx, rows) }); err != nil {
+	if err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error { return relaytest.Insert(ctx, tx, rows) }); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "the rows published by polling", func() bool { return pendingRows(t, db) == 0 })
-	if n := listeners(t, db, r); n != 0 {
+	relaytest.WaitFor(t, 5*time.Second, "the rows published by polling", func() bool { return relaytest.Pending(t, db) == 0 })
+	if n := relaytest.Listeners(t, db, r); n != 0 {
 		t.Errorf("%d listening connections of a poll-only relay, want none", n)
 	}
-}
-
-func listeners(t *testing.T, db *idemtest.DB, r *idem.Relay) int {
-	return queryInt(t, db.Pool, `SELECT count(*)::int FROM pg_stat_activity WHERE application_name = $1`, "idem relay "+r.ID())
 }
 
 // TestRelayListenerReconnects: the listening connection terminated with
@@ -232,24 +229,24 @@ func listeners(t *testing.T, db *idemtest.DB, r *idem.Relay) int {
 // (their NOTIFY lost) are published by the catch-up poll after the
 // reconnection, long before the next regular poll.
 func TestRelayListenerReconnects(t *testing.T) {
-	db := idemtest.New(t, outboxFS(t, nil))
-	rec := &recorder{}
-	r := idem.NewRelay(db.Pool, rec.publisher("l", 0, nil), idem.WithRelayID("listen-"+db.Schema),
-		idem.WithRelayPollInterval(time.Minute), idem.WithRelayLogger(testLogger(t)))
+	db := idemtest.New(t, relaytest.OutboxFS(t, nil))
+	rec := &relaytest.Recorder{}
+	r := relay.New(db.Pool, rec.Publisher("l", 0, nil), relay.WithID("listen-"+db.Schema),
+		relay.WithPollInterval(time.Minute), relay.WithLogger(relaytest.Logger(t)))
 	var opens atomic.Int32
 	inGap, endGap := make(chan struct{}), make(chan struct{})
-	idem.SetBeforeListen(r, func() {
+	relay.SetBeforeListen(r, func() {
 		if opens.Add(1) == 2 {
 			close(inGap)
 			<-endGap
 		}
 	})
-	runRelay(t, r)
-	waitFor(t, 5*time.Second, "the listening connection", func() bool { return listeners(t, db, r) == 1 })
+	relaytest.Run(t, r)
+	relaytest.WaitFor(t, 5*time.Second, "the listening connection", func() bool { return relaytest.Listeners(t, db, r) == 1 })
 
-	first := makeRows("before", 1)
-	commitOutbox(t, db.Pool, first)
-	waitFor(t, 5*time.Second, "the row published on its NOTIFY", func() bool { return rec.len() == 1 })
+	first := relaytest.MakeRows("before", 1)
+	relaytest.Commit(t, db.Pool, first)
+	relaytest.WaitFor(t, 5*time.Second, "the row published on its NOTIFY", func() bool { return rec.Len() == 1 })
 
 	var terminated bool
 	if err := db.Pool.QueryRow(context.Background(), `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1`,
@@ -257,26 +254,26 @@ func TestRelayListenerReconnects(t *testing.T) {
 		t.Fatalf("pg_terminate_backend: %v, %v", terminated, err)
 	}
 	<-inGap
-	gap := makeRows("gap", 3)
-	commitOutbox(t, db.Pool, gap)
+	gap := relaytest.MakeRows("gap", 3)
+	relaytest.Commit(t, db.Pool, gap)
 	time.Sleep(100 * time.Millisecond)
-	if got := rec.len(); got != 1 {
+	if got := rec.Len(); got != 1 {
 		t.Fatalf("%d publications while nobody listened, want 1 (the poll is a minute away)", got)
 	}
 	close(endGap)
-	waitFor(t, 5*time.Second, "the rows of the gap published after the reconnection", func() bool { return rec.len() == 4 })
-	waitFor(t, 5*time.Second, "the new listening connection", func() bool { return listeners(t, db, r) == 1 })
+	relaytest.WaitFor(t, 5*time.Second, "the rows of the gap published after the reconnection", func() bool { return rec.Len() == 4 })
+	relaytest.WaitFor(t, 5*time.Second, "the new listening connection", func() bool { return relaytest.Listeners(t, db, r) == 1 })
 
 	// And the new connection hears the next NOTIFY.
-	commitOutbox(t, db.Pool, makeRows("after", 1))
-	waitFor(t, 5*time.Second, "a row published on a NOTIFY to the new connection", func() bool { return rec.len() == 5 })
+	relaytest.Commit(t, db.Pool, relaytest.MakeRows("after", 1))
+	relaytest.WaitFor(t, 5*time.Second, "a row published on a NOTIFY to the new connection", func() bool { return rec.Len() == 5 })
 }
 
 // TestRelayCleanStop: cancelling Run during a publish releases the claimed
 // rows at once (due, their attempt given back) instead of leaving them to
 // their lease.
 func TestRelayCleanStop(t *testing.T) {
-	db := idemtest.New(t, outboxFS(t, nil))
+	db := idemtest.New(t, relaytest.OutboxFS(t, nil))
 	started := make(chan struct{})
 	var once sync.Once
 	pub := idem.PublisherFunc(func(ctx context.Context, msgs []idem.OutgoingMessage) []error {
@@ -288,9 +285,9 @@ func TestRelayCleanStop(t *testing.T) {
 		}
 		return errs
 	})
-	r := idem.NewRelay(db.Pool, pub, idem.WithRelayID("stop"), idem.WithRelayLease(time.Hour), idem.WithRelayLogger(testLogger(t)))
-	stop := runRelay(t, r)
-	commitOutbox(t, db.Pool, makeRows("stop", 4))
+	r := relay.New(db.Pool, pub, relay.WithID("stop"), relay.WithLease(time.Hour), relay.WithLogger(relaytest.Logger(t)))
+	stop := relaytest.Run(t, r)
+	relaytest.Commit(t, db.Pool, relaytest.MakeRows("stop", 4))
 	select {
 	case <-started:
 	case <-time.After(5 * time.Second):
@@ -301,7 +298,7 @@ func TestRelayCleanStop(t *testing.T) {
 	if took := time.Since(begun); took > time.Second {
 		t.Errorf("Run took %v to return after the cancel", took)
 	}
-	if got := queryInt(t, db.Pool, `SELECT count(*)::int FROM idem_outbox
+	if got := relaytest.QueryInt(t, db.Pool, `SELECT count(*)::int FROM idem_outbox
 		WHERE claim_token IS NULL AND lease_until IS NULL AND attempts IS NULL AND last_error IS NULL AND coalesce(available_at, created_at) <= now() AND dead_at IS NULL`); got != 4 {
 		t.Errorf("%d of 4 rows released after the stop, want all (free at once, no attempt used)", got)
 	}
@@ -311,27 +308,27 @@ func TestRelayCleanStop(t *testing.T) {
 // confirmed it (the outbox migration 00002): no published row is kept, a
 // dead one is, and Purge, which has nothing left to do, deletes nothing.
 func TestRelayDeletesWhatItPublishes(t *testing.T) {
-	db := idemtest.New(t, outboxFS(t, nil))
+	db := idemtest.New(t, relaytest.OutboxFS(t, nil))
 	ctx := context.Background()
-	rows := makeRows("pub", 250)
-	commitOutbox(t, db.Pool, rows)
-	commitOutbox(t, db.Pool, makeRows("dead", 2))
+	rows := relaytest.MakeRows("pub", 250)
+	relaytest.Commit(t, db.Pool, rows)
+	relaytest.Commit(t, db.Pool, relaytest.MakeRows("dead", 2))
 	if _, err := db.Pool.Exec(ctx, `UPDATE idem_outbox SET dead_at = now(), attempts = 10 WHERE key = 'dead'`); err != nil {
 		t.Fatal(err)
 	}
-	rec := &recorder{}
-	r := idem.NewRelay(db.Pool, rec.publisher("d", 0, nil), idem.WithRelayPollInterval(10*time.Millisecond),
-		idem.WithRelayLogger(testLogger(t)))
-	stop := runRelay(t, r)
-	waitFor(t, 20*time.Second, "every row published", func() bool { return pendingRows(t, db) == 0 })
+	rec := &relaytest.Recorder{}
+	r := relay.New(db.Pool, rec.Publisher("d", 0, nil), relay.WithPollInterval(10*time.Millisecond),
+		relay.WithLogger(relaytest.Logger(t)))
+	stop := relaytest.Run(t, r)
+	relaytest.WaitFor(t, 20*time.Second, "every row published", func() bool { return relaytest.Pending(t, db) == 0 })
 	stop()
-	if got := len(rec.snapshot()); got != len(rows) {
+	if got := len(rec.Snapshot()); got != len(rows) {
 		t.Errorf("%d publications, want %d", got, len(rows))
 	}
-	if got := queryInt(t, db.Pool, `SELECT count(*)::int FROM idem_outbox WHERE key = 'dead' AND dead_at IS NOT NULL`); got != 2 {
+	if got := relaytest.QueryInt(t, db.Pool, `SELECT count(*)::int FROM idem_outbox WHERE key = 'dead' AND dead_at IS NOT NULL`); got != 2 {
 		t.Errorf("%d dead rows kept, want 2", got)
 	}
-	if got := queryInt(t, db.Pool, `SELECT count(*)::int FROM idem_outbox`); got != 2 {
+	if got := relaytest.QueryInt(t, db.Pool, `SELECT count(*)::int FROM idem_outbox`); got != 2 {
 		t.Errorf("%d rows in the outbox, want the 2 dead ones (every published row deleted)", got)
 	}
 	if n, err := r.Purge(ctx, 0); n != 0 || err != nil {
@@ -340,7 +337,7 @@ func TestRelayDeletesWhatItPublishes(t *testing.T) {
 	if _, err := r.Purge(ctx, -time.Second); err == nil {
 		t.Error("Purge(-1s): no error")
 	}
-	if got := queryInt(t, db.Pool, `SELECT count(*)::int FROM idem_outbox`); got != 2 {
+	if got := relaytest.QueryInt(t, db.Pool, `SELECT count(*)::int FROM idem_outbox`); got != 2 {
 		t.Errorf("%d rows after Purge, want the 2 dead ones", got)
 	}
 }
@@ -353,19 +350,19 @@ func TestRelayDeletesWhatItPublishes(t *testing.T) {
 // time. The relay's backends report their updates to pg_stat_user_tables
 // once idle; the test waits for them.
 func TestRelayClaimIsHOT(t *testing.T) {
-	db := idemtest.New(t, outboxFS(t, nil))
+	db := idemtest.New(t, relaytest.OutboxFS(t, nil))
 	const n = 1000
 	for i := range n / 100 {
-		commitOutbox(t, db.Pool, makeRows("hot-"+strconv.Itoa(i), 100))
+		relaytest.Commit(t, db.Pool, relaytest.MakeRows("hot-"+strconv.Itoa(i), 100))
 	}
-	rec := &recorder{}
-	r := idem.NewRelay(db.Pool, rec.publisher("h", 0, nil), idem.WithRelayPollInterval(10*time.Millisecond),
-		idem.WithRelayLogger(testLogger(t)))
-	stop := runRelay(t, r)
-	waitFor(t, 30*time.Second, "every row published", func() bool { return pendingRows(t, db) == 0 })
+	rec := &relaytest.Recorder{}
+	r := relay.New(db.Pool, rec.Publisher("h", 0, nil), relay.WithPollInterval(10*time.Millisecond),
+		relay.WithLogger(relaytest.Logger(t)))
+	stop := relaytest.Run(t, r)
+	relaytest.WaitFor(t, 30*time.Second, "every row published", func() bool { return relaytest.Pending(t, db) == 0 })
 	stop()
 	var upd, hot int
-	waitFor(t, 30*time.Second, "the relay's updates in pg_stat_user_tables", func() bool {
+	relaytest.WaitFor(t, 30*time.Second, "the relay's updates in pg_stat_user_tables", func() bool {
 		if err := db.Pool.QueryRow(context.Background(), `SELECT n_tup_upd::int, n_tup_hot_upd::int FROM pg_stat_user_tables
 			WHERE relid = 'idem_outbox'::regclass`).Scan(&upd, &hot); err != nil {
 			t.Fatal(err)
@@ -392,8 +389,8 @@ func TestRelayRefusesTheOldLayout(t *testing.T) {
 		VALUES (gen_random_uuid(), 'c', 'k', 'd', '\x00', now())`); err != nil {
 		t.Fatal(err)
 	}
-	rec := &recorder{}
-	r := idem.NewRelay(db.Pool, rec.publisher("old", 0, nil), idem.WithRelayLogger(testLogger(t)))
+	rec := &relaytest.Recorder{}
+	r := relay.New(db.Pool, rec.Publisher("old", 0, nil), relay.WithLogger(relaytest.Logger(t)))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	err = r.Run(ctx)
@@ -403,7 +400,7 @@ func TestRelayRefusesTheOldLayout(t *testing.T) {
 	if ctx.Err() != nil {
 		t.Errorf("Run returned only when its context ended")
 	}
-	if got := len(rec.snapshot()); got != 0 {
+	if got := len(rec.Snapshot()); got != 0 {
 		t.Errorf("%d publications of an already published row", got)
 	}
 }
@@ -426,8 +423,8 @@ func TestRelayRefusesTheLayoutOf00002(t *testing.T) {
 		VALUES (gen_random_uuid(), 'c', 'k', 'd', '\x00')`); err != nil {
 		t.Fatal(err)
 	}
-	rec := &recorder{}
-	r := idem.NewRelay(db.Pool, rec.publisher("v2", 0, nil), idem.WithRelayLogger(testLogger(t)))
+	rec := &relaytest.Recorder{}
+	r := relay.New(db.Pool, rec.Publisher("v2", 0, nil), relay.WithLogger(relaytest.Logger(t)))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	err := r.Run(ctx)
@@ -437,89 +434,9 @@ func TestRelayRefusesTheLayoutOf00002(t *testing.T) {
 	if ctx.Err() != nil {
 		t.Errorf("Run returned only when its context ended")
 	}
-	if got := len(rec.snapshot()); got != 0 {
+	if got := len(rec.Snapshot()); got != 0 {
 		t.Errorf("%d publications from a table the relay refuses", got)
 	}
-}
-
-// TestRelayOrderedKeepsEachKeysOrder: 10 keys × 100 messages delivered by
-// 20 concurrent workers through a publishing inbox whose handler serialises
-// per key (it takes the key's row lock before it numbers its message and
-// publishes it with the key as its ordering key), two relays in ordered
-// mode: each key's messages are published one at a time, in order.
-func TestRelayOrderedKeepsEachKeysOrder(t *testing.T) {
-	db := idemtest.New(t, outboxFS(t, map[string]string{"00100_orders.sql": orderMigration, "00101_seqs.sql": `-- +goose Up
-CREATE TABLE seqs (k text PRIMARY KEY, n integer NOT NULL DEFAULT 0);
--- +goose Down
-DROP TABLE seqs;
-`}))
-	const keys, perKey = 10, 100
-	ctx := context.Background()
-	for k := 0; k < keys; k++ {
-		if _, err := db.Pool.Exec(ctx, `INSERT INTO seqs (k) VALUES ($1)`, "key-"+strconv.Itoa(k)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	rec := &recorder{}
-	for i := 0; i < 2; i++ {
-		id := fmt.Sprintf("o%d", i)
-		runRelay(t, idem.NewRelay(db.Pool, rec.publisher(id, 200*time.Microsecond, nil), idem.WithRelayID(id), idem.WithRelayOrdered(),
-			idem.WithRelayPollInterval(20*time.Millisecond), idem.WithRelayLogger(testLogger(t))))
-	}
-	// The handler numbers the messages of its key under the key's row lock,
-	// so the transactions of one key commit in the order of their numbers.
-	numbered := idemimpl.NewPublishingInbox(db.Pool, orderTable, idemimpl.NoResultPublishing(func(ctx context.Context, tx pgx.Tx, out *idem.Outbox, msg order) error {
-		var n int
-		if err := tx.QueryRow(ctx, `UPDATE seqs SET n = n + 1 WHERE k = $1 RETURNING n`, msg.Shop).Scan(&n); err != nil {
-			return err
-		}
-		return out.Publish("test.seq", []byte(strconv.Itoa(n)), idem.WithOrderingKey(msg.Shop))
-	}))
-	// 20 workers, each delivering messages of keys taken round robin, so
-	// that deliveries of one key contend.
-	var wg sync.WaitGroup
-	var next atomic.Int32
-	for w := 0; w < 20; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= keys*perKey {
-					return
-				}
-				msg := order{Shop: "key-" + strconv.Itoa(i%keys), Number: int64(i + 1)}
-				if _, outcome, err := numbered.Handle(ctx, msg); err != nil || outcome != idem.Processed {
-					t.Errorf("deliver %+v: %v, %v", msg, outcome, err)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	waitFor(t, 20*time.Second, "every row published", func() bool { return pendingRows(t, db) == 0 })
-
-	pubs := rec.snapshot()
-	if len(pubs) != keys*perKey {
-		t.Errorf("%d publications, want %d", len(pubs), keys*perKey)
-	}
-	byKey := map[string][]publication{}
-	byRelay := map[string]int{}
-	for _, p := range pubs {
-		byKey[p.OrderingKey] = append(byKey[p.OrderingKey], p)
-		byRelay[p.Relay]++
-	}
-	for key, ps := range byKey {
-		for i, p := range ps {
-			if p.Payload != strconv.Itoa(i+1) {
-				t.Fatalf("key %s: publication %d carries message %s, want %d", key, i+1, p.Payload, i+1)
-			}
-			if i > 0 && p.Start.Before(ps[i-1].End) {
-				t.Fatalf("key %s: message %s published while message %s still was", key, p.Payload, ps[i-1].Payload)
-			}
-		}
-	}
-	t.Logf("by relay: %v", byRelay)
 }
 
 // TestRelayOrderedDeadRowHoldsBackOnlyItsKey: a permanently rejected row on
@@ -527,9 +444,9 @@ DROP TABLE seqs;
 // attempts, while the other keys flow; then the rest of its key flows, in
 // order, and the dead row stays, visible.
 func TestRelayOrderedDeadRowHoldsBackOnlyItsKey(t *testing.T) {
-	db := idemtest.New(t, outboxFS(t, nil))
-	ordered := func(key string, payloads ...string) []outRow {
-		rows := makeRows(key, len(payloads))
+	db := idemtest.New(t, relaytest.OutboxFS(t, nil))
+	ordered := func(key string, payloads ...string) []relaytest.Row {
+		rows := relaytest.MakeRows(key, len(payloads))
 		for i := range rows {
 			rows[i].OrderingKey, rows[i].Payload = key, payloads[i]
 		}
@@ -538,7 +455,7 @@ func TestRelayOrderedDeadRowHoldsBackOnlyItsKey(t *testing.T) {
 	bad := ordered("bad", "poison", "b2", "b3")
 	good := ordered("good", "g1", "g2", "g3", "g4", "g5", "g6", "g7", "g8")
 	poison := bad[0].ID.String()
-	rec := &recorder{}
+	rec := &relaytest.Recorder{}
 	fail := func(m idem.OutgoingMessage) error {
 		if m.ID == poison {
 			return errors.New("broker: rejected for good")
@@ -551,16 +468,16 @@ func TestRelayOrderedDeadRowHoldsBackOnlyItsKey(t *testing.T) {
 	const base = time.Second
 	for i := 0; i < 2; i++ {
 		id := fmt.Sprintf("d%d", i)
-		runRelay(t, idem.NewRelay(db.Pool, rec.publisher(id, 0, fail), idem.WithRelayID(id), idem.WithRelayOrdered(),
-			idem.WithRelayMaxAttempts(3), idem.WithRelayBackoff(base, 2*base), idem.WithRelayPollInterval(10*time.Millisecond),
-			idem.WithRelayLogger(testLogger(t))))
+		relaytest.Run(t, relay.New(db.Pool, rec.Publisher(id, 0, fail), relay.WithID(id), relay.WithOrdered(),
+			relay.WithMaxAttempts(3), relay.WithBackoff(base, 2*base), relay.WithPollInterval(10*time.Millisecond),
+			relay.WithLogger(relaytest.Logger(t))))
 	}
-	commitOutbox(t, db.Pool, append(bad, good...))
-	waitFor(t, 30*time.Second, "every row published or dead", func() bool { return pendingRows(t, db) == 0 })
+	relaytest.Commit(t, db.Pool, append(bad, good...))
+	relaytest.WaitFor(t, 30*time.Second, "every row published or dead", func() bool { return relaytest.Pending(t, db) == 0 })
 
 	var order []string
-	var poisonTries []publication
-	for _, p := range rec.snapshot() {
+	var poisonTries []relaytest.Publication
+	for _, p := range rec.Snapshot() {
 		if p.ID == poison {
 			poisonTries = append(poisonTries, p)
 		}
@@ -571,7 +488,7 @@ func TestRelayOrderedDeadRowHoldsBackOnlyItsKey(t *testing.T) {
 	}
 	lastTry := poisonTries[2].End
 	var goodBeforeDeath int
-	for _, p := range rec.snapshot() {
+	for _, p := range rec.Snapshot() {
 		switch {
 		case p.OrderingKey == "bad" && p.ID != poison && p.Start.Before(lastTry):
 			t.Errorf("%s published before the poison row of its key was dead: %v", p.Payload, order)
@@ -591,7 +508,7 @@ func TestRelayOrderedDeadRowHoldsBackOnlyItsKey(t *testing.T) {
 	if fmt.Sprint(rest) != "[b2 b3]" {
 		t.Errorf("the rest of the key published as %v, want [b2 b3]", rest)
 	}
-	if got := queryInt(t, db.Pool, `SELECT count(*)::int FROM idem_outbox WHERE message_id = $1::uuid AND dead_at IS NOT NULL AND attempts = 3`, poison); got != 1 {
+	if got := relaytest.QueryInt(t, db.Pool, `SELECT count(*)::int FROM idem_outbox WHERE message_id = $1::uuid AND dead_at IS NOT NULL AND attempts = 3`, poison); got != 1 {
 		t.Errorf("the poison row is not kept dead after 3 attempts")
 	}
 }

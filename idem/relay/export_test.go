@@ -1,4 +1,4 @@
-package idem
+package relay
 
 // SetBeforeListen makes r call f before each attempt to open its listening
 // connection, so that a test can hold the gap between a lost connection and

@@ -1,4 +1,4 @@
-package idem
+package relay
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idemgen/idemgen/generated/outboxdb"
+	"github.com/idemgen/idemgen/idem"
 )
 
 // The relay's pipeline: a batch at the broker while the database marks the
@@ -35,7 +36,7 @@ type flight struct {
 	// failed the rows that could not be made into a message, and after the
 	// publish those the broker did not confirm, with failedErrs their errors.
 	sent       []claimedRow
-	msgs       []OutgoingMessage
+	msgs       []idem.OutgoingMessage
 	failed     []claimedRow
 	failedErrs []string
 
@@ -240,7 +241,7 @@ func (r *Relay) launch(f *flight) {
 const abandonGrace = time.Second
 
 // publish hands f's messages to the publisher, bounded by
-// WithRelayPublishTimeout, while the keeper holds the lease (a batch whose
+// WithPublishTimeout, while the keeper holds the lease (a batch whose
 // lease was lost or is lapsing before its turn is not handed over at all).
 // It returns one error per message, and whether the publish timed out; the
 // keeper is stopped when it returns.

@@ -1,4 +1,4 @@
-package idem
+package relay
 
 import (
 	"cmp"
@@ -17,20 +17,16 @@ import (
 	"github.com/jackc/pgerrcode"
 
 	"github.com/idemgen/idemgen/generated/outboxdb"
+	"github.com/idemgen/idemgen/idem"
 	"github.com/idemgen/idemgen/idem/internal/obs"
 	"github.com/idemgen/idemgen/idem/internal/outage"
 	"github.com/idemgen/idemgen/idem/internal/pgutil"
+	"github.com/idemgen/idemgen/idem/internal/wait"
 )
-
-// OutboxChannel is the channel of the NOTIFY that wakes the relays after
-// commits that wrote outbox rows: sent once such a commit is acknowledged,
-// on its own, at most one per DB every few milliseconds for the commits of
-// that time; a [Relay] listens on it.
-const OutboxChannel = "idem_outbox"
 
 // Relay publishes the committed rows of the outbox table, idem_outbox (the
 // migrations in github.com/idemgen/idemgen/migrations), through a
-// [Publisher], at least once each, with the row's stable id as the message id.
+// [idem.Publisher], at least once each, with the row's stable id as the message id.
 //
 // It claims a batch of due rows in one short statement (FOR UPDATE SKIP
 // LOCKED, a fresh claim token and a lease), publishes it with no
@@ -44,15 +40,15 @@ const OutboxChannel = "idem_outbox"
 // back no other row. Any number of relays can run on one table and share the
 // work.
 //
-// The relay wakes on the NOTIFY of [OutboxChannel], through a connection of
+// The relay wakes on the NOTIFY of [idem.OutboxChannel], through a connection of
 // its own that it reconnects with a backoff (and then looks for rows
 // committed while it was not listening), and polls as a fallback; in
-// poll-only mode ([WithRelayPollOnly]) it only polls.
+// poll-only mode ([WithPollOnly]) it only polls.
 type Relay struct {
-	db  DB
+	db  idem.DB
 	q   *outboxdb.Queries
-	pub Publisher
-	o   relayOptions
+	pub idem.Publisher
+	o   options
 
 	ins *obs.Instruments
 	// outages keeps a failure that lasts to one record per interval, per
@@ -65,29 +61,29 @@ type Relay struct {
 	beforeListen func()
 }
 
-// NewRelay returns a relay that publishes the outbox rows of db's database
-// through pub. db is what the inboxes take (a *pgxpool.Pool, or any [DB]):
+// New returns a relay that publishes the outbox rows of db's database
+// through pub. db is what the inboxes take (a *pgxpool.Pool, or any [idem.DB]):
 // each of the relay's statements runs on a connection acquired for it. With no options it claims batches of 100 rows, polls at least
 // every second, renews 30-second leases while it publishes, and dead-letters a
 // row after 10 attempts, with backoffs from a second up to five minutes.
-// NewRelay panics on an option value that cannot work (a batch size below 1,
+// New panics on an option value that cannot work (a batch size below 1,
 // a lease shorter than 30ms, a backoff whose maximum is below its base).
 //
 // The listening connection is taken out of db (acquired and hijacked), so it
 // has db's settings and, once taken, does not count against its size.
-func NewRelay(db DB, pub Publisher, opts ...RelayOption) *Relay {
-	o := defaultRelayOptions()
+func New(db idem.DB, pub idem.Publisher, opts ...Option) *Relay {
+	o := defaultOptions()
 	for _, opt := range opts {
 		opt(&o)
 	}
 	o.validate()
 	if db == nil || pub == nil {
-		panic(fmt.Sprintf("idem.NewRelay (relay %s): the db and the publisher must not be nil", o.id))
+		panic(fmt.Sprintf("relay.New (relay %s): the db and the publisher must not be nil", o.id))
 	}
 	return &Relay{db: db, q: outboxdb.New(acquiringDB{db}), pub: pub, o: o, ins: obs.New(o.meter), outages: outage.New(0)}
 }
 
-// ID is the relay's name, as given to [WithRelayID] or chosen by NewRelay.
+// ID is the relay's name, as given to [WithID] or chosen by New.
 func (r *Relay) ID() string { return r.o.id }
 
 // Run publishes outbox rows until ctx ends, then returns nil. It returns an
@@ -145,7 +141,7 @@ func (r *Relay) Run(ctx context.Context) error {
 			return r.outOfDate(err)
 		case errors.Is(err, errPublishTimedOut):
 			// Step back so that another relay takes the rows.
-			if !sleep(ctx, r.o.publishBound()) {
+			if !wait.Sleep(ctx, r.o.publishBound()) {
 				return nil
 			}
 			continue
@@ -154,10 +150,10 @@ func (r *Relay) Run(ctx context.Context) error {
 				return nil
 			}
 			failures++
-			delay := retryDelay(failures, r.o.poll)
+			delay := wait.Backoff(failures, r.o.poll)
 			r.outages.Fail(ctx, r.o.logger, slog.LevelWarn, outboxTable, 1, err, "idem relay round failed",
 				"relay", r.o.id, "failures", failures, "retry_in", delay)
-			if !sleep(ctx, delay) {
+			if !wait.Sleep(ctx, delay) {
 				return nil
 			}
 			continue
@@ -224,10 +220,10 @@ func (r *Relay) checkLayout(ctx context.Context) error {
 		case ctx.Err() != nil:
 			return nil
 		}
-		delay := retryDelay(failures, r.o.poll)
+		delay := wait.Backoff(failures, r.o.poll)
 		r.outages.Fail(ctx, r.o.logger, slog.LevelWarn, outboxTable, 1, err, "idem relay could not read the outbox table's layout",
 			"relay", r.o.id, "failures", failures, "retry_in", delay)
-		if !sleep(ctx, delay) {
+		if !wait.Sleep(ctx, delay) {
 			return nil
 		}
 	}
@@ -246,8 +242,8 @@ const bookkeepingTimeout = 10 * time.Second
 // the same fields).
 type claimedRow outboxdb.ClaimRow
 
-func (row claimedRow) message() (OutgoingMessage, error) {
-	m := OutgoingMessage{
+func (row claimedRow) message() (idem.OutgoingMessage, error) {
+	m := idem.OutgoingMessage{
 		ID:          row.MessageID.String(),
 		Destination: row.Destination,
 		OrderingKey: row.OrderingKey,
@@ -313,7 +309,7 @@ func (r *Relay) claimRowsWith(ctx context.Context, q *outboxdb.Queries, token cl
 var (
 	errLeaseLost      = errors.New("idem: relay: the claim of the batch was lost (its lease lapsed and another relay took a row)")
 	errLeaseLapsing   = errors.New("idem: relay: the lease of the batch could not be renewed and is about to lapse")
-	errPublishTimeout = errors.New("idem: relay: the publish was not confirmed within WithRelayPublishTimeout")
+	errPublishTimeout = errors.New("idem: relay: the publish was not confirmed within WithPublishTimeout")
 	// errPublishTimedOut is what drain returns after a publish timed out.
 	errPublishTimedOut = errors.New("idem: relay: a publish timed out; stepping back so that another relay takes the rows")
 )
@@ -408,8 +404,8 @@ func (r *Relay) Purge(ctx context.Context, olderThan time.Duration) (int64, erro
 	return 0, nil
 }
 
-// OutboxBacklog is what is waiting in the outbox.
-type OutboxBacklog struct {
+// Backlog is what is waiting in the outbox.
+type Backlog struct {
 	// Pending counts the rows neither published nor dead.
 	Pending int64
 	// Dead counts the dead-lettered rows.
@@ -422,34 +418,10 @@ type OutboxBacklog struct {
 // statement of the outbox gauges (idem.outbox.backlog, idem.outbox.oldest_age,
 // idem.outbox.dead), which reads the unpublished rows only, through the
 // outbox's partial indexes.
-func (r *Relay) Backlog(ctx context.Context) (OutboxBacklog, error) {
+func (r *Relay) Backlog(ctx context.Context) (Backlog, error) {
 	b, err := r.q.Backlog(ctx)
 	if err != nil {
-		return OutboxBacklog{}, fmt.Errorf("idem: relay %s: read the outbox backlog: %w", r.o.id, err)
+		return Backlog{}, fmt.Errorf("idem: relay %s: read the outbox backlog: %w", r.o.id, err)
 	}
-	return OutboxBacklog{Pending: b.Pending, Dead: b.Dead, OldestAge: time.Duration(b.OldestSeconds * float64(time.Second))}, nil
-}
-
-// retryDelay is the wait before the n-th retry (n >= 1) of something that
-// failed: 50ms doubled per failure up to max, with up to a fifth of jitter so
-// that relays that failed together do not retry together.
-func retryDelay(n int, max time.Duration) time.Duration {
-	d := 50 * time.Millisecond
-	for i := 1; i < n && d < max; i++ {
-		d *= 2
-	}
-	d = min(d, max)
-	return d - time.Duration(rand.Int64N(int64(d)/5+1))
-}
-
-// sleep waits d or until ctx ends; it reports whether ctx is still live.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
+	return Backlog{Pending: b.Pending, Dead: b.Dead, OldestAge: time.Duration(b.OldestSeconds * float64(time.Second))}, nil
 }

@@ -1,4 +1,4 @@
-package idem_test
+package relay_test
 
 import (
 	"bytes"
@@ -19,6 +19,8 @@ import (
 	"github.com/idemgen/idemgen/idem"
 	"github.com/idemgen/idemgen/idem/idemimpl"
 	"github.com/idemgen/idemgen/idem/idemtest"
+	"github.com/idemgen/idemgen/idem/internal/relaytest"
+	"github.com/idemgen/idemgen/idem/relay"
 )
 
 // The downstream consumer of the relay's messages: an idem inbox keyed on the
@@ -69,11 +71,11 @@ func deliverDownstream(inbox *idemimpl.Inbox[event, idem.None], outcome func(id 
 
 // downstreamBacklog is a test schema with the outbox and the downstream
 // consumer's tables, and n outbox rows committed in it.
-func downstreamBacklog(t *testing.T, prefix string, n int) (*idemtest.DB, []outRow) {
+func downstreamBacklog(t *testing.T, prefix string, n int) (*idemtest.DB, []relaytest.Row) {
 	t.Helper()
-	db := idemtest.New(t, outboxFS(t, map[string]string{"00100_downstream_inbox.sql": downstreamTableMigration, "00101_downstream.sql": downstreamMigration}))
-	rows := makeRows(prefix, n)
-	commitOutbox(t, db.Pool, rows)
+	db := idemtest.New(t, relaytest.OutboxFS(t, map[string]string{"00100_downstream_inbox.sql": downstreamTableMigration, "00101_downstream.sql": downstreamMigration}))
+	rows := relaytest.MakeRows(prefix, n)
+	relaytest.Commit(t, db.Pool, rows)
 	return db, rows
 }
 
@@ -99,23 +101,23 @@ func TestRelayKilledAfterPublishBeforeMark(t *testing.T) {
 	db, rows := downstreamBacklog(t, "kill", 20)
 
 	runKilledRelayChild(t, envKilledRelayURL, db.URL)
-	if got := queryInt(t, db.Pool, `SELECT count(*)::int FROM applied WHERE n = 1`); got != len(rows) {
+	if got := relaytest.QueryInt(t, db.Pool, `SELECT count(*)::int FROM applied WHERE n = 1`); got != len(rows) {
 		t.Fatalf("the killed relay delivered %d of %d messages downstream, want all", got, len(rows))
 	}
-	if got := queryInt(t, db.Pool, `SELECT count(*)::int FROM idem_outbox WHERE claim_token IS NOT NULL AND attempts = 1`); got != len(rows) {
+	if got := relaytest.QueryInt(t, db.Pool, `SELECT count(*)::int FROM idem_outbox WHERE claim_token IS NOT NULL AND attempts = 1`); got != len(rows) {
 		t.Fatalf("%d of %d rows left claimed and not deleted by the killed relay, want all", got, len(rows))
 	}
 
 	var mu sync.Mutex
 	outcomes := map[string]idem.Outcome{}
 	inbox := downstreamInbox(db.Pool)
-	r := idem.NewRelay(db.Pool, deliverDownstream(inbox, func(id string, o idem.Outcome) {
+	r := relay.New(db.Pool, deliverDownstream(inbox, func(id string, o idem.Outcome) {
 		mu.Lock()
 		defer mu.Unlock()
 		outcomes[id] = o
-	}, nil), idem.WithRelayID("survivor"), idem.WithRelayPollInterval(20*time.Millisecond), idem.WithRelayLogger(testLogger(t)))
-	runRelay(t, r)
-	waitFor(t, killedRelayLease+30*time.Second, "the rows published again", func() bool { return pendingRows(t, db) == 0 })
+	}, nil), relay.WithID("survivor"), relay.WithPollInterval(20*time.Millisecond), relay.WithLogger(relaytest.Logger(t)))
+	relaytest.Run(t, r)
+	relaytest.WaitFor(t, killedRelayLease+30*time.Second, "the rows published again", func() bool { return relaytest.Pending(t, db) == 0 })
 
 	mu.Lock()
 	defer mu.Unlock()
@@ -127,10 +129,10 @@ func TestRelayKilledAfterPublishBeforeMark(t *testing.T) {
 	if len(outcomes) != len(rows) {
 		t.Errorf("%d messages published again, want %d", len(outcomes), len(rows))
 	}
-	if got := queryInt(t, db.Pool, `SELECT count(*)::int FROM applied WHERE n = 1`); got != len(rows) {
+	if got := relaytest.QueryInt(t, db.Pool, `SELECT count(*)::int FROM applied WHERE n = 1`); got != len(rows) {
 		t.Errorf("%d of %d messages applied exactly once downstream", got, len(rows))
 	}
-	if got := queryInt(t, db.Pool, `SELECT count(*)::int FROM idem_outbox`); got != 0 {
+	if got := relaytest.QueryInt(t, db.Pool, `SELECT count(*)::int FROM idem_outbox`); got != 0 {
 		t.Errorf("%d of %d rows left in the outbox once published again, want none", got, len(rows))
 	}
 }
@@ -172,7 +174,7 @@ func runKilledRelay(url string) {
 		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 		select {}
 	})
-	r := idem.NewRelay(pool, pub, idem.WithRelayID("doomed"), idem.WithRelayLease(killedRelayLease),
-		idem.WithRelayLogger(slog.New(slog.NewTextHandler(os.Stderr, nil))))
+	r := relay.New(pool, pub, relay.WithID("doomed"), relay.WithLease(killedRelayLease),
+		relay.WithLogger(slog.New(slog.NewTextHandler(os.Stderr, nil))))
 	fail(fmt.Errorf("Run returned: %v", r.Run(ctx)))
 }

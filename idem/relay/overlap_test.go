@@ -1,4 +1,4 @@
-package idem_test
+package relay_test
 
 import (
 	"context"
@@ -18,6 +18,8 @@ import (
 
 	"github.com/idemgen/idemgen/idem"
 	"github.com/idemgen/idemgen/idem/idemtest"
+	"github.com/idemgen/idemgen/idem/internal/relaytest"
+	"github.com/idemgen/idemgen/idem/relay"
 )
 
 // statementLog records when the relay's claims and marks ended, how many
@@ -95,8 +97,8 @@ func (l *statementLog) taking(name string) []statementRun {
 
 // publishCalls groups publications into the Publish calls that carried
 // them, in the order they started.
-func publishCalls(pubs []publication) []publication {
-	var calls []publication
+func publishCalls(pubs []relaytest.Publication) []relaytest.Publication {
+	var calls []relaytest.Publication
 	seen := map[time.Time]bool{}
 	for _, p := range pubs {
 		if !seen[p.Start] {
@@ -122,10 +124,10 @@ func publishCalls(pubs []publication) []publication {
 // has returned. A relay that claims only once a publish returned claims
 // each next batch after that end.
 func TestRelayOverlapsTheDatabaseWithSlowConfirms(t *testing.T) {
-	db := idemtest.New(t, outboxFS(t, nil))
+	db := idemtest.New(t, relaytest.OutboxFS(t, nil))
 	const batches, size = 8, 100
-	rows := makeRows("overlap", batches*size)
-	commitOutbox(t, db.Pool, rows)
+	rows := relaytest.MakeRows("overlap", batches*size)
+	relaytest.Commit(t, db.Pool, rows)
 
 	log := &statementLog{}
 	cfg, err := pgxpool.ParseConfig(db.URL)
@@ -139,14 +141,14 @@ func TestRelayOverlapsTheDatabaseWithSlowConfirms(t *testing.T) {
 	}
 	defer pool.Close()
 
-	rec := &recorder{}
-	r := idem.NewRelay(pool, rec.publisher("slow", 300*time.Millisecond, nil), idem.WithRelayID("overlap-"+db.Schema),
-		idem.WithRelayBatchSize(size), idem.WithRelayLogger(testLogger(t)))
-	stop := runRelay(t, r)
-	waitFor(t, 30*time.Second, "every row published and marked", func() bool { return pendingRows(t, db) == 0 })
+	rec := &relaytest.Recorder{}
+	r := relay.New(pool, rec.Publisher("slow", 300*time.Millisecond, nil), relay.WithID("overlap-"+db.Schema),
+		relay.WithBatchSize(size), relay.WithLogger(relaytest.Logger(t)))
+	stop := relaytest.Run(t, r)
+	relaytest.WaitFor(t, 30*time.Second, "every row published and marked", func() bool { return relaytest.Pending(t, db) == 0 })
 	stop()
 
-	pubs := rec.snapshot()
+	pubs := rec.Snapshot()
 	if len(pubs) != len(rows) {
 		t.Errorf("%d publications of %d rows, want each once", len(pubs), len(rows))
 	}
@@ -179,7 +181,7 @@ func TestRelayOverlapsTheDatabaseWithSlowConfirms(t *testing.T) {
 			t.Errorf("batch %d: no mark in the round trip that claimed the next batch, want the batch before marked there", i+1)
 		}
 	}
-	if got := queryInt(t, db.Pool, `SELECT count(*)::int FROM idem_outbox`); got != 0 {
+	if got := relaytest.QueryInt(t, db.Pool, `SELECT count(*)::int FROM idem_outbox`); got != 0 {
 		t.Errorf("%d of %d rows left in the outbox, want every one deleted once published", got, len(rows))
 	}
 }
@@ -201,35 +203,35 @@ func TestRelayKilledWithABatchInFlight(t *testing.T) {
 	db, rows := downstreamBacklog(t, "inflight", 250)
 
 	runKilledRelayChild(t, envInFlightRelayURL, db.URL)
-	if got := queryInt(t, db.Pool, `SELECT count(*)::int FROM idem_outbox`); got != 150 {
+	if got := relaytest.QueryInt(t, db.Pool, `SELECT count(*)::int FROM idem_outbox`); got != 150 {
 		t.Errorf("%d rows left by the killed relay, want 150: the first batch's 100 deleted once published", got)
 	}
-	if got := queryInt(t, db.Pool, `SELECT count(*)::int FROM idem_outbox WHERE claim_token IS NOT NULL AND attempts = 1`); got != 150 {
+	if got := relaytest.QueryInt(t, db.Pool, `SELECT count(*)::int FROM idem_outbox WHERE claim_token IS NOT NULL AND attempts = 1`); got != 150 {
 		t.Errorf("%d rows left claimed and unmarked by the killed relay, want 150 (the second batch and the third)", got)
 	}
-	if got := queryInt(t, db.Pool, `SELECT count(*)::int FROM applied WHERE n = 1`); got != 150 {
+	if got := relaytest.QueryInt(t, db.Pool, `SELECT count(*)::int FROM applied WHERE n = 1`); got != 150 {
 		t.Fatalf("the killed relay delivered %d messages downstream, want 150 (the first batch and half the second)", got)
 	}
 
 	var mu sync.Mutex
 	outcomes := map[idem.Outcome]int{}
 	inbox := downstreamInbox(db.Pool)
-	runRelay(t, idem.NewRelay(db.Pool, deliverDownstream(inbox, func(_ string, o idem.Outcome) {
+	relaytest.Run(t, relay.New(db.Pool, deliverDownstream(inbox, func(_ string, o idem.Outcome) {
 		mu.Lock()
 		defer mu.Unlock()
 		outcomes[o]++
-	}, nil), idem.WithRelayID("survivor"), idem.WithRelayPollInterval(20*time.Millisecond), idem.WithRelayLogger(testLogger(t))))
-	waitFor(t, killedRelayLease+30*time.Second, "the rows published again", func() bool { return pendingRows(t, db) == 0 })
+	}, nil), relay.WithID("survivor"), relay.WithPollInterval(20*time.Millisecond), relay.WithLogger(relaytest.Logger(t))))
+	relaytest.WaitFor(t, killedRelayLease+30*time.Second, "the rows published again", func() bool { return relaytest.Pending(t, db) == 0 })
 
 	mu.Lock()
 	defer mu.Unlock()
 	if outcomes[idem.Duplicate] != 50 || outcomes[idem.Processed] != 100 || len(outcomes) != 2 {
 		t.Errorf("the survivor's deliveries downstream: %v, want 50 Duplicates (delivered, not marked) and 100 Processed", outcomes)
 	}
-	if got := queryInt(t, db.Pool, `SELECT count(*)::int FROM applied WHERE n = 1`); got != len(rows) {
+	if got := relaytest.QueryInt(t, db.Pool, `SELECT count(*)::int FROM applied WHERE n = 1`); got != len(rows) {
 		t.Errorf("%d of %d messages applied exactly once downstream", got, len(rows))
 	}
-	if got := queryInt(t, db.Pool, `SELECT count(*)::int FROM idem_outbox`); got != 0 {
+	if got := relaytest.QueryInt(t, db.Pool, `SELECT count(*)::int FROM idem_outbox`); got != 0 {
 		t.Errorf("%d of %d rows left in the outbox, want every one deleted once published", got, len(rows))
 	}
 }
@@ -287,7 +289,7 @@ func runInFlightRelay(url string) {
 		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 		select {}
 	})
-	r := idem.NewRelay(pool, pub, idem.WithRelayID("in-flight"), idem.WithRelayBatchSize(100), idem.WithRelayLease(killedRelayLease),
-		idem.WithRelayLogger(slog.New(slog.NewTextHandler(os.Stderr, nil))))
+	r := relay.New(pool, pub, relay.WithID("in-flight"), relay.WithBatchSize(100), relay.WithLease(killedRelayLease),
+		relay.WithLogger(slog.New(slog.NewTextHandler(os.Stderr, nil))))
 	fail(fmt.Errorf("Run returned: %v", r.Run(ctx)))
 }

@@ -1,4 +1,4 @@
-package idem_test
+package relay_test
 
 import (
 	"context"
@@ -15,6 +15,8 @@ import (
 
 	"github.com/idemgen/idemgen/idem"
 	"github.com/idemgen/idemgen/idem/idemtest"
+	"github.com/idemgen/idemgen/idem/internal/relaytest"
+	"github.com/idemgen/idemgen/idem/relay"
 )
 
 // TestRelayMissingTableFailsFast: Run against a database without the outbox
@@ -22,30 +24,30 @@ import (
 // waits for the context to end.
 func TestRelayMissingTableFailsFast(t *testing.T) {
 	db := idemtest.New(t, fstest.MapFS{"00001_other.sql": {Data: []byte("-- +goose Up\nCREATE TABLE other (id int);\n-- +goose Down\nDROP TABLE other;\n")}})
-	rec := &recorder{}
-	r := idem.NewRelay(db.Pool, rec.publisher("m", 0, nil), idem.WithRelayID("missing-"+db.Schema), idem.WithRelayLogger(testLogger(t)))
+	rec := &relaytest.Recorder{}
+	r := relay.New(db.Pool, rec.Publisher("m", 0, nil), relay.WithID("missing-"+db.Schema), relay.WithLogger(relaytest.Logger(t)))
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Second)
 	defer cancel()
 	began := time.Now()
 	err := r.Run(ctx)
 	took := time.Since(began)
-	t.Logf("a relay without idem_outbox: Run returned in %v: %v; %d publications", took.Round(time.Millisecond), err, rec.len())
+	t.Logf("a relay without idem_outbox: Run returned in %v: %v; %d publications", took.Round(time.Millisecond), err, rec.Len())
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) || pgErr.Code != pgerrcode.UndefinedTable {
 		t.Errorf("Run = %v; want the missing table (42P01)", err)
 	}
-	if took > time.Second || rec.len() != 0 {
-		t.Errorf("Run took %v and published %d; want under 1s, nothing", took, rec.len())
+	if took > time.Second || rec.Len() != 0 {
+		t.Errorf("Run took %v and published %d; want under 1s, nothing", took, rec.Len())
 	}
 }
 
 // TestRelayPublishTimeoutHandsRowsOver: a relay whose publisher never
 // confirms (it waits for its context) fails the publish after
-// WithRelayPublishTimeout and steps back; a second, healthy relay publishes
+// WithPublishTimeout and steps back; a second, healthy relay publishes
 // every row within a bound.
 func TestRelayPublishTimeoutHandsRowsOver(t *testing.T) {
-	db := idemtest.New(t, outboxFS(t, nil))
-	rows := makeRows("stall", 3)
+	db := idemtest.New(t, relaytest.OutboxFS(t, nil))
+	rows := relaytest.MakeRows("stall", 3)
 	var stalled atomic.Int64
 	never := idem.PublisherFunc(func(ctx context.Context, msgs []idem.OutgoingMessage) []error {
 		stalled.Add(int64(len(msgs)))
@@ -57,19 +59,19 @@ func TestRelayPublishTimeoutHandsRowsOver(t *testing.T) {
 		return errs
 	})
 	const timeout = 500 * time.Millisecond
-	runRelay(t, idem.NewRelay(db.Pool, never, idem.WithRelayID("never"), idem.WithRelayPublishTimeout(timeout),
-		idem.WithRelayBackoff(100*time.Millisecond, 200*time.Millisecond), idem.WithRelayPollInterval(50*time.Millisecond), idem.WithRelayLogger(testLogger(t))))
-	commitOutbox(t, db.Pool, rows)
-	waitFor(t, 5*time.Second, "the stalled relay to take the rows", func() bool { return stalled.Load() > 0 })
-	rec := &recorder{}
+	relaytest.Run(t, relay.New(db.Pool, never, relay.WithID("never"), relay.WithPublishTimeout(timeout),
+		relay.WithBackoff(100*time.Millisecond, 200*time.Millisecond), relay.WithPollInterval(50*time.Millisecond), relay.WithLogger(relaytest.Logger(t))))
+	relaytest.Commit(t, db.Pool, rows)
+	relaytest.WaitFor(t, 5*time.Second, "the stalled relay to take the rows", func() bool { return stalled.Load() > 0 })
+	rec := &relaytest.Recorder{}
 	began := time.Now()
-	runRelay(t, idem.NewRelay(db.Pool, rec.publisher("healthy", 0, nil), idem.WithRelayID("healthy"),
-		idem.WithRelayPollInterval(50*time.Millisecond), idem.WithRelayLogger(testLogger(t))))
+	relaytest.Run(t, relay.New(db.Pool, rec.Publisher("healthy", 0, nil), relay.WithID("healthy"),
+		relay.WithPollInterval(50*time.Millisecond), relay.WithLogger(relaytest.Logger(t))))
 	const bound = 5 * time.Second
-	waitFor(t, bound, "every row published by the healthy relay", func() bool { return pendingRows(t, db) == 0 })
+	relaytest.WaitFor(t, bound, "every row published by the healthy relay", func() bool { return relaytest.Pending(t, db) == 0 })
 	took := time.Since(began)
 	byHealthy := 0
-	for _, p := range rec.snapshot() {
+	for _, p := range rec.Snapshot() {
 		if p.Relay == "healthy" {
 			byHealthy++
 		}
@@ -86,14 +88,14 @@ func TestRelayPublishTimeoutHandsRowsOver(t *testing.T) {
 // to 63 bytes (the server refuses half a character), and NOTIFY wakes the
 // relay long before its minute-long poll.
 func TestRelayNonASCIIIDWakesOnNotify(t *testing.T) {
-	db := idemtest.New(t, outboxFS(t, nil))
+	db := idemtest.New(t, relaytest.OutboxFS(t, nil))
 	id := "r" + strings.Repeat("é", 39) // "idem relay r" and 51 bytes of é: 63 bytes end mid-character
-	rec := &recorder{}
-	r := idem.NewRelay(db.Pool, rec.publisher("utf8", 0, nil), idem.WithRelayID(id),
-		idem.WithRelayPollInterval(time.Minute), idem.WithRelayLogger(testLogger(t)))
-	runRelay(t, r)
+	rec := &relaytest.Recorder{}
+	r := relay.New(db.Pool, rec.Publisher("utf8", 0, nil), relay.WithID(id),
+		relay.WithPollInterval(time.Minute), relay.WithLogger(relaytest.Logger(t)))
+	relaytest.Run(t, r)
 	var name string
-	waitFor(t, 5*time.Second, "the listening connection", func() bool {
+	relaytest.WaitFor(t, 5*time.Second, "the listening connection", func() bool {
 		// PostgreSQL before 16 shows each non-ASCII byte of an
 		// application_name as "?".
 		return db.Pool.QueryRow(context.Background(), `SELECT application_name FROM pg_stat_activity
@@ -101,8 +103,8 @@ func TestRelayNonASCIIIDWakesOnNotify(t *testing.T) {
 	})
 	began := time.Now()
 	for i := range 3 {
-		commitOutbox(t, db.Pool, makeRows("wake", 1))
-		waitFor(t, 5*time.Second, "the row published on its NOTIFY", func() bool { return rec.len() == i+1 })
+		relaytest.Commit(t, db.Pool, relaytest.MakeRows("wake", 1))
+		relaytest.WaitFor(t, 5*time.Second, "the row published on its NOTIFY", func() bool { return rec.Len() == i+1 })
 	}
 	took := time.Since(began)
 	t.Logf("relay id of %d characters (%d bytes): listening as %q (%d bytes, valid UTF-8 %v); 3 rows published on their NOTIFY in %v (poll: 1m)",

@@ -1,4 +1,4 @@
-package idem
+package relay
 
 import (
 	"context"
@@ -8,6 +8,9 @@ import (
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/idemgen/idemgen/idem"
+	"github.com/idemgen/idemgen/idem/internal/wait"
 )
 
 // maxListenRetry bounds the wait between attempts to reopen the listening
@@ -15,7 +18,7 @@ import (
 const maxListenRetry = 10 * time.Second
 
 // listen holds the relay's listening connection until ctx ends: it wakes the
-// relay on each NOTIFY of OutboxChannel and, after each (re)connection, once
+// relay on each NOTIFY of idem.OutboxChannel and, after each (re)connection, once
 // more, for the rows committed while nobody listened. A lost connection is
 // reopened with a backoff.
 func (r *Relay) listen(ctx context.Context, wake chan<- struct{}) {
@@ -37,17 +40,17 @@ func (r *Relay) listen(ctx context.Context, wake chan<- struct{}) {
 			return
 		}
 		failures++
-		delay := retryDelay(failures, maxListenRetry)
+		delay := wait.Backoff(failures, maxListenRetry)
 		r.o.logger.LogAttrs(ctx, slog.LevelWarn, "idem relay lost its listening connection; reconnecting (polling meanwhile)",
 			slog.String("relay", r.o.id), slog.Duration("retry_in", delay), slog.String("error", err.Error()))
-		if !sleep(ctx, delay) {
+		if !wait.Sleep(ctx, delay) {
 			return
 		}
 	}
 }
 
 // openListener takes a connection out of the relay's DB for good and listens on
-// OutboxChannel on it, with the relay's name as its application_name so that
+// idem.OutboxChannel on it, with the relay's name as its application_name so that
 // an operator can tell it in pg_stat_activity.
 func (r *Relay) openListener(ctx context.Context) (*pgx.Conn, error) {
 	pc, err := r.db.Acquire(ctx)
@@ -59,9 +62,9 @@ func (r *Relay) openListener(ctx context.Context) (*pgx.Conn, error) {
 		_ = conn.Close(context.WithoutCancel(ctx))
 		return nil, fmt.Errorf("idem: relay %s: name the listening connection: %w", r.o.id, err)
 	}
-	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{OutboxChannel}.Sanitize()); err != nil {
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{idem.OutboxChannel}.Sanitize()); err != nil {
 		_ = conn.Close(context.WithoutCancel(ctx))
-		return nil, fmt.Errorf("idem: relay %s: LISTEN %s: %w", r.o.id, OutboxChannel, err)
+		return nil, fmt.Errorf("idem: relay %s: LISTEN %s: %w", r.o.id, idem.OutboxChannel, err)
 	}
 	return conn, nil
 }
@@ -85,9 +88,9 @@ func (r *Relay) waitForNotifications(ctx context.Context, conn *pgx.Conn, wake c
 	for {
 		n, err := conn.WaitForNotification(ctx)
 		if err != nil {
-			return fmt.Errorf("idem: relay %s: wait for NOTIFY %s: %w", r.o.id, OutboxChannel, err)
+			return fmt.Errorf("idem: relay %s: wait for NOTIFY %s: %w", r.o.id, idem.OutboxChannel, err)
 		}
-		if n.Channel == OutboxChannel {
+		if n.Channel == idem.OutboxChannel {
 			signal(wake)
 		}
 	}

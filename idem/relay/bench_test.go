@@ -1,4 +1,4 @@
-package idem_test
+package relay_test
 
 import (
 	"fmt"
@@ -6,8 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemgen/idemgen/idem"
 	"github.com/idemgen/idemgen/idem/idemtest"
+	"github.com/idemgen/idemgen/idem/internal/relaytest"
+	"github.com/idemgen/idemgen/idem/relay"
 )
 
 // BenchmarkRelay measures relay throughput with the recording publisher
@@ -17,20 +18,20 @@ import (
 func BenchmarkRelay(b *testing.B) {
 	for _, relays := range []int{1, 4} {
 		b.Run(fmt.Sprintf("relays=%d", relays), func(b *testing.B) {
-			db := idemtest.New(b, outboxFS(b, nil))
-			rows := makeRows("bench", b.N)
+			db := idemtest.New(b, relaytest.OutboxFS(b, nil))
+			rows := relaytest.MakeRows("bench", b.N)
 			for from := 0; from < len(rows); from += 100 {
-				commitOutbox(b, db.Pool, rows[from:min(from+100, len(rows))])
+				relaytest.Commit(b, db.Pool, rows[from:min(from+100, len(rows))])
 			}
-			rec := &recorder{}
+			rec := &relaytest.Recorder{}
 			b.ResetTimer()
 			start := time.Now()
 			for i := 0; i < relays; i++ {
 				id := fmt.Sprintf("b%d", i)
-				runRelay(b, idem.NewRelay(db.Pool, rec.publisher(id, 0, nil), idem.WithRelayID(id),
-					idem.WithRelayLogger(slog.New(slog.DiscardHandler))))
+				relaytest.Run(b, relay.New(db.Pool, rec.Publisher(id, 0, nil), relay.WithID(id),
+					relay.WithLogger(slog.New(slog.DiscardHandler))))
 			}
-			for pendingRows(b, db) > 0 {
+			for relaytest.Pending(b, db) > 0 {
 				time.Sleep(time.Millisecond)
 			}
 			elapsed := time.Since(start)

@@ -1,4 +1,7 @@
-package idem_test
+// Package relaytest holds what the tests of the relay and of the outbox share:
+// outbox rows written as the wrapper writes them, a recording publisher, and
+// a relay run for the length of a test.
+package relaytest
 
 import (
 	"context"
@@ -18,12 +21,13 @@ import (
 
 	"github.com/idemgen/idemgen/idem"
 	"github.com/idemgen/idemgen/idem/idemtest"
+	"github.com/idemgen/idemgen/idem/relay"
 	outboxmigrations "github.com/idemgen/idemgen/migrations"
 )
 
-// outboxFS is the runtime's outbox chain followed by extra migrations of the
+// OutboxFS is the runtime's outbox chain followed by extra migrations of the
 // test (their versions after the chain's).
-func outboxFS(t testing.TB, extra map[string]string) fstest.MapFS {
+func OutboxFS(t testing.TB, extra map[string]string) fstest.MapFS {
 	t.Helper()
 	fsys := fstest.MapFS{}
 	names, err := fs.Glob(outboxmigrations.FS, "*.sql")
@@ -43,8 +47,8 @@ func outboxFS(t testing.TB, extra map[string]string) fstest.MapFS {
 	return fsys
 }
 
-// outRow is an outbox row as the generated wrapper writes it.
-type outRow struct {
+// Row is an outbox row as the generated wrapper writes it.
+type Row struct {
 	ID          uuid.UUID
 	Key         string
 	Destination string
@@ -53,14 +57,14 @@ type outRow struct {
 	Payload     string
 }
 
-// insertOutboxSQL writes rows the way the wrapper does: one multi-row
+// insertSQL writes rows the way the wrapper does: one multi-row
 // statement in the handler's transaction. All arrays go as text, so that it
 // works in every pgx.QueryExecMode (CI runs these tests in simple_protocol).
-const insertOutboxSQL = `INSERT INTO idem_outbox (message_id, consumer, key, destination, ordering_key, headers, payload)
+const insertSQL = `INSERT INTO idem_outbox (message_id, consumer, key, destination, ordering_key, headers, payload)
 SELECT m, 'test.relay', k, d, o, h::jsonb, convert_to(p, 'UTF8')
 FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[]) AS r (m, k, d, o, h, p)`
 
-func insertOutbox(ctx context.Context, tx pgx.Tx, rows []outRow) error {
+func Insert(ctx context.Context, tx pgx.Tx, rows []Row) error {
 	n := len(rows)
 	ids, keys, dests, okeys, headers, payloads := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	for i, r := range rows {
@@ -74,17 +78,17 @@ func insertOutbox(ctx context.Context, tx pgx.Tx, rows []outRow) error {
 		}
 		headers[i] = string(h)
 	}
-	_, err := tx.Exec(ctx, insertOutboxSQL, ids, keys, dests, okeys, headers, payloads)
+	_, err := tx.Exec(ctx, insertSQL, ids, keys, dests, okeys, headers, payloads)
 	return err
 }
 
-// commitOutbox writes rows in one transaction with the NOTIFY the wrapper
+// Commit writes rows in one transaction with the NOTIFY the wrapper
 // sends, and commits.
-func commitOutbox(t testing.TB, pool *pgxpool.Pool, rows []outRow) {
+func Commit(t testing.TB, pool *pgxpool.Pool, rows []Row) {
 	t.Helper()
 	ctx := context.Background()
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		if err := insertOutbox(ctx, tx, rows); err != nil {
+		if err := Insert(ctx, tx, rows); err != nil {
 			return err
 		}
 		_, err := tx.Exec(ctx, `SELECT pg_notify($1, '')`, idem.OutboxChannel)
@@ -95,33 +99,33 @@ func commitOutbox(t testing.TB, pool *pgxpool.Pool, rows []outRow) {
 	}
 }
 
-// makeRows returns n rows with fresh ids, payloads prefix-0 ... prefix-(n-1).
-func makeRows(prefix string, n int) []outRow {
-	rows := make([]outRow, n)
+// MakeRows returns n rows with fresh ids, payloads prefix-0 ... prefix-(n-1).
+func MakeRows(prefix string, n int) []Row {
+	rows := make([]Row, n)
 	for i := range rows {
-		rows[i] = outRow{ID: uuid.New(), Key: prefix, Destination: "test.events", Payload: prefix + "-" + strconv.Itoa(i)}
+		rows[i] = Row{ID: uuid.New(), Key: prefix, Destination: "test.events", Payload: prefix + "-" + strconv.Itoa(i)}
 	}
 	return rows
 }
 
-// publication is one message a recordingPublisher saw, with the interval of
+// Publication is one message a recordingPublisher saw, with the interval of
 // the Publish call that carried it.
-type publication struct {
+type Publication struct {
 	ID, Relay, OrderingKey, Payload string
 	Attempt                         int
 	Start, End                      time.Time
 }
 
-// recorder collects the publications of every relay of a test.
-type recorder struct {
+// Recorder collects the publications of every relay of a test.
+type Recorder struct {
 	mu   sync.Mutex
-	pubs []publication
+	pubs []Publication
 }
 
 // publisher returns the recording publisher of one relay: it takes delay to
 // publish each batch, answers nil for every message unless fail says
 // otherwise, and returns early, unconfirmed, when ctx ends.
-func (rec *recorder) publisher(relay string, delay time.Duration, fail func(m idem.OutgoingMessage) error) idem.Publisher {
+func (rec *Recorder) Publisher(relay string, delay time.Duration, fail func(m idem.OutgoingMessage) error) idem.Publisher {
 	return idem.PublisherFunc(func(ctx context.Context, msgs []idem.OutgoingMessage) []error {
 		start := time.Now()
 		errs := make([]error, len(msgs))
@@ -143,30 +147,30 @@ func (rec *recorder) publisher(relay string, delay time.Duration, fail func(m id
 			if errs[i] == nil && fail != nil {
 				errs[i] = fail(m)
 			}
-			rec.pubs = append(rec.pubs, publication{ID: m.ID, Relay: relay, OrderingKey: m.OrderingKey, Payload: string(m.Payload),
+			rec.pubs = append(rec.pubs, Publication{ID: m.ID, Relay: relay, OrderingKey: m.OrderingKey, Payload: string(m.Payload),
 				Attempt: m.Attempt, Start: start, End: end})
 		}
 		return errs
 	})
 }
 
-func (rec *recorder) snapshot() []publication {
+func (rec *Recorder) Snapshot() []Publication {
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
-	return append([]publication(nil), rec.pubs...)
+	return append([]Publication(nil), rec.pubs...)
 }
 
-func (rec *recorder) len() int {
+func (rec *Recorder) Len() int {
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
 	return len(rec.pubs)
 }
 
-// checkNoOverlap fails the test when one message was being published by two
+// CheckNoOverlap fails the test when one message was being published by two
 // Publish calls at overlapping times.
-func checkNoOverlap(t *testing.T, pubs []publication) {
+func CheckNoOverlap(t *testing.T, pubs []Publication) {
 	t.Helper()
-	byID := map[string][]publication{}
+	byID := map[string][]Publication{}
 	for _, p := range pubs {
 		byID[p.ID] = append(byID[p.ID], p)
 	}
@@ -181,10 +185,10 @@ func checkNoOverlap(t *testing.T, pubs []publication) {
 	}
 }
 
-// runRelay runs r until the returned stop is called (or the test ends) and
+// Run runs r until the returned stop is called (or the test ends) and
 // fails the test if Run returns an error or does not return within 5s of the
 // stop.
-func runRelay(t testing.TB, r *idem.Relay) (stop func()) {
+func Run(t testing.TB, r *relay.Relay) (stop func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -207,8 +211,8 @@ func runRelay(t testing.TB, r *idem.Relay) (stop func()) {
 	return stop
 }
 
-// waitFor polls cond until it holds, failing the test after timeout.
-func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+// WaitFor polls cond until it holds, failing the test after timeout.
+func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for !cond() {
@@ -219,9 +223,9 @@ func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool)
 	}
 }
 
-// eventually polls cond until it holds or timeout passes, and reports
+// Eventually polls cond until it holds or timeout passes, and reports
 // whether it held.
-func eventually(timeout time.Duration, cond func() bool) bool {
+func Eventually(timeout time.Duration, cond func() bool) bool {
 	deadline := time.Now().Add(timeout)
 	for !cond() {
 		if time.Now().After(deadline) {
@@ -232,7 +236,7 @@ func eventually(timeout time.Duration, cond func() bool) bool {
 	return true
 }
 
-func queryInt(t testing.TB, pool *pgxpool.Pool, sql string, args ...any) int {
+func QueryInt(t testing.TB, pool *pgxpool.Pool, sql string, args ...any) int {
 	t.Helper()
 	var n int
 	if err := pool.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
@@ -241,13 +245,18 @@ func queryInt(t testing.TB, pool *pgxpool.Pool, sql string, args ...any) int {
 	return n
 }
 
-// pendingRows counts the rows that wait for the relay: a published row is
+// Pending counts the rows that wait for the relay: a published row is
 // deleted, a dead one kept.
-func pendingRows(t testing.TB, db *idemtest.DB) int {
-	return queryInt(t, db.Pool, `SELECT count(*)::int FROM idem_outbox WHERE dead_at IS NULL`)
+func Pending(t testing.TB, db *idemtest.DB) int {
+	return QueryInt(t, db.Pool, `SELECT count(*)::int FROM idem_outbox WHERE dead_at IS NULL`)
 }
 
-// testLogger logs the relay's warnings and errors into the test's log.
-func testLogger(t testing.TB) *slog.Logger {
+// Logger logs the relay's warnings and errors into the test's log.
+func Logger(t testing.TB) *slog.Logger {
 	return slog.New(slog.NewTextHandler(idemtest.LogWriter(t), &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+// Listeners counts r's listening connections.
+func Listeners(t testing.TB, db *idemtest.DB, r *relay.Relay) int {
+	return QueryInt(t, db.Pool, `SELECT count(*)::int FROM pg_stat_activity WHERE application_name = $1`, "idem relay "+r.ID())
 }
