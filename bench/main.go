@@ -320,7 +320,7 @@ func parseFlags() (*config, error) {
 	case "off":
 		cfg.pgbench = ""
 	}
-	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}").Output()
+	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/idemgen/idemgen").Output()
 	if err != nil {
 		return nil, fmt.Errorf("find the repository root (run go run ./bench inside it): %w", err)
 	}

@@ -18,7 +18,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
-	"github.com/idemgen/idemgen/bench/ledger"
+	"github.com/idemgen/idemgen/examples/billing"
 	"github.com/idemgen/idemgen/examples/payments"
 	"github.com/idemgen/idemgen/idem"
 	"github.com/idemgen/idemgen/idem/idemimpl"
@@ -26,19 +26,16 @@ import (
 	"github.com/idemgen/idemgen/idem/internal/relaytest"
 )
 
-// The janitor's tests run on generated tables: the inbox of bench/ledger
+// The janitor's tests run on generated tables: the inbox of examples/billing's charge
 // (mode=tx) and the claims of examples/payments (mode=external), and on the
-// hand-written external table of idemtest.TextKeyExternal beside the ledger
+// hand-written external table of idemtest.TextKeyExternal beside the charge
 // and the outbox in one schema.
 
-// janitorDB is a fresh schema with the ledger's inbox, the outbox and the
-// payment table of idemtest.TextKeyExternal.
+// janitorDB is a fresh schema with billing's tables (its inboxes and the
+// outbox) and the payment table of idemtest.TextKeyExternal.
 func janitorDB(t testing.TB) *idemtest.DB {
 	t.Helper()
-	base, err := ledger.MigrationsWithOutbox()
-	if err != nil {
-		t.Fatal(err)
-	}
+	base := billing.Migrations()
 	all := fstest.MapFS{"00100_pay.sql": {Data: []byte(payMigration)}}
 	names, err := fs.Glob(base, "*.sql")
 	if err != nil {
@@ -107,7 +104,7 @@ func TestJanitorWarnsBelowRedeliveryHorizon(t *testing.T) {
 	db := janitorDB(t)
 	var buf bytes.Buffer
 	logger := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	post := ledger.NewPostIdem(db.Pool) // retain 720h
+	post := billing.NewChargeIdem(db.Pool, &billing.Service{}) // retain 720h
 	pay := idemimpl.NewExternalInbox(db.Pool, payTable, charge(idemtest.NewProvider()))
 	if _, err := idem.NewJanitor(db.Pool, []idem.Maintained{post, pay}, idem.WithJanitorLogger(logger),
 		idem.WithJanitorRedeliveryHorizon(1000*time.Hour)); err != nil {
@@ -123,7 +120,7 @@ func TestJanitorWarnsBelowRedeliveryHorizon(t *testing.T) {
 			warned = append(warned, rec)
 		}
 	}
-	if len(warned) != 2 || warned[0]["level"] != "WARN" || warned[0]["consumer"] != "bench.ledger" || warned[1]["consumer"] != payConsumer {
+	if len(warned) != 2 || warned[0]["level"] != "WARN" || warned[0]["consumer"] != "billing.charge" || warned[1]["consumer"] != payConsumer {
 		t.Fatalf("records %v; want one Warn per consumer", warned)
 	}
 	if warned[0]["retain"] == nil || warned[0]["horizon"] == nil {
@@ -165,17 +162,17 @@ func explain(t testing.TB, db *idemtest.DB, sql string, args ...any) string {
 // and 20,000 fresh rows, analyzed, the purge statement (and the sweep of the
 // external table) reads the index, oldest first, and never scans the table.
 func TestPurgeStatementsUseTheIndex(t *testing.T) {
-	db := idemtest.New(t, ledger.Migrations())
-	mustExec(t, db, `INSERT INTO idem_bench_ledger (key_message_id, fingerprint, created_at)
+	db := idemtest.New(t, billing.Migrations())
+	mustExec(t, db, `INSERT INTO idem_billing_charge (key_order_id, fingerprint, created_at)
 		SELECT 'old-' || g, '\x00', now() - interval '40 days' + g * interval '1 ms' FROM generate_series(1, 200000) g`)
-	mustExec(t, db, `INSERT INTO idem_bench_ledger (key_message_id, fingerprint, created_at)
+	mustExec(t, db, `INSERT INTO idem_billing_charge (key_order_id, fingerprint, created_at)
 		SELECT 'new-' || g, '\x00', now() - interval '1 day' + g * interval '1 ms' FROM generate_series(1, 20000) g`)
-	mustExec(t, db, `ANALYZE idem_bench_ledger`)
-	m := ledger.NewPostIdem(db.Pool).Maintenance()
+	mustExec(t, db, `ANALYZE idem_billing_charge`)
+	m := billing.NewChargeIdem(db.Pool, &billing.Service{}).Maintenance()
 	purge := statementOf(t, m, "Purge")
 	plan := explain(t, db, purge, m.Retain.Seconds(), 1000)
 	t.Logf("inbox purge:\n%s", plan)
-	if !strings.Contains(plan, "Index Scan using idem_bench_ledger_retention_idx") || strings.Contains(plan, "Seq Scan") || strings.Contains(plan, "Sort") {
+	if !strings.Contains(plan, "Index Scan using idem_billing_charge_retention_idx") || strings.Contains(plan, "Seq Scan") || strings.Contains(plan, "Sort") {
 		t.Errorf("the inbox purge does not read the retention index oldest first:\n%s", plan)
 	}
 
@@ -228,9 +225,9 @@ func TestTwoJanitorsPurgeAndSweepEachRowOnce(t *testing.T) {
 		claims    = 1500
 		outboxOld = 4000
 	)
-	mustExec(t, db, `INSERT INTO idem_bench_ledger (key_message_id, fingerprint, created_at)
+	mustExec(t, db, `INSERT INTO idem_billing_charge (key_order_id, fingerprint, created_at)
 		SELECT 'old-' || g, '\x00', now() - interval '31 days' - g * interval '1 ms' FROM generate_series(1, $1) g`, expired)
-	mustExec(t, db, `INSERT INTO idem_bench_ledger (key_message_id, fingerprint, created_at)
+	mustExec(t, db, `INSERT INTO idem_billing_charge (key_order_id, fingerprint, created_at)
 		SELECT 'new-' || g, '\x00', now() - interval '29 days' FROM generate_series(1, $1) g`, fresh)
 	mustExec(t, db, `INSERT INTO idem_test_pay (idem_key, key_id, fingerprint, status, fence, attempts, lease_until, created_at, updated_at, done_at)
 		SELECT 'old-' || g, 'old-' || g, '\x00', 'done', 1, 1, NULL, now() - interval '31 days', now() - interval '31 days', now() - interval '31 days'
@@ -243,7 +240,7 @@ func TestTwoJanitorsPurgeAndSweepEachRowOnce(t *testing.T) {
 		SELECT gen_random_uuid(), 'c', 'n' || g, 'd', '\x00', now() - interval '8 days', CASE WHEN g % 2 = 0 THEN now() - interval '8 days' END
 		FROM generate_series(1, 100) g`)
 
-	post := ledger.NewPostIdem(db.Pool)
+	post := billing.NewChargeIdem(db.Pool, &billing.Service{})
 	pay := idemimpl.NewExternalInbox(db.Pool, payTable, charge(idemtest.NewProvider()))
 	readers := []*metric.ManualReader{metric.NewManualReader(), metric.NewManualReader()}
 	var janitors []*idem.Janitor
@@ -281,7 +278,7 @@ func TestTwoJanitorsPurgeAndSweepEachRowOnce(t *testing.T) {
 		}
 		return total, each
 	}
-	for table, want := range map[string]int64{"idem_bench_ledger": expired, "idem_test_pay": extOld, "idem_outbox": 0} {
+	for table, want := range map[string]int64{"idem_billing_charge": expired, "idem_test_pay": extOld, "idem_outbox": 0} {
 		total, each := sum(table)
 		t.Logf("%s: purged %v by the two janitors, %d in all (want %d)", table, each, total, want)
 		if total != want {
@@ -296,7 +293,7 @@ func TestTwoJanitorsPurgeAndSweepEachRowOnce(t *testing.T) {
 	if n := relaytest.QueryInt(t, db.Pool, `SELECT count(*) FROM idem_test_pay WHERE key_id LIKE 'run-%' AND (status <> 'released' OR attempts <> 3 OR fence <> 6)`); n != 0 {
 		t.Errorf("%d claims not reset exactly once (want released, attempts 3, fence 6)", n)
 	}
-	if n := relaytest.QueryInt(t, db.Pool, `SELECT count(*) FROM idem_bench_ledger`); n != fresh {
+	if n := relaytest.QueryInt(t, db.Pool, `SELECT count(*) FROM idem_billing_charge`); n != fresh {
 		t.Errorf("%d inbox rows left; want the %d fresh ones", n, fresh)
 	}
 	if n := relaytest.QueryInt(t, db.Pool, `SELECT count(*) FROM idem_outbox`); n != outboxOld+100 {
@@ -342,9 +339,9 @@ func TestTwoJanitorsPurgeAndSweepEachRowOnce(t *testing.T) {
 // meanwhile, and returns nil soon after its context is cancelled.
 func TestJanitorRunStopsOnCancel(t *testing.T) {
 	db := janitorDB(t)
-	mustExec(t, db, `INSERT INTO idem_bench_ledger (key_message_id, fingerprint, created_at)
+	mustExec(t, db, `INSERT INTO idem_billing_charge (key_order_id, fingerprint, created_at)
 		SELECT 'old-' || g, '\x00', now() - interval '31 days' FROM generate_series(1, 500) g`)
-	j, err := idem.NewJanitor(db.Pool, []idem.Maintained{ledger.NewPostIdem(db.Pool)},
+	j, err := idem.NewJanitor(db.Pool, []idem.Maintained{billing.NewChargeIdem(db.Pool, &billing.Service{})},
 		idem.WithJanitorInterval(20*time.Millisecond), idem.WithJanitorLogger(relaytest.Logger(t)))
 	if err != nil {
 		t.Fatal(err)
@@ -353,7 +350,7 @@ func TestJanitorRunStopsOnCancel(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- j.Run(ctx) }()
 	relaytest.WaitFor(t, 10*time.Second, "the first round's purge", func() bool {
-		return relaytest.QueryInt(t, db.Pool, `SELECT count(*) FROM idem_bench_ledger`) == 0
+		return relaytest.QueryInt(t, db.Pool, `SELECT count(*) FROM idem_billing_charge`) == 0
 	})
 	if err := j.Run(ctx); err == nil || !strings.Contains(err.Error(), "while it is running") {
 		t.Errorf("a second Run: %v; want it refused", err)

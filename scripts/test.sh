@@ -7,6 +7,8 @@
 #   ./scripts/test.sh [go test flags] [packages]   e.g. -count=1 -run TestFoo ./examples/billing
 #
 # Flags go to go test as given. Without a package argument it tests ./...
+# and ./bench/... (the benchmarks and the soak are a module of their own,
+# joined by go.work, which ./... does not reach).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -37,7 +39,7 @@ _test_has_package() {
 
 packages=()
 if ! _test_has_package "$@"; then
-	packages=(./...)
+	packages=(./... ./bench/...)
 fi
 
 # go test's own default of 10 minutes per package binary is short for

@@ -7,8 +7,8 @@
 // counts everything and exits non-zero, naming the offending keys, when a
 // count is off.
 //
-//	go run ./soak -broker rabbitmq -messages 20000 -seed 1
-//	go run ./soak -broker jetstream -messages 20000 -seed 1
+//	go run ./bench/soak -broker rabbitmq -messages 20000 -seed 1
+//	go run ./bench/soak -broker jetstream -messages 20000 -seed 1
 //
 // See docs/soak.md.
 package main
@@ -69,7 +69,7 @@ func main() {
 	flag.StringVar(&o.reportPath, "report", "", "also write the report as Markdown to this `file`")
 	flag.Parse()
 	if flag.NArg() > 0 || o.messages < 1 || (o.broker != "rabbitmq" && o.broker != "jetstream") {
-		fmt.Fprintln(os.Stderr, "usage: go run ./soak [-broker rabbitmq|jetstream] [-messages M] [-seed N] [-timeout D]")
+		fmt.Fprintln(os.Stderr, "usage: go run ./bench/soak [-broker rabbitmq|jetstream] [-messages M] [-seed N] [-timeout D]")
 		flag.PrintDefaults()
 		os.Exit(2)
 	}
