@@ -52,6 +52,7 @@ Usage:
                                           report each consumer's inbox, claims and
                                           outbox in a database, and find doubled work
                                           in a business table (idemgen audit -h)
+  idemgen version                         print idemgen's version and runtime contract
 
 Packages are go/packages patterns: directories (., ./..., ./billing) or import
 paths; the default is ".". A pattern that matches no package is an error.
@@ -75,7 +76,7 @@ func Run(args []string, stdout, stderr io.Writer) int {
 }
 
 // commands are idemgen's subcommands.
-var commands = []string{"generate", "check", "vet", "audit", "help"}
+var commands = []string{"generate", "check", "vet", "audit", "version", "help"}
 
 func run(dir string, args []string, stdout, stderr io.Writer) int {
 	return runner{}.run(dir, args, stdout, stderr)
@@ -103,8 +104,16 @@ func (r runner) run(dir string, args []string, stdout, stderr io.Writer) int {
 			return ExitUsage
 		}
 	}
-	if cmd == "audit" {
+	switch cmd {
+	case "audit":
 		return r.audit(dir, args, stdout, stderr)
+	case "version":
+		if len(args) > 0 {
+			fmt.Fprintln(stderr, "idemgen version takes no arguments")
+			return ExitUsage
+		}
+		info, _ := debug.ReadBuildInfo()
+		return version(info, stdout)
 	}
 	flags := flag.NewFlagSet("idemgen "+cmd, flag.ContinueOnError)
 	flags.SetOutput(stderr)
