@@ -85,7 +85,7 @@ type Service struct {
 
 // Charge records the order's charge, debits the account and publishes
 // ChargeCompleted through the outbox: the message is written in the same
-// transaction, so it exists exactly when the charge does, and an relay.Relay
+// transaction, so it exists exactly when the charge does, and a relay.Relay
 // delivers it.
 //
 //idem:handler consumer=billing.charge key=OrderID fixture=chargeFixture

@@ -13,7 +13,7 @@ import (
 	"github.com/idemgen/idemgen/idem/internal/consume"
 )
 
-// Publisher publishes outbox messages to JetStream for an relay.Relay, each
+// Publisher publishes outbox messages to JetStream for a relay.Relay, each
 // with its PubAck; see the package documentation. Publish calls are served
 // one at a time; give each relay its own Publisher to publish in parallel.
 type Publisher struct {

@@ -11,7 +11,7 @@ import (
 	"github.com/idemgen/idemgen/idem/internal/consume"
 )
 
-// Publisher produces outbox messages to Kafka for an relay.Relay, through an
+// Publisher produces outbox messages to Kafka for a relay.Relay, through an
 // idempotent producer with acks from all in-sync replicas (franz-go's
 // default); see the package documentation. Close it when done.
 type Publisher struct {

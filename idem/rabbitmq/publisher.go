@@ -18,7 +18,7 @@ import (
 // return while Publish is waiting for confirms.
 const maxInFlight = defaultReturnBuffer
 
-// Publisher publishes outbox messages to RabbitMQ for an relay.Relay, with
+// Publisher publishes outbox messages to RabbitMQ for a relay.Relay, with
 // publisher confirms; see the package documentation. It connects on the
 // first Publish and again after a lost connection. Publish calls are served
 // one at a time; give each relay its own Publisher to publish in parallel.

@@ -349,7 +349,7 @@ func OrderRows(t testing.TB, dest, prefix string, from, n int) []OutRow {
 	return rows
 }
 
-// RunRelay runs an relay.Relay over pub until the test ends.
+// RunRelay runs a relay.Relay over pub until the test ends.
 func RunRelay(t testing.TB, pool *pgxpool.Pool, pub idem.Publisher) {
 	t.Helper()
 	_, logger := NewLogs(t)

@@ -7,9 +7,12 @@ import (
 	"context"
 	"encoding/json"
 	"io/fs"
+	"log"
 	"log/slog"
+	"os"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"testing/fstest"
@@ -18,6 +21,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/pressly/goose/v3"
 
 	"github.com/idemgen/idemgen/idem"
 	"github.com/idemgen/idemgen/idem/idemtest"
@@ -259,4 +264,42 @@ func Logger(t testing.TB) *slog.Logger {
 // Listeners counts r's listening connections.
 func Listeners(t testing.TB, db *idemtest.DB, r *relay.Relay) int {
 	return QueryInt(t, db.Pool, `SELECT count(*)::int FROM pg_stat_activity WHERE application_name = $1`, "idem relay "+r.ID())
+}
+
+// ExampleDB opens a pool on a fresh schema of the test database with the
+// goose migrations of fsys applied, for the packages' Example functions,
+// which have no testing.T. done closes the pool and drops the schema. The
+// database is IDEMGEN_TEST_DATABASE_URL's, else libpq's defaults.
+func ExampleDB(ctx context.Context, fsys fs.FS) (pool *pgxpool.Pool, done func()) {
+	base := os.Getenv(idemtest.EnvURL)
+	admin, err := pgx.Connect(ctx, base)
+	if err != nil {
+		log.Fatalf("example database: %v", err)
+	}
+	schema := "example_" + strings.ReplaceAll(uuid.NewString()[:13], "-", "")
+	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
+		log.Fatalf("example database: %v", err)
+	}
+	cfg, err := pgxpool.ParseConfig(base)
+	if err != nil {
+		log.Fatalf("example database: %v", err)
+	}
+	cfg.ConnConfig.RuntimeParams["search_path"] = schema
+	if pool, err = pgxpool.NewWithConfig(ctx, cfg); err != nil {
+		log.Fatalf("example database: %v", err)
+	}
+	sqlDB := stdlib.OpenDBFromPool(pool)
+	provider, err := goose.NewProvider(goose.DialectPostgres, sqlDB, fsys, goose.WithDisableGlobalRegistry(true))
+	if err == nil {
+		_, err = provider.Up(ctx)
+	}
+	if err != nil {
+		log.Fatalf("example database: migrations: %v", err)
+	}
+	return pool, func() {
+		_ = sqlDB.Close()
+		pool.Close()
+		_, _ = admin.Exec(context.Background(), "DROP SCHEMA "+schema+" CASCADE")
+		_ = admin.Close(context.Background())
+	}
 }
