@@ -31,7 +31,14 @@ const (
 
 // An Option configures a broker adapter's Consumer or Publisher; each says
 // which. The adapters' own options are Options too.
-type Option func(*consume.Config)
+type Option struct{ apply func(*consume.Config) }
+
+func init() {
+	consume.SetOptionType(
+		func(f func(*consume.Config)) any { return Option{f} },
+		func(o any) func(*consume.Config) { return o.(Option).apply },
+	)
+}
 
 // A Decoder decodes a delivery's body into v, a pointer to the handler's
 // message type (or to an idem.Message's Body). json.Unmarshal is one.
@@ -40,7 +47,7 @@ type Decoder func(body []byte, v any) error
 // WithLogger sets the logger (default slog.Default()). Consumer and
 // Publisher.
 func WithLogger(l *slog.Logger) Option {
-	return func(c *consume.Config) { c.Logger = l }
+	return Option{func(c *consume.Config) { c.Logger = l }}
 }
 
 // WithMeterProvider sets the OpenTelemetry MeterProvider of the consumer's
@@ -49,20 +56,20 @@ func WithLogger(l *slog.Logger) Option {
 // stream or topic consumed (docs/observability.md). nil, or no option, is
 // otel.GetMeterProvider(), the global one. Consumer.
 func WithMeterProvider(mp metric.MeterProvider) Option {
-	return func(c *consume.Config) { c.Meter = mp }
+	return Option{func(c *consume.Config) { c.Meter = mp }}
 }
 
 // WithWorkers sets how many deliveries are handled at once (default 4; for
 // Kafka, how many partitions). Consumer.
 func WithWorkers(n int) Option {
-	return func(c *consume.Config) { c.Workers = n }
+	return Option{func(c *consume.Config) { c.Workers = n }}
 }
 
 // WithMaxAttempts sets after how many attempts a delivery whose action is
 // still Retry is dead-lettered instead (default 10). A retry of a key in
 // progress is not an attempt (WithMaxWait bounds those). Consumer.
 func WithMaxAttempts(n int) Option {
-	return func(c *consume.Config) { c.MaxAttempts = n }
+	return Option{func(c *consume.Config) { c.MaxAttempts = n }}
 }
 
 // WithMaxWait bounds, in time, the retries of a delivery whose key is in
@@ -73,20 +80,20 @@ func WithMaxAttempts(n int) Option {
 // Default DefaultMaxWait, three default leases; set it to a few times the
 // longest lease= of the handlers consumed. Consumer.
 func WithMaxWait(d time.Duration) Option {
-	return func(c *consume.Config) { c.MaxWait = d }
+	return Option{func(c *consume.Config) { c.MaxWait = d }}
 }
 
 // WithMaxBodySize sets the largest body the consumer decodes, in bytes
 // (the adapter's DefaultMaxBodySize); a larger one is dead-lettered
 // undecoded. Consumer.
 func WithMaxBodySize(n int) Option {
-	return func(c *consume.Config) { c.MaxBody = n }
+	return Option{func(c *consume.Config) { c.MaxBody = n }}
 }
 
 // WithDecoder sets how bodies are decoded (default json.Unmarshal). An error
 // dead-letters the delivery as idem.ErrUndecodablePayload. Consumer.
 func WithDecoder(d Decoder) Option {
-	return func(c *consume.Config) { c.Decode = d }
+	return Option{func(c *consume.Config) { c.Decode = d }}
 }
 
 // WithBatch sets how a Consumer whose handler is an idem.BatchHandler (every
@@ -99,5 +106,5 @@ func WithDecoder(d Decoder) Option {
 // DefaultBatchLinger (2ms). WithBatch(1, 0) turns batching off: one Deliver
 // per delivery. A negative max or linger is an error of Run. Consumer.
 func WithBatch(max int, linger time.Duration) Option {
-	return func(c *consume.Config) { c.BatchMax, c.BatchLinger = max, linger }
+	return Option{func(c *consume.Config) { c.BatchMax, c.BatchLinger = max, linger }}
 }

@@ -79,14 +79,14 @@ func (o *options) retryDelay(attempt int) time.Duration {
 // that, and keeps every message it holds in progress (InProgress at a third
 // of the ack wait), also while it waits for a worker. Consumer.
 func WithPrefetch(n int) Option {
-	return func(c *consume.Config) { c.Prefetch = n }
+	return consume.Option[Option](func(c *consume.Config) { c.Prefetch = n })
 }
 
 // WithRetryDelay sets the delay of the NakWithDelay for a Retry: min after
 // the first attempt, doubled after each further one, never more than max
 // (defaults 1s and 1m). Consumer.
 func WithRetryDelay(min, max time.Duration) Option {
-	return consume.Transport(func(o *options) { o.retryMin, o.retryMax = min, max })
+	return consume.Transport[Option](func(o *options) { o.retryMin, o.retryMax = min, max })
 }
 
 // WithBackoff sets the wait before pulling again after the pull failed (the
@@ -94,13 +94,13 @@ func WithRetryDelay(min, max time.Duration) Option {
 // first failure, doubled after each further one, never more than max
 // (defaults 200ms and 30s). Consumer.
 func WithBackoff(min, max time.Duration) Option {
-	return func(c *consume.Config) { c.BackoffMin, c.BackoffMax = min, max }
+	return consume.Option[Option](func(c *consume.Config) { c.BackoffMin, c.BackoffMax = min, max })
 }
 
 // WithMaxInFlight sets how many messages a Publisher has without a PubAck at
 // once (default 1024); a larger batch goes out in chunks. Publisher.
 func WithMaxInFlight(n int) Option {
-	return consume.Transport(func(o *options) { o.maxInFlight = n })
+	return consume.Transport[Option](func(o *options) { o.maxInFlight = n })
 }
 
 // WithMsg lets f adjust each message before it is published (headers such
@@ -108,5 +108,5 @@ func WithMaxInFlight(n int) Option {
 // of the outbox row before f runs, and Nats-Msg-Id after it: the stable id
 // is not f's to change. Publisher.
 func WithMsg(f func(m idem.OutgoingMessage, msg *nats.Msg)) Option {
-	return consume.Transport(func(o *options) { o.msg = f })
+	return consume.Transport[Option](func(o *options) { o.msg = f })
 }

@@ -65,26 +65,28 @@ func (o *options) validate(what string) error {
 // (the group, the topics, auto-commit off, BlockRebalanceOnPoll) come last
 // and win.
 func WithClientOptions(opts ...kgo.Opt) Option {
-	return consume.Transport(func(o *options) { o.client = append(o.client, opts...) })
+	return consume.Transport[Option](func(o *options) { o.client = append(o.client, opts...) })
 }
 
 // WithMaxPollRecords bounds the records one poll takes (default 500).
-func WithMaxPollRecords(n int) Option { return consume.Transport(func(o *options) { o.maxPoll = n }) }
+func WithMaxPollRecords(n int) Option {
+	return consume.Transport[Option](func(o *options) { o.maxPoll = n })
+}
 
 // WithRetryDelay is how long a partition waits before the consumer fetches a
 // record to retry again (default 5s).
 func WithRetryDelay(d time.Duration) Option {
-	return consume.Transport(func(o *options) { o.retryDelay = d })
+	return consume.Transport[Option](func(o *options) { o.retryDelay = d })
 }
 
 // WithDeadLetterTopic maps a consumed topic to its dead-letter topic
 // (default topic + ".dlq").
 func WithDeadLetterTopic(f func(topic string) string) Option {
-	return consume.Transport(func(o *options) { o.deadLetter = f })
+	return consume.Transport[Option](func(o *options) { o.deadLetter = f })
 }
 
 // WithRecord lets the publisher adjust each record before it is produced
 // (after the topic, key and headers are set).
 func WithRecord(f func(m idem.OutgoingMessage, r *kgo.Record)) Option {
-	return consume.Transport(func(o *options) { o.record = f })
+	return consume.Transport[Option](func(o *options) { o.record = f })
 }

@@ -74,27 +74,27 @@ func (o *options) validate(what string) error {
 // Dial, client properties). Its Recovery is ignored: the consumer and the
 // publisher connect again themselves. Consumer and Publisher.
 func WithConfig(c amqp.Config) Option {
-	return consume.Transport(func(o *options) { o.config = c })
+	return consume.Transport[Option](func(o *options) { o.config = c })
 }
 
 // WithConnectionName sets the connection_name client property, which the
 // management UI and rabbitmqctl list_connections show (default "idem
 // rabbitmq consumer" or "idem rabbitmq publisher"). Consumer and Publisher.
 func WithConnectionName(name string) Option {
-	return consume.Transport(func(o *options) { o.connName = name })
+	return consume.Transport[Option](func(o *options) { o.connName = name })
 }
 
 // WithBackoff sets the wait before connecting again after a lost or failed
 // connection: min after the first failure, doubled after each further one,
 // never more than max (defaults 200ms and 30s). Consumer.
 func WithBackoff(min, max time.Duration) Option {
-	return func(c *consume.Config) { c.BackoffMin, c.BackoffMax = min, max }
+	return consume.Option[Option](func(c *consume.Config) { c.BackoffMin, c.BackoffMax = min, max })
 }
 
 // WithPrefetch sets the channel's prefetch count: how many unacked deliveries
 // the broker hands the consumer ahead (default twice the workers). Consumer.
 func WithPrefetch(n int) Option {
-	return func(c *consume.Config) { c.Prefetch = n }
+	return consume.Option[Option](func(c *consume.Config) { c.Prefetch = n })
 }
 
 // WithRoute sets how an outbox destination maps onto an exchange and a
@@ -102,7 +102,7 @@ func WithPrefetch(n int) Option {
 // destination without "/" is a routing key on the default exchange).
 // Publisher.
 func WithRoute(route func(destination string) (exchange, key string)) Option {
-	return consume.Transport(func(o *options) { o.route = route })
+	return consume.Transport[Option](func(o *options) { o.route = route })
 }
 
 // WithPublishing lets f adjust each message before it is published (content
@@ -110,5 +110,5 @@ func WithRoute(route func(destination string) (exchange, key string)) Option {
 // DeliveryMode persistent and ContentType application/json before f runs.
 // Publisher.
 func WithPublishing(f func(m idem.OutgoingMessage, p *amqp.Publishing)) Option {
-	return consume.Transport(func(o *options) { o.publishing = f })
+	return consume.Transport[Option](func(o *options) { o.publishing = f })
 }

@@ -57,17 +57,34 @@ type Config struct {
 	transport []func(any)
 }
 
-// Transport returns an option that sets the adapter's own options, of type
-// T: Resolve applies it to the T it is given.
-func Transport[T any](set func(*T)) func(*Config) {
-	return func(c *Config) {
+// wrap and unwrap convert between a func(*Config) and package consumer's
+// opaque Option, which consumer installs in its init (SetOptionType). The
+// adapters make Options through Option and Transport, so that go doc of
+// consumer shows no internal type.
+var (
+	wrap   func(func(*Config)) any
+	unwrap func(any) func(*Config)
+)
+
+// SetOptionType installs how package consumer wraps an option function into
+// its Option and unwraps it again.
+func SetOptionType(w func(func(*Config)) any, u func(any) func(*Config)) { wrap, unwrap = w, u }
+
+// Option returns f as an option of type O, package consumer's Option.
+func Option[O any](f func(*Config)) O { return wrap(f).(O) }
+
+// Transport returns an option of type O that sets the adapter's own options,
+// of type T: Resolve applies it to the T it is given.
+func Transport[O, T any](set func(*T)) O {
+	return Option[O](func(c *Config) {
 		c.transport = append(c.transport, func(v any) { set(v.(*T)) })
-	}
+	})
 }
 
-// Resolve applies opts to the defaults (maxBody is the adapter's default
+// Resolve applies opts (consumer.Options, or plain func(*Config) in this
+// package's tests) to the defaults (maxBody is the adapter's default
 // body size) and the adapter's options of them to t.
-func Resolve[T any, O ~func(*Config)](opts []O, maxBody int, t *T) Config {
+func Resolve[T, O any](opts []O, maxBody int, t *T) Config {
 	c := Config{
 		Logger:      slog.Default(),
 		Workers:     DefaultWorkers,
@@ -80,7 +97,13 @@ func Resolve[T any, O ~func(*Config)](opts []O, maxBody int, t *T) Config {
 		BackoffMax:  DefaultBackoffMax,
 	}
 	for _, opt := range opts {
-		opt(&c)
+		apply, ok := any(opt).(func(*Config))
+		if !ok {
+			apply = unwrap(opt)
+		}
+		if apply != nil {
+			apply(&c)
+		}
 	}
 	if c.Prefetch <= 0 {
 		c.Prefetch = 2 * c.Workers
