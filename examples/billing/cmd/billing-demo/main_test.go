@@ -16,28 +16,28 @@ import (
 	"github.com/idemgen/idemgen/idem/idemtest"
 )
 
-// readmeMarker precedes, in the README, the block that shows the demo's output.
-const readmeMarker = "<!-- billing-demo output: TestOutputMatchesREADME compares it with what the demo prints -->\n"
+// readmeMarker precedes, in docs/quickstart.md, the block that shows the demo's output.
+const readmeMarker = "<!-- billing-demo output: TestOutputMatchesQuickstart compares it with what the demo prints -->\n"
 
 // readmeOutput returns the fenced block that follows readmeMarker in the
-// repository's README.md.
+// repository's docs/quickstart.md.
 func readmeOutput(t *testing.T) string {
 	t.Helper()
-	readme, err := os.ReadFile("../../../../README.md")
+	readme, err := os.ReadFile("../../../../docs/quickstart.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, after, ok := strings.Cut(string(readme), readmeMarker)
 	if !ok {
-		t.Fatalf("README.md has no line %q before the demo's output", strings.TrimSpace(readmeMarker))
+		t.Fatalf("docs/quickstart.md has no line %q before the demo's output", strings.TrimSpace(readmeMarker))
 	}
 	block, ok := strings.CutPrefix(after, "```\n")
 	if !ok {
-		t.Fatal("README.md: the line after the demo's marker does not open a ``` block")
+		t.Fatal("docs/quickstart.md: the line after the demo's marker does not open a ``` block")
 	}
 	block, _, ok = strings.Cut(block, "```\n")
 	if !ok {
-		t.Fatal("README.md: the demo's output block is not closed")
+		t.Fatal("docs/quickstart.md: the demo's output block is not closed")
 	}
 	return block
 }
@@ -65,10 +65,10 @@ func schemaExists(t *testing.T, dbURL, schema string) bool {
 	return exists
 }
 
-// TestOutputMatchesREADME runs the demo and compares what it prints with the
-// README's block, byte for byte, so that the two cannot drift apart; then it
+// TestOutputMatchesQuickstart runs the demo and compares what it prints with the
+// quickstart's block, byte for byte, so that the two cannot drift apart; then it
 // checks that the demo dropped its schema.
-func TestOutputMatchesREADME(t *testing.T) {
+func TestOutputMatchesQuickstart(t *testing.T) {
 	dbURL := idemtest.DatabaseURL(t)
 	schema := freshSchema(t)
 	var out bytes.Buffer
@@ -76,7 +76,7 @@ func TestOutputMatchesREADME(t *testing.T) {
 		t.Fatalf("run: %v\noutput so far:\n%s", err, out.String())
 	}
 	if want := readmeOutput(t); out.String() != want {
-		t.Errorf("the demo printed\n%s\nbut README.md shows\n%s\n(update the README's block, after %q)", out.String(), want, strings.TrimSpace(readmeMarker))
+		t.Errorf("the demo printed\n%s\nbut docs/quickstart.md shows\n%s\n(update its block, after %q)", out.String(), want, strings.TrimSpace(readmeMarker))
 	}
 	if schemaExists(t, dbURL, schema) {
 		t.Errorf("the demo left its schema %s behind", schema)
