@@ -34,8 +34,8 @@ type EventReceipt struct {
 
 // RefundParams is the body of a refund request.
 type RefundParams struct {
-	Payment string `json:"payment" form:"payment"`
-	Amount  int64  `json:"amount" form:"amount"`
+	Payment string `json:"payment"`
+	Amount  int64  `json:"amount"`
 }
 
 // Refund is a refund made, as the API answers it.
