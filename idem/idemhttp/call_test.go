@@ -15,7 +15,9 @@ type benchResult struct{ N int }
 // wrapper's Handle.
 type withResult struct{}
 
-func (withResult) Deliver(context.Context, benchMsg) (idem.Outcome, error) { return idem.Processed, nil }
+func (withResult) Deliver(context.Context, benchMsg) (idem.Outcome, error) {
+	return idem.Processed, nil
+}
 
 func (withResult) Handle(_ context.Context, m benchMsg) (benchResult, idem.Outcome, error) {
 	return benchResult{N: len(m.ID)}, idem.Duplicate, nil
@@ -23,9 +25,13 @@ func (withResult) Handle(_ context.Context, m benchMsg) (benchResult, idem.Outco
 
 type withoutResult struct{}
 
-func (withoutResult) Deliver(context.Context, benchMsg) (idem.Outcome, error) { return idem.Processed, nil }
+func (withoutResult) Deliver(context.Context, benchMsg) (idem.Outcome, error) {
+	return idem.Processed, nil
+}
 
-func (withoutResult) Handle(context.Context, benchMsg) (idem.Outcome, error) { return idem.Duplicate, nil }
+func (withoutResult) Handle(context.Context, benchMsg) (idem.Outcome, error) {
+	return idem.Duplicate, nil
+}
 
 type noneResult struct{ withResult }
 
