@@ -87,7 +87,8 @@ func startRun(t *testing.T, amqpURL, queue string) (addr, schema string) {
 	_, _ = rand.Read(b)
 	schema = "webhooks_server_test_" + hex.EncodeToString(b)
 	ctx, cancel := context.WithCancel(context.Background())
-	out := &serverOutput{addr: make(chan string, 1)}
+	started := make(chan string, 1)
+	out := &serverOutput{addr: started}
 	done := make(chan error, 1)
 	go func() { done <- run(ctx, dbURL, schema, "127.0.0.1:0", amqpURL, queue, out) }()
 	t.Cleanup(func() {
@@ -100,7 +101,7 @@ func startRun(t *testing.T, amqpURL, queue string) (addr, schema string) {
 		}
 	})
 	select {
-	case addr = <-out.addr:
+	case addr = <-started:
 	case err := <-done:
 		t.Fatalf("the server ended before it served: %v", err)
 	case <-time.After(time.Minute):
