@@ -25,9 +25,9 @@ import (
 )
 
 // The server process of TestServerKilledMidRequest is this test binary run
-// again with serverEnv set to a serverConfig: it serves the API on Addr
-// until it is killed, and with Hold it stops inside the transaction of each
-// refund, after the handler's writes and before the commit, and says so.
+// again with serverEnv set to a serverConfig. It serves the API on Addr
+// until it is killed. With Hold it stops inside each refund's transaction,
+// after the handler's writes and before the commit, and says so.
 const serverEnv = "WEBHOOKS_TEST_SERVER"
 
 type serverConfig struct {

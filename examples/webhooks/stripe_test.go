@@ -119,9 +119,9 @@ func (s *slowWriter) Write(b []byte) (int, error) {
 }
 
 // TestStripeClientRetries calls the refund API with stripe-go's client
-// (Backend.Call, retries on, a 500 ms timeout per attempt): a response held
-// back past the timeout, and a handler held up past it before its commit,
-// are retried by the client with the same key, and the refund exists once.
+// (Backend.Call, retries on, a 500 ms timeout per attempt). The client
+// retries a response held back past the timeout with the same key, and a
+// handler held up past it before its commit: the refund exists once.
 func TestStripeClientRetries(t *testing.T) {
 	db := newDB(t)
 	seedPayment(t, db.Pool, "pi_1", 10000)

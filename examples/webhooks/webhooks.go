@@ -2,8 +2,8 @@
 // and from RabbitMQ with one guarantee. Stripe's payment events arrive as
 // signed webhooks (or from a queue that replays them), and API clients ask
 // for refunds with an Idempotency-Key header. Each handler runs at most once
-// per key, in one transaction with the row that records the key, and every
-// copy of a request or an event gets the first one's result back.
+// per key, in one transaction with the row that records the key. Every copy
+// of a request or an event gets the first one's result back.
 package webhooks
 
 //go:generate go run github.com/idemgen/idemgen/cmd/idemgen -migrations migrations .

@@ -20,10 +20,10 @@ import (
 	"github.com/idemgen/idemgen/idem/idemtest"
 )
 
-// The tests serve inboxes declared by hand the way idemgen generates them:
-// a refund API keyed by client and idempotency key (key=Client,Key) with a
-// result, a note endpoint keyed by the key alone without a result, and an
-// event endpoint whose body carries its own id (key=ID).
+// The tests serve inboxes declared by hand the way idemgen generates them.
+// The refund API is keyed by client and idempotency key (key=Client,Key)
+// and has a result. The note endpoint is keyed by the key alone, without a
+// result. The event endpoint's body carries its own id (key=ID).
 
 type refundParams struct {
 	Charge string `json:"charge"`
