@@ -24,6 +24,8 @@
 //   - the purge: idem.Janitor deleting a million expired inbox rows while
 //     16 workers deliver, their p99 next to their p99 without it, and the
 //     lock waits between the purge and the deliveries;
+//   - HTTP (http.go): requests through idemhttp against a plain net/http
+//     handler around the hand-written inbox, first requests and replays;
 //   - idemgen's running time against go vet on the same packages, and how it
 //     grows with the number of handlers.
 //
@@ -111,7 +113,7 @@ type config struct {
 }
 
 // allParts are the parts of the run, in the order they run.
-var allParts = []string{"mem", "db", "statements", "network", "batch", "outbox", "brokers", "purge", "entity", "sizing", "alloc", "gen"}
+var allParts = []string{"mem", "db", "statements", "network", "batch", "outbox", "brokers", "purge", "entity", "http", "sizing", "alloc", "gen"}
 
 func main() {
 	if err := run(); err != nil {
@@ -176,6 +178,11 @@ func run() error {
 	}
 	if cfg.parts["entity"] {
 		if rep.entity, err = runEntity(ctx, cfg); err != nil {
+			return err
+		}
+	}
+	if cfg.parts["http"] {
+		if rep.http, err = runHTTP(ctx, cfg); err != nil {
 			return err
 		}
 	}
@@ -244,7 +251,7 @@ func parseFlags() (*config, error) {
 	flag.IntVar(&cfg.walRepeats, "walrepeats", 5, "sizing: times each WAL measurement repeats (the median counts)")
 	flag.IntVar(&cfg.stmtMsgs, "stmtmsgs", 2000, "statements: messages of each scenario (at each concurrency) between two reads of pg_stat_statements")
 	flag.StringVar(&stmtWorkers, "stmtworkers", "1,16", "statements: concurrent workers of the scenarios, comma-separated")
-	flag.StringVar(&parts, "parts", strings.Join(allParts, ","), "parts to run: mem (the long run), db (the scenarios), statements (what each statement of a delivery costs the server, from pg_stat_statements), network (the scenarios through a delaying proxy), batch (HandleBatch), outbox, brokers, purge (idem.Janitor under load), entity (mode=entity against the bare transaction and mode=tx), sizing (bytes per row, WAL per message, purging a million rows), alloc, gen")
+	flag.StringVar(&parts, "parts", strings.Join(allParts, ","), "parts to run: mem (the long run), db (the scenarios), statements (what each statement of a delivery costs the server, from pg_stat_statements), network (the scenarios through a delaying proxy), batch (HandleBatch), outbox, brokers, purge (idem.Janitor under load), entity (mode=entity against the bare transaction and mode=tx), http (idemhttp against net/http with a hand-written inbox), sizing (bytes per row, WAL per message, purging a million rows), alloc, gen")
 	flag.StringVar(&cfg.out, "out", "BENCHMARKS.md", "results file, relative to the repository root")
 	flag.Parse()
 	if flag.NArg() > 0 {

@@ -38,6 +38,7 @@ type report struct {
 	sizing            *sizingResults
 	gen               *genResults
 	entity            *entityResults
+	http              *httpResults
 	stmts             *stmtResults
 }
 
@@ -134,6 +135,9 @@ func (r *report) markdown() []byte {
 	}
 	if r.entity != nil {
 		r.writeEntity(w)
+	}
+	if r.http != nil {
+		r.writeHTTP(w)
 	}
 	if r.sizing != nil {
 		r.writeSizing(w)

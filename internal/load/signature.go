@@ -165,18 +165,19 @@ func (c *checker) resultAndMessage(fd *ast.FuncDecl, sig *types.Signature, h *mo
 	case !isNamedType || !isStruct:
 		c.errorf(mpos, "the message parameter of handler %s has type %s; want a named struct type or a pointer to one (or a slice of one, for a set-based handler)", h.Func, c.typeString(params.At(msgAt).Type()))
 		return nil, false
-	case isNamed(n, idemPath, "Message"):
+	case isNamed(n, idemPath, "Message"), isNamed(n, idemPath, "Request"):
 		if !c.envelopeBody(n, mpos, h) {
 			return nil, false
 		}
-		h.Envelope = true
+		h.Envelope, h.Request = true, isNamed(n, idemPath, "Request")
 	case n.TypeParams().Len() > 0 || n.TypeArgs().Len() > 0:
-		c.errorf(mpos, "the message type %s of handler %s is generic; use a plain named struct type, or idem.Message[T] (the one generic message type idemgen accepts)", c.typeString(mt), h.Func)
+		c.errorf(mpos, "the message type %s of handler %s is generic; use a plain named struct type, or idem.Message[T] or idem.Request[T] (the generic message types idemgen accepts)", c.typeString(mt), h.Func)
 		return nil, false
 	}
 	if h.Envelope {
-		// The fingerprint of an idem.Message covers ID and Body by the
-		// canonical encoding; the body's IdemFingerprint is not consulted.
+		// The fingerprint of an idem.Message (ID and Body) or an
+		// idem.Request (Key, Client and Body) is the canonical encoding;
+		// the body's IdemFingerprint is not consulted.
 		if problem := jsonProblem(named, false, c.qualifier); problem != "" {
 			c.errorf(mpos, "the message type %s of handler %s cannot be fingerprinted: %s", c.typeString(mt), h.Func, problem)
 		}
@@ -256,8 +257,9 @@ func (c *checker) resultPos(fd *ast.FuncDecl) diag.Pos {
 	return c.pos(fd.Type)
 }
 
-// envelopeBody checks the body type T of the message type idem.Message[T]:
-// a named struct type or a pointer to one, itself not generic.
+// envelopeBody checks the body type T of the message type idem.Message[T]
+// or idem.Request[T]: a named struct type or a pointer to one, itself not
+// generic.
 func (c *checker) envelopeBody(n *types.Named, pos diag.Pos, h *model.Handler) bool {
 	body := n.TypeArgs().At(0)
 	elem := body
@@ -268,8 +270,8 @@ func (c *checker) envelopeBody(n *types.Named, pos diag.Pos, h *model.Handler) b
 	_, isStruct := elem.Underlying().(*types.Struct)
 	switch {
 	case !isNamedType || !isStruct:
-		c.errorf(pos, "the message type %s of handler %s has the body type %s; want idem.Message[T] with T a named struct type or a pointer to one",
-			c.typeString(n), h.Func, c.typeString(body))
+		c.errorf(pos, "the message type %s of handler %s has the body type %s; want %s[T] with T a named struct type or a pointer to one",
+			c.typeString(n), h.Func, c.typeString(body), "idem."+n.Obj().Name())
 		return false
 	case bn.TypeArgs().Len() > 0:
 		c.errorf(pos, "the body type %s of the message type %s of handler %s is generic; use a plain named struct type",

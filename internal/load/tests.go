@@ -31,8 +31,9 @@ const idemtestPath = idemPath + "/idemtest"
 // the message struct outside the key whose type is a string, an integer or a
 // bool. Without one it says why, for the generated test's comment.
 //
-// For an idem.Message[T] the field is one of the body's, Body.F: the
-// envelope's ID is the broker's and its other fields are not fingerprinted.
+// For an idem.Message[T] or idem.Request[T] the field is one of the body's,
+// Body.F: the envelope's other fields are the key's parts (ID, Key, Client)
+// or are not fingerprinted (Attempt, Headers).
 func (c *checker) vary(msg types.Type, h model.Handler) (*model.VaryField, string) {
 	prefix, depth := "", 0
 	if h.Envelope {

@@ -124,10 +124,14 @@ type Handler struct {
 	// NoVary says why.
 	Vary   *VaryField
 	NoVary string
-	// Envelope is set when the message type is idem.Message[T] or a
-	// pointer to it; T is Msg.Deref().Args[0], and key paths start at the
-	// envelope (ID, Body.Field).
+	// Envelope is set when the message type is idem.Message[T] or
+	// idem.Request[T], or a pointer to one; T is Msg.Deref().Args[0], and
+	// key paths start at the envelope (ID, Key, Client, Body.Field).
 	Envelope bool
+	// Request is set, with Envelope, when the envelope is idem.Request[T],
+	// the HTTP front door's: its key parts are Key and Client, not a
+	// broker's message id.
+	Request bool
 }
 
 // Mode is a handler's mode= (docs/directive.md).
@@ -186,7 +190,8 @@ func (h Handler) Natural() bool { return h.Mode == ModeNatural }
 // EntityMode reports whether h runs in ModeEntity.
 func (h Handler) EntityMode() bool { return h.Mode == ModeEntity }
 
-// Body is the body type T of an Envelope handler's idem.Message[T].
+// Body is the body type T of an Envelope handler's idem.Message[T] or
+// idem.Request[T].
 func (h Handler) Body() Type { return h.Msg.Deref().Args[0] }
 
 // Partition is how a partitioned inbox places a message (partition= and

@@ -242,11 +242,14 @@ func Doc(text string) string {
 }
 
 // MessageName names a handler's message type in doc comments: the named
-// type without its pointer, and for idem.Message[T] the envelope with its
-// body type, spelled as the code of pkgPath spells them.
+// type without its pointer, and for idem.Message[T] and idem.Request[T] the
+// envelope with its body type, spelled as the code of pkgPath spells them.
 func MessageName(h model.Handler, pkgPath string) string {
-	if !h.Envelope {
+	switch {
+	case !h.Envelope:
 		return h.Msg.Deref().Name
+	case h.Request:
+		return "idem.Request[" + TypeText(h.Body(), pkgPath) + "]"
 	}
 	return "idem.Message[" + TypeText(h.Body(), pkgPath) + "]"
 }

@@ -283,8 +283,8 @@ func (e emitter) fixture() jen.Code {
 	}
 	if h.Envelope {
 		// Every delivery of a broker has a message id, and the body
-		// something to fingerprint.
-		if !assigned["msg.ID"] {
+		// something to fingerprint. A Request's key parts are its own.
+		if !h.Request && !assigned["msg.ID"] {
 			body = append(body, jen.Id("msg.ID").Op("=").Qual(gocode.IdemtestPkg, "UniqueString").Types(jen.String()).Call())
 		}
 		if v := h.Vary; v != nil && v.Kind != model.VaryBool && !assigned["msg."+v.Field] {
