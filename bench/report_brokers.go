@@ -65,11 +65,11 @@ func (r *report) brokersTargets(t *targetTable) {
 			l := target{doc: "against-watermills-outbox", what: "idemgen's outbox against Watermill's on RabbitMQ, reported", status: reported,
 				measured: fmt.Sprintf("burst %s / %s msgs/s, backlog %s / %s", mdtable.Thousands(p.pooled(0, modeBurst)), mdtable.Thousands(p.pooled(1, modeBurst)),
 					mdtable.Thousands(p.pooled(0, modeBacklog)), mdtable.Thousands(p.pooled(1, modeBacklog)))}
-			l.why.add("messages, idemgen / Watermill with its defaults", "%s", mdtable.Int(p.burst))
-			l.why.add("committed and delivered in a burst", "%s / %s msgs/s", mdtable.Thousands(p.pooled(0, modeBurst)), mdtable.Thousands(p.pooled(1, modeBurst)))
-			l.why.add("relayed from a backlog", "%s / %s msgs/s", mdtable.Thousands(p.pooled(0, modeBacklog)), mdtable.Thousands(p.pooled(1, modeBacklog)))
-			l.why.add(fmt.Sprintf("commit to delivery at %d msgs/s, p50", p.rate), "%s / %s", mdtable.Dur(stats.Percentile(is, 50)), mdtable.Dur(stats.Percentile(ws, 50)))
-			l.why.add(fmt.Sprintf("commit to delivery at %d msgs/s, p99", p.rate), "%s / %s", mdtable.Dur(stats.Percentile(is, 99)), mdtable.Dur(stats.Percentile(ws, 99)))
+			l.why.add("messages of the burst and of the backlog", "%s", mdtable.Int(p.burst))
+			l.why.add("idemgen / Watermill (its defaults), committed and delivered in a burst", "%s / %s msgs/s", mdtable.Thousands(p.pooled(0, modeBurst)), mdtable.Thousands(p.pooled(1, modeBurst)))
+			l.why.add("idemgen / Watermill, relayed from a backlog", "%s / %s msgs/s", mdtable.Thousands(p.pooled(0, modeBacklog)), mdtable.Thousands(p.pooled(1, modeBacklog)))
+			l.why.add(fmt.Sprintf("idemgen / Watermill, commit to delivery at %d msgs/s, p50", p.rate), "%s / %s", mdtable.Dur(stats.Percentile(is, 50)), mdtable.Dur(stats.Percentile(ws, 50)))
+			l.why.add(fmt.Sprintf("idemgen / Watermill, commit to delivery at %d msgs/s, p99", p.rate), "%s / %s", mdtable.Dur(stats.Percentile(is, 99)), mdtable.Dur(stats.Percentile(ws, 99)))
 			t.add(l)
 		}
 	}

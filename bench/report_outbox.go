@@ -40,7 +40,7 @@ func (r *report) outboxTargets(t *targetTable) {
 			at := fmt.Sprintf(" at %d %s", k, plural(k, "worker"))
 			committing.why.add("with NOTIFY, msgs/s"+at, "%s", mdtable.Thousands(with.summary().rate))
 			committing.why.add("WithoutNotify, msgs/s"+at, "%s", mdtable.Thousands(without.summary().rate))
-			committing.why.add("with ÷ without, per round in brackets"+at, "%s", cellRatio(with, without))
+			committing.why.add("with ÷ without"+at+", per round in brackets", "%s", cellRatio(with, without))
 			committing.busy = append(committing.busy, busyOf(with, without)...)
 		}
 		committing.measured = strings.Join(ratios, ", ")

@@ -55,7 +55,7 @@ func (r *report) sizingTargets(t *targetTable) {
 	out := target{doc: "sizing-and-wal", what: fmt.Sprintf("WAL per outgoing message, write + publish, ≤ %d B", walTarget), status: verdict(write+relay <= walTarget),
 		measured: fmt.Sprintf("%s + %s = %s B", mdtable.Thousands(write), mdtable.Thousands(relay), mdtable.Thousands(write+relay))}
 	out.why.add("of it full-page images", "%s B", mdtable.Thousands(fpi))
-	out.why.add("the layouts side by side, each write with its own commit record: now", "%s B", mdtable.Thousands(now.writePublish()))
+	out.why.add("the layouts side by side (each write with its own commit record), now", "%s B", mdtable.Thousands(now.writePublish()))
 	out.why.add("the same, before", "%s B", mdtable.Thousands(before.writePublish()))
 	out.why.add("now ÷ before", "%.2f×", now.writePublish()/before.writePublish())
 	if out.status == missed {
@@ -65,7 +65,7 @@ func (r *report) sizingTargets(t *targetTable) {
 				least = i
 			}
 		}
-		out.why.add("the least of the layouts measured: "+outboxLayouts[least].name, "%s B", mdtable.Thousands(s.layouts[least].writePublish()))
+		out.why.add("the least of the layouts measured ("+outboxLayouts[least].name+")", "%s B", mdtable.Thousands(s.layouts[least].writePublish()))
 		out.bound = bound{mdtable.Thousands(s.layouts[least].writePublish()) + " B", "least of the layouts"}
 	}
 	t.add(out)

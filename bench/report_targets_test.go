@@ -258,3 +258,13 @@ func TestTargetsNotRun(t *testing.T) {
 		t.Errorf("%d lines, want 5 not run (the claim, the batch, NOTIFY, the latency, the relay through the brokers)", len(rows))
 	}
 }
+
+// TestCommittedTargetsTable checks the Targets table of the committed
+// BENCHMARKS.md as the tiny runs' tables are checked: short cells, bounds
+// with their labels, links that resolve.
+func TestCommittedTargetsTable(t *testing.T) {
+	rows := checkTargets(t, readFile(t, filepath.Join("..", "BENCHMARKS.md")))
+	if len(rows) < 30 {
+		t.Errorf("%d lines in the committed Targets table, want a full run's", len(rows))
+	}
+}
