@@ -70,7 +70,8 @@ func TestBrokersPart(t *testing.T) {
 		}
 	}
 	md := string((&report{cfg: cfg, brokers: res}).markdown())
-	for _, want := range []string{"## Brokers", "### Consuming", "### Publishing", "### Against Watermill's outbox", "RabbitMQ", "NATS JetStream", "Kafka (kfake, in-process)"} {
+	checkTargets(t, md)
+	for _, want := range []string{"## Brokers", "### Consuming", "### Publishing", "### Against Watermill's outbox", "RabbitMQ", "NATS JetStream", "Kafka (kfake, in-process)", "### Behind the targets: Brokers"} {
 		if !strings.Contains(md, want) {
 			t.Errorf("the report lacks %q", want)
 		}

@@ -179,21 +179,51 @@ func pings(ctx context.Context, dbURL, via string, n int) ([]time.Duration, erro
 	return lat, nil
 }
 
-// netBound says what bounds a cell's rate: the round trips (a worker does at
-// most one message per trips×RTT) or the CPU (the machine's cores over the
-// CPU time of a message, client and server).
-func (r *netResults) bound(rtt time.Duration, name string, workers int) string {
+// linkBound is what bounds a cell's rate across a link: the round trips (a
+// worker does at most one message per trips × ping) or the CPU (the
+// machine's cores over the CPU time of a message, client and server).
+type linkBound struct {
+	name               string
+	workers, cores     int
+	s                  summary
+	ping, tripsTime    time.Duration
+	byTrips, byCPU     float64 // msgs/s
+	binding, bindLabel string  // what binds, in a sentence and in a label
+}
+
+func (r *netResults) bound(rtt time.Duration, name string, workers int) linkBound {
 	s := r.cell(rtt, name, workers).summary()
-	tripsTime := time.Duration(s.tripsPerMsg * float64(r.ping[rtt]))
-	byTrips := float64(workers) / tripsTime.Seconds()
-	cpu := s.clientCPU + max(s.serverCPU, 0)
-	byCPU := float64(r.cores) / cpu.Seconds()
-	what := "the round trips"
-	if byCPU < byTrips {
-		what = "CPU"
+	b := linkBound{name: name, workers: workers, cores: r.cores, s: s, ping: r.ping[rtt]}
+	b.tripsTime = time.Duration(s.tripsPerMsg * float64(b.ping))
+	b.byTrips = float64(workers) / b.tripsTime.Seconds()
+	b.byCPU = float64(r.cores) / cpuPerMsg(s).Seconds()
+	b.binding, b.bindLabel = "the round trips", "round trips"
+	if b.byCPU < b.byTrips {
+		b.binding, b.bindLabel = "CPU", "CPU a message"
 	}
+	return b
+}
+
+// most is the rate the lower of the two bounds allows.
+func (b linkBound) most() float64 { return min(b.byTrips, b.byCPU) }
+
+func (b linkBound) String() string {
 	return fmt.Sprintf("%s bounded by %s (%.2f round trips × %s = %s a message per worker: at most %s msgs/s at %d; CPU %s a message, client + server, on %d cores: at most %s msgs/s; measured %s msgs/s, the machine %.0f%% busy)",
-		name, what, s.tripsPerMsg, mdtable.Dur(r.ping[rtt]), mdtable.Dur(tripsTime), mdtable.Thousands(byTrips), workers, mdtable.Dur(cpu), r.cores, mdtable.Thousands(byCPU), mdtable.Thousands(s.rate), 100*s.busy)
+		b.name, b.binding, b.s.tripsPerMsg, mdtable.Dur(b.ping), mdtable.Dur(b.tripsTime), mdtable.Thousands(b.byTrips), b.workers, mdtable.Dur(cpuPerMsg(b.s)), b.cores,
+		mdtable.Thousands(b.byCPU), mdtable.Thousands(b.s.rate), 100*b.s.busy)
+}
+
+// facts are the bound's numbers, each with its label.
+func (b linkBound) facts() facts {
+	var f facts
+	at := fmt.Sprintf("%s at %d %s", b.name, b.workers, plural(b.workers, "worker"))
+	f.add(at+", round trips a message × ping", "%.2f × %s = %s", b.s.tripsPerMsg, mdtable.Dur(b.ping), mdtable.Dur(b.tripsTime))
+	f.add(at+", what the round trips allow", "%s msgs/s", mdtable.Thousands(b.byTrips))
+	f.add(at+", CPU a message, client + server", "%s", mdtable.Dur(cpuPerMsg(b.s)))
+	f.add(fmt.Sprintf("%s, what %d cores allow", at, b.cores), "%s msgs/s", mdtable.Thousands(b.byCPU))
+	f.add(at+", measured", "%s msgs/s, the machine %s busy", mdtable.Thousands(b.s.rate), mdtable.Percent(b.s.busy))
+	f.add(at+", bounded by", "%s", b.binding)
+	return f
 }
 
 // serverDialer returns a dialer of the server that the database URL names,

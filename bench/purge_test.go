@@ -24,5 +24,6 @@ func TestPurgePartTiny(t *testing.T) {
 		t.Fatalf("purged %d, %d and %d deliveries, %d statements", res.purged, len(res.without), len(res.during), res.report.Statements)
 	}
 	r := &report{cfg: cfg, purge: res}
-	reportHas(t, []string{"## Purge under load", "no unexpired row deleted", "| during the purge |", "| met |"}, r.writeTargets, r.writePurge)
+	checkTargets(t, reportHas(t, []string{"## Purge under load", "no unexpired row deleted", "| during the purge |", "| [met](#purge-under-load) |",
+		"### Behind the targets: Purge under load", "### Behind the targets: Purging by dropping partitions"}, r.writeTargets, r.writePurge))
 }

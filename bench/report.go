@@ -185,7 +185,7 @@ func (r *report) writeMachine(w writer) {
 
 func (r *report) writeDB(w writer) {
 	cfg := r.cfg
-	w("## Message delivery\n\n")
+	w("## %s\n\n", secDelivery)
 	w("One consumer, [`bench/ledger`](bench/ledger/), whose business change is `%s`, on a random one of %d accounts, delivered:\n\n", "UPDATE accounts SET balance = balance + $1 WHERE id = $2", cfg.accounts)
 	for _, sc := range r.db.scenarios {
 		w("- **%s**: %s;\n", sc.name, sc.what)
@@ -234,6 +234,7 @@ func (r *report) writeDB(w writer) {
 	w("%s\n", ratios)
 	r.writePaired(w)
 	r.writeBounds(w)
+	r.writeBehind(w, secDelivery)
 }
 
 func (r *report) pairedP50(name string) time.Duration {
@@ -327,7 +328,7 @@ func (r *report) writeBounds(w writer) {
 
 func (r *report) writeAlloc(w writer) {
 	a := r.alloc
-	w("## Allocations\n\n")
+	w("## %s\n\n", secAlloc)
 	w("`%s`: one delivery at a time against the same database, with `-benchmem`. Bare and hand-written are the same code as in the table above.\n\n", a.command)
 	benches := mdtable.New(mdtable.L("benchmark"), mdtable.R("ns/op"), mdtable.R("B/op"), mdtable.R("allocs/op"))
 	for _, bl := range a.benches {
@@ -351,12 +352,13 @@ func (r *report) writeAlloc(w writer) {
 	}
 	w("%s\nBy function (those making at least 0.5 allocations per message):\n\n%s", sources, funcs)
 	w("\npgx's pipeline (`SendBatch`, which the wrapper uses to send BEGIN with the claim and the result with COMMIT, a round trip each) allocates per queued statement; one statement per round trip through `Exec` allocates less but costs a round trip each (see hand-written).\n\n")
+	r.writeBehind(w, secAlloc)
 }
 
 func (r *report) writeMem(w writer) {
 	m := r.mem
 	slope, mean, overRun := m.growth()
-	w("## Memory over a long run\n\n")
+	w("## %s\n\n", secMem)
 	w("The generated scenario at %d workers for %s (%s messages, %s msgs/s), sampling the Go runtime's live heap (`/gc/heap/live:bytes`: what the last GC kept) and the goroutines. ",
 		m.workers, m.elapsed.Round(time.Second), mdtable.Thousands(float64(m.msgs)), mdtable.Thousands(float64(m.msgs)/m.elapsed.Seconds()))
 	w("A least-squares fit over the last two thirds of the samples (the first third fills the pool and pgx's statement caches) gives a trend of %+.0f bytes/min on a mean live heap of %s: %+.1f%% over that part of the run. ", slope, mdtable.IEC(mean), 100*overRun)
@@ -366,6 +368,7 @@ func (r *report) writeMem(w writer) {
 		t.Row(s.at.Round(time.Second).String(), mdtable.Thousands(float64(s.msgs)), mdtable.IEC(float64(s.live)), fmt.Sprint(s.goroutines), fmt.Sprint(s.gcs))
 	}
 	w("%s\n", t)
+	r.writeBehind(w, secMem)
 }
 
 // fit is t = a + b·handlers by least squares over the synthetic packages'
@@ -382,7 +385,7 @@ func (g *genResults) fit(pick func(timing) time.Duration, of func(genPackage) []
 
 func (r *report) writeGen(w writer) {
 	g := r.gen
-	w("## Generator\n\n")
+	w("## %s\n\n", secGen)
 	w("`idemgen -migrations migrations .` (built once with `go build`) against `go vet .` in the same package directory, both in a temporary module that requires this repository through a `replace` directive, ")
 	w("with the build cache warm for the dependencies and the package's generated output current (as in a re-run of `go generate`). ")
 	w("Before every timed run a file of the package changes, so that neither go vet's result cache nor the build cache answers for the package itself. ")
@@ -418,6 +421,7 @@ func (r *report) writeGen(w writer) {
 		}
 	}
 	w("%s\n<details><summary>Every timing (wall / CPU)</summary>\n\n%s\n</details>\n\n", growth, every)
+	r.writeBehind(w, secGen)
 }
 
 func (r *report) writeRawDB(w writer) {

@@ -23,32 +23,58 @@ func brokerTitle(b string) string {
 	return b
 }
 
-// brokersTargets writes the brokers part's lines of the Targets table.
-func (r *report) brokersTargets(t *targetTable) {
-	b := r.brokers
-	var cons, pub []string
-	var consCells, pubCells []*cell
-	for _, name := range b.brokers {
-		var qs []string
-		for _, n := range b.workers {
-			wc, rc := b.consumeCell(name, n, false), b.consumeCell(name, n, true)
-			qs = append(qs, mdtable.Ratio(wc.summary().rate/rc.summary().rate))
-			consCells = append(consCells, wc, rc)
-		}
-		cons = append(cons, fmt.Sprintf("%s %s", name, strings.Join(qs, " / ")))
-		rl, rw := b.relayCell(name, false), b.relayCell(name, true)
-		pub = append(pub, fmt.Sprintf("%s %s", name, mdtable.Ratio(rl.summary().rate/rw.summary().rate)))
-		pubCells = append(pubCells, rl, rw)
+// brokerShort names a broker in a line of the Targets table.
+func brokerShort(b string) string {
+	if b == "kafka" {
+		return "Kafka (kfake)"
 	}
-	t.line(reported, "consume → wrapper → commit → ack against the broker's raw consume-and-ack, reported",
-		fmt.Sprintf("wrapper / raw at %s workers: %s ([below](#brokers))", joinInts(b.workers, " / "), strings.Join(cons, "; ")), busyOf(consCells...)...)
-	t.line(reported, "the relay's publish rate against a raw publisher with confirms, reported", "relay / raw: "+strings.Join(pub, "; "), busyOf(pubCells...)...)
-	if p := b.peer; p != nil {
-		is, ws := p.latencies(0, modeSteady), p.latencies(1, modeSteady)
-		t.line(reported, "idemgen's outbox against Watermill's on the same RabbitMQ, reported",
-			fmt.Sprintf("idemgen / Watermill (its defaults), %s messages: %s / %s msgs/s committed and delivered in a burst, %s / %s msgs/s relayed from a backlog; at %d msgs/s, commit to delivery p50 %s / %s, p99 %s / %s ([below](#against-watermills-outbox))",
-				mdtable.Int(p.burst), mdtable.Thousands(p.pooled(0, modeBurst)), mdtable.Thousands(p.pooled(1, modeBurst)), mdtable.Thousands(p.pooled(0, modeBacklog)), mdtable.Thousands(p.pooled(1, modeBacklog)), p.rate,
-				mdtable.Dur(stats.Percentile(is, 50)), mdtable.Dur(stats.Percentile(ws, 50)), mdtable.Dur(stats.Percentile(is, 99)), mdtable.Dur(stats.Percentile(ws, 99))))
+	return brokerTitle(b)
+}
+
+// brokersTargets writes the brokers part's lines of the Targets table; the
+// relay's against the recording publisher are lines not run when the part
+// did not run.
+func (r *report) brokersTargets(t *targetTable) {
+	if b := r.brokers; b != nil {
+		consume := target{doc: "consuming-through-a-broker", what: "consume → wrapper → commit → ack against raw consume-and-ack, reported", status: reported}
+		publish := target{doc: "the-relay-through-a-broker", what: "the relay against a raw publisher with confirms, reported", status: reported}
+		var cons, pub []string
+		var consCells, pubCells []*cell
+		hi := slices.Max(b.workers)
+		for _, name := range b.brokers {
+			for _, n := range b.workers {
+				wc, rc := b.consumeCell(name, n, false), b.consumeCell(name, n, true)
+				q := mdtable.Ratio(wc.summary().rate / rc.summary().rate)
+				consume.why.add(fmt.Sprintf("%s at %d %s, wrapper ÷ raw", brokerTitle(name), n, plural(n, "worker")), "%s", q)
+				if n == hi {
+					cons = append(cons, name+" "+q)
+				}
+				consCells = append(consCells, wc, rc)
+			}
+			rl, rw := b.relayCell(name, false), b.relayCell(name, true)
+			pub = append(pub, fmt.Sprintf("%s %s", name, mdtable.Ratio(rl.summary().rate/rw.summary().rate)))
+			pubCells = append(pubCells, rl, rw)
+		}
+		consume.measured = fmt.Sprintf("at %d: %s", hi, strings.Join(cons, ", "))
+		consume.busy = busyOf(consCells...)
+		t.add(consume)
+		publish.measured, publish.busy = strings.Join(pub, ", "), busyOf(pubCells...)
+		t.add(publish)
+		if p := b.peer; p != nil {
+			is, ws := p.latencies(0, modeSteady), p.latencies(1, modeSteady)
+			l := target{doc: "against-watermills-outbox", what: "idemgen's outbox against Watermill's on RabbitMQ, reported", status: reported,
+				measured: fmt.Sprintf("burst %s / %s msgs/s, backlog %s / %s", mdtable.Thousands(p.pooled(0, modeBurst)), mdtable.Thousands(p.pooled(1, modeBurst)),
+					mdtable.Thousands(p.pooled(0, modeBacklog)), mdtable.Thousands(p.pooled(1, modeBacklog)))}
+			l.why.add("messages of the burst and of the backlog", "%s", mdtable.Int(p.burst))
+			l.why.add("idemgen / Watermill (its defaults), committed and delivered in a burst", "%s / %s msgs/s", mdtable.Thousands(p.pooled(0, modeBurst)), mdtable.Thousands(p.pooled(1, modeBurst)))
+			l.why.add("idemgen / Watermill, relayed from a backlog", "%s / %s msgs/s", mdtable.Thousands(p.pooled(0, modeBacklog)), mdtable.Thousands(p.pooled(1, modeBacklog)))
+			l.why.add(fmt.Sprintf("idemgen / Watermill, commit to delivery at %d msgs/s, p50", p.rate), "%s / %s", mdtable.Dur(stats.Percentile(is, 50)), mdtable.Dur(stats.Percentile(ws, 50)))
+			l.why.add(fmt.Sprintf("idemgen / Watermill, commit to delivery at %d msgs/s, p99", p.rate), "%s / %s", mdtable.Dur(stats.Percentile(is, 99)), mdtable.Dur(stats.Percentile(ws, 99)))
+			t.add(l)
+		}
+	}
+	for _, l := range r.relayVsRecordingTargets() {
+		t.add(l)
 	}
 }
 
@@ -78,7 +104,7 @@ func (p *peerResults) latencies(side int, mode peerMode) []time.Duration {
 
 func (r *report) writeBrokers(w writer) {
 	b, cfg := r.brokers, r.cfg
-	w("## Brokers\n\n")
+	w("## %s\n\n", secBrokers)
 	w("The generated wrapper between a real broker and the database, through idem's adapters, each measured against the same broker library doing the same broker work with no database: the ceiling. ")
 	w("RabbitMQ is the node at `%s` (durable classic queues), NATS JetStream the server at `%s` (file-storage streams), both on this machine and shared with its other users. ", redactURL(b.amqpURL), b.natsURL)
 	w("**Kafka is kfake** (`github.com/twmb/franz-go/pkg/kfake`), franz-go's in-process cluster speaking the Kafka protocol, one broker, started fresh for each cell in the bench's own process: no Kafka server runs here, so its numbers are not a real Kafka's, and its ceiling is kfake's in-process one (its broker work competes with the consumer for the same cores). ")
@@ -131,6 +157,7 @@ func (r *report) writeBrokers(w writer) {
 		w("%d. %s\n", i+1, strings.Join(ord, "; "))
 	}
 	w("\n")
+	r.writeBehind(w, secBrokers)
 }
 
 // perRound lists two cells' rates round by round.

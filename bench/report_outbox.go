@@ -10,55 +10,73 @@ import (
 	"github.com/idemgen/idemgen/bench/internal/stats"
 )
 
-// outboxTargets writes the outbox part's lines of the Targets table.
+// outboxTargets writes the outbox part's lines of the Targets table; those
+// of issue 24 are lines not run when the part did not run.
 func (r *report) outboxTargets(t *targetTable) {
 	o := r.outbox
-	var parts []string
-	ok := true
-	var cells []*cell
-	for _, n := range o.workers {
-		cells = append(cells, o.firstDeliveryCells(n)...)
-		eq, trips := equalTrips(o.firstDeliveryCells(n))
-		ok = ok && eq
-		var ts []string
-		for _, x := range trips {
-			ts = append(ts, fmt.Sprintf("%.2f", x))
-		}
-		parts = append(parts, fmt.Sprintf("%s at %d %s (and %.2f for the NOTIFY after it)", strings.Join(ts, " / "), n, plural(n, "worker"), o.notifyTrips(n)))
-	}
-	t.line(verdict(ok), "0, 1 and 10 outgoing messages cost the same round trips",
-		fmt.Sprintf("0 / 1 / 10 messages: %s round trips per first delivery, counted on the wire ([below](#outbox))", strings.Join(parts, ", ")), busyOf(cells...)...)
-	var committing []string
-	var commitCells []*cell
-	for _, k := range o.workers {
-		with, without := o.cell(obxVariant{1, true}, k), o.cell(obxVariant{1, false}, k)
-		committing = append(committing, fmt.Sprintf("%s msgs/s with, %s without at %d %s: %s with ÷ without",
-			mdtable.Thousands(with.summary().rate), mdtable.Thousands(without.summary().rate), k, plural(k, "worker"), cellRatio(with, without)))
-		commitCells = append(commitCells, with, without)
-	}
-	t.line(reported, "committing throughput with and without NOTIFY reported", strings.Join(committing, "; "), busyOf(commitCells...)...)
-	for _, rate := range o.rates {
-		n, p := pooledLatencies(o.latencyRuns(rate, false)), pooledLatencies(o.latencyRuns(rate, true))
-		if len(n) == 0 || len(p) == 0 {
-			continue
-		}
-		var latBusy []float64
-		for _, pollOnly := range []bool{false, true} {
-			for _, run := range o.latencyRuns(rate, pollOnly) {
-				latBusy = append(latBusy, run.busy)
+	if o != nil {
+		trips := target{doc: "outbox-round-trips", what: "0, 1 and 10 outgoing messages cost the same round trips", status: met}
+		var parts []string
+		for _, n := range o.workers {
+			trips.busy = append(trips.busy, busyOf(o.firstDeliveryCells(n)...)...)
+			eq, ts := equalTrips(o.firstDeliveryCells(n))
+			if !eq {
+				trips.status = missed
 			}
+			var cells []string
+			for _, x := range ts {
+				cells = append(cells, fmt.Sprintf("%.2f", x))
+			}
+			parts = append(parts, fmt.Sprintf("%s at %d", strings.Join(cells, " / "), n))
+			trips.why.add(fmt.Sprintf("the NOTIFY after a commit, round trips a delivery at %d %s", n, plural(n, "worker")), "%.2f", o.notifyTrips(n))
 		}
-		t.line(reported, fmt.Sprintf("commit-to-publish latency at %s msgs/s, NOTIFY against poll-only, reported", mdtable.Thousands(float64(rate))),
-			fmt.Sprintf("p50 %s / %s, p99 %s / %s (poll every %s)", mdtable.Dur(stats.Percentile(n, 50)), mdtable.Dur(stats.Percentile(p, 50)), mdtable.Dur(stats.Percentile(n, 99)), mdtable.Dur(stats.Percentile(p, 99)), o.poll),
-			latBusy...)
+		trips.measured = strings.Join(parts, "; ")
+		t.add(trips)
+		committing := target{doc: "notify-and-committing-throughput", what: "committing throughput with and without NOTIFY, reported", status: reported}
+		var ratios []string
+		for _, k := range o.workers {
+			with, without := o.cell(obxVariant{1, true}, k), o.cell(obxVariant{1, false}, k)
+			ratios = append(ratios, fmt.Sprintf("%s at %d", mdtable.Ratio(with.summary().rate/without.summary().rate), k))
+			at := fmt.Sprintf(" at %d %s", k, plural(k, "worker"))
+			committing.why.add("with NOTIFY, msgs/s"+at, "%s", mdtable.Thousands(with.summary().rate))
+			committing.why.add("WithoutNotify, msgs/s"+at, "%s", mdtable.Thousands(without.summary().rate))
+			committing.why.add("with ÷ without"+at+", per round in brackets", "%s", cellRatio(with, without))
+			committing.busy = append(committing.busy, busyOf(with, without)...)
+		}
+		committing.measured = strings.Join(ratios, ", ")
+		t.add(committing)
 	}
-	var rates []string
-	var busy []float64
-	for _, k := range o.relayNs {
-		rates = append(rates, fmt.Sprintf("%s msgs/s with %d", mdtable.Thousands(pooledRelayRate(o.relays[k])), k))
-		busy = append(busy, relayBusy(o.relays[k]))
+	t.add(r.notifyTarget())
+	if o != nil {
+		for _, rate := range o.rates {
+			n, p := pooledLatencies(o.latencyRuns(rate, false)), pooledLatencies(o.latencyRuns(rate, true))
+			if len(n) == 0 || len(p) == 0 {
+				continue
+			}
+			l := target{doc: "commit-to-publish-latency", what: fmt.Sprintf("commit-to-publish at %s msgs/s, NOTIFY against poll-only, reported", mdtable.Thousands(float64(rate))),
+				measured: fmt.Sprintf("p50 %s / %s, p99 %s / %s", mdtable.Dur(stats.Percentile(n, 50)), mdtable.Dur(stats.Percentile(p, 50)), mdtable.Dur(stats.Percentile(n, 99)), mdtable.Dur(stats.Percentile(p, 99))),
+				status:   reported}
+			for _, pollOnly := range []bool{false, true} {
+				for _, run := range o.latencyRuns(rate, pollOnly) {
+					l.busy = append(l.busy, run.busy)
+				}
+			}
+			l.why.add("both relays poll every", "%s", o.poll)
+			t.add(l)
+		}
 	}
-	t.line(reported, "relay throughput reported", strings.Join(rates, ", "), busy...)
+	for _, l := range r.publishLatencyTargets() {
+		t.add(l)
+	}
+	if o != nil {
+		var rates []string
+		var busy []float64
+		for _, k := range o.relayNs {
+			rates = append(rates, fmt.Sprintf("%s msgs/s with %d", mdtable.Thousands(pooledRelayRate(o.relays[k])), k))
+			busy = append(busy, relayBusy(o.relays[k]))
+		}
+		t.add(target{doc: "relay-throughput", what: "relay throughput, reported", measured: strings.Join(rates, ", "), status: reported, busy: busy})
+	}
 }
 
 // relayBusy is the machine's busy fraction over relay runs, the mean of the
@@ -103,7 +121,7 @@ func (o *outboxResults) notifyTrips(n int) float64 {
 
 func (r *report) writeOutbox(w writer) {
 	o, cfg := r.outbox, r.cfg
-	w("## Outbox\n\n")
+	w("## %s\n\n", secOutbox)
 	w("A handler that publishes: `ledger.NewPublishingPost` ([`bench/ledger/publishing.go`](bench/ledger/publishing.go)) wraps the same consumer with `idemimpl.NewPublishingInbox`; its handler makes Post's UPDATE, then calls `out.Publish` n times with a small JSON message. ")
 	w("The inbox writes the n rows into `idem_outbox` in its commit round trip, with the result and `COMMIT`: one multi-row INSERT; after the commit, unless `idem.WithoutNotify()` is given, the pool's coalesced `NOTIFY` (below). ")
 	w("The relay (`relay.New`, default options unless said) publishes to a recording publisher, which confirms every message at once and records when it first saw each id. ")
@@ -206,6 +224,7 @@ func (r *report) writeOutbox(w writer) {
 		w("%d. %s\n", i+1, strings.Join(ord, "; "))
 	}
 	w("\n")
+	r.writeBehind(w, secOutbox)
 }
 
 // roundUp is n rounded up to a multiple of m.

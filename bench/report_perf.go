@@ -23,10 +23,11 @@ const (
 	targetRelayVsRecording = 0.8
 )
 
-// notRunTarget is the line of a target whose cells did not run: parts are
-// the parts it reads that were not selected.
-func notRunTarget(what string, parts ...string) target {
-	return target{what: what, status: notRun,
+// notRunTarget is the line of a target whose cells did not run: doc is the
+// anchor of its explanation, parts the parts it reads that were not
+// selected.
+func notRunTarget(doc, what string, parts ...string) target {
+	return target{doc: doc, what: what, status: notRun,
 		measured: fmt.Sprintf("the %s %s did not run (`-parts`)", strings.Join(parts, " and "), plural(len(parts), "part"))}
 }
 
@@ -34,21 +35,9 @@ func notRunTarget(what string, parts ...string) target {
 // a line whose part did not run.
 func highestOf(ns []int, flag string) string {
 	if len(ns) == 0 {
-		return "the highest concurrency of " + flag
+		return "the highest " + flag
 	}
 	return fmt.Sprintf("%d workers", slices.Max(ns))
-}
-
-// perfTargets adds the lines of issue 24's targets, those of the parts that
-// did not run marked so.
-func (r *report) perfTargets(t *targetTable) {
-	t.add(r.notifyTarget())
-	for _, l := range r.publishLatencyTargets() {
-		t.add(l)
-	}
-	for _, l := range r.relayVsRecordingTargets() {
-		t.add(l)
-	}
 }
 
 // notifyTarget is "committing throughput with the default NOTIFY ≥ 0.9×
@@ -56,45 +45,51 @@ func (r *report) perfTargets(t *targetTable) {
 func (r *report) notifyTarget() target {
 	o := r.outbox
 	what := func(workers string) string {
-		return fmt.Sprintf("at %s committing throughput with the default NOTIFY ≥ %.1f× WithoutNotify", workers, targetNotifyVsWithout)
+		return fmt.Sprintf("committing with the default NOTIFY ≥ %.1f× WithoutNotify at %s", targetNotifyVsWithout, workers)
 	}
 	if o == nil {
-		return notRunTarget(what(highestOf(r.cfg.workers, "-workers")), "outbox")
+		return notRunTarget("notify-and-committing-throughput", what(highestOf(r.cfg.workers, "-workers")), "outbox")
 	}
 	n := slices.Max(o.workers)
 	wc, oc := o.cell(obxVariant{1, true}, n), o.cell(obxVariant{1, false}, n)
 	with, without := wc.summary(), oc.summary()
 	q := with.rate / without.rate
-	measured := fmt.Sprintf("%s msgs/s with, %s without: %s ([below](#notify-and-committing-throughput))", mdtable.Thousands(with.rate), mdtable.Thousands(without.rate), cellRatio(wc, oc))
+	l := target{doc: "notify-and-committing-throughput", what: what(fmt.Sprintf("%d workers", n)), measured: cellRatio(wc, oc), status: verdict(q >= targetNotifyVsWithout), busy: busyOf(wc, oc)}
+	l.why.add("with NOTIFY, msgs/s", "%s", mdtable.Thousands(with.rate))
+	l.why.add("WithoutNotify, msgs/s", "%s", mdtable.Thousands(without.rate))
 	if q < targetNotifyVsWithout {
-		cpu := func(s summary) time.Duration { return s.clientCPU + max(s.serverCPU, 0) }
-		byCPU := float64(cpu(without)) / float64(cpu(with))
-		measured += fmt.Sprintf("; with NOTIFY p50 %s, p99 %s, CPU %s a message (client + server); without p50 %s, p99 %s, CPU %s: on saturated cores the CPU alone allows %s",
-			mdtable.Dur(with.p50), mdtable.Dur(with.p99), mdtable.Dur(cpu(with)), mdtable.Dur(without.p50), mdtable.Dur(without.p99), mdtable.Dur(cpu(without)), mdtable.Ratio(byCPU))
-		if byCPU >= targetNotifyVsWithout {
-			measured += ", so the commits wait: a commit that notifies takes a server-wide lock until it is flushed"
+		byCPU := float64(cpuPerMsg(without)) / float64(cpuPerMsg(with))
+		for _, c := range []struct {
+			name string
+			s    summary
+		}{{"with NOTIFY", with}, {"WithoutNotify", without}} {
+			l.why.add(c.name+", p50 / p99", "%s / %s", mdtable.Dur(c.s.p50), mdtable.Dur(c.s.p99))
+			l.why.add(c.name+", CPU a message, client + server", "%s", mdtable.Dur(cpuPerMsg(c.s)))
 		}
+		l.why.add("what the CPU a message allows on saturated cores, with ÷ without", "%s", mdtable.Ratio(byCPU))
+		l.bound = bound{mdtable.Ratio(byCPU), "CPU a message"}
 	}
-	return target{what: what(fmt.Sprintf("%d workers", n)), measured: measured, status: verdict(q >= targetNotifyVsWithout), busy: busyOf(wc, oc)}
+	return l
 }
 
 // publishLatencyTargets are "commit-to-publish p50 ≤ 5 ms and p99 ≤ 50 ms",
 // one line per message rate of the outbox part's latency runs, with the
-// relay woken by NOTIFY.
+// relay woken by NOTIFY and its default poll.
 func (r *report) publishLatencyTargets() []target {
 	o := r.outbox
 	what := func(rate string) string {
-		return fmt.Sprintf("commit-to-publish at %s msgs/s with the defaults: p50 ≤ %s and p99 ≤ %s", rate, mdtable.Dur(targetPublishP50), mdtable.Dur(targetPublishP99))
+		return fmt.Sprintf("commit-to-publish at %s msgs/s: p50 ≤ %s, p99 ≤ %s", rate, mdtable.Dur(targetPublishP50), mdtable.Dur(targetPublishP99))
 	}
+	const doc = "commit-to-publish-latency"
 	if o == nil {
-		return []target{notRunTarget(what("each -obxrate"), "outbox")}
+		return []target{notRunTarget(doc, what("each -obxrate"), "outbox")}
 	}
 	var lines []target
 	for _, rate := range o.latencyRates() {
 		runs := o.latencyRuns(rate, false)
 		lat := pooledLatencies(runs)
 		if len(lat) == 0 {
-			lines = append(lines, target{what: what(mdtable.Int(rate)), status: notRun, measured: "no latency run at this rate"})
+			lines = append(lines, target{doc: doc, what: what(mdtable.Int(rate)), status: notRun, measured: "no latency run at this rate"})
 			continue
 		}
 		p50, p99 := stats.Percentile(lat, 50), stats.Percentile(lat, 99)
@@ -103,26 +98,29 @@ func (r *report) publishLatencyTargets() []target {
 		// names: the latencies are those of a saturated machine.
 		reached := achieved >= latencyRateReached*float64(rate)
 		ok := reached && p50 <= targetPublishP50 && p99 <= targetPublishP99
-		poll := "polling every " + o.poll.String()
+		l := target{doc: doc, what: what(mdtable.Int(rate)), measured: fmt.Sprintf("p50 %s, p99 %s", mdtable.Dur(p50), mdtable.Dur(p99)), status: verdict(ok)}
+		l.why.add("messages", "%s", mdtable.Int(len(lat)))
+		l.why.add("the relay, woken by NOTIFY, polls every", "%s", o.poll)
 		if o.poll != relay.DefaultPoll {
-			poll += fmt.Sprintf(" (`-obxpoll`; the default is %s)", relay.DefaultPoll)
+			l.why.add("the default poll, which -obxpoll changed", "%s", relay.DefaultPoll)
 		}
-		measured := fmt.Sprintf("p50 %s, p99 %s over %s messages, the relay woken by NOTIFY and %s ([below](#commit-to-publish-latency))",
-			mdtable.Dur(p50), mdtable.Dur(p99), mdtable.Int(len(lat)), poll)
 		if !reached {
-			measured += fmt.Sprintf("; **the rate was not reached**: %d producers committed %s msgs/s of the %s asked%s",
-				latencyProducers(rate), mdtable.Thousands(achieved), mdtable.Int(rate), r.publishingCapacity())
+			l.measured += fmt.Sprintf("; %s of %s msgs/s", mdtable.Thousands(achieved), mdtable.Int(rate))
+			l.why.add(fmt.Sprintf("%d producers committed, msgs/s", latencyProducers(rate)), "%s of the %s asked", mdtable.Thousands(achieved), mdtable.Int(rate))
+			if most, ok := r.publishingCapacity(&l.why); ok {
+				l.bound = bound{mdtable.Thousands(most) + " msgs/s", "commits without relay"}
+			}
 		}
 		if !ok {
 			late := len(lat) - countAtMost(lat, targetPublishP99)
-			measured += fmt.Sprintf("; p90 %s, max %s; %s of the messages waited over %s",
-				mdtable.Dur(stats.Percentile(lat, 90)), mdtable.Dur(lat[len(lat)-1]), mdtable.Int(late), mdtable.Dur(targetPublishP99))
+			l.why.add("p90", "%s", mdtable.Dur(stats.Percentile(lat, 90)))
+			l.why.add("max", "%s", mdtable.Dur(lat[len(lat)-1]))
+			l.why.add("messages that waited over "+mdtable.Dur(targetPublishP99), "%s", mdtable.Int(late))
 		}
-		var busy []float64
 		for _, run := range runs {
-			busy = append(busy, run.busy)
+			l.busy = append(l.busy, run.busy)
 		}
-		lines = append(lines, target{what: what(mdtable.Int(rate)), measured: measured, status: verdict(ok), busy: busy})
+		lines = append(lines, l)
 	}
 	return lines
 }
@@ -131,19 +129,22 @@ func (r *report) publishLatencyTargets() []target {
 // commit for its latencies to be those of that rate.
 const latencyRateReached = 0.95
 
-// publishingCapacity says what the outbox part's first-delivery cells
-// commit at their highest concurrency with one outgoing message a delivery,
-// with and without NOTIFY and with no relay running: what bounds the
-// producers of a latency run, which run beside the relay.
-func (r *report) publishingCapacity() string {
+// publishingCapacity adds to why what the outbox part's first-delivery
+// cells commit at their highest concurrency with one outgoing message a
+// delivery, with and without NOTIFY and with no relay running: what bounds
+// the producers of a latency run, which run beside the relay. It returns
+// the rate with NOTIFY, ok when the cells ran.
+func (r *report) publishingCapacity(why *facts) (float64, bool) {
 	o := r.outbox
 	n := slices.Max(o.workers)
 	wc, oc := o.cell(obxVariant{1, true}, n), o.cell(obxVariant{1, false}, n)
 	if wc == nil || oc == nil {
-		return ""
+		return 0, false
 	}
-	return fmt.Sprintf(", while the machine commits at most %s msgs/s of deliveries publishing a message at %d workers with no relay running (%s WithoutNotify)",
-		mdtable.Thousands(wc.summary().rate), n, mdtable.Thousands(oc.summary().rate))
+	most := wc.summary().rate
+	why.add(fmt.Sprintf("deliveries publishing a message committed at %d workers, no relay running", n), "%s msgs/s", mdtable.Thousands(most))
+	why.add("the same, WithoutNotify", "%s msgs/s", mdtable.Thousands(oc.summary().rate))
+	return most, true
 }
 
 // countAtMost is how many of sorted are at most d.
@@ -159,15 +160,16 @@ func countAtMost(sorted []time.Duration, d time.Duration) int {
 // once) side by side.
 func (r *report) relayVsRecordingTargets() []target {
 	what := func(broker string) string {
-		return fmt.Sprintf("the relay through %s's publisher ≥ %.1f× the same relay with the recording publisher", broker, targetRelayVsRecording)
+		return fmt.Sprintf("relay through %s ≥ %.1f× the relay with a recording publisher", broker, targetRelayVsRecording)
 	}
+	const doc = "the-relay-through-a-broker"
 	if r.brokers == nil {
-		return []target{notRunTarget(what("each adapter"), "brokers")}
+		return []target{notRunTarget(doc, what("each adapter"), "brokers")}
 	}
 	b := r.brokers
 	rec := b.relayCell(recordingName, false)
 	if rec == nil || len(rec.samples) == 0 {
-		return []target{{what: what("each adapter"), status: notRun, measured: "the brokers part ran no relay with the recording publisher"}}
+		return []target{{doc: doc, what: what("each adapter"), status: notRun, measured: "the brokers part ran no relay with the recording publisher"}}
 	}
 	recRate := rec.summary().rate
 	var lines []target
@@ -175,42 +177,48 @@ func (r *report) relayVsRecordingTargets() []target {
 		rl, raw := b.relayCell(name, false), b.relayCell(name, true)
 		a, c := rl.summary(), raw.summary()
 		q := a.rate / recRate
-		measured := fmt.Sprintf("%s msgs/s through the adapter against %s with the recording publisher: %s (per round in brackets), the same part and rounds, one relay each ([below](#publishing-idemrelay-against-a-raw-publisher))",
-			mdtable.Thousands(a.rate), mdtable.Thousands(recRate), cellRatio(rl, rec))
+		l := target{doc: doc, what: what(brokerShort(name)), measured: cellRatio(rl, rec), status: verdict(q >= targetRelayVsRecording), busy: busyOf(rl, rec)}
+		l.why.add("through the adapter, msgs/s", "%s", mdtable.Thousands(a.rate))
+		l.why.add("with the recording publisher, msgs/s", "%s", mdtable.Thousands(recRate))
 		if q < targetRelayVsRecording {
-			if c.rate < targetRelayVsRecording*recRate {
-				measured += fmt.Sprintf("; bounded by the broker: the raw publisher of the same library, every message confirmed, reaches %s msgs/s, %s of the recording relay",
-					mdtable.Thousands(c.rate), mdtable.Ratio(c.rate/recRate))
-			} else {
-				measured += fmt.Sprintf("; not by the broker: its raw publisher reaches %s msgs/s (%s of the recording relay), the relay %s of that",
-					mdtable.Thousands(c.rate), mdtable.Ratio(c.rate/recRate), mdtable.Ratio(a.rate/c.rate))
+			// The lower of two bounds: the broker's own rate (the raw
+			// publisher's), and the cores it shares with the database.
+			l.why.add("the raw publisher, every message confirmed, msgs/s", "%s", mdtable.Thousands(c.rate))
+			l.why.add("the raw publisher ÷ the recording relay", "%s", mdtable.Ratio(c.rate/recRate))
+			l.why.add("the relay ÷ the raw publisher", "%s", mdtable.Ratio(a.rate/c.rate))
+			l.bound = bound{mdtable.Ratio(c.rate / recRate), "raw publisher"}
+			if most, ok := sharedCores(rec.summary(), c, &l.why); ok {
+				l.why.add("the relay ÷ that bound", "%s", mdtable.Ratio(a.rate/most))
+				if most < c.rate {
+					l.bound = bound{mdtable.Ratio(most / recRate), "shared cores"}
+				}
 			}
-			measured += sharedCoresBound(rec.summary(), c, a.rate)
 		}
-		lines = append(lines, target{what: what(brokerTitle(name)), measured: measured, status: verdict(q >= targetRelayVsRecording),
-			busy: busyOf(rl, rec)})
+		lines = append(lines, l)
 	}
 	return lines
 }
 
-// sharedCoresBound says what the machine's cores allow a relay through a
+// sharedCores adds to why what the machine's cores allow a relay through a
 // broker that runs beside the database on them: the machine's CPU a message
 // (its busy share of every core, over the rate) of the relay with the
 // recording publisher, which is the database's and the relay's work, plus
 // that of the raw publisher, which is the broker's and its client's. A relay
 // that overlapped the two perfectly still pays both, so on saturated cores
-// it reaches at most one message per their sum. Empty when either run has no
-// busy share.
-func sharedCoresBound(rec, raw summary, relay float64) string {
+// it reaches at most one message per their sum. It returns that rate, ok
+// when both runs have a busy share.
+func sharedCores(rec, raw summary, why *facts) (float64, bool) {
 	if rec.busy <= 0 || raw.busy <= 0 || rec.rate <= 0 || raw.rate <= 0 {
-		return ""
+		return 0, false
 	}
 	cores := runtime.NumCPU()
 	// cpu is a run's core-seconds a message.
 	cpu := func(s summary) float64 { return s.busy * float64(cores) / s.rate }
 	most := float64(cores) / (cpu(rec) + cpu(raw))
 	dur := func(sec float64) string { return mdtable.Dur(time.Duration(sec * float64(time.Second))) }
-	return fmt.Sprintf("; the broker shares the %d cores with the database: the machine's CPU a message is %s with the recording publisher (%.0f%% busy) and %s with the raw publisher (%.0f%% busy), so a relay that overlapped both perfectly reaches at most %s msgs/s, %s of the recording relay; this one reaches %s of that bound",
-		cores, dur(cpu(rec)), 100*rec.busy, dur(cpu(raw)), 100*raw.busy,
-		mdtable.Thousands(most), mdtable.Ratio(most/rec.rate), mdtable.Ratio(relay/most))
+	why.add(fmt.Sprintf("the machine's CPU a message, recording publisher (%s busy, %d cores)", mdtable.Percent(rec.busy), cores), "%s", dur(cpu(rec)))
+	why.add(fmt.Sprintf("the machine's CPU a message, raw publisher (%s busy)", mdtable.Percent(raw.busy)), "%s", dur(cpu(raw)))
+	why.add("what the shared cores allow a relay that overlapped both perfectly", "%s msgs/s", mdtable.Thousands(most))
+	why.add("that bound ÷ the recording relay", "%s", mdtable.Ratio(most/rec.rate))
+	return most, true
 }

@@ -15,28 +15,37 @@ const purgeMaxLockWait = 100 * time.Millisecond
 // purgeTargets writes the purge part's lines of the Targets table.
 func (r *report) purgeTargets(t *targetTable) {
 	p := r.purge
-	t.line(reported, fmt.Sprintf("purging %s expired inbox rows while %d workers deliver: p99 with and without, same run", mdtable.Int(p.rows), p.workers),
-		fmt.Sprintf("p99 %s during the purge, %s without; p50 %s / %s ([below](#purge-under-load))",
-			mdtable.Dur(stats.Percentile(p.during, 99)), mdtable.Dur(stats.Percentile(p.without, 99)), mdtable.Dur(stats.Percentile(p.during, 50)), mdtable.Dur(stats.Percentile(p.without, 50))))
+	during := target{doc: "the-purge-under-load", what: fmt.Sprintf("p99 while purging %s rows under %d workers, reported", mdtable.Int(p.rows), p.workers), status: reported,
+		measured: fmt.Sprintf("%s during, %s without", mdtable.Dur(stats.Percentile(p.during, 99)), mdtable.Dur(stats.Percentile(p.without, 99)))}
+	during.why.add("p50 during the purge / without", "%s / %s", mdtable.Dur(stats.Percentile(p.during, 50)), mdtable.Dur(stats.Percentile(p.without, 50)))
+	t.add(during)
 	if q := p.partitioned; q != nil {
-		t.line(reported, fmt.Sprintf("dropping a day's partition of %s rows while %d workers deliver, beside the DELETE-based purge, same run", mdtable.Int(q.rows), p.workers),
-			fmt.Sprintf("drop %s, WAL %s (net of the workers' share) against %s and %s; p99 %s during, %s without ([below](#purging-by-dropping-partitions))",
-				q.took.Round(time.Millisecond), mdtable.IEC(float64(netPurgeWAL(q.walDuring, q.deliveredDuring, q.walWithout, q.deliveredWithout))),
-				p.purgeTook.Round(time.Millisecond), mdtable.IEC(float64(netPurgeWAL(p.walDuring, p.deliveredDuring, p.walWithout, p.deliveredWithout))),
-				mdtable.Dur(stats.Percentile(q.during, 99)), mdtable.Dur(stats.Percentile(q.without, 99))))
+		dropWAL := mdtable.IEC(float64(netPurgeWAL(q.walDuring, q.deliveredDuring, q.walWithout, q.deliveredWithout)))
+		deleteWAL := mdtable.IEC(float64(netPurgeWAL(p.walDuring, p.deliveredDuring, p.walWithout, p.deliveredWithout)))
+		l := target{doc: "the-purge-under-load", section: secDrop, status: reported,
+			what:     fmt.Sprintf("dropping a day's partition of %s rows against the DELETE purge", mdtable.Int(q.rows)),
+			measured: fmt.Sprintf("%s, %s WAL; DELETE %s, %s", q.took.Round(time.Millisecond), dropWAL, p.purgeTook.Round(time.Millisecond), deleteWAL)}
+		l.why.add("the drop, its time and WAL net of the workers' share", "%s, %s", q.took.Round(time.Millisecond), dropWAL)
+		l.why.add("the DELETE-based purge, its time and WAL net of the workers' share", "%s, %s", p.purgeTook.Round(time.Millisecond), deleteWAL)
+		l.why.add("p99 during the drop / without", "%s / %s", mdtable.Dur(stats.Percentile(q.during, 99)), mdtable.Dur(stats.Percentile(q.without, 99)))
+		t.add(l)
 	}
 	ok := p.keptLeft == int64(p.keep) && p.left == int64(p.keep)+p.delivered
-	t.line(verdict(ok), "no unexpired row deleted",
-		fmt.Sprintf("%s of %s rows a day from expiry left, and all %s rows the workers wrote", mdtable.Thousands(float64(p.keptLeft)), mdtable.Int(p.keep), mdtable.Thousands(float64(p.delivered))))
+	t.add(target{doc: "the-purge-under-load", what: "no unexpired row deleted", status: verdict(ok),
+		measured: fmt.Sprintf("%s of %s unexpired left, all %s new ones", mdtable.Thousands(float64(p.keptLeft)), mdtable.Int(p.keep), mdtable.Thousands(float64(p.delivered)))})
 	worst := max(p.janitorBlocks, p.janitorWaits)
-	t.line(verdict(worst <= purgeMaxLockWait), "no purge statement waits on or blocks a delivery > 100 ms",
-		fmt.Sprintf("lock waits in %d samples of pg_stat_activity: a delivery on the janitor %d (longest %s), the janitor on a delivery %d (longest %s); purge statements p99 %s, longest %s",
-			p.samples, p.blockSeen, mdtable.Dur(p.janitorBlocks), p.waitSeen, mdtable.Dur(p.janitorWaits), mdtable.Dur(stats.Percentile(p.statements, 99)), mdtable.Dur(p.report.Longest)))
+	waits := target{doc: "the-purge-under-load", what: "no purge statement waits on or blocks a delivery > 100 ms", status: verdict(worst <= purgeMaxLockWait),
+		measured: fmt.Sprintf("longest waits %s (delivery), %s (janitor)", mdtable.Dur(p.janitorBlocks), mdtable.Dur(p.janitorWaits))}
+	waits.why.add("samples of pg_stat_activity", "%d", p.samples)
+	waits.why.add("a delivery waiting on the janitor, times seen / longest", "%d / %s", p.blockSeen, mdtable.Dur(p.janitorBlocks))
+	waits.why.add("the janitor waiting on a delivery, times seen / longest", "%d / %s", p.waitSeen, mdtable.Dur(p.janitorWaits))
+	waits.why.add("purge statements, p99 / longest", "%s / %s", mdtable.Dur(stats.Percentile(p.statements, 99)), mdtable.Dur(p.report.Longest))
+	t.add(waits)
 }
 
 func (r *report) writePurge(w writer) {
 	p := r.purge
-	w("## Purge under load\n\n")
+	w("## %s\n\n", secPurge)
 	w("`idem.Janitor` ([docs/janitor.md](docs/janitor.md)) purges the inbox of [`bench/ledger`](bench/ledger/) (`idem_bench_ledger`, retention 30 days) while %d workers deliver new messages through the generated wrapper (`ledger.PostIdem`, one UPDATE each), on a pool of %d connections; the janitor has a pool of its own (one connection). ", p.workers, p.workers)
 	w("Before, the table was seeded with %s rows 31 days old and %s rows 29 days old (`INSERT … SELECT generate_series`, %s, then `VACUUM ANALYZE`). ", mdtable.Thousands(float64(p.rows)), mdtable.Thousands(float64(p.keep)), p.seed.Round(time.Millisecond))
 	w("The workers first delivered for %s without the purge, then, in the same schema and the same run, while one `RunOnce` of the janitor purged (batches of %d rows, each one statement: `DELETE … WHERE ctid = ANY (ARRAY(SELECT ctid … ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED))` on the B-tree of created_at). ", r.cfg.purgeBaseline, p.batch)
@@ -64,6 +73,7 @@ func (r *report) writePurge(w writer) {
 	w("Afterwards the table held %s rows: the %s rows a day from expiry and the %s the workers wrote. ", mdtable.Thousands(float64(p.left)), mdtable.Thousands(float64(p.keptLeft)), mdtable.Thousands(float64(p.delivered)))
 	w("Lock waits in %d samples: a delivery waiting on the janitor %d times (longest %s), the janitor waiting on a delivery %d times (longest %s), deliveries waiting on each other %d times.\n\n",
 		p.samples, p.blockSeen, mdtable.Dur(p.janitorBlocks), p.waitSeen, mdtable.Dur(p.janitorWaits), p.otherWaits)
+	r.writeBehind(w, secPurge)
 	r.writePurgePartitioned(w)
 }
 
@@ -85,7 +95,7 @@ func (r *report) writePurgePartitioned(w writer) {
 	if q == nil {
 		return
 	}
-	w("## Purging by dropping partitions\n\n")
+	w("## %s\n\n", secDrop)
 	w("The inbox of [`examples/telemetry`](examples/telemetry/) is partitioned by the day of each reading's own time (`partition=day time=TakenAt retain=336h`, [docs/scale.md](docs/scale.md#partitioned-inboxes)). ")
 	w("The day that has just passed the retention was given its partition, as the janitor creates it, with %s rows, and the oldest kept day %s (%s, then `VACUUM ANALYZE`). ",
 		mdtable.Thousands(float64(q.rows)), mdtable.Thousands(float64(q.keep)), q.seed.Round(time.Millisecond))
@@ -106,4 +116,5 @@ func (r *report) writePurgePartitioned(w writer) {
 	w("The two consumers do different business work (an UPDATE of an account, an INSERT of a reading), so compare each layout's p99 during the purge with its own p99 without. ")
 	w("The janitor dropped %v; afterwards the inbox held %s rows: the %s of the oldest kept day and the %s the workers wrote.\n\n",
 		q.report.Dropped[telemetryInbox], mdtable.Thousands(float64(q.left)), mdtable.Thousands(float64(q.keptLeft)), mdtable.Thousands(float64(q.delivered)))
+	r.writeBehind(w, secDrop)
 }

@@ -32,13 +32,19 @@ func (s *sizingResults) walOutgoing() (write, relay float64) {
 func (r *report) sizingTargets(t *targetTable) {
 	s := r.sizing
 	in := s.inboxes[0]
-	t.line(reported, "bytes per inbox row and per outbox row reported",
-		fmt.Sprintf("inbox %s B a row, outbox %s B a row waiting for the relay (it keeps no published row), heap and indexes, over %s rows each ([below](#sizing))",
-			mdtable.Thousands(in.size.perRow()), mdtable.Thousands(s.outbox.perRow()), mdtable.Thousands(float64(in.size.rows))))
+	rows := target{doc: "sizing-and-wal", what: "bytes per inbox row and per outbox row, reported", status: reported,
+		measured: fmt.Sprintf("inbox %s B, outbox %s B a row", mdtable.Thousands(in.size.perRow()), mdtable.Thousands(s.outbox.perRow()))}
+	rows.why.add("rows a table, the heap and the indexes over them (the outbox's waiting for the relay)", "%s", mdtable.Thousands(float64(in.size.rows)))
+	t.add(rows)
 	write, relay := s.walOutgoing()
-	t.line(reported, "WAL per first delivery, per duplicate and per outgoing message reported",
-		fmt.Sprintf("first delivery %s B (the bare UPDATE alone %s B), duplicate %s B, outgoing message %s B written + %s B when the relay publishes it",
-			mdtable.Thousands(s.walPer(walFirst)), mdtable.Thousands(s.walPer(walBare)), mdtable.Thousands(s.walPer(walDuplicate)), mdtable.Thousands(write), mdtable.Thousands(relay)))
+	kinds := target{doc: "sizing-and-wal", what: "WAL per first delivery, duplicate and outgoing message, reported", status: reported,
+		measured: fmt.Sprintf("%s B, %s B, %s + %s B", mdtable.Thousands(s.walPer(walFirst)), mdtable.Thousands(s.walPer(walDuplicate)), mdtable.Thousands(write), mdtable.Thousands(relay))}
+	kinds.why.add("a first delivery", "%s B", mdtable.Thousands(s.walPer(walFirst)))
+	kinds.why.add("the bare UPDATE alone", "%s B", mdtable.Thousands(s.walPer(walBare)))
+	kinds.why.add("a duplicate", "%s B", mdtable.Thousands(s.walPer(walDuplicate)))
+	kinds.why.add("an outgoing message, written", "%s B", mdtable.Thousands(write))
+	kinds.why.add("an outgoing message, when the relay publishes it", "%s B", mdtable.Thousands(relay))
+	t.add(kinds)
 	now, before := s.runtimeLayout()
 	fpi := (s.fpiPer(walPub10)-s.fpiPer(walFirst))/10 + s.fpiPer(walRelay)
 	// The target is what an outgoing message costs where it is written, in
@@ -46,18 +52,34 @@ func (r *report) sizingTargets(t *targetTable) {
 	// the wrapper's slope. The layouts' comparison writes each batch of rows
 	// in a transaction of its own, and so carries a share of a commit record
 	// a row (a tenth of one, some 3 to 4 bytes): it ranks the layouts.
-	t.line(verdict(write+relay <= walTarget), fmt.Sprintf("WAL per outgoing message, write + publish, ≤ %d B", walTarget),
-		fmt.Sprintf("through the wrapper and the relay %s + %s = %s B (%s B of it full-page images); the layouts side by side ([below](#outbox-layouts)), each write with its own commit record: now %s B, before %s B (%.2f×)",
-			mdtable.Thousands(write), mdtable.Thousands(relay), mdtable.Thousands(write+relay), mdtable.Thousands(fpi), mdtable.Thousands(now.writePublish()), mdtable.Thousands(before.writePublish()),
-			now.writePublish()/before.writePublish()))
-	purges := ""
-	for _, in := range s.inboxes[1:] {
-		purges += fmt.Sprintf("; the %s inbox: %s rows dropped in %s, %s of WAL (%s B a row)", layoutShort(in), mdtable.Thousands(float64(in.purged)), in.took.Round(time.Millisecond),
-			mdtable.IEC(float64(in.purgeWAL)), mdtable.Thousands(in.purgeWALPer()))
+	out := target{doc: "sizing-and-wal", what: fmt.Sprintf("WAL per outgoing message, write + publish, ≤ %d B", walTarget), status: verdict(write+relay <= walTarget),
+		measured: fmt.Sprintf("%s + %s = %s B", mdtable.Thousands(write), mdtable.Thousands(relay), mdtable.Thousands(write+relay))}
+	out.why.add("of it full-page images", "%s B", mdtable.Thousands(fpi))
+	out.why.add("the layouts side by side (each write with its own commit record), now", "%s B", mdtable.Thousands(now.writePublish()))
+	out.why.add("the same, before", "%s B", mdtable.Thousands(before.writePublish()))
+	out.why.add("now ÷ before", "%.2f×", now.writePublish()/before.writePublish())
+	if out.status == missed {
+		least := 0
+		for i := range outboxLayouts {
+			if s.layouts[i].writePublish() < s.layouts[least].writePublish() {
+				least = i
+			}
+		}
+		out.why.add("the least of the layouts measured ("+outboxLayouts[least].name+")", "%s B", mdtable.Thousands(s.layouts[least].writePublish()))
+		out.bound = bound{mdtable.Thousands(s.layouts[least].writePublish()) + " B", "least of the layouts"}
 	}
-	t.line(reported, "the cost of purging a million rows reported",
-		fmt.Sprintf("%s inbox rows in one janitor round: %s, %s of WAL (%s B a row)%s; the outbox has no published row to purge",
-			mdtable.Thousands(float64(in.purged)), in.took.Round(time.Millisecond), mdtable.IEC(float64(in.purgeWAL)), mdtable.Thousands(in.purgeWALPer()), purges))
+	t.add(out)
+	purge := target{doc: "sizing-and-wal", what: "the cost of purging a million rows, reported", status: reported,
+		measured: fmt.Sprintf("plain %s (%s B a row)", in.took.Round(time.Millisecond), mdtable.Thousands(in.purgeWALPer()))}
+	purge.why.add("the plain inbox, rows purged in one janitor round", "%s", mdtable.Thousands(float64(in.purged)))
+	purge.why.add("the plain inbox, time and WAL", "%s, %s (%s B a row)", in.took.Round(time.Millisecond), mdtable.IEC(float64(in.purgeWAL)), mdtable.Thousands(in.purgeWALPer()))
+	for _, in := range s.inboxes[1:] {
+		purge.measured += fmt.Sprintf(", %s %s", layoutShort(in), in.took.Round(time.Millisecond))
+		purge.why.add("the "+layoutShort(in)+" inbox, rows dropped", "%s", mdtable.Thousands(float64(in.purged)))
+		purge.why.add("the "+layoutShort(in)+" inbox, time and WAL", "%s, %s (%s B a row)", in.took.Round(time.Millisecond), mdtable.IEC(float64(in.purgeWAL)), mdtable.Thousands(in.purgeWALPer()))
+	}
+	purge.why.add("the outbox's rows to purge (the relay deletes a row once published)", "0")
+	t.add(purge)
 }
 
 // layoutShort names an inbox layout in a sentence.
@@ -70,7 +92,7 @@ func layoutShort(in inboxSizing) string {
 
 func (r *report) writeSizing(w writer) {
 	s := r.sizing
-	w("## Sizing\n\n")
+	w("## %s\n\n", secSizing)
 	w("What the inbox of [`bench/ledger`](bench/ledger/) (`idem_bench_ledger`: text key, fingerprint, JSON result, the retention B-tree) and the outbox (`idem_outbox`) cost in disk and in WAL, measured on one connection in a fresh schema.\n\n")
 	in := s.inboxes[0]
 	w("**Bytes per row.** The inbox rows that the WAL measurements below wrote through the wrapper were copied, with new keys of the same shape (`m-<worker>-<seq>`), until the inbox held %s rows; the outbox, which keeps no published row, was filled with as many rows waiting for the relay, of the shape the publishing deposit writes, and the outbox of the layout it replaced (the migration 00001, in a schema of its own) with as many published rows, what it kept for the retention (`INSERT … SELECT generate_series`, %s for the three, then `VACUUM ANALYZE`); then `pg_relation_size` of the heap, of each index and of the TOAST table, and `pg_total_relation_size` (all of them with the free space and visibility maps) over the rows. ", mdtable.Thousands(float64(in.size.rows)), s.fill.Round(time.Millisecond))
@@ -125,6 +147,7 @@ func (r *report) writeSizing(w writer) {
 	}
 	w("\n\n")
 	r.writeScale(w)
+	r.writeBehind(w, secSizing)
 }
 
 // writeLayouts is the table of the outbox layouts, side by side.

@@ -98,54 +98,53 @@ func (r *stmtResults) scenario(name string, n int) *stmtScenario {
 	return nil
 }
 
-// claimWorkBound says, for a missed target of the generated scenario
-// against other (bare or hand-written), what the server's own work allows:
-// the statements part's backend CPU a message of both scenarios, at its
-// highest concurrency, and what pgbench gets running the hand-written
-// inbox's statements against the bare UPDATE (no Go client in either). When
-// the cores are saturated the rate cannot beat the ratio of the work a
-// message, however few the round trips. Empty when neither part ran.
-func (r *report) claimWorkBound(other string) string {
-	var parts []string
+// serverWork adds to why what the server's own work allows the generated
+// scenario against other (bare or hand-written): the statements part's
+// backend CPU a message of both, at its highest concurrency, and what
+// pgbench gets running the hand-written inbox's statements against the bare
+// UPDATE (no Go client in either). When the cores are saturated the rate
+// cannot beat the ratio of the work a message, however few the round trips.
+// It returns the statements part's ratio, ok when that part ran.
+func (r *report) serverWork(other string, why *facts) (ratio float64, ok bool) {
 	if r.stmts != nil && len(r.stmts.workers) > 0 {
 		n := slices.Max(r.stmts.workers)
 		gen, o := r.stmts.scenario(scGenerated, n), r.stmts.scenario(other, n)
 		if gen != nil && o != nil && gen.serverCPU > 0 && o.serverCPU > 0 {
-			g, b := gen.cpuPerMsg(), o.cpuPerMsg()
-			tg, to := gen.total(), o.total()
-			parts = append(parts, fmt.Sprintf("in the statements part at %d workers a first delivery costs the server %s of backend CPU a message (%s in its statements, %s B of WAL), %s %s (%s, %s B): the server's work alone allows %s",
-				n, mdtable.Dur(g), mdtable.Dur(msDur(gen.perMsg(tg.execMs+tg.planMs))), mdtable.Thousands(gen.perMsg(tg.walBytes)),
-				other, mdtable.Dur(b), mdtable.Dur(msDur(o.perMsg(to.execMs+to.planMs))), mdtable.Thousands(o.perMsg(to.walBytes)), mdtable.Ratio(float64(b)/float64(g))))
+			for _, s := range []*stmtScenario{gen, o} {
+				tot := s.total()
+				part := fmt.Sprintf(" (statements part, %d workers)", n)
+				why.add(s.name+", backend CPU a message"+part, "%s", mdtable.Dur(s.cpuPerMsg()))
+				why.add(s.name+", time in its statements a message"+part, "%s", mdtable.Dur(msDur(s.perMsg(tot.execMs+tot.planMs))))
+				why.add(s.name+", WAL in its statements a message"+part, "%s B", mdtable.Thousands(s.perMsg(tot.walBytes)))
+			}
+			ratio, ok = float64(o.cpuPerMsg())/float64(gen.cpuPerMsg()), true
+			why.add("what the server's work allows, "+other+" ÷ generated", "%s", mdtable.Ratio(ratio))
 		}
 	}
 	if r.db != nil && other == scBare {
 		n := r.maxWorkers()
 		pi, pb := r.db.cell(scPgInbox, n), r.db.cell(scPgBare, n)
 		if pi != nil && pb != nil {
-			parts = append(parts, fmt.Sprintf("pgbench running the hand-written inbox's statements gets %s of pgbench bare at %d workers: the inbox's row (its INSERT into a unique index, the stored result) is work the bare UPDATE does not do",
-				cellRatio(pi, pb), n))
+			why.add(fmt.Sprintf("pgbench running the hand-written inbox ÷ pgbench bare, %d workers", n), "%s", cellRatio(pi, pb))
 		}
 	}
-	if len(parts) == 0 {
-		return ""
-	}
-	return "; " + strings.Join(parts, "; ")
+	return ratio, ok
 }
 
-// inboxWritesBound says what bounds a set-based HandleBatch against bare
+// inboxWrites adds to why what the inbox's writes cost against the change
+// they guard, where a set-based HandleBatch misses its target against bare
 // batched, whose round trips are as few: every message the wrapper delivers
 // writes its inbox row twice (the claim's INSERT, into a unique index, and
 // the UPDATE that stores its result) beside the handler's change, the only
 // write of bare batched. The statements part, when it ran, prices the two
 // writes against the change, one message at a time on one connection.
-func (r *report) inboxWritesBound() string {
-	const why = "every message writes the inbox's row twice (the claim's INSERT into a unique index, then the UPDATE that stores the result) beside the handler's change, the only write of bare batched"
+func (r *report) inboxWrites(why *facts) {
 	if r.stmts == nil || len(r.stmts.workers) == 0 {
-		return why
+		return
 	}
 	gen := r.stmts.scenario(scGenerated, slices.Min(r.stmts.workers))
 	if gen == nil {
-		return why
+		return
 	}
 	byRole := map[string]*stmtCost{}
 	for _, c := range gen.statements() {
@@ -158,26 +157,45 @@ func (r *report) inboxWritesBound() string {
 	claim, change := byRole["claim"], byRole["the handler's UPDATE"]
 	store := cmp.Or(byRole["mark done, store the result, claim check"], byRole["mark done, store the result"])
 	if claim == nil || change == nil || store == nil {
-		return why
+		return
 	}
 	ms := func(c *stmtCost) float64 { return c.execMs + c.planMs }
-	return fmt.Sprintf("%s: in the statements part (one message at a time, %d worker) the claim costs %s and %s B of WAL a message, storing the result %s and %s B, the change itself %s and %s B, so the inbox's writes are %s the work of the change they guard",
-		why, gen.workers, mdtable.Dur(msDur(gen.perMsg(ms(claim)))), mdtable.Thousands(gen.perMsg(claim.walBytes)),
-		mdtable.Dur(msDur(gen.perMsg(ms(store)))), mdtable.Thousands(gen.perMsg(store.walBytes)),
-		mdtable.Dur(msDur(gen.perMsg(ms(change)))), mdtable.Thousands(gen.perMsg(change.walBytes)),
-		mdtable.Ratio((ms(claim)+ms(store))/ms(change)))
+	part := fmt.Sprintf(" (statements part, %d %s)", gen.workers, plural(gen.workers, "worker"))
+	for _, s := range []struct {
+		name string
+		c    *stmtCost
+	}{{"the claim", claim}, {"storing the result", store}, {"the change itself", change}} {
+		why.add(s.name+", time a message"+part, "%s", mdtable.Dur(msDur(gen.perMsg(ms(s.c)))))
+		why.add(s.name+", WAL a message"+part, "%s B", mdtable.Thousands(gen.perMsg(s.c.walBytes)))
+	}
+	why.add("the inbox's writes ÷ the change they guard, in time", "%s", mdtable.Ratio((ms(claim)+ms(store))/ms(change)))
 }
 
 func (r *report) statementsTargets(t *targetTable) {
 	var cells []string
+	l := target{doc: "server-time-in-statements", what: "server time in statements, first delivery / duplicate, reported", status: reported}
+	lo, hi := slices.Min(r.stmts.workers), slices.Max(r.stmts.workers)
 	for _, n := range r.stmts.workers {
 		first, dup := r.stmts.scenario(scGenerated, n), r.stmts.scenario(scDuplicate, n)
 		t1, td := first.total(), dup.total()
-		cells = append(cells, fmt.Sprintf("at %d worker(s): a first delivery %s in its statements, %s of backend CPU, %s B of WAL a message; a duplicate %s, %s, %s B",
-			n, mdtable.Dur(msDur(first.perMsg(t1.execMs+t1.planMs))), cpuPer(first), mdtable.Thousands(first.perMsg(t1.walBytes)),
-			mdtable.Dur(msDur(dup.perMsg(td.execMs+td.planMs))), cpuPer(dup), mdtable.Thousands(dup.perMsg(td.walBytes))))
+		if n == lo || n == hi {
+			// The cell holds the lowest and the highest concurrency, the
+			// facts every one.
+			cells = append(cells, fmt.Sprintf("%s / %s at %d", mdtable.Dur(msDur(first.perMsg(t1.execMs+t1.planMs))), mdtable.Dur(msDur(dup.perMsg(td.execMs+td.planMs))), n))
+		}
+		for _, s := range []struct {
+			name string
+			s    *stmtScenario
+			t    *stmtCost
+		}{{"a first delivery", first, t1}, {"a duplicate", dup, td}} {
+			at := fmt.Sprintf(" at %d %s", n, plural(n, "worker"))
+			l.why.add(s.name+", time in its statements a message"+at, "%s", mdtable.Dur(msDur(s.s.perMsg(s.t.execMs+s.t.planMs))))
+			l.why.add(s.name+", backend CPU a message"+at, "%s", cpuPer(s.s))
+			l.why.add(s.name+", WAL in its statements a message"+at, "%s B", mdtable.Thousands(s.s.perMsg(s.t.walBytes)))
+		}
 	}
-	t.line(reported, "the per-statement server cost of a first delivery and a duplicate reported", strings.Join(cells, "; ")+" ([below](#statements))")
+	l.measured = strings.Join(cells, ", ")
+	t.add(l)
 }
 
 // cpuPerMsg is a scenario's backend CPU per message; negative when unknown.
@@ -198,7 +216,7 @@ func cpuPer(s *stmtScenario) string {
 
 func (r *report) writeStatements(w writer) {
 	st := r.stmts
-	w("## Statements\n\n")
+	w("## %s\n\n", secStatements)
 	w("What each statement of a delivery costs the server, from `pg_stat_statements`, on %s; the server: `%s`. ", st.where, st.version)
 	w("Each scenario ran %d time(s) at each concurrency (%s workers, on a pool of as many connections), in turn with the others (the order rotating), in a fresh schema: at least %d messages to warm up (every connection prepares its statements, the server caches their plans), then %s messages between two reads of `pg_stat_statements`, whose difference the tables give, pooled over the rounds, per message. ",
 		st.rounds, joinInts(st.workers, " and "), stmtWarmup, mdtable.Thousands(float64(st.msgs)))
@@ -248,6 +266,7 @@ func (r *report) writeStatements(w writer) {
 			mdtable.Dur(msDur(s.perMsg(t.execMs+t.planMs))), cpuPer(s), mdtable.Thousands(s.perMsg(t.walBytes))+" B", wal)
 	}
 	w("%s\n", totals)
+	r.writeBehind(w, secStatements)
 }
 
 func onOff(b bool) string {
@@ -255,12 +274,4 @@ func onOff(b bool) string {
 		return "on"
 	}
 	return "off"
-}
-
-// cellBound says what bounds a cell of the message delivery table: its CPU
-// per message against the machine's cores, and its round trips per message.
-func cellBound(name string, s summary, cores int) string {
-	cpu := s.clientCPU + max(s.serverCPU, 0)
-	return fmt.Sprintf("%s: CPU %s a message (client %s + server %s; %d cores: at most %s msgs/s), %.2f round trips a message, the machine %.0f%% busy",
-		name, mdtable.Dur(cpu), mdtable.Dur(s.clientCPU), serverDur(s), cores, mdtable.Thousands(float64(cores)/cpu.Seconds()), s.tripsPerMsg, 100*s.busy)
 }

@@ -10,8 +10,10 @@ package mdtable
 import (
 	"fmt"
 	"math"
+	"regexp"
 	"strings"
 	"time"
+	"unicode"
 )
 
 // Column is a column's header and alignment.
@@ -162,3 +164,35 @@ func IEC(x float64) string {
 
 // Percent writes a fraction as a whole percentage: 0.834 is "83%".
 func Percent(f float64) string { return fmt.Sprintf("%.0f%%", 100*f) }
+
+// linkRE is a Markdown link, its text in the first group.
+var linkRE = regexp.MustCompile(`\[([^\]]*)\]\([^)]*\)`)
+
+// Anchor is the anchor GitHub gives a heading, for a link to it: the text as
+// rendered (link targets dropped), lower-cased, with everything but letters,
+// digits, '_', '-' and spaces dropped and the spaces turned into '-'.
+// "Behind the targets: mode=entity" is "behind-the-targets-modeentity".
+func Anchor(heading string) string {
+	var b strings.Builder
+	for _, r := range strings.ToLower(linkRE.ReplaceAllString(heading, "$1")) {
+		switch {
+		case r == ' ':
+			b.WriteRune('-')
+		case r == '-', r == '_', unicode.IsLetter(r), unicode.IsDigit(r), unicode.IsMark(r):
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
+
+// Words is how many words a cell shows: its link targets dropped, the fields
+// that hold a letter or a digit ("≥", "/" and "→" are not words).
+func Words(cell string) int {
+	n := 0
+	for _, f := range strings.Fields(linkRE.ReplaceAllString(cell, "$1")) {
+		if strings.IndexFunc(f, func(r rune) bool { return unicode.IsLetter(r) || unicode.IsDigit(r) }) >= 0 {
+			n++
+		}
+	}
+	return n
+}

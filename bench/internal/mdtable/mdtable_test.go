@@ -71,3 +71,33 @@ func TestFormats(t *testing.T) {
 		}
 	}
 }
+
+// TestAnchor pins the anchors GitHub gives headings, which the report's
+// links name.
+func TestAnchor(t *testing.T) {
+	for heading, want := range map[string]string{
+		"Behind the targets: mode=entity":                 "behind-the-targets-modeentity",
+		"Publishing: relay.Relay against a raw publisher": "publishing-relayrelay-against-a-raw-publisher",
+		"Against Watermill's outbox":                      "against-watermills-outbox",
+		"See [it](x.md) work":                             "see-it-work",
+		"snake_case and dash-case":                        "snake_case-and-dash-case",
+	} {
+		if got := Anchor(heading); got != want {
+			t.Errorf("Anchor(%q) = %q, want %q", heading, got, want)
+		}
+	}
+}
+
+func TestWords(t *testing.T) {
+	for cell, want := range map[string]int{
+		"":                  0,
+		"0.96× [0.90–1.02]": 2,
+		"[generated ≥ 1.3× hand-written](x.md#a-b-c)": 3,
+		"consume → wrapper → ack":                     3,
+		"382 + 219 = 601 B":                           4,
+	} {
+		if got := Words(cell); got != want {
+			t.Errorf("Words(%q) = %d, want %d", cell, got, want)
+		}
+	}
+}
