@@ -119,8 +119,8 @@ func loadPackage(cfg Config, pkg *packages.Package, scope *txscope.Package, diag
 	for _, d := range decls {
 		c := &checker{pkg: pkg, diags: diags, tests: tests}
 		h, ok := c.handler(d.decl, d.directive)
-		if compiled && scope != nil {
-			checkScope(pkg, scope, d, diags)
+		if compiled && scope != nil && !checkScope(pkg, scope, d, diags) {
+			ok = false // as a handler with any other error: no wrapper, no migration
 		}
 		if ok {
 			h.Package = pkg.PkgPath

@@ -36,21 +36,22 @@ func scopeProgram(checked []*packages.Package, diags *diag.List) map[*packages.P
 // checkScope reports what the handler of d does outside its transaction:
 // the uses of a database handle other than its tx (outside-tx) and the
 // calls outside the database (external-call), in every mode but external,
-// whose handler runs with no transaction and calls out on purpose.
-func checkScope(pkg *packages.Package, scope *txscope.Package, d annotated, diags *diag.List) {
+// whose handler runs with no transaction and calls out on purpose. It
+// reports whether it found nothing.
+func checkScope(pkg *packages.Package, scope *txscope.Package, d annotated, diags *diag.List) bool {
 	mode := model.ModeTx
 	if o, ok := d.directive.Lookup("mode"); ok {
 		if !slices.Contains(modes, o.Value) {
-			return // reported; the mode decides what is checked
+			return true // reported; the mode decides what is checked
 		}
 		mode = model.Mode(o.Value)
 	}
 	if mode == model.ModeExternal {
-		return
+		return true
 	}
 	fn, _ := pkg.TypesInfo.Defs[d.decl.Name].(*types.Func)
 	if fn == nil {
-		return
+		return true
 	}
 	sig := fn.Type().(*types.Signature)
 	first := 0
@@ -69,7 +70,9 @@ func checkScope(pkg *packages.Package, scope *txscope.Package, d annotated, diag
 		}
 	}
 	if !hasTx {
-		return // the signature's error says what to take
+		return true // the signature's error says what to take
 	}
-	diags.Add(scope.Handler(fn, string(mode), fine)...)
+	found := scope.Handler(fn, string(mode), fine)
+	diags.Add(found...)
+	return len(found) == 0
 }
