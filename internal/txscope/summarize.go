@@ -115,9 +115,16 @@ func summarize(p *Package, decl *ast.FuncDecl, foreign func(i int) bool) *Summar
 		}
 	}
 
+	called := map[ast.Expr]bool{}
 	ast.Inspect(decl.Body, func(n ast.Node) bool {
-		if call, ok := n.(*ast.CallExpr); ok {
-			s.call(call)
+		switch n := n.(type) {
+		case *ast.CallExpr:
+			called[ast.Unparen(n.Fun)] = true
+			s.call(n)
+		case *ast.SelectorExpr:
+			if !called[n] {
+				s.methodValue(n)
+			}
 		}
 		return true
 	})
@@ -329,9 +336,22 @@ func (s *summarizer) evalCall(call *ast.CallExpr) flow {
 	if len(f) == 0 {
 		// A handle made from nothing the function holds: a pool opened,
 		// a connection dialled.
-		f = flow{{param: -1, src: shorten(exprString(call)), typ: typeString(s.p.info.TypeOf(call))}}
+		f = flow{{param: -1, src: shorten(exprString(call)), typ: typeString(s.handleOf(s.p.info.TypeOf(call)))}}
 	}
 	return f
+}
+
+// handleOf is t, or for the results of a call the first that holds a
+// handle.
+func (s *summarizer) handleOf(t types.Type) types.Type {
+	if tuple, ok := t.(*types.Tuple); ok {
+		for i := range tuple.Len() {
+			if s.holds(tuple.At(i).Type()) {
+				return tuple.At(i).Type()
+			}
+		}
+	}
+	return t
 }
 
 // builtin returns the name of the builtin call calls, or "".
@@ -434,7 +454,11 @@ func (s *summarizer) call(call *ast.CallExpr) {
 			// A method of a handle, or of a value holding one whose
 			// package is not followed (sqlc's Queries of another module).
 			use := shorten(exprString(ast.Unparen(call.Fun)))
+			path, typ := s.embedded(call.Fun)
 			for _, o := range s.eval(args[0]) {
+				if path != "" && o.src == exprString(args[0]) {
+					o.src, o.typ = o.src+path, typ
+				}
 				s.use(o, Effect{Kind: OutsideTx, Use: use}, args[0].Pos())
 			}
 		}
@@ -452,6 +476,50 @@ func (s *summarizer) call(call *ast.CallExpr) {
 		for _, o := range s.eval(a) {
 			s.use(o, Effect{Kind: OutsideTx, Use: name, Passed: true}, a.Pos())
 		}
+	}
+}
+
+// embedded returns, for a method promoted through embedded fields
+// (e.Begin of a pool e embeds), the fields' path (".Pool") and the type of
+// the last; "" for a method of the receiver's own type.
+func (s *summarizer) embedded(fun ast.Expr) (string, string) {
+	sel, ok := ast.Unparen(fun).(*ast.SelectorExpr)
+	if !ok {
+		return "", ""
+	}
+	selection := s.p.info.Selections[sel]
+	if selection == nil || len(selection.Index()) < 2 {
+		return "", ""
+	}
+	t := selection.Recv()
+	var path string
+	for _, i := range selection.Index()[:len(selection.Index())-1] {
+		if p, ok := t.Underlying().(*types.Pointer); ok {
+			t = p.Elem()
+		}
+		st, ok := t.Underlying().(*types.Struct)
+		if !ok {
+			return "", ""
+		}
+		f := st.Field(i)
+		path, t = path+"."+f.Name(), f.Type()
+	}
+	return path, typeString(t)
+}
+
+// methodValue records a method of a handle taken as a value (exec :=
+// s.pool.Exec): whoever calls it uses the handle.
+func (s *summarizer) methodValue(e *ast.SelectorExpr) {
+	sel := s.p.info.Selections[e]
+	if sel == nil || sel.Kind() != types.MethodVal {
+		return
+	}
+	fn, ok := sel.Obj().(*types.Func)
+	if !ok || !s.p.prog.types.isHandle(recvType(fn)) {
+		return
+	}
+	for _, o := range s.eval(e.X) {
+		s.use(o, Effect{Kind: OutsideTx, Use: shorten(exprString(e))}, e.X.Pos())
 	}
 }
 
