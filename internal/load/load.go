@@ -483,6 +483,9 @@ func parsePos(s string) diag.Pos {
 // the generated names. What needs the migrations folders (schema evolution,
 // the consumers of other packages) is left to idemgen itself. Syntax may
 // hold the package's test files, which are skipped as idemgen skips them.
+// scope, if not nil, is the package in a txscope Program, which checks what
+// the handlers do outside their transaction; its //idem:allow errors are
+// the caller's to report.
 func CheckPackage(pkg *packages.Package, scope *txscope.Package) *diag.List {
 	diags := &diag.List{}
 	own := *pkg
