@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"example.com/vet/queries"
+	"github.com/idemgen/idemgen/idem"
 )
 
 // defaultPool is a package variable: a handle of its own to any function.
@@ -60,7 +61,7 @@ func (e *Edge) Generic(ctx context.Context, tx pgx.Tx, msg Order) error { // wan
 	if err := execute(ctx, tx, msg.ID); err != nil {
 		return err
 	}
-	return execute(ctx, e.Pool, msg.ID) // want `outside-tx: handler Generic \(mode=tx\) calls app.execute here, which uses e.Pool \(\*pgxpool.Pool\), a database handle other than the handler's tx, in db.Exec at app/edge.go:54:12`
+	return execute(ctx, e.Pool, msg.ID) // want `outside-tx: handler Generic \(mode=tx\) calls app.execute here, which uses e.Pool \(\*pgxpool.Pool\), a database handle other than the handler's tx, in db.Exec at app/edge.go:55:12`
 }
 
 func (e *Edge) retry(ctx context.Context, n int, id string) error {
@@ -73,7 +74,7 @@ func (e *Edge) retry(ctx context.Context, n int, id string) error {
 
 //idem:handler consumer=edge.recursive key=ID
 func (e *Edge) Recursive(ctx context.Context, tx pgx.Tx, msg Order) error { // want Recursive:`txscope\(outside-tx defaultPool.Exec\)`
-	return e.retry(ctx, 3, msg.ID) // want `outside-tx: handler Recursive \(mode=tx\) calls app.\(\*Edge\).retry here, which uses app.defaultPool \(\*pgxpool.Pool\), a database handle other than the handler's tx, in defaultPool.Exec at app/edge.go:70:12`
+	return e.retry(ctx, 3, msg.ID) // want `outside-tx: handler Recursive \(mode=tx\) calls app.\(\*Edge\).retry here, which uses app.defaultPool \(\*pgxpool.Pool\), a database handle other than the handler's tx, in defaultPool.Exec at app/edge.go:71:12`
 }
 
 //idem:handler consumer=edge.interface key=ID
@@ -133,5 +134,18 @@ func (s *Service) BadAllow(ctx context.Context, tx pgx.Tx, msg Order) error { //
 	//idem:allow outside-txn the audit row must outlive a rollback // want `^//idem:allow outside-txn: there is no check outside-txn \(did you mean outside-tx\?\); the checks are outside-tx and external-call$`
 	//idem:allow // want `^//idem:allow needs the name of a check and a reason: //idem:allow outside-tx <reason> or //idem:allow external-call <reason>$`
 	_, err := s.http.Post("https://cache.example.com/purge", "text/plain", nil) // want `external-call: handler BadAllow \(mode=tx\) calls \(\*http.Client\).Post`
+	return err
+}
+
+// OtherModule runs a janitor, whose code is of another module and not
+// followed: a method of it on a value that holds a handle uses the handle.
+//
+//idem:handler consumer=edge.other_module key=ID
+func (e *Edge) OtherModule(ctx context.Context, tx pgx.Tx, msg Order) error { // want OtherModule:`txscope\(param 0 j.RunOnce\)`
+	j, err := idem.NewJanitor(e.Pool, nil)
+	if err != nil {
+		return err
+	}
+	_, err = j.RunOnce(ctx) // want `outside-tx: handler OtherModule \(mode=tx\) uses e.Pool \(\*pgxpool.Pool\), a database handle other than its tx, in j.RunOnce`
 	return err
 }
