@@ -6,6 +6,8 @@ import (
 	"go/types"
 	"slices"
 	"strings"
+
+	"github.com/idemgen/idemgen/internal/diag"
 )
 
 // origin is where a value holding a database handle comes from: a
@@ -65,9 +67,10 @@ type assignment struct {
 	e ast.Expr
 }
 
-// summarize works out the Summary of decl. The parameters in foreign are
-// taken for handles other than tx, so that each of their uses is an
-// Effect: a handler's, but its tx and outbox.
+// summarize works out the Summary of decl. The parameters for which
+// foreign is true (for a handler, all but its tx and outbox) are taken for
+// handles other than tx, so that each of their uses is an Effect of its
+// own rather than the first use of a parameter.
 func summarize(p *Package, decl *ast.FuncDecl, foreign func(i int) bool) *Summary {
 	s := &summarizer{
 		p: p, decl: decl,
@@ -527,6 +530,9 @@ func (s *summarizer) methodValue(e *ast.SelectorExpr) {
 func (s *summarizer) follow(call *ast.CallExpr, fn *types.Func, args []ast.Expr, sum *Summary) {
 	step := Step{Callee: funcName(fn), At: s.p.position(call.Pos())}
 	for _, e := range sum.Effects {
+		if s.within(e.At) {
+			continue // reached back through a cycle of calls: found where it is
+		}
 		if !s.p.allowed(call.Pos(), e.Kind) {
 			e.Via = append([]Step{step}, e.Via...)
 			s.effect(e, call.Pos())
@@ -547,6 +553,13 @@ func (s *summarizer) follow(call *ast.CallExpr, fn *types.Func, args []ast.Expr,
 			}
 		}
 	}
+}
+
+// within reports whether at lies in the function being summarized.
+func (s *summarizer) within(at diag.Pos) bool {
+	start, end := s.p.position(s.decl.Pos()), s.p.position(s.decl.End())
+	return at.File == start.File && (at.Line > start.Line || at.Line == start.Line && at.Col >= start.Col) &&
+		(at.Line < end.Line || at.Line == end.Line && at.Col <= end.Col)
 }
 
 // use records the use, at pos, of a value of origin o as a database handle.
