@@ -72,7 +72,8 @@ func (p *Package) message(handler, mode string, e Effect) string {
 		b.WriteString(use)
 		fix := "use tx instead (queries.New(tx), or pass tx to the function that needs it)"
 		if len(e.Via) > 0 {
-			fix = fmt.Sprintf("pass the handler's tx down to %s and use it there", e.Via[len(e.Via)-1].Callee)
+			fix = fmt.Sprintf("hand the handler's tx down to %s (as an argument, or as what it is called on: queries.New(tx), WithTx(tx)) and use it there",
+				e.Via[len(e.Via)-1].Callee)
 		}
 		fmt.Fprintf(&b, ": it runs outside the handler's transaction, so a rollback does not undo it and a redelivery runs it again; %s, "+
 			"or mark a deliberate use //idem:allow outside-tx <reason>", fix)

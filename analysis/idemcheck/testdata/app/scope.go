@@ -49,7 +49,7 @@ func (s *Service) SQLQueryRow(ctx context.Context, tx pgx.Tx, msg Order) error {
 
 //idem:handler consumer=scope.queries_pool key=ID
 func (s *Service) QueriesFromPool(ctx context.Context, tx pgx.Tx, msg Order) error { // want QueriesFromPool:`txscope\(param 0 q.db.Exec\)`
-	return queries.New(s.pool).CreateOrder(ctx, msg.ID) // want `outside-tx: handler QueriesFromPool \(mode=tx\) calls queries.\(\*Queries\).CreateOrder here, which uses s.pool \(\*pgxpool.Pool\), a database handle other than the handler's tx, in q.db.Exec at queries/queries.go:35:12: .*; pass the handler's tx down to queries.\(\*Queries\).CreateOrder and use it there`
+	return queries.New(s.pool).CreateOrder(ctx, msg.ID) // want `outside-tx: handler QueriesFromPool \(mode=tx\) calls queries.\(\*Queries\).CreateOrder here, which uses s.pool \(\*pgxpool.Pool\), a database handle other than the handler's tx, in q.db.Exec at queries/queries.go:35:12: .*; hand the handler's tx down to queries.\(\*Queries\).CreateOrder \(as an argument, or as what it is called on: queries.New\(tx\), WithTx\(tx\)\) and use it there`
 }
 
 //idem:handler consumer=scope.queries_field key=ID
@@ -75,7 +75,7 @@ func (s *Service) OtherPackageHelper(ctx context.Context, tx pgx.Tx, msg Order) 
 	if err := store.Save(ctx, s.pool, msg.ID); err != nil { // want `outside-tx: handler OtherPackageHelper \(mode=tx\) calls store.Save here, which uses s.pool \(\*pgxpool.Pool\), a database handle other than the handler's tx, in db.Exec at store/store.go:20:12`
 		return err
 	}
-	if err := store.Audit(ctx, msg.ID); err != nil { // want `outside-tx: handler OtherPackageHelper \(mode=tx\) calls store.Audit here, which calls store.insertAudit at store/store.go:26:9, which uses store.DB \(\*pgxpool.Pool\), a database handle other than the handler's tx, in DB.Exec at store/store.go:30:12: .*; pass the handler's tx down to store.insertAudit`
+	if err := store.Audit(ctx, msg.ID); err != nil { // want `outside-tx: handler OtherPackageHelper \(mode=tx\) calls store.Audit here, which calls store.insertAudit at store/store.go:26:9, which uses store.DB \(\*pgxpool.Pool\), a database handle other than the handler's tx, in DB.Exec at store/store.go:30:12: .*; hand the handler's tx down to store.insertAudit `
 		return err
 	}
 	return s.repo.Save(ctx, msg.ID) // want `outside-tx: handler OtherPackageHelper \(mode=tx\) calls store.\(\*Repo\).Save here, which uses s.repo.Pool \(\*pgxpool.Pool\), a database handle other than the handler's tx, in r.Pool.Exec at store/store.go:41:12`
