@@ -25,21 +25,27 @@ func TestAnalyzer(t *testing.T) {
 	if err := testmodule.Write(dir, "example.com/vet", repo); err != nil {
 		t.Fatal(err)
 	}
-	entries, err := os.ReadDir("testdata/app")
+	// testdata holds the module's packages: app, with the handlers, and
+	// the packages of the module it imports.
+	err = filepath.WalkDir("testdata", func(path string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		rel, err := filepath.Rel("testdata", path)
+		if err != nil {
+			return err
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		if err := os.MkdirAll(filepath.Join(dir, filepath.Dir(rel)), 0o755); err != nil {
+			return err
+		}
+		return os.WriteFile(filepath.Join(dir, rel), data, 0o644)
+	})
 	if err != nil {
 		t.Fatal(err)
-	}
-	if err := os.MkdirAll(filepath.Join(dir, "app"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range entries {
-		data, err := os.ReadFile(filepath.Join("testdata/app", e.Name()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, "app", e.Name()), data, 0o644); err != nil {
-			t.Fatal(err)
-		}
 	}
 	// analysistest loads with GOPROXY=off, from the module cache: fetch
 	// what the package and its tests import first (this package's own build

@@ -77,7 +77,7 @@ func (d Directive) Lookup(name string) (Option, bool) {
 func Is(text string) bool { return strings.HasPrefix(text, Prefix) }
 
 // Names are the directives idemgen knows.
-var Names = []string{"handler", "retired"}
+var Names = []string{"handler", "retired", "allow"}
 
 // nearMiss matches the text of a comment, after its // or /*, that was
 // probably meant as a directive: spaces, a case or a prefix off, then a word

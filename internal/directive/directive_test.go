@@ -61,6 +61,7 @@ func TestNearMiss(t *testing.T) {
 		"//idemgen:retired consumer=a":          "the prefix is //idem:, not //idemgen: => //idem:retired consumer=a",
 		"// Idem : Handler key=ID":              "a directive has no space after //; the prefix is lower case; a directive has no space around the colon; the directive is //idem:handler, not Handler => //idem:handler key=ID",
 		"// idem:handlr key=ID":                 "a directive has no space after //; the directive is //idem:handler, not handlr => //idem:handler key=ID",
+		"// idem:allow outside-tx why":          "a directive has no space after // => //idem:allow outside-tx why",
 		"// idem: this package is about it":     "",
 		"// Handle is an idem:handler function": "",
 		"//go:generate go run ./cmd/idemgen":    "",

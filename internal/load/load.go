@@ -22,6 +22,7 @@ import (
 	"github.com/idemgen/idemgen/internal/diag"
 	"github.com/idemgen/idemgen/internal/directive"
 	"github.com/idemgen/idemgen/internal/model"
+	"github.com/idemgen/idemgen/internal/txscope"
 )
 
 // Config says what to load.
@@ -52,16 +53,17 @@ func Load(cfg Config) (model.Program, *diag.List, error) {
 	if len(patterns) == 0 {
 		patterns = []string{"."}
 	}
-	pkgs, err := loadPackages(cfg, patterns)
+	pkgs, checked, err := loadPackages(cfg, patterns)
 	if err != nil {
 		return model.Program{}, diags, err
 	}
 	checkPatterns(cfg, patterns, pkgs, diags)
+	scopes := scopeProgram(checked, diags)
 
 	var prog model.Program
 	for _, pkg := range pkgs {
 		errs := diags.Errors()
-		mp, ok := loadPackage(cfg, pkg, diags)
+		mp, ok := loadPackage(cfg, pkg, scopes[pkg], diags)
 		if diags.Errors() > errs {
 			// What idemgen could not read is left as it is: no output of
 			// the package is compared, written or deleted, and none of its
@@ -80,7 +82,9 @@ func Load(cfg Config) (model.Program, *diag.List, error) {
 
 // loadPackage builds the model of one package. It reports false for a package
 // idemgen has nothing to do with: no directives and no generated file.
-func loadPackage(cfg Config, pkg *packages.Package, diags *diag.List) (model.Package, bool) {
+// scope, if not nil, is the package in the Program that follows its
+// handlers' calls.
+func loadPackage(cfg Config, pkg *packages.Package, scope *txscope.Package, diags *diag.List) (model.Package, bool) {
 	mp := model.Package{Path: pkg.PkgPath, Name: pkg.Name, Dir: packageDir(pkg)}
 	for _, f := range pkg.GoFiles {
 		if filepath.Base(f) == model.WrapperFile {
@@ -101,7 +105,8 @@ func loadPackage(cfg Config, pkg *packages.Package, diags *diag.List) (model.Pac
 	}
 	layout := packageLayout(cfg, pkg, mp.Dir)
 	mp.MigrationsDir, mp.LayoutSource = layout.MigrationsDir, layout.Source
-	if !compiles(pkg, decls, diags) {
+	compiled := compiles(pkg, decls, diags)
+	if !compiled {
 		diags.Errorf(diag.Pos{}, "package %s does not compile; fix the errors above and run idemgen again (nothing was written)", pkg.PkgPath)
 		if pkg.Types == nil || pkg.TypesInfo == nil {
 			return mp, false
@@ -113,7 +118,11 @@ func loadPackage(cfg Config, pkg *packages.Package, diags *diag.List) (model.Pac
 	tests := readTestFiles(mp.Dir, pkg.Name)
 	for _, d := range decls {
 		c := &checker{pkg: pkg, diags: diags, tests: tests}
-		if h, ok := c.handler(d.decl, d.directive); ok {
+		h, ok := c.handler(d.decl, d.directive)
+		if compiled && scope != nil && !checkScope(pkg, scope, d, diags) {
+			ok = false // as a handler with any other error: no wrapper, no migration
+		}
+		if ok {
 			h.Package = pkg.PkgPath
 			h.MigrationsDir = mp.MigrationsDir
 			h.NullsNotDistinct = layout.Postgres >= 15
@@ -192,6 +201,9 @@ func findDirectives(pkg *packages.Package, diags *diag.List) ([]annotated, []mod
 		seen := map[*ast.FuncDecl]bool{}
 		for _, group := range file.Comments {
 			for _, c := range group.List {
+				if directive.IsAllow(c.Text) {
+					continue // read by txscope, with the code it allows
+				}
 				if !directive.Is(c.Text) {
 					if problem, fix, ok := directive.NearMiss(c.Text); ok {
 						diags.Warnf(position(pkg.Fset, c.Pos()), "this comment is not read as a directive (%s); write %s", problem, fix)
@@ -270,6 +282,9 @@ func checkUnreadFiles(pkg *packages.Package, diags *diag.List) {
 		}
 		for _, group := range file.Comments {
 			for _, c := range group.List {
+				if directive.IsAllow(c.Text) {
+					continue // it allows a finding in a test, which is not checked
+				}
 				if directive.Is(c.Text) {
 					diags.Warnf(position(fset, c.Pos()), "directive ignored: %s", why)
 				} else if _, fix, ok := directive.NearMiss(c.Text); ok {
@@ -468,7 +483,10 @@ func parsePos(s string) diag.Pos {
 // the generated names. What needs the migrations folders (schema evolution,
 // the consumers of other packages) is left to idemgen itself. Syntax may
 // hold the package's test files, which are skipped as idemgen skips them.
-func CheckPackage(pkg *packages.Package) *diag.List {
+// scope, if not nil, is the package in a txscope Program, which checks what
+// the handlers do outside their transaction; its //idem:allow errors are
+// the caller's to report.
+func CheckPackage(pkg *packages.Package, scope *txscope.Package) *diag.List {
 	diags := &diag.List{}
 	own := *pkg
 	own.Syntax, own.GoFiles, own.CompiledGoFiles = nil, nil, nil
@@ -481,7 +499,7 @@ func CheckPackage(pkg *packages.Package) *diag.List {
 		own.GoFiles = append(own.GoFiles, name)
 	}
 	own.CompiledGoFiles = own.GoFiles
-	mp, ok := loadPackage(Config{}, &own, diags)
+	mp, ok := loadPackage(Config{}, &own, scope, diags)
 	if ok {
 		checkAcrossPackages(model.Program{Packages: []model.Package{mp}}, diags)
 	}

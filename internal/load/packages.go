@@ -24,7 +24,10 @@ import (
 
 // loadPackages lists the packages matching patterns and type-checks, from
 // source, those idemgen has business with (a directive, or an idem_gen.go)
-// and the matched packages they import; the others are only parsed.
+// and the packages of their module they import, matched or not; the others
+// are only parsed. It returns the matched packages, and those it
+// type-checked, in dependency order. The handlers' calls are followed into
+// the module's packages (txscope), which needs their syntax.
 //
 // This is what go/packages does in NeedTypes mode, except for one step:
 // go/packages gets the dependencies' export data from `go list -export`,
@@ -39,12 +42,12 @@ import (
 // with an idem_gen.go has errors (the file goes stale as soon as a handler's
 // signature changes), the packages are type-checked again with every
 // idem_gen.go read as an empty file of its package.
-func loadPackages(cfg Config, patterns []string) ([]*packages.Package, error) {
+func loadPackages(cfg Config, patterns []string) ([]*packages.Package, []*packages.Package, error) {
 	const listMode = packages.NeedName | packages.NeedFiles | packages.NeedCompiledGoFiles |
 		packages.NeedImports | packages.NeedModule
 	pkgs, err := packages.Load(&packages.Config{Mode: listMode, Dir: cfg.Dir, Env: cfg.Env}, patterns...)
 	if err != nil {
-		return nil, fmt.Errorf("load %s: %w", strings.Join(patterns, " "), err)
+		return nil, nil, fmt.Errorf("load %s: %w", strings.Join(patterns, " "), err)
 	}
 	fset := token.NewFileSet()
 	roots := map[string]*packages.Package{}
@@ -56,10 +59,13 @@ func loadPackages(cfg Config, patterns []string) ([]*packages.Package, error) {
 		pkg.Syntax, pkg.Errors = parseFiles(fset, pkg.CompiledGoFiles, false, pkg.Errors)
 	}
 
-	// The packages to type-check: those idemgen has business with and the
-	// matched packages they import, in dependency order.
+	// The packages to type-check: those idemgen has business with, and the
+	// matched packages and the packages of their module they import, in
+	// dependency order.
 	var order []*packages.Package
 	checked := map[string]bool{}
+	// unmatched are the packages of the module that no pattern matched.
+	unmatched := map[string]bool{}
 	var visit func(pkg *packages.Package)
 	visit = func(pkg *packages.Package) {
 		if checked[pkg.ID] {
@@ -69,6 +75,14 @@ func loadPackages(cfg Config, patterns []string) ([]*packages.Package, error) {
 		for _, id := range sortedImports(pkg) {
 			if r := roots[id]; r != nil {
 				visit(r)
+				continue
+			}
+			if imp := importByID(pkg, id); sameModule(pkg, imp) {
+				imp.Fset = fset
+				listErrors[imp] = imp.Errors
+				imp.Syntax, imp.Errors = parseFiles(fset, imp.CompiledGoFiles, false, imp.Errors)
+				roots[id], unmatched[id] = imp, true
+				visit(imp)
 			}
 		}
 		order = append(order, pkg)
@@ -79,7 +93,7 @@ func loadPackages(cfg Config, patterns []string) ([]*packages.Package, error) {
 		}
 	}
 	if len(order) == 0 {
-		return pkgs, nil
+		return pkgs, nil, nil
 	}
 
 	// Their other imports, from export data.
@@ -99,7 +113,7 @@ func loadPackages(cfg Config, patterns []string) ([]*packages.Package, error) {
 			Dir:  cfg.Dir, Env: cfg.Env, Fset: fset,
 		}, paths...)
 		if err != nil {
-			return nil, fmt.Errorf("load the imports of %s: %w", strings.Join(patterns, " "), err)
+			return nil, nil, fmt.Errorf("load the imports of %s: %w", strings.Join(patterns, " "), err)
 		}
 		for _, dep := range loaded {
 			deps[dep.ID] = dep
@@ -113,6 +127,11 @@ func loadPackages(cfg Config, patterns []string) ([]*packages.Package, error) {
 		for _, pkg := range order {
 			typeCheck(pkg, fset, sizes, func(id string) *packages.Package {
 				if checked[id] {
+					if r := roots[id]; unmatched[id] && len(r.Errors) > 0 {
+						// As its export data would: a package that does not
+						// compile cannot be imported.
+						return &packages.Package{ID: id, Errors: r.Errors}
+					}
 					return roots[id]
 				}
 				return deps[id]
@@ -127,7 +146,24 @@ func loadPackages(cfg Config, patterns []string) ([]*packages.Package, error) {
 		}
 		check()
 	}
-	return pkgs, nil
+	return pkgs, order, nil
+}
+
+// importByID returns the package pkg imports whose ID is id.
+func importByID(pkg *packages.Package, id string) *packages.Package {
+	for _, imp := range pkg.Imports {
+		if imp.ID == id {
+			return imp
+		}
+	}
+	return nil
+}
+
+// sameModule reports whether imp, imported by pkg, is a package of pkg's
+// module with files to read.
+func sameModule(pkg, imp *packages.Package) bool {
+	return imp != nil && pkg.Module != nil && imp.Module != nil && imp.Module.Path == pkg.Module.Path &&
+		len(imp.CompiledGoFiles) > 0
 }
 
 // concernsIdemgen reports whether pkg has an //idem: directive or a generated
