@@ -54,6 +54,12 @@ type EntityTable[M any] struct {
 	// Key returns the key parts of msg in column order, or an error
 	// wrapping ErrInvalidKey.
 	Key func(msg M) ([]any, error)
+	// Migration is idemgen's migration that adds FingerprintColumn to the
+	// table, and OutboxMigration the first of the outbox chain beside it
+	// for a publishing handler: paths relative to the package's directory,
+	// which Check names when what they create is missing ("" when unknown).
+	Migration       string
+	OutboxMigration string
 }
 
 // EntityInbox runs a mode=entity handler: BEGIN and the fingerprint

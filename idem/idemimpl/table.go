@@ -60,6 +60,13 @@ type Table[M any] struct {
 	// guard.
 	Versions   string
 	EntityType string
+
+	// Migration is the migration that creates the table, and
+	// OutboxMigration the first of the outbox chain beside it for a
+	// publishing inbox: paths relative to the package's directory, which
+	// Check names when the table is missing or differs ("" when unknown).
+	Migration       string
+	OutboxMigration string
 }
 
 // Bucket is the width of the partitions of a partitioned inbox
