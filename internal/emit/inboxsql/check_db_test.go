@@ -20,10 +20,10 @@ import (
 	outboxmigrations "github.com/idemgen/idemgen/migrations"
 )
 
-// These tests run each mode's Check against the tables the migrations
-// idemgen writes create, in a real PostgreSQL: nil with the migrations
-// applied, and an error wrapping idem.ErrNotMigrated that names what is
-// missing or differs and the migration to apply otherwise.
+// These tests run each mode's Check in a real PostgreSQL, against the tables
+// that idemgen's migrations create. With the migrations applied, Check
+// returns nil. Otherwise it returns an error wrapping idem.ErrNotMigrated.
+// The error names what is missing or differs, and the migration to apply.
 
 // checkMigration is the migration the declarations of these tests name, as
 // a generated one names its consumer's.
