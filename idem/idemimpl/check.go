@@ -19,15 +19,16 @@ import (
 )
 
 // Check verifies that the database holds the inbox table as the consumer's
-// migrations leave it: the table (partitioned, for a partitioned inbox), its
-// key columns with their types, the unique constraint or indexes that make a
-// second delivery of a key a duplicate, the stale-message guard's versions
-// table, and for a publishing inbox the outbox table. What is missing or
-// differs is an error wrapping [idem.ErrNotMigrated] that names it and the
-// migration to apply; an error reaching the database is returned as it is.
+// migrations leave it. It checks the table (partitioned, for a partitioned
+// inbox) and its key columns with their types. It checks the unique
+// constraint or indexes that make a second delivery of a key a duplicate,
+// and the stale-message guard's versions table. For a publishing inbox, it
+// checks the outbox table too. What is missing or differs is an error
+// wrapping [idem.ErrNotMigrated] that names it and the migration to apply.
+// An error reaching the database is returned as it is.
 //
 // The broker adapters call it when they start. Call it at start-up where
-// you call the wrapper yourself (an HTTP handler, a job): without it, a
+// you call the wrapper yourself (an HTTP handler, a job). Without it, a
 // missing migration shows only at the first delivery, as a retryable error.
 func (in *Inbox[M, R]) Check(ctx context.Context) error {
 	t := in.table
@@ -43,12 +44,12 @@ func (in *Inbox[M, R]) Check(ctx context.Context) error {
 }
 
 // Check verifies that the database holds the claims table as the
-// consumer's migrations leave it: the table, its idempotency key column and
-// its primary key, and the key columns with their types. What is missing or
-// differs is an error wrapping [idem.ErrNotMigrated] that names it and the
-// migration to apply; an error reaching the database is returned as it is.
-// The broker adapters call it when they start; call it at start-up where
-// you call the wrapper yourself.
+// consumer's migrations leave it. It checks the table, its idempotency key
+// column and primary key, and the key columns with their types. What is
+// missing or differs is an error wrapping [idem.ErrNotMigrated] that names
+// it and the migration to apply. An error reaching the database is returned
+// as it is. The broker adapters call it when they start. Call it at
+// start-up where you call the wrapper yourself.
 func (x *ExternalInbox[M, R]) Check(ctx context.Context) error {
 	t := x.table
 	cols := append([]columnWant{{name: "idem_key", typ: "text"}}, keyColumnWants(t.Columns)...)
@@ -59,14 +60,14 @@ func (x *ExternalInbox[M, R]) Check(ctx context.Context) error {
 }
 
 // Check verifies that the database holds the handler's business table with
-// its key columns, the unique constraint whose violation means "duplicate"
-// (Constraint, or the one over exactly the key columns), and the
-// fingerprint column that idemgen's migration adds; for a publishing
-// handler, the outbox table too. What is missing or differs is an error
-// wrapping [idem.ErrNotMigrated] that names it and the migration to apply
-// (the business table and its constraint are the user's migrations'); an
+// its key columns and the fingerprint column that idemgen's migration adds.
+// It checks the unique constraint whose violation means "duplicate":
+// Constraint, or the one over exactly the key columns. For a publishing
+// handler, it checks the outbox table too. What is missing or differs is an
+// error wrapping [idem.ErrNotMigrated] that names it and what to apply. The
+// business table and its constraint come from the user's migrations. An
 // error reaching the database is returned as it is. The broker adapters
-// call it when they start; call it at start-up where you call the wrapper
+// call it when they start. Call it at start-up where you call the wrapper
 // yourself.
 func (in *EntityInbox[M, R]) Check(ctx context.Context) error {
 	t := in.table
@@ -84,9 +85,9 @@ func (in *EntityInbox[M, R]) Check(ctx context.Context) error {
 	return checkTables(ctx, in.db, t.Consumer, []tableWant{want}, in.publishing, t.OutboxMigration)
 }
 
-// Check verifies that the database answers: a mode=natural consumer
-// records nothing, so it needs no table of idemgen's. The broker adapters
-// call it when they start, as for every wrapper.
+// Check verifies that the database answers. A mode=natural consumer records
+// nothing, so it needs no table of idemgen's. The broker adapters call it
+// when they start, as for every wrapper.
 func (in *NaturalInbox[M, R]) Check(ctx context.Context) error {
 	return checkTables(ctx, in.db, in.table.Consumer, nil, false, "")
 }
@@ -167,10 +168,10 @@ func columnNames(cols []Column) []string {
 }
 
 // keyArbiters returns the ways an inbox over cols may enforce one row per
-// key, as its migrations create them: a primary key over the columns when
-// every part is required; else one UNIQUE NULLS NOT DISTINCT constraint
-// over them (PostgreSQL 15 and newer), or a partial unique index per null
-// pattern of the nullable parts, over the columns that are not NULL in it.
+// key, as its migrations create them. With every part required, it is a
+// primary key over the columns. With a nullable part, it is one UNIQUE NULLS
+// NOT DISTINCT constraint over them (PostgreSQL 15 and newer), or a partial
+// unique index per null pattern, over the columns not NULL in it.
 func keyArbiters(cols []Column) [][]indexWant {
 	var nullable []Column
 	for _, c := range cols {
@@ -238,7 +239,7 @@ func checkTables(ctx context.Context, db idem.DB, consumer string, wants []table
 }
 
 // checkOutbox checks that the outbox table is there with every migration
-// this runtime's statements need, with the relay's own check of it
+// this runtime's statements need. It runs the relay's own check of it
 // (OutboxLayout).
 func checkOutbox(ctx context.Context, conn *pgx.Conn, consumer, migration string) error {
 	missing, err := outboxdb.New(conn).OutboxLayout(ctx)
@@ -289,16 +290,16 @@ type indexFacts struct {
 	NullsNotDistinct bool     `json:"nulls_not_distinct"`
 }
 
-// catalogQuery reads what Check compares of table $1 (as SQL writes it,
-// found through the search_path like the statements' own names): its kind,
-// its columns with their types (without modifiers) and defaults, and its
-// valid unique indexes (those of primary keys and unique constraints
-// included: a constraint and its index share their name) with their
-// columns, predicate and NULLS NOT DISTINCT (PostgreSQL 15 and newer; read
-// through to_jsonb, so the query also runs where pg_index has no such
-// column). It spells the wanted types $2 as format_type does, so that
-// timestamptz is compared as "timestamp with time zone". No row: no such
-// table.
+// catalogQuery reads what Check compares of table $1, as SQL writes it. It
+// finds the table through the search_path, as the statements' own names
+// are. It returns the table's kind, its columns with their types (without
+// modifiers) and defaults, and its valid unique indexes. Those include the
+// indexes of primary keys and unique constraints, which share their names.
+// Each index comes with its columns, its predicate and its NULLS NOT
+// DISTINCT. That flag exists from PostgreSQL 15 on; to_jsonb reads it, so
+// the query also runs on older servers. The query also spells the wanted
+// types $2 as format_type does: timestamptz is "timestamp with time zone".
+// No row means no such table.
 const catalogQuery = `
 SELECT json_build_object(
     'kind', c.relkind,

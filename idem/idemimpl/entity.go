@@ -55,9 +55,10 @@ type EntityTable[M any] struct {
 	// wrapping ErrInvalidKey.
 	Key func(msg M) ([]any, error)
 	// Migration is idemgen's migration that adds FingerprintColumn to the
-	// table, and OutboxMigration the first of the outbox chain beside it
-	// for a publishing handler: paths relative to the package's directory,
-	// which Check names when what they create is missing ("" when unknown).
+	// table. OutboxMigration is the first of the outbox chain beside it,
+	// for a publishing handler. Both are paths relative to the package's
+	// directory, "" when unknown. Check names them when what they create is
+	// missing.
 	Migration       string
 	OutboxMigration string
 }

@@ -61,10 +61,10 @@ type Table[M any] struct {
 	Versions   string
 	EntityType string
 
-	// Migration is the migration that creates the table, and
-	// OutboxMigration the first of the outbox chain beside it for a
-	// publishing inbox: paths relative to the package's directory, which
-	// Check names when the table is missing or differs ("" when unknown).
+	// Migration is the migration that creates the table. OutboxMigration
+	// is the first of the outbox chain beside it, for a publishing inbox.
+	// Both are paths relative to the package's directory, "" when unknown.
+	// Check names them when what they create is missing or differs.
 	Migration       string
 	OutboxMigration string
 }

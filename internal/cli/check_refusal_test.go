@@ -14,8 +14,8 @@ import (
 )
 
 // refusalKinds are golden cases in which generate refuses, one per kind of
-// refusal: TestCheckPrintsTheRefusal fails when one of them no longer
-// refuses, so that it keeps covering every kind.
+// refusal. TestCheckPrintsTheRefusal fails when one of them stops refusing,
+// so that it keeps covering every kind.
 var refusalKinds = map[string]string{
 	"evolve_refused":           "a key part changed type, removed, added as required; the table renamed; the guard removed",
 	"evolve_result_refused":    "a result type changed without -accept-result-change",
@@ -33,11 +33,11 @@ var refusalKinds = map[string]string{
 	"errors_entity":            "a mode=entity handler's table is wrong",
 }
 
-// TestCheckPrintsTheRefusal: in every golden case whose generate run
-// refuses, check with the same arguments prints what generate printed (the
-// same diagnostics) and exits 1, with no diff on stdout and no advice to run
-// go generate, which would refuse. The last line says that generate refuses
-// instead of that nothing was written.
+// TestCheckPrintsTheRefusal runs check after every refused generate run of
+// the golden cases, with the same arguments. check must print the same
+// diagnostics and exit 1. It must print no diff and no advice to run go
+// generate, which would refuse. Its last line says that generate refuses,
+// where generate's says that nothing was written.
 func TestCheckPrintsTheRefusal(t *testing.T) {
 	cases, err := filepath.Glob("testdata/*.txtar")
 	if err != nil || len(cases) == 0 {
@@ -120,10 +120,10 @@ func checkRefusals(t *testing.T, file, dir string) bool {
 	return refused
 }
 
-// wantCheckRefusal fails unless check, which exited with code and printed
-// stdout and stderr, printed the refusal generate printed (genStderr) and
-// exited 1: the same diagnostics, then that generate refuses instead of
-// that nothing was written, no diff and no advice to run go generate.
+// wantCheckRefusal fails unless check printed the refusal generate printed
+// (genStderr) and exited 1. code, stdout and stderr are check's. Its
+// diagnostics must be generate's, then a line saying that generate refuses.
+// It must print no diff and no advice to run go generate.
 func wantCheckRefusal(t *testing.T, code int, stdout, stderr, genStderr string) {
 	t.Helper()
 	want := strings.TrimSuffix(genStderr, "idemgen: nothing was written\n") + refusal + "\n"

@@ -460,12 +460,11 @@ func idemPackage() string {
 	return idem
 }
 
-// check compares what generate would write with the disk. When generate
-// would refuse (any error among diags: a refused key or mode change, an
-// edited or unrecorded migration, a consumer moved or removed, a package
-// that does not compile), it prints the refusal as generate does and exits
-// 1, with no diff and no advice to run go generate: generate would write
-// none of it.
+// check compares what generate would write with the disk. Generate refuses
+// to write anything when diags hold an error. Such errors are refused key or
+// mode changes, edited migrations, consumers moved or removed, packages that
+// do not compile. Then check prints the refusal as generate does and exits
+// 1. It prints no diff and no advice to run go generate, which would refuse.
 func check(dir string, set *output.Set, diags *diag.List, stdout, stderr io.Writer) int {
 	diags.Print(stderr, dir)
 	if diags.HasErrors() {

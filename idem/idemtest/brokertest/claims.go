@@ -303,10 +303,11 @@ func SlowCopies(t *testing.T, a ClaimAdapter, cons ClaimConsumer) {
 const MissingTableMigration = "migrations/00100_idem_test_missing.sql"
 
 // MissingTable: a consumer whose handler's table is missing (a worker
-// started against a database without its migrations) returns the error of
-// the handler's Check from Run within a second (idem.ErrNotMigrated, naming
-// the table and the migration to apply), having taken nothing: the message
-// waits where it was, nothing dead-lettered or acked, no attempt counted.
+// started against a database without its migrations) stops at once. Run
+// returns the error of the handler's Check within a second:
+// idem.ErrNotMigrated, naming the table and the migration to apply. The
+// consumer has taken nothing: the message waits where it was, nothing
+// dead-lettered or acked, no attempt counted.
 func MissingTable(t *testing.T, a ClaimAdapter, cons ClaimConsumer) {
 	charges := NewCharges("test.claims.missing", "idem_test_missing")
 	charges.Table.Migration = MissingTableMigration

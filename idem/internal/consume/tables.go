@@ -18,13 +18,12 @@ type checked interface {
 	Check(ctx context.Context) error
 }
 
-// CheckTables runs the Check of the handler, when it has one (every
-// generated wrapper does), and returns its error when a table, key column
-// or unique constraint the handler needs is missing or differs
-// (idem.ErrNotMigrated): a consumer that would fail every delivery stops
-// before it takes one, naming the migration to apply. Any other error (the
-// database unreachable for now) is logged and not returned: the deliveries
-// retry as usual.
+// CheckTables runs the Check of the handler, which every generated wrapper
+// has. It returns Check's error when a table, key column or unique
+// constraint is missing or differs (idem.ErrNotMigrated). So a consumer
+// that would fail every delivery stops before it takes one, naming the
+// migration to apply. Any other error (the database unreachable for now) is
+// logged and not returned: the deliveries retry as usual.
 func (c *Core[M]) CheckTables(ctx context.Context, log *slog.Logger) error {
 	h, ok := c.handler.(checked)
 	if !ok {
