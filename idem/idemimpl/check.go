@@ -463,7 +463,11 @@ func describeArbiter(arbiter []indexWant) string {
 	case first.predicate != "":
 		var each []string
 		for _, ix := range arbiter {
-			each = append(each, "("+strings.Join(ix.columns, ", ")+") WHERE "+ix.predicate)
+			target := strings.Join(ix.columns, ", ")
+			if target == "" {
+				target = "(true)" // every part NULL: at most one such row
+			}
+			each = append(each, "("+target+") WHERE "+ix.predicate)
 		}
 		return "unique index per null pattern of the nullable key parts, over " + strings.Join(each, ", ")
 	}

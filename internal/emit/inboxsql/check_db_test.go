@@ -157,6 +157,18 @@ func TestCheckNullableKeyParts(t *testing.T) {
 				"(key_carrier) WHERE key_parcel IS NULL")
 		})
 	}
+	t.Run("every_part_nullable", func(t *testing.T) {
+		// The pattern with every part NULL has an index on an
+		// expression, (true): at most one such row.
+		h := model.Handler{Consumer: "test.maybe", Table: "idem_test_maybe",
+			Key: []model.KeyPart{{Path: "Parcel", Column: "key_parcel", Kind: model.KeyInt, Bits: 64, Null: &model.Null{Pointer: true}}}}
+		db := idemtest.New(t, migrations(createFile(Schema(h))))
+		table := declare(h, func(msg shipment) ([]any, error) { return []any{msg.Parcel}, nil }, nil)
+		inbox := idemimpl.NewInbox(db.Pool, table, recordEffect)
+		wantCheck(t, inbox)
+		exec(t, db, `DROP INDEX idem_test_maybe_key_null_parcel_idx`)
+		wantCheck(t, inbox, "((true)) WHERE key_parcel IS NULL")
+	})
 	t.Run("nullable_part_made_NOT_NULL", func(t *testing.T) {
 		h := shipmentHandler(false)
 		db := idemtest.New(t, migrations(createFile(Schema(h))))
