@@ -22,7 +22,7 @@ type ChargeIdem struct {
 }
 
 // NewChargeIdem returns the wrapper of (*Service).Charge. db must reach the
-// database that holds idem_payments_charge and the handler's own tables.
+// database that holds idem_payments_charge.
 func NewChargeIdem(db idem.DB, s *Service, opts ...idem.Option) *ChargeIdem {
 	return &ChargeIdem{idemimpl.NewExternalInbox(db, idemChargeTable, s.Charge, opts...)}
 }

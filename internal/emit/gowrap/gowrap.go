@@ -345,11 +345,15 @@ func (e emitter) wrapperDoc(how, engine string, extra ...string) string {
 }
 
 // constructorDoc is the doc comment of the wrapper's constructor; holds
-// lists the tables of idemgen's that the database holds for it.
+// lists idemgen's tables for it. The handler's own tables are added, except
+// in mode=external, whose handler gets no transaction.
 func (e emitter) constructorDoc(holds string) string {
 	n, h := e.N, e.H
+	if !h.External() {
+		holds += " and the handler's own tables"
+	}
 	return gocode.ShortDoc(
-		fmt.Sprintf("%s returns the wrapper of %s. db must reach the database that holds %s and the handler's own tables.", n.Constructor, gocode.HandlerName(h), holds),
+		fmt.Sprintf("%s returns the wrapper of %s. db must reach the database that holds %s.", n.Constructor, gocode.HandlerName(h), holds),
 		fmt.Sprintf("%s returns the wrapper of %s.", n.Constructor, gocode.HandlerName(h)))
 }
 
