@@ -85,6 +85,15 @@ var (
 	// again, and the provider, given the same idempotency key, applies the call
 	// once.
 	ErrClaimLost = errors.New("idem: the claim of the key was lost")
+
+	// ErrNotMigrated: the database does not hold a table, key column or
+	// unique constraint of a consumer as its migrations leave it. A
+	// migration was not applied, or something was changed by hand. A
+	// generated wrapper's Check returns it, naming what differs and the
+	// migration to apply. The broker adapters call Check when they start
+	// and stop with it. Callers of a wrapper (an HTTP handler, a job) call
+	// Check at start-up.
+	ErrNotMigrated = errors.New("idem: the database lacks what the consumer's migrations create")
 )
 
 // Error is the error Handle returns: what went wrong, for which consumer and

@@ -1,8 +1,6 @@
 package idem
 
 import (
-	"context"
-	"fmt"
 	"time"
 
 	"github.com/idemgen/idemgen/idem/internal/link"
@@ -36,32 +34,6 @@ func (m Maintenance) kind() string {
 		return obs.KindExternal
 	}
 	return obs.KindInbox
-}
-
-// Check reports whether the consumer's table is there with the columns its
-// statements use: it prepares (never runs) the table's purge and, for
-// mode=external, sweep statements. A missing table is SQLSTATE 42P01, a
-// missing column 42703. The broker adapters' consumers call it when they
-// start, so that a worker without its migrations stops at once instead of
-// failing every delivery.
-func (m Maintenance) Check(ctx context.Context) error {
-	if m.t.DB == nil {
-		return fmt.Errorf("idem: consumer %s: a Maintenance that no inbox made", m.Consumer)
-	}
-	c, err := m.t.DB.Acquire(ctx)
-	if err != nil {
-		return fmt.Errorf("idem: consumer %s: check the table %s: acquire a connection: %w", m.Consumer, m.Table, err)
-	}
-	defer c.Release()
-	for _, sql := range []string{m.t.Purge, m.t.Sweep, m.t.Probe} {
-		if sql == "" {
-			continue
-		}
-		if _, err := c.Conn().PgConn().Prepare(ctx, "", sql, nil); err != nil {
-			return fmt.Errorf("idem: consumer %s: the table %s: %w (were its migrations applied?)", m.Consumer, m.Table, err)
-		}
-	}
-	return nil
 }
 
 // Maintained is a consumer whose table a [Janitor] keeps: the generated

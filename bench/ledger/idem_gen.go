@@ -9,33 +9,20 @@ import (
 	"github.com/idemgen/idemgen/idem/idemimpl"
 )
 
-// This is a compile-time assertion that this file was generated for the runtime
-// contract of the idem packages it is built with (idemimpl). If it fails to
-// compile, the idemgen that wrote this file and the idem package in go.mod are
-// of different versions: regenerate it with the idemgen of idem's version (go
-// generate ./... with go run github.com/idemgen/idemgen/cmd/idemgen or go tool
-// idemgen, which build the version go.mod requires).
-const _ = idemimpl.SupportPackageIsVersion3
+// This compile-time assertion fails when the idem in go.mod is of another
+// version than the idemgen that wrote this file: regenerate it with go.mod's
+// (go generate ./... running go run github.com/idemgen/idemgen/cmd/idemgen).
+const _ = idemimpl.SupportPackageIsVersion4
 
-// PostIdem delivers Deposit messages to Post at most once per key (MessageID)
-// for the consumer "bench.ledger": the handler's writes commit together with
-// the key's row in the inbox table idem_bench_ledger, and a redelivered message
-// gets the stored result back without running the handler again. Build it with
-// NewPostIdem.
-//
-// Its methods are those of the idemimpl.Inbox it embeds: Handle and Deliver
-// (idem.Handler), HandleBatch and DeliverBatch (idem.BatchHandler; the keys of
-// a batch claimed in one statement, in one transaction per batch), Purge (rows
-// older than the retention of 720h (30 days)) and Maintenance (idem.Maintained,
-// for an idem.Janitor). Ack a message exactly when its error is nil.
+// PostIdem runs Post at most once per key (MessageID) for the consumer
+// "bench.ledger", recorded in idem_bench_ledger. It embeds idemimpl.Inbox; call
+// Check at start-up.
 type PostIdem struct {
 	*idemimpl.Inbox[Deposit, Posted]
 }
 
-// NewPostIdem returns the idempotent wrapper of Post. db must reach the
-// database that holds idem_bench_ledger and the handler's own tables; opts
-// choose the isolation level (idem.WithIsolation) and how long a concurrent
-// delivery of the same key waits (idem.WithClaimWait).
+// NewPostIdem returns the wrapper of Post. db must reach the database that
+// holds idem_bench_ledger and the handler's own tables.
 func NewPostIdem(db idem.DB, opts ...idem.Option) *PostIdem {
 	return &PostIdem{idemimpl.NewInbox(db, idemPostTable, Post, opts...)}
 }
@@ -48,11 +35,12 @@ var (
 
 // idemPostTable is the inbox of the consumer "bench.ledger".
 var idemPostTable = idemimpl.Table[Deposit]{
-	Consumer: "bench.ledger",
-	Name:     "idem_bench_ledger",
-	Columns:  []idemimpl.Column{{Field: "MessageID", Name: "key_message_id", Type: "text"}},
-	Key:      idemPostKey,
-	Retain:   720 * time.Hour,
+	Consumer:  "bench.ledger",
+	Name:      "idem_bench_ledger",
+	Columns:   []idemimpl.Column{{Field: "MessageID", Name: "key_message_id", Type: "text"}},
+	Key:       idemPostKey,
+	Retain:    720 * time.Hour,
+	Migration: "migrations/00003_idem_bench_ledger.sql",
 }
 
 // idemPostKey returns the key parts of msg in column order: MessageID.
@@ -63,27 +51,15 @@ func idemPostKey(msg Deposit) ([]any, error) {
 	return []any{msg.MessageID}, nil
 }
 
-// PostAllIdem delivers Deposit messages to PostAll at most once per key
-// (MessageID) for the consumer "bench.ledger.all": the handler's writes commit
-// together with the key's row in the inbox table idem_bench_ledger_all, and a
-// redelivered message gets the stored result back without running the handler
-// again. Build it with NewPostAllIdem.
-//
-// Its methods are those of the idemimpl.Inbox it embeds: Handle and Deliver
-// (idem.Handler), HandleBatch and DeliverBatch (idem.BatchHandler; the keys of
-// a batch claimed in one statement and PostAll called once with the messages
-// whose keys were freshly claimed, in input order, in one transaction per
-// batch; Handle is a batch of one), Purge (rows older than the retention of
-// 720h (30 days)) and Maintenance (idem.Maintained, for an idem.Janitor). Ack a
-// message exactly when its error is nil.
+// PostAllIdem runs PostAll at most once per key (MessageID) for the consumer
+// "bench.ledger.all", recorded in idem_bench_ledger_all, a batch in one call.
+// It embeds idemimpl.Inbox; call Check at start-up.
 type PostAllIdem struct {
 	*idemimpl.Inbox[Deposit, Posted]
 }
 
-// NewPostAllIdem returns the idempotent wrapper of PostAll. db must reach the
-// database that holds idem_bench_ledger_all and the handler's own tables; opts
-// choose the isolation level (idem.WithIsolation) and how long a concurrent
-// delivery of the same key waits (idem.WithClaimWait).
+// NewPostAllIdem returns the wrapper of PostAll. db must reach the database
+// that holds idem_bench_ledger_all and the handler's own tables.
 func NewPostAllIdem(db idem.DB, opts ...idem.Option) *PostAllIdem {
 	return &PostAllIdem{idemimpl.NewSetInbox(db, idemPostAllTable, PostAll, opts...)}
 }
@@ -96,12 +72,13 @@ var (
 
 // idemPostAllTable is the inbox of the consumer "bench.ledger.all".
 var idemPostAllTable = idemimpl.Table[Deposit]{
-	Consumer: "bench.ledger.all",
-	Name:     "idem_bench_ledger_all",
-	Columns:  []idemimpl.Column{{Field: "MessageID", Name: "key_message_id", Type: "text"}},
-	Key:      idemPostAllKey,
-	Retain:   720 * time.Hour,
-	Handler:  "PostAll",
+	Consumer:  "bench.ledger.all",
+	Name:      "idem_bench_ledger_all",
+	Columns:   []idemimpl.Column{{Field: "MessageID", Name: "key_message_id", Type: "text"}},
+	Key:       idemPostAllKey,
+	Retain:    720 * time.Hour,
+	Handler:   "PostAll",
+	Migration: "migrations/00006_idem_bench_ledger_all.sql",
 }
 
 // idemPostAllKey returns the key parts of msg in column order: MessageID.

@@ -10,34 +10,20 @@ import (
 	"github.com/idemgen/idemgen/idem/idemimpl"
 )
 
-// This is a compile-time assertion that this file was generated for the runtime
-// contract of the idem packages it is built with (idemimpl). If it fails to
-// compile, the idemgen that wrote this file and the idem package in go.mod are
-// of different versions: regenerate it with the idemgen of idem's version (go
-// generate ./... with go run github.com/idemgen/idemgen/cmd/idemgen or go tool
-// idemgen, which build the version go.mod requires).
-const _ = idemimpl.SupportPackageIsVersion3
+// This compile-time assertion fails when the idem in go.mod is of another
+// version than the idemgen that wrote this file: regenerate it with go.mod's
+// (go generate ./... running go run github.com/idemgen/idemgen/cmd/idemgen).
+const _ = idemimpl.SupportPackageIsVersion4
 
-// PlaceEntityIdem delivers Order messages to PlaceEntity at most once per key
-// (OrderID) for the consumer "bench.order-entity", whose marker is the row the
-// handler inserts (mode=entity): it begins the transaction with the message's
-// fingerprint in the setting idem.fingerprint, which the default of
-// orders.idem_fingerprint records in the handler's own INSERT, and a unique
-// violation of the unique constraint over (id) of orders means the key was
-// processed before. There is no inbox table: a deleted or re-keyed row of
-// orders forgets its message. Build it with NewPlaceEntityIdem.
-//
-// Its methods are those of the idemimpl.EntityInbox it embeds (Handle, written
-// out below, returns only the outcome and the error, the handler having no
-// result): Handle and Deliver (idem.Handler). Ack a message exactly when its
-// error is nil.
+// PlaceEntityIdem runs PlaceEntity at most once per key (OrderID) for the
+// consumer "bench.order-entity", marked by its row in orders. It embeds
+// idemimpl.EntityInbox; call Check at start-up.
 type PlaceEntityIdem struct {
 	*idemimpl.EntityInbox[Order, idem.None]
 }
 
-// NewPlaceEntityIdem returns the idempotent wrapper of PlaceEntity. db must
-// reach the database that holds orders; opts choose the isolation level
-// (idem.WithIsolation).
+// NewPlaceEntityIdem returns the wrapper of PlaceEntity. db must reach the
+// database that holds orders and the handler's own tables.
 func NewPlaceEntityIdem(db idem.DB, opts ...idem.Option) *PlaceEntityIdem {
 	return &PlaceEntityIdem{idemimpl.NewEntityInbox(
 		db,
@@ -48,13 +34,9 @@ func NewPlaceEntityIdem(db idem.DB, opts ...idem.Option) *PlaceEntityIdem {
 	)}
 }
 
-// Handle runs PlaceEntity for msg in a transaction begun with the fingerprint
-// of msg and commits it once the row of its key is in orders with that
-// fingerprint. When the handler's insert violates the unique constraint over
-// (id), the row's fingerprint decides, read after the rollback: the same
-// message is idem.Duplicate, another one with the key idem.ErrKeyReused. Any
-// other error, another unique violation included, is the handler's; nothing was
-// committed. Ack the message exactly when err is nil.
+// Handle runs PlaceEntity for msg, or returns idem.Duplicate when its insert
+// collides with the row of a key processed before. Ack the message exactly when
+// err is nil.
 func (w *PlaceEntityIdem) Handle(ctx context.Context, msg Order) (idem.Outcome, error) {
 	_, outcome, err := w.EntityInbox.Handle(ctx, msg)
 	return outcome, err
@@ -67,10 +49,11 @@ var (
 // idemPlaceEntityTable is the business table of the consumer
 // "bench.order-entity" (mode=entity), whose rows are its markers.
 var idemPlaceEntityTable = idemimpl.EntityTable[Order]{
-	Consumer: "bench.order-entity",
-	Name:     "orders",
-	Columns:  []idemimpl.Column{{Field: "OrderID", Name: "id", Type: "text"}},
-	Key:      idemPlaceEntityKey,
+	Consumer:  "bench.order-entity",
+	Name:      "orders",
+	Columns:   []idemimpl.Column{{Field: "OrderID", Name: "id", Type: "text"}},
+	Key:       idemPlaceEntityKey,
+	Migration: "migrations/00003_idem_orders_fingerprint.sql",
 }
 
 // idemPlaceEntityKey returns the key parts of msg in column order: OrderID.
@@ -81,34 +64,22 @@ func idemPlaceEntityKey(msg Order) ([]any, error) {
 	return []any{msg.OrderID}, nil
 }
 
-// PlaceTxIdem delivers Order messages to PlaceTx at most once per key (OrderID)
-// for the consumer "bench.order-tx": the handler's writes commit together with
-// the key's row in the inbox table idem_bench_order_tx, and a redelivered
-// message gets the stored result back without running the handler again. Build
-// it with NewPlaceTxIdem.
-//
-// Its methods are those of the idemimpl.Inbox it embeds (Handle, written out
-// below, returns only the outcome and the error, the handler having no result):
-// Handle and Deliver (idem.Handler), HandleBatch and DeliverBatch
-// (idem.BatchHandler; the keys of a batch claimed in one statement, in one
-// transaction per batch), Purge (rows older than the retention of 720h (30
-// days)) and Maintenance (idem.Maintained, for an idem.Janitor). Ack a message
-// exactly when its error is nil.
+// PlaceTxIdem runs PlaceTx at most once per key (OrderID) for the consumer
+// "bench.order-tx", recorded in idem_bench_order_tx. It embeds idemimpl.Inbox;
+// call Check at start-up.
 type PlaceTxIdem struct {
 	*idemimpl.Inbox[Order, idem.None]
 }
 
-// NewPlaceTxIdem returns the idempotent wrapper of PlaceTx. db must reach the
-// database that holds idem_bench_order_tx and the handler's own tables; opts
-// choose the isolation level (idem.WithIsolation) and how long a concurrent
-// delivery of the same key waits (idem.WithClaimWait).
+// NewPlaceTxIdem returns the wrapper of PlaceTx. db must reach the database
+// that holds idem_bench_order_tx and the handler's own tables.
 func NewPlaceTxIdem(db idem.DB, opts ...idem.Option) *PlaceTxIdem {
 	return &PlaceTxIdem{idemimpl.NewInbox(db, idemPlaceTxTable, idemimpl.NoResult(PlaceTx), opts...)}
 }
 
-// Handle runs PlaceTx for msg in one transaction with the claim of its key, or,
-// when the key was processed before, returns idem.Duplicate without running it.
-// Ack the message exactly when err is nil.
+// Handle runs PlaceTx for msg in one transaction with its key's row, or returns
+// idem.Duplicate for a key processed before. Ack the message exactly when err
+// is nil.
 func (w *PlaceTxIdem) Handle(ctx context.Context, msg Order) (idem.Outcome, error) {
 	_, outcome, err := w.Inbox.Handle(ctx, msg)
 	return outcome, err
@@ -122,11 +93,12 @@ var (
 
 // idemPlaceTxTable is the inbox of the consumer "bench.order-tx".
 var idemPlaceTxTable = idemimpl.Table[Order]{
-	Consumer: "bench.order-tx",
-	Name:     "idem_bench_order_tx",
-	Columns:  []idemimpl.Column{{Field: "OrderID", Name: "key_order_id", Type: "text"}},
-	Key:      idemPlaceTxKey,
-	Retain:   720 * time.Hour,
+	Consumer:  "bench.order-tx",
+	Name:      "idem_bench_order_tx",
+	Columns:   []idemimpl.Column{{Field: "OrderID", Name: "key_order_id", Type: "text"}},
+	Key:       idemPlaceTxKey,
+	Retain:    720 * time.Hour,
+	Migration: "migrations/00002_idem_bench_order_tx.sql",
 }
 
 // idemPlaceTxKey returns the key parts of msg in column order: OrderID.

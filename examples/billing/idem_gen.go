@@ -10,38 +10,21 @@ import (
 	"github.com/idemgen/idemgen/idem/idemimpl"
 )
 
-// This is a compile-time assertion that this file was generated for the runtime
-// contract of the idem packages it is built with (idemimpl). If it fails to
-// compile, the idemgen that wrote this file and the idem package in go.mod are
-// of different versions: regenerate it with the idemgen of idem's version (go
-// generate ./... with go run github.com/idemgen/idemgen/cmd/idemgen or go tool
-// idemgen, which build the version go.mod requires).
-const _ = idemimpl.SupportPackageIsVersion3
+// This compile-time assertion fails when the idem in go.mod is of another
+// version than the idemgen that wrote this file: regenerate it with go.mod's
+// (go generate ./... running go run github.com/idemgen/idemgen/cmd/idemgen).
+const _ = idemimpl.SupportPackageIsVersion4
 
-// ChargeIdem delivers OrderPlaced messages to (*Service).Charge at most once
-// per key (OrderID) for the consumer "billing.charge": the handler's writes
-// commit together with the key's row in the inbox table idem_billing_charge,
-// and a redelivered message gets the stored result back without running the
-// handler again. The handler publishes through the outbox: the messages it
-// gives to its *idem.Outbox are written to idem_outbox in the same commit, with
-// ids derived from the consumer and the key, or not at all; a relay.Relay
-// delivers them. Build it with NewChargeIdem.
-//
-// Its methods are those of the idemimpl.Inbox it embeds: Handle and Deliver
-// (idem.Handler), HandleBatch and DeliverBatch (idem.BatchHandler; the keys of
-// a batch claimed in one statement, in one transaction per batch), Purge (rows
-// older than the retention of 720h (30 days)) and Maintenance (idem.Maintained,
-// for an idem.Janitor). Ack a message exactly when its error is nil.
+// ChargeIdem runs (*Service).Charge at most once per key (OrderID) for the
+// consumer "billing.charge", recorded in idem_billing_charge, publishing
+// through idem_outbox. It embeds idemimpl.Inbox; call Check at start-up.
 type ChargeIdem struct {
 	*idemimpl.Inbox[OrderPlaced, Receipt]
 }
 
-// NewChargeIdem returns the idempotent wrapper of (*Service).Charge. db must
-// reach the database that holds idem_billing_charge, idem_outbox and the
-// handler's own tables; opts choose the isolation level (idem.WithIsolation)
-// and how long a concurrent delivery of the same key waits
-// (idem.WithClaimWait), and whether its commits NOTIFY the relays
-// (idem.WithoutNotify).
+// NewChargeIdem returns the wrapper of (*Service).Charge. db must reach the
+// database that holds idem_billing_charge, idem_outbox and the handler's own
+// tables.
 func NewChargeIdem(db idem.DB, s *Service, opts ...idem.Option) *ChargeIdem {
 	return &ChargeIdem{idemimpl.NewPublishingInbox(db, idemChargeTable, s.Charge, opts...)}
 }
@@ -54,11 +37,13 @@ var (
 
 // idemChargeTable is the inbox of the consumer "billing.charge".
 var idemChargeTable = idemimpl.Table[OrderPlaced]{
-	Consumer: "billing.charge",
-	Name:     "idem_billing_charge",
-	Columns:  []idemimpl.Column{{Field: "OrderID", Name: "key_order_id", Type: "text"}},
-	Key:      idemChargeKey,
-	Retain:   720 * time.Hour,
+	Consumer:        "billing.charge",
+	Name:            "idem_billing_charge",
+	Columns:         []idemimpl.Column{{Field: "OrderID", Name: "key_order_id", Type: "text"}},
+	Key:             idemChargeKey,
+	Retain:          720 * time.Hour,
+	Migration:       "migrations/00003_idem_billing_charge.sql",
+	OutboxMigration: "migrations/00008_idem_outbox.sql",
 }
 
 // idemChargeKey returns the key parts of msg in column order: OrderID.
@@ -69,28 +54,16 @@ func idemChargeKey(msg OrderPlaced) ([]any, error) {
 	return []any{msg.OrderID}, nil
 }
 
-// BookPaymentIdem delivers PaymentReceived messages to (*Service).BookPayment
-// at most once per key (Provider, PaymentID) for the consumer
-// "billing.payment": the handler's writes commit together with the key's row in
-// the inbox table idem_billing_payment, and a redelivered message gets the
-// stored result back without running the handler again. Build it with
-// NewBookPaymentIdem.
-//
-// Its methods are those of the idemimpl.Inbox it embeds (Handle, written out
-// below, returns only the outcome and the error, the handler having no result):
-// Handle and Deliver (idem.Handler), HandleBatch and DeliverBatch
-// (idem.BatchHandler; the keys of a batch claimed in one statement, in one
-// transaction per batch), Purge (rows older than the retention of 2160h (90
-// days)) and Maintenance (idem.Maintained, for an idem.Janitor). Ack a message
-// exactly when its error is nil.
+// BookPaymentIdem runs (*Service).BookPayment at most once per key (Provider,
+// PaymentID) for the consumer "billing.payment", recorded in
+// idem_billing_payment. It embeds idemimpl.Inbox; call Check at start-up.
 type BookPaymentIdem struct {
 	*idemimpl.Inbox[*PaymentReceived, idem.None]
 }
 
-// NewBookPaymentIdem returns the idempotent wrapper of (*Service).BookPayment.
-// db must reach the database that holds idem_billing_payment and the handler's
-// own tables; opts choose the isolation level (idem.WithIsolation) and how long
-// a concurrent delivery of the same key waits (idem.WithClaimWait).
+// NewBookPaymentIdem returns the wrapper of (*Service).BookPayment. db must
+// reach the database that holds idem_billing_payment and the handler's own
+// tables.
 func NewBookPaymentIdem(db idem.DB, s *Service, opts ...idem.Option) *BookPaymentIdem {
 	return &BookPaymentIdem{idemimpl.NewInbox(
 		db,
@@ -100,9 +73,9 @@ func NewBookPaymentIdem(db idem.DB, s *Service, opts ...idem.Option) *BookPaymen
 	)}
 }
 
-// Handle runs BookPayment for msg in one transaction with the claim of its key,
-// or, when the key was processed before, returns idem.Duplicate without running
-// it. Ack the message exactly when err is nil.
+// Handle runs BookPayment for msg in one transaction with its key's row, or
+// returns idem.Duplicate for a key processed before. Ack the message exactly
+// when err is nil.
 func (w *BookPaymentIdem) Handle(ctx context.Context, msg *PaymentReceived) (idem.Outcome, error) {
 	_, outcome, err := w.Inbox.Handle(ctx, msg)
 	return outcome, err
@@ -122,8 +95,9 @@ var idemBookPaymentTable = idemimpl.Table[*PaymentReceived]{
 		{Field: "Provider", Name: "key_provider", Type: "text"},
 		{Field: "PaymentID", Name: "key_payment_id", Type: "text"},
 	},
-	Key:    idemBookPaymentKey,
-	Retain: 2160 * time.Hour,
+	Key:       idemBookPaymentKey,
+	Retain:    2160 * time.Hour,
+	Migration: "migrations/00005_idem_billing_payment.sql",
 }
 
 // idemBookPaymentKey returns the key parts of msg in column order: Provider,
@@ -141,25 +115,15 @@ func idemBookPaymentKey(msg *PaymentReceived) ([]any, error) {
 	return []any{msg.Provider, msg.PaymentID}, nil
 }
 
-// OpenAccountIdem delivers OpenAccountRequested messages to OpenAccount at most
-// once per key (RequestID) for the consumer "billing.open-account": the
-// handler's writes commit together with the key's row in the inbox table
-// idem_billing_open_account, and a redelivered message gets the stored result
-// back without running the handler again. Build it with NewOpenAccountIdem.
-//
-// Its methods are those of the idemimpl.Inbox it embeds: Handle and Deliver
-// (idem.Handler), HandleBatch and DeliverBatch (idem.BatchHandler; the keys of
-// a batch claimed in one statement, in one transaction per batch), Purge (rows
-// older than the retention of 720h (30 days)) and Maintenance (idem.Maintained,
-// for an idem.Janitor). Ack a message exactly when its error is nil.
+// OpenAccountIdem runs OpenAccount at most once per key (RequestID) for the
+// consumer "billing.open-account", recorded in idem_billing_open_account. It
+// embeds idemimpl.Inbox; call Check at start-up.
 type OpenAccountIdem struct {
 	*idemimpl.Inbox[OpenAccountRequested, Account]
 }
 
-// NewOpenAccountIdem returns the idempotent wrapper of OpenAccount. db must
-// reach the database that holds idem_billing_open_account and the handler's own
-// tables; opts choose the isolation level (idem.WithIsolation) and how long a
-// concurrent delivery of the same key waits (idem.WithClaimWait).
+// NewOpenAccountIdem returns the wrapper of OpenAccount. db must reach the
+// database that holds idem_billing_open_account and the handler's own tables.
 func NewOpenAccountIdem(db idem.DB, opts ...idem.Option) *OpenAccountIdem {
 	return &OpenAccountIdem{idemimpl.NewInbox(db, idemOpenAccountTable, OpenAccount, opts...)}
 }
@@ -172,11 +136,12 @@ var (
 
 // idemOpenAccountTable is the inbox of the consumer "billing.open-account".
 var idemOpenAccountTable = idemimpl.Table[OpenAccountRequested]{
-	Consumer: "billing.open-account",
-	Name:     "idem_billing_open_account",
-	Columns:  []idemimpl.Column{{Field: "RequestID", Name: "key_request_id", Type: "uuid"}},
-	Key:      idemOpenAccountKey,
-	Retain:   720 * time.Hour,
+	Consumer:  "billing.open-account",
+	Name:      "idem_billing_open_account",
+	Columns:   []idemimpl.Column{{Field: "RequestID", Name: "key_request_id", Type: "uuid"}},
+	Key:       idemOpenAccountKey,
+	Retain:    720 * time.Hour,
+	Migration: "migrations/00004_idem_billing_open_account.sql",
 }
 
 // idemOpenAccountKey returns the key parts of msg in column order: RequestID.

@@ -10,32 +10,20 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// This is a compile-time assertion that this file was generated for the runtime
-// contract of the idem packages it is built with (idemimpl). If it fails to
-// compile, the idemgen that wrote this file and the idem package in go.mod are
-// of different versions: regenerate it with the idemgen of idem's version (go
-// generate ./... with go run github.com/idemgen/idemgen/cmd/idemgen or go tool
-// idemgen, which build the version go.mod requires).
-const _ = idemimpl.SupportPackageIsVersion3
+// This compile-time assertion fails when the idem in go.mod is of another
+// version than the idemgen that wrote this file: regenerate it with go.mod's
+// (go generate ./... running go run github.com/idemgen/idemgen/cmd/idemgen).
+const _ = idemimpl.SupportPackageIsVersion4
 
-// PlaceOrderIdem delivers OrderPlaced messages to (*Service).PlaceOrder at most
-// once per key (OrderID) for the consumer "catalog.order", whose marker is the
-// row the handler inserts (mode=entity): it begins the transaction with the
-// message's fingerprint in the setting idem.fingerprint, which the default of
-// orders.idem_fingerprint records in the handler's own INSERT, and a unique
-// violation of the unique constraint over (id) of orders means the key was
-// processed before. There is no inbox table: a deleted or re-keyed row of
-// orders forgets its message. Build it with NewPlaceOrderIdem.
-//
-// Its methods are those of the idemimpl.EntityInbox it embeds: Handle and
-// Deliver (idem.Handler). Ack a message exactly when its error is nil.
+// PlaceOrderIdem runs (*Service).PlaceOrder at most once per key (OrderID) for
+// the consumer "catalog.order", marked by its row in orders. It embeds
+// idemimpl.EntityInbox; call Check at start-up.
 type PlaceOrderIdem struct {
 	*idemimpl.EntityInbox[OrderPlaced, OrderReceipt]
 }
 
-// NewPlaceOrderIdem returns the idempotent wrapper of (*Service).PlaceOrder. db
-// must reach the database that holds orders; opts choose the isolation level
-// (idem.WithIsolation).
+// NewPlaceOrderIdem returns the wrapper of (*Service).PlaceOrder. db must reach
+// the database that holds orders and the handler's own tables.
 func NewPlaceOrderIdem(db idem.DB, s *Service, opts ...idem.Option) *PlaceOrderIdem {
 	return &PlaceOrderIdem{idemimpl.NewEntityInbox(
 		db,
@@ -55,10 +43,11 @@ var (
 // idemPlaceOrderTable is the business table of the consumer "catalog.order"
 // (mode=entity), whose rows are its markers.
 var idemPlaceOrderTable = idemimpl.EntityTable[OrderPlaced]{
-	Consumer: "catalog.order",
-	Name:     "orders",
-	Columns:  []idemimpl.Column{{Field: "OrderID", Name: "id", Type: "text"}},
-	Key:      idemPlaceOrderKey,
+	Consumer:  "catalog.order",
+	Name:      "orders",
+	Columns:   []idemimpl.Column{{Field: "OrderID", Name: "id", Type: "text"}},
+	Key:       idemPlaceOrderKey,
+	Migration: "migrations/00002_idem_orders_fingerprint.sql",
 }
 
 // idemPlaceOrderKey returns the key parts of msg in column order: OrderID.
@@ -69,24 +58,15 @@ func idemPlaceOrderKey(msg OrderPlaced) ([]any, error) {
 	return []any{msg.OrderID}, nil
 }
 
-// SetPriceIdem delivers PriceSet messages to (*Service).SetPrice for the
-// consumer "catalog.price", whose handler is idempotent by construction
-// (mode=natural): nothing records a message, and every delivery, a redelivery
-// included, runs the handler in a transaction of its own, retried on
-// serialization failures and deadlocks. TestSetPriceIdem proves that running it
-// again leaves its state as one run did. Build it with NewSetPriceIdem.
-//
-// Its methods are those of the idemimpl.NaturalInbox it embeds (Handle, written
-// out below, returns only the outcome and the error, the handler having no
-// result): Handle and Deliver (idem.Handler). Ack a message exactly when its
-// error is nil.
+// SetPriceIdem runs (*Service).SetPrice for the consumer "catalog.price",
+// idempotent by construction (mode=natural, proven by TestSetPriceIdem),
+// recording nothing. It embeds idemimpl.NaturalInbox; call Check at start-up.
 type SetPriceIdem struct {
 	*idemimpl.NaturalInbox[PriceSet, idem.None]
 }
 
 // NewSetPriceIdem returns the wrapper of (*Service).SetPrice. db must reach the
-// database that holds the handler's tables; opts choose the isolation level
-// (idem.WithIsolation).
+// database that holds the handler's tables.
 func NewSetPriceIdem(db idem.DB, s *Service, opts ...idem.Option) *SetPriceIdem {
 	return &SetPriceIdem{idemimpl.NewNaturalInbox(
 		db,
@@ -96,11 +76,8 @@ func NewSetPriceIdem(db idem.DB, s *Service, opts ...idem.Option) *SetPriceIdem 
 	)}
 }
 
-// Handle runs SetPrice for msg in a transaction and commits it: always
-// idem.Processed, since nothing tells a redelivery from a first delivery. A
-// serialization failure or deadlock is retried (idemimpl.NaturalAttempts runs
-// in all) and then returned as retryable. Ack the message exactly when err is
-// nil.
+// Handle runs SetPrice for msg in a transaction, retried on serialization
+// failures and deadlocks. Ack the message exactly when err is nil.
 func (w *SetPriceIdem) Handle(ctx context.Context, msg PriceSet) (idem.Outcome, error) {
 	_, outcome, err := w.NaturalInbox.Handle(ctx, msg)
 	return outcome, err

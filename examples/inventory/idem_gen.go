@@ -10,34 +10,21 @@ import (
 	"github.com/idemgen/idemgen/idem/idemimpl"
 )
 
-// This is a compile-time assertion that this file was generated for the runtime
-// contract of the idem packages it is built with (idemimpl). If it fails to
-// compile, the idemgen that wrote this file and the idem package in go.mod are
-// of different versions: regenerate it with the idemgen of idem's version (go
-// generate ./... with go run github.com/idemgen/idemgen/cmd/idemgen or go tool
-// idemgen, which build the version go.mod requires).
-const _ = idemimpl.SupportPackageIsVersion3
+// This compile-time assertion fails when the idem in go.mod is of another
+// version than the idemgen that wrote this file: regenerate it with go.mod's
+// (go generate ./... running go run github.com/idemgen/idemgen/cmd/idemgen).
+const _ = idemimpl.SupportPackageIsVersion4
 
-// ReceiveGoodsIdem delivers CloudEvent messages to ReceiveGoods at most once
-// per key (Source, ID) for the consumer "inventory.goods-received": the
-// handler's writes commit together with the key's row in the inbox table
-// idem_inventory_goods_received, and a redelivered message gets the stored
-// result back without running the handler again. Build it with
-// NewReceiveGoodsIdem.
-//
-// Its methods are those of the idemimpl.Inbox it embeds: Handle and Deliver
-// (idem.Handler), HandleBatch and DeliverBatch (idem.BatchHandler; the keys of
-// a batch claimed in one statement, in one transaction per batch), Purge (rows
-// older than the retention of 720h (30 days)) and Maintenance (idem.Maintained,
-// for an idem.Janitor). Ack a message exactly when its error is nil.
+// ReceiveGoodsIdem runs ReceiveGoods at most once per key (Source, ID) for the
+// consumer "inventory.goods-received". It embeds idemimpl.Inbox; call Check at
+// start-up.
 type ReceiveGoodsIdem struct {
 	*idemimpl.Inbox[CloudEvent, Level]
 }
 
-// NewReceiveGoodsIdem returns the idempotent wrapper of ReceiveGoods. db must
-// reach the database that holds idem_inventory_goods_received and the handler's
-// own tables; opts choose the isolation level (idem.WithIsolation) and how long
-// a concurrent delivery of the same key waits (idem.WithClaimWait).
+// NewReceiveGoodsIdem returns the wrapper of ReceiveGoods. db must reach the
+// database that holds idem_inventory_goods_received and the handler's own
+// tables.
 func NewReceiveGoodsIdem(db idem.DB, opts ...idem.Option) *ReceiveGoodsIdem {
 	return &ReceiveGoodsIdem{idemimpl.NewInbox(db, idemReceiveGoodsTable, ReceiveGoods, opts...)}
 }
@@ -57,8 +44,9 @@ var idemReceiveGoodsTable = idemimpl.Table[CloudEvent]{
 		{Field: "Source", Name: "key_source", Type: "text"},
 		{Field: "ID", Name: "key_id", Type: "text"},
 	},
-	Key:    idemReceiveGoodsKey,
-	Retain: 720 * time.Hour,
+	Key:       idemReceiveGoodsKey,
+	Retain:    720 * time.Hour,
+	Migration: "migrations/00003_idem_inventory_goods_received.sql",
 }
 
 // idemReceiveGoodsKey returns the key parts of msg in column order: Source, ID.
@@ -72,25 +60,15 @@ func idemReceiveGoodsKey(msg CloudEvent) ([]any, error) {
 	return []any{msg.Source, msg.ID}, nil
 }
 
-// BookReturnIdem delivers ReturnReceived messages to BookReturn at most once
-// per key (OrderID, RMA) for the consumer "inventory.return": the handler's
-// writes commit together with the key's row in the inbox table
-// idem_inventory_return, and a redelivered message gets the stored result back
-// without running the handler again. Build it with NewBookReturnIdem.
-//
-// Its methods are those of the idemimpl.Inbox it embeds: Handle and Deliver
-// (idem.Handler), HandleBatch and DeliverBatch (idem.BatchHandler; the keys of
-// a batch claimed in one statement, in one transaction per batch), Purge (rows
-// older than the retention of 720h (30 days)) and Maintenance (idem.Maintained,
-// for an idem.Janitor). Ack a message exactly when its error is nil.
+// BookReturnIdem runs BookReturn at most once per key (OrderID, RMA) for the
+// consumer "inventory.return", recorded in idem_inventory_return. It embeds
+// idemimpl.Inbox; call Check at start-up.
 type BookReturnIdem struct {
 	*idemimpl.Inbox[ReturnReceived, Level]
 }
 
-// NewBookReturnIdem returns the idempotent wrapper of BookReturn. db must reach
-// the database that holds idem_inventory_return and the handler's own tables;
-// opts choose the isolation level (idem.WithIsolation) and how long a
-// concurrent delivery of the same key waits (idem.WithClaimWait).
+// NewBookReturnIdem returns the wrapper of BookReturn. db must reach the
+// database that holds idem_inventory_return and the handler's own tables.
 func NewBookReturnIdem(db idem.DB, opts ...idem.Option) *BookReturnIdem {
 	return &BookReturnIdem{idemimpl.NewInbox(db, idemBookReturnTable, BookReturn, opts...)}
 }
@@ -109,8 +87,9 @@ var idemBookReturnTable = idemimpl.Table[ReturnReceived]{
 		{Field: "OrderID", Name: "key_order_id", Type: "text"},
 		{Field: "RMA", Name: "key_rma", Type: "text", Nullable: true},
 	},
-	Key:    idemBookReturnKey,
-	Retain: 720 * time.Hour,
+	Key:       idemBookReturnKey,
+	Retain:    720 * time.Hour,
+	Migration: "migrations/00004_idem_inventory_return.sql",
 }
 
 // idemBookReturnKey returns the key parts of msg in column order (nil for a
@@ -129,27 +108,15 @@ func idemBookReturnKey(msg ReturnReceived) ([]any, error) {
 	return []any{msg.OrderID, part1}, nil
 }
 
-// ApplyCountIdem delivers StockCounted messages to ApplyCount at most once per
-// key (CountID) for the consumer "inventory.count": the handler's writes commit
-// together with the key's row in the inbox table idem_inventory_count, and a
-// redelivered message gets the stored result back without running the handler
-// again. Build it with NewApplyCountIdem.
-//
-// Its methods are those of the idemimpl.Inbox it embeds (Handle, written out
-// below, returns only the outcome and the error, the handler having no result):
-// Handle and Deliver (idem.Handler), HandleBatch and DeliverBatch
-// (idem.BatchHandler; the keys of a batch claimed in one statement, in one
-// transaction per batch), Purge (rows older than the retention of 720h (30
-// days)) and Maintenance (idem.Maintained, for an idem.Janitor). Ack a message
-// exactly when its error is nil.
+// ApplyCountIdem runs ApplyCount at most once per key (CountID) for the
+// consumer "inventory.count", recorded in idem_inventory_count. It embeds
+// idemimpl.Inbox; call Check at start-up.
 type ApplyCountIdem struct {
 	*idemimpl.Inbox[StockCounted, idem.None]
 }
 
-// NewApplyCountIdem returns the idempotent wrapper of ApplyCount. db must reach
-// the database that holds idem_inventory_count and the handler's own tables;
-// opts choose the isolation level (idem.WithIsolation) and how long a
-// concurrent delivery of the same key waits (idem.WithClaimWait).
+// NewApplyCountIdem returns the wrapper of ApplyCount. db must reach the
+// database that holds idem_inventory_count and the handler's own tables.
 func NewApplyCountIdem(db idem.DB, opts ...idem.Option) *ApplyCountIdem {
 	return &ApplyCountIdem{idemimpl.NewInbox(
 		db,
@@ -159,9 +126,9 @@ func NewApplyCountIdem(db idem.DB, opts ...idem.Option) *ApplyCountIdem {
 	)}
 }
 
-// Handle runs ApplyCount for msg in one transaction with the claim of its key,
-// or, when the key was processed before, returns idem.Duplicate without running
-// it. Ack the message exactly when err is nil.
+// Handle runs ApplyCount for msg in one transaction with its key's row, or
+// returns idem.Duplicate for a key processed before. Ack the message exactly
+// when err is nil.
 func (w *ApplyCountIdem) Handle(ctx context.Context, msg StockCounted) (idem.Outcome, error) {
 	_, outcome, err := w.Inbox.Handle(ctx, msg)
 	return outcome, err
@@ -183,6 +150,7 @@ var idemApplyCountTable = idemimpl.Table[StockCounted]{
 	Versions:   "idem_inventory_count_versions",
 	EntityType: "text",
 	Retain:     720 * time.Hour,
+	Migration:  "migrations/00002_idem_inventory_count.sql",
 }
 
 // idemApplyCountKey returns the key parts of msg in column order: CountID.

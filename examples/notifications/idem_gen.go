@@ -11,37 +11,21 @@ import (
 	"github.com/idemgen/idemgen/idem/idemimpl"
 )
 
-// This is a compile-time assertion that this file was generated for the runtime
-// contract of the idem packages it is built with (idemimpl). If it fails to
-// compile, the idemgen that wrote this file and the idem package in go.mod are
-// of different versions: regenerate it with the idemgen of idem's version (go
-// generate ./... with go run github.com/idemgen/idemgen/cmd/idemgen or go tool
-// idemgen, which build the version go.mod requires).
-const _ = idemimpl.SupportPackageIsVersion3
+// This compile-time assertion fails when the idem in go.mod is of another
+// version than the idemgen that wrote this file: regenerate it with go.mod's
+// (go generate ./... running go run github.com/idemgen/idemgen/cmd/idemgen).
+const _ = idemimpl.SupportPackageIsVersion4
 
-// NotifyChargeCompletedIdem delivers idem.Message[billing.ChargeCompleted]
-// messages to NotifyChargeCompleted at most once per key (ID) for the consumer
-// "notifications.charge-completed": the handler's writes commit together with
-// the key's row in the inbox table idem_notifications_charge_completed, and a
-// redelivered message gets the stored result back without running the handler
-// again. Build it with NewNotifyChargeCompletedIdem.
-//
-// Its methods are those of the idemimpl.Inbox it embeds (Handle, written out
-// below, returns only the outcome and the error, the handler having no result):
-// Handle and Deliver (idem.Handler), HandleBatch and DeliverBatch
-// (idem.BatchHandler; the keys of a batch claimed in one statement, in one
-// transaction per batch), Purge (rows older than the retention of 720h (30
-// days)) and Maintenance (idem.Maintained, for an idem.Janitor). Ack a message
-// exactly when its error is nil.
+// NotifyChargeCompletedIdem runs NotifyChargeCompleted at most once per key
+// (ID) for the consumer "notifications.charge-completed". It embeds
+// idemimpl.Inbox; call Check at start-up.
 type NotifyChargeCompletedIdem struct {
 	*idemimpl.Inbox[idem.Message[billing.ChargeCompleted], idem.None]
 }
 
-// NewNotifyChargeCompletedIdem returns the idempotent wrapper of
-// NotifyChargeCompleted. db must reach the database that holds
-// idem_notifications_charge_completed and the handler's own tables; opts choose
-// the isolation level (idem.WithIsolation) and how long a concurrent delivery
-// of the same key waits (idem.WithClaimWait).
+// NewNotifyChargeCompletedIdem returns the wrapper of NotifyChargeCompleted. db
+// must reach the database that holds idem_notifications_charge_completed and
+// the handler's own tables.
 func NewNotifyChargeCompletedIdem(db idem.DB, opts ...idem.Option) *NotifyChargeCompletedIdem {
 	return &NotifyChargeCompletedIdem{idemimpl.NewInbox(
 		db,
@@ -51,9 +35,9 @@ func NewNotifyChargeCompletedIdem(db idem.DB, opts ...idem.Option) *NotifyCharge
 	)}
 }
 
-// Handle runs NotifyChargeCompleted for msg in one transaction with the claim
-// of its key, or, when the key was processed before, returns idem.Duplicate
-// without running it. Ack the message exactly when err is nil.
+// Handle runs NotifyChargeCompleted for msg in one transaction with its key's
+// row, or returns idem.Duplicate for a key processed before. Ack the message
+// exactly when err is nil.
 func (w *NotifyChargeCompletedIdem) Handle(
 	ctx context.Context,
 	msg idem.Message[billing.ChargeCompleted],
@@ -71,11 +55,12 @@ var (
 // idemNotifyChargeCompletedTable is the inbox of the consumer
 // "notifications.charge-completed".
 var idemNotifyChargeCompletedTable = idemimpl.Table[idem.Message[billing.ChargeCompleted]]{
-	Consumer: "notifications.charge-completed",
-	Name:     "idem_notifications_charge_completed",
-	Columns:  []idemimpl.Column{{Field: "ID", Name: "key_id", Type: "text"}},
-	Key:      idemNotifyChargeCompletedKey,
-	Retain:   720 * time.Hour,
+	Consumer:  "notifications.charge-completed",
+	Name:      "idem_notifications_charge_completed",
+	Columns:   []idemimpl.Column{{Field: "ID", Name: "key_id", Type: "text"}},
+	Key:       idemNotifyChargeCompletedKey,
+	Retain:    720 * time.Hour,
+	Migration: "migrations/00002_idem_notifications_charge_completed.sql",
 }
 
 // idemNotifyChargeCompletedKey returns the key parts of msg in column order:

@@ -9,38 +9,20 @@ import (
 	"github.com/idemgen/idemgen/idem/idemimpl"
 )
 
-// This is a compile-time assertion that this file was generated for the runtime
-// contract of the idem packages it is built with (idemimpl). If it fails to
-// compile, the idemgen that wrote this file and the idem package in go.mod are
-// of different versions: regenerate it with the idemgen of idem's version (go
-// generate ./... with go run github.com/idemgen/idemgen/cmd/idemgen or go tool
-// idemgen, which build the version go.mod requires).
-const _ = idemimpl.SupportPackageIsVersion3
+// This compile-time assertion fails when the idem in go.mod is of another
+// version than the idemgen that wrote this file: regenerate it with go.mod's
+// (go generate ./... running go run github.com/idemgen/idemgen/cmd/idemgen).
+const _ = idemimpl.SupportPackageIsVersion4
 
-// ChargeIdem delivers ChargeRequested messages to (*Service).Charge at most
-// once per key (OrderID) for the consumer "payments.charge", whose effect is
-// outside the database (mode=external): it claims the key in the table
-// idem_payments_charge with a lease of 30s, calls the handler with no
-// transaction open and the key's idempotency key in its context (idem.KeyFrom),
-// which the handler passes to its provider, and records the key done with the
-// result only while the claim is still its own. A redelivered message gets the
-// stored result back without running the handler again. Build it with
-// NewChargeIdem.
-//
-// Its methods are those of the idemimpl.ExternalInbox it embeds: Handle and
-// Deliver (idem.Handler), Purge (rows that are not running and older than the
-// retention of 720h (30 days); the provider must keep idempotency keys at least
-// as long), Sweep (releases the claims whose lease expired, their worker gone,
-// and reports the stuck ones) and Maintenance (idem.Maintained, for an
-// idem.Janitor). Ack a message exactly when its error is nil.
+// ChargeIdem runs (*Service).Charge at most once per key (OrderID) for the
+// consumer "payments.charge", claimed in idem_payments_charge (lease 30s). It
+// embeds idemimpl.ExternalInbox; call Check at start-up.
 type ChargeIdem struct {
 	*idemimpl.ExternalInbox[ChargeRequested, Receipt]
 }
 
-// NewChargeIdem returns the idempotent wrapper of (*Service).Charge. db must
-// reach the database that holds idem_payments_charge; opts choose the lease
-// (idem.WithLease, instead of the directive's 30s) and the attempts above which
-// Sweep reports a claim as stuck (idem.WithStuckAttempts).
+// NewChargeIdem returns the wrapper of (*Service).Charge. db must reach the
+// database that holds idem_payments_charge.
 func NewChargeIdem(db idem.DB, s *Service, opts ...idem.Option) *ChargeIdem {
 	return &ChargeIdem{idemimpl.NewExternalInbox(db, idemChargeTable, s.Charge, opts...)}
 }
@@ -53,12 +35,13 @@ var (
 // idemChargeTable is the claims table of the consumer "payments.charge"
 // (mode=external, lease 30s).
 var idemChargeTable = idemimpl.ExternalTable[ChargeRequested]{
-	Consumer: "payments.charge",
-	Name:     "idem_payments_charge",
-	Columns:  []idemimpl.Column{{Field: "OrderID", Name: "key_order_id", Type: "text"}},
-	Key:      idemChargeKey,
-	Retain:   720 * time.Hour,
-	Lease:    30 * time.Second,
+	Consumer:  "payments.charge",
+	Name:      "idem_payments_charge",
+	Columns:   []idemimpl.Column{{Field: "OrderID", Name: "key_order_id", Type: "text"}},
+	Key:       idemChargeKey,
+	Retain:    720 * time.Hour,
+	Lease:     30 * time.Second,
+	Migration: "migrations/00001_idem_payments_charge.sql",
 }
 
 // idemChargeKey returns the key parts of msg in column order: OrderID.

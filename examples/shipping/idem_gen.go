@@ -10,37 +10,21 @@ import (
 	"github.com/idemgen/idemgen/idem/idemimpl"
 )
 
-// This is a compile-time assertion that this file was generated for the runtime
-// contract of the idem packages it is built with (idemimpl). If it fails to
-// compile, the idemgen that wrote this file and the idem package in go.mod are
-// of different versions: regenerate it with the idemgen of idem's version (go
-// generate ./... with go run github.com/idemgen/idemgen/cmd/idemgen or go tool
-// idemgen, which build the version go.mod requires).
-const _ = idemimpl.SupportPackageIsVersion3
+// This compile-time assertion fails when the idem in go.mod is of another
+// version than the idemgen that wrote this file: regenerate it with go.mod's
+// (go generate ./... running go run github.com/idemgen/idemgen/cmd/idemgen).
+const _ = idemimpl.SupportPackageIsVersion4
 
-// ShipIdem delivers OrderPaid messages to (*Service).Ship at most once per key
-// (OrderID) for the consumer "shipping.ship": the handler's writes commit
-// together with the key's row in the inbox table idem_shipping_ship, and a
-// redelivered message gets the stored result back without running the handler
-// again. The handler publishes through the outbox: the messages it gives to its
-// *idem.Outbox are written to idem_outbox in the same commit, with ids derived
-// from the consumer and the key, or not at all; a relay.Relay delivers them.
-// Build it with NewShipIdem.
-//
-// Its methods are those of the idemimpl.Inbox it embeds: Handle and Deliver
-// (idem.Handler), HandleBatch and DeliverBatch (idem.BatchHandler; the keys of
-// a batch claimed in one statement, in one transaction per batch), Purge (rows
-// older than the retention of 720h (30 days)) and Maintenance (idem.Maintained,
-// for an idem.Janitor). Ack a message exactly when its error is nil.
+// ShipIdem runs (*Service).Ship at most once per key (OrderID) for the consumer
+// "shipping.ship", recorded in idem_shipping_ship, publishing through
+// idem_outbox. It embeds idemimpl.Inbox; call Check at start-up.
 type ShipIdem struct {
 	*idemimpl.Inbox[OrderPaid, Shipment]
 }
 
-// NewShipIdem returns the idempotent wrapper of (*Service).Ship. db must reach
-// the database that holds idem_shipping_ship, idem_outbox and the handler's own
-// tables; opts choose the isolation level (idem.WithIsolation) and how long a
-// concurrent delivery of the same key waits (idem.WithClaimWait), and whether
-// its commits NOTIFY the relays (idem.WithoutNotify).
+// NewShipIdem returns the wrapper of (*Service).Ship. db must reach the
+// database that holds idem_shipping_ship, idem_outbox and the handler's own
+// tables.
 func NewShipIdem(db idem.DB, s *Service, opts ...idem.Option) *ShipIdem {
 	return &ShipIdem{idemimpl.NewPublishingInbox(db, idemShipTable, s.Ship, opts...)}
 }
@@ -53,11 +37,13 @@ var (
 
 // idemShipTable is the inbox of the consumer "shipping.ship".
 var idemShipTable = idemimpl.Table[OrderPaid]{
-	Consumer: "shipping.ship",
-	Name:     "idem_shipping_ship",
-	Columns:  []idemimpl.Column{{Field: "OrderID", Name: "key_order_id", Type: "text"}},
-	Key:      idemShipKey,
-	Retain:   720 * time.Hour,
+	Consumer:        "shipping.ship",
+	Name:            "idem_shipping_ship",
+	Columns:         []idemimpl.Column{{Field: "OrderID", Name: "key_order_id", Type: "text"}},
+	Key:             idemShipKey,
+	Retain:          720 * time.Hour,
+	Migration:       "migrations/00003_idem_shipping_ship.sql",
+	OutboxMigration: "migrations/00004_idem_outbox.sql",
 }
 
 // idemShipKey returns the key parts of msg in column order: OrderID.
@@ -68,29 +54,16 @@ func idemShipKey(msg OrderPaid) ([]any, error) {
 	return []any{msg.OrderID}, nil
 }
 
-// RecordDeliveryIdem delivers CarrierDelivered messages to
-// (*Service).RecordDelivery at most once per key (CarrierRef) for the consumer
-// "shipping.delivered": the handler's writes commit together with the key's row
-// in the inbox table idem_shipping_delivered, and a redelivered message gets
-// the stored result back without running the handler again. Build it with
-// NewRecordDeliveryIdem.
-//
-// Its methods are those of the idemimpl.Inbox it embeds (Handle, written out
-// below, returns only the outcome and the error, the handler having no result):
-// Handle and Deliver (idem.Handler), HandleBatch and DeliverBatch
-// (idem.BatchHandler; the keys of a batch claimed in one statement, in one
-// transaction per batch), Purge (rows older than the retention of 720h (30
-// days)) and Maintenance (idem.Maintained, for an idem.Janitor). Ack a message
-// exactly when its error is nil.
+// RecordDeliveryIdem runs (*Service).RecordDelivery at most once per key
+// (CarrierRef) for the consumer "shipping.delivered", recorded in
+// idem_shipping_delivered. It embeds idemimpl.Inbox; call Check at start-up.
 type RecordDeliveryIdem struct {
 	*idemimpl.Inbox[CarrierDelivered, idem.None]
 }
 
-// NewRecordDeliveryIdem returns the idempotent wrapper of
-// (*Service).RecordDelivery. db must reach the database that holds
-// idem_shipping_delivered and the handler's own tables; opts choose the
-// isolation level (idem.WithIsolation) and how long a concurrent delivery of
-// the same key waits (idem.WithClaimWait).
+// NewRecordDeliveryIdem returns the wrapper of (*Service).RecordDelivery. db
+// must reach the database that holds idem_shipping_delivered and the handler's
+// own tables.
 func NewRecordDeliveryIdem(db idem.DB, s *Service, opts ...idem.Option) *RecordDeliveryIdem {
 	return &RecordDeliveryIdem{idemimpl.NewInbox(
 		db,
@@ -100,9 +73,9 @@ func NewRecordDeliveryIdem(db idem.DB, s *Service, opts ...idem.Option) *RecordD
 	)}
 }
 
-// Handle runs RecordDelivery for msg in one transaction with the claim of its
-// key, or, when the key was processed before, returns idem.Duplicate without
-// running it. Ack the message exactly when err is nil.
+// Handle runs RecordDelivery for msg in one transaction with its key's row, or
+// returns idem.Duplicate for a key processed before. Ack the message exactly
+// when err is nil.
 func (w *RecordDeliveryIdem) Handle(
 	ctx context.Context,
 	msg CarrierDelivered,
@@ -119,11 +92,12 @@ var (
 
 // idemRecordDeliveryTable is the inbox of the consumer "shipping.delivered".
 var idemRecordDeliveryTable = idemimpl.Table[CarrierDelivered]{
-	Consumer: "shipping.delivered",
-	Name:     "idem_shipping_delivered",
-	Columns:  []idemimpl.Column{{Field: "CarrierRef", Name: "key_carrier_ref", Type: "text"}},
-	Key:      idemRecordDeliveryKey,
-	Retain:   720 * time.Hour,
+	Consumer:  "shipping.delivered",
+	Name:      "idem_shipping_delivered",
+	Columns:   []idemimpl.Column{{Field: "CarrierRef", Name: "key_carrier_ref", Type: "text"}},
+	Key:       idemRecordDeliveryKey,
+	Retain:    720 * time.Hour,
+	Migration: "migrations/00002_idem_shipping_delivered.sql",
 }
 
 // idemRecordDeliveryKey returns the key parts of msg in column order:

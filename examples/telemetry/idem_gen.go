@@ -10,40 +10,20 @@ import (
 	"github.com/idemgen/idemgen/idem/idemimpl"
 )
 
-// This is a compile-time assertion that this file was generated for the runtime
-// contract of the idem packages it is built with (idemimpl). If it fails to
-// compile, the idemgen that wrote this file and the idem package in go.mod are
-// of different versions: regenerate it with the idemgen of idem's version (go
-// generate ./... with go run github.com/idemgen/idemgen/cmd/idemgen or go tool
-// idemgen, which build the version go.mod requires).
-const _ = idemimpl.SupportPackageIsVersion3
+// This compile-time assertion fails when the idem in go.mod is of another
+// version than the idemgen that wrote this file: regenerate it with go.mod's
+// (go generate ./... running go run github.com/idemgen/idemgen/cmd/idemgen).
+const _ = idemimpl.SupportPackageIsVersion4
 
-// RecordReadingIdem delivers Reading messages to RecordReading at most once per
-// key (ReadingID) for the consumer "telemetry.reading": the handler's writes
-// commit together with the key's row in the inbox table idem_telemetry_reading,
-// and a redelivered message gets the stored result back without running the
-// handler again. Build it with NewRecordReadingIdem.
-//
-// The inbox is partitioned by the day of the message's own time, TakenAt: the
-// bucket is part of the key, so every copy of a message lands in one partition.
-// A message older than the retention (or whose bucket has no partition) gets
-// idem.ErrOutsideWindow.
-//
-// Its methods are those of the idemimpl.Inbox it embeds (Handle, written out
-// below, returns only the outcome and the error, the handler having no result):
-// Handle and Deliver (idem.Handler), HandleBatch and DeliverBatch
-// (idem.BatchHandler; the keys of a batch claimed in one statement, in one
-// transaction per batch), Purge (drops the partitions wholly past the retention
-// of 336h (14 days) and creates those ahead) and Maintenance (idem.Maintained,
-// for an idem.Janitor). Ack a message exactly when its error is nil.
+// RecordReadingIdem runs RecordReading at most once per key (ReadingID) for the
+// consumer "telemetry.reading", recorded in idem_telemetry_reading, partitioned
+// by the day of TakenAt. It embeds idemimpl.Inbox; call Check at start-up.
 type RecordReadingIdem struct {
 	*idemimpl.Inbox[Reading, idem.None]
 }
 
-// NewRecordReadingIdem returns the idempotent wrapper of RecordReading. db must
-// reach the database that holds idem_telemetry_reading and the handler's own
-// tables; opts choose the isolation level (idem.WithIsolation) and how long a
-// concurrent delivery of the same key waits (idem.WithClaimWait).
+// NewRecordReadingIdem returns the wrapper of RecordReading. db must reach the
+// database that holds idem_telemetry_reading and the handler's own tables.
 func NewRecordReadingIdem(db idem.DB, opts ...idem.Option) *RecordReadingIdem {
 	return &RecordReadingIdem{idemimpl.NewInbox(
 		db,
@@ -53,9 +33,9 @@ func NewRecordReadingIdem(db idem.DB, opts ...idem.Option) *RecordReadingIdem {
 	)}
 }
 
-// Handle runs RecordReading for msg in one transaction with the claim of its
-// key, or, when the key was processed before, returns idem.Duplicate without
-// running it. Ack the message exactly when err is nil.
+// Handle runs RecordReading for msg in one transaction with its key's row, or
+// returns idem.Duplicate for a key processed before. Ack the message exactly
+// when err is nil.
 func (w *RecordReadingIdem) Handle(ctx context.Context, msg Reading) (idem.Outcome, error) {
 	_, outcome, err := w.Inbox.Handle(ctx, msg)
 	return outcome, err
@@ -78,6 +58,7 @@ var idemRecordReadingTable = idemimpl.Table[Reading]{
 	Key:       idemRecordReadingKey,
 	Retain:    336 * time.Hour,
 	Partition: idemimpl.Day,
+	Migration: "migrations/00002_idem_telemetry_reading.sql",
 }
 
 // idemRecordReadingKey returns the key parts of msg in column order: ReadingID,

@@ -10,34 +10,21 @@ import (
 	"github.com/stripe/stripe-go/v82"
 )
 
-// This is a compile-time assertion that this file was generated for the runtime
-// contract of the idem packages it is built with (idemimpl). If it fails to
-// compile, the idemgen that wrote this file and the idem package in go.mod are
-// of different versions: regenerate it with the idemgen of idem's version (go
-// generate ./... with go run github.com/idemgen/idemgen/cmd/idemgen or go tool
-// idemgen, which build the version go.mod requires).
-const _ = idemimpl.SupportPackageIsVersion3
+// This compile-time assertion fails when the idem in go.mod is of another
+// version than the idemgen that wrote this file: regenerate it with go.mod's
+// (go generate ./... running go run github.com/idemgen/idemgen/cmd/idemgen).
+const _ = idemimpl.SupportPackageIsVersion4
 
-// RecordEventIdem delivers Event messages to (*Service).RecordEvent at most
-// once per key (ID) for the consumer "webhooks.stripe-event": the handler's
-// writes commit together with the key's row in the inbox table
-// idem_webhooks_stripe_event, and a redelivered message gets the stored result
-// back without running the handler again. Build it with NewRecordEventIdem.
-//
-// Its methods are those of the idemimpl.Inbox it embeds: Handle and Deliver
-// (idem.Handler), HandleBatch and DeliverBatch (idem.BatchHandler; the keys of
-// a batch claimed in one statement, in one transaction per batch), Purge (rows
-// older than the retention of 720h (30 days)) and Maintenance (idem.Maintained,
-// for an idem.Janitor). Ack a message exactly when its error is nil.
+// RecordEventIdem runs (*Service).RecordEvent at most once per key (ID) for the
+// consumer "webhooks.stripe-event", recorded in idem_webhooks_stripe_event. It
+// embeds idemimpl.Inbox; call Check at start-up.
 type RecordEventIdem struct {
 	*idemimpl.Inbox[stripe.Event, EventReceipt]
 }
 
-// NewRecordEventIdem returns the idempotent wrapper of (*Service).RecordEvent.
-// db must reach the database that holds idem_webhooks_stripe_event and the
-// handler's own tables; opts choose the isolation level (idem.WithIsolation)
-// and how long a concurrent delivery of the same key waits
-// (idem.WithClaimWait).
+// NewRecordEventIdem returns the wrapper of (*Service).RecordEvent. db must
+// reach the database that holds idem_webhooks_stripe_event and the handler's
+// own tables.
 func NewRecordEventIdem(db idem.DB, s *Service, opts ...idem.Option) *RecordEventIdem {
 	return &RecordEventIdem{idemimpl.NewInbox(db, idemRecordEventTable, s.RecordEvent, opts...)}
 }
@@ -50,11 +37,12 @@ var (
 
 // idemRecordEventTable is the inbox of the consumer "webhooks.stripe-event".
 var idemRecordEventTable = idemimpl.Table[stripe.Event]{
-	Consumer: "webhooks.stripe-event",
-	Name:     "idem_webhooks_stripe_event",
-	Columns:  []idemimpl.Column{{Field: "ID", Name: "key_id", Type: "text"}},
-	Key:      idemRecordEventKey,
-	Retain:   720 * time.Hour,
+	Consumer:  "webhooks.stripe-event",
+	Name:      "idem_webhooks_stripe_event",
+	Columns:   []idemimpl.Column{{Field: "ID", Name: "key_id", Type: "text"}},
+	Key:       idemRecordEventKey,
+	Retain:    720 * time.Hour,
+	Migration: "migrations/00003_idem_webhooks_stripe_event.sql",
 }
 
 // idemRecordEventKey returns the key parts of msg in column order: ID.
@@ -65,27 +53,16 @@ func idemRecordEventKey(msg stripe.Event) ([]any, error) {
 	return []any{msg.ID}, nil
 }
 
-// CreateRefundIdem delivers idem.Request[RefundParams] messages to
-// (*Service).CreateRefund at most once per key (Client, Key) for the consumer
-// "webhooks.refund": the handler's writes commit together with the key's row in
-// the inbox table idem_webhooks_refund, and a redelivered message gets the
-// stored result back without running the handler again. Build it with
-// NewCreateRefundIdem.
-//
-// Its methods are those of the idemimpl.Inbox it embeds: Handle and Deliver
-// (idem.Handler), HandleBatch and DeliverBatch (idem.BatchHandler; the keys of
-// a batch claimed in one statement, in one transaction per batch), Purge (rows
-// older than the retention of 720h (30 days)) and Maintenance (idem.Maintained,
-// for an idem.Janitor). Ack a message exactly when its error is nil.
+// CreateRefundIdem runs (*Service).CreateRefund at most once per key (Client,
+// Key) for the consumer "webhooks.refund", recorded in idem_webhooks_refund. It
+// embeds idemimpl.Inbox; call Check at start-up.
 type CreateRefundIdem struct {
 	*idemimpl.Inbox[idem.Request[RefundParams], Refund]
 }
 
-// NewCreateRefundIdem returns the idempotent wrapper of
-// (*Service).CreateRefund. db must reach the database that holds
-// idem_webhooks_refund and the handler's own tables; opts choose the isolation
-// level (idem.WithIsolation) and how long a concurrent delivery of the same key
-// waits (idem.WithClaimWait).
+// NewCreateRefundIdem returns the wrapper of (*Service).CreateRefund. db must
+// reach the database that holds idem_webhooks_refund and the handler's own
+// tables.
 func NewCreateRefundIdem(db idem.DB, s *Service, opts ...idem.Option) *CreateRefundIdem {
 	return &CreateRefundIdem{idemimpl.NewInbox(db, idemCreateRefundTable, s.CreateRefund, opts...)}
 }
@@ -104,8 +81,9 @@ var idemCreateRefundTable = idemimpl.Table[idem.Request[RefundParams]]{
 		{Field: "Client", Name: "key_client", Type: "text"},
 		{Field: "Key", Name: "key_key", Type: "text"},
 	},
-	Key:    idemCreateRefundKey,
-	Retain: 720 * time.Hour,
+	Key:       idemCreateRefundKey,
+	Retain:    720 * time.Hour,
+	Migration: "migrations/00002_idem_webhooks_refund.sql",
 }
 
 // idemCreateRefundKey returns the key parts of msg in column order: Client,

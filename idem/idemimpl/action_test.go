@@ -45,6 +45,7 @@ var sentinels = []sentinel{
 	{"ErrUndecodablePayload", idem.ErrUndecodablePayload, idem.DeadLetter},
 	{"ErrRetryable", idem.ErrRetryable, idem.Retry},
 	{"ErrClaimLost", idem.ErrClaimLost, idem.Retry},
+	{"ErrNotMigrated", idem.ErrNotMigrated, idem.Retry},
 }
 
 // actionInbox builds errors exactly as Handle does, through fail and

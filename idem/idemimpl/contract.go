@@ -1,12 +1,13 @@
 package idemimpl
 
-// SupportPackageIsVersion3 names the contract between the idem runtime and
+// SupportPackageIsVersion4 names the contract between the idem runtime and
 // the code idemgen generates for it: the names, signatures and meaning of what
 // a generated wrapper calls, embeds and declares ([Table] and [Column], from
 // which the runtime builds the inbox's statements, [NewInbox],
 // [NewPublishingInbox], [NewSetInbox], [NewPublishingSetInbox], [Inbox] and
-// its methods, [NoResult], [NoResultPublishing], [NoResultSet],
-// [NoResultPublishingSet], [InvalidKey], [CheckString], [CheckUUID], [CheckInt];
+// its methods (Check among them), [NoResult], [NoResultPublishing],
+// [NoResultSet], [NoResultPublishingSet], [InvalidKey], [CheckString],
+// [CheckUUID], [CheckInt];
 // for mode=external [ExternalTable], [NewExternalInbox], [ExternalInbox] and
 // its methods, [NoResultExternal]; for mode=entity [EntityTable],
 // [NewEntityInbox], [NewPublishingEntityInbox], [EntityInbox],
@@ -18,7 +19,7 @@ package idemimpl
 //
 // Every generated idem_gen.go references it in a line of its own,
 //
-//	const _ = idemimpl.SupportPackageIsVersion3
+//	const _ = idemimpl.SupportPackageIsVersion4
 //
 // as generated gRPC code references grpc.SupportPackageIsVersionN: code
 // generated for another contract than the one of the runtime it is built with
@@ -51,4 +52,12 @@ package idemimpl
 // NoResultSet and NoResultPublishingSet (set-based batch handlers). Such code
 // needs no regeneration; code that uses them fails to compile, on the name,
 // against a runtime without them.
-const SupportPackageIsVersion3 = true
+//
+// Version 4: the table declarations name the migrations that create what
+// the consumer needs (Table.Migration and Table.OutboxMigration,
+// ExternalTable.Migration, EntityTable.Migration and
+// EntityTable.OutboxMigration), which the wrappers' Check names when it
+// finds a table, key column or unique constraint missing; the generated
+// doc comments leave what every wrapper does to this package and
+// docs/generated.md.
+const SupportPackageIsVersion4 = true

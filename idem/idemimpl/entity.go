@@ -54,6 +54,13 @@ type EntityTable[M any] struct {
 	// Key returns the key parts of msg in column order, or an error
 	// wrapping ErrInvalidKey.
 	Key func(msg M) ([]any, error)
+	// Migration is idemgen's migration that adds FingerprintColumn to the
+	// table. OutboxMigration is the first of the outbox chain beside it,
+	// for a publishing handler. Both are paths relative to the package's
+	// directory, "" when unknown. Check names them when what they create is
+	// missing.
+	Migration       string
+	OutboxMigration string
 }
 
 // EntityInbox runs a mode=entity handler: BEGIN and the fingerprint

@@ -50,6 +50,10 @@ type ExternalTable[M any] struct {
 	// Lease is how long a claim holds without a heartbeat (lease=);
 	// [idem.WithLease] overrides it, and 0 means DefaultLease.
 	Lease time.Duration
+	// Migration is the migration that creates the table, relative to the
+	// package's directory, which Check names when the table is missing or
+	// differs ("" when unknown).
+	Migration string
 }
 
 // ExternalInbox runs a handler whose effect is outside the database (a

@@ -15,8 +15,7 @@ func (in *Inbox[M, R]) Maintenance() idem.Maintenance {
 	}
 	if in.table.Partition != "" {
 		p := in.partitions()
-		*link.MaintenanceTables(&m) = link.Tables{DB: in.db, Partitions: &p,
-			Probe: "SELECT FROM " + in.table.Name + " LIMIT 0"}
+		*link.MaintenanceTables(&m) = link.Tables{DB: in.db, Partitions: &p}
 		return m
 	}
 	*link.MaintenanceTables(&m) = link.Tables{DB: in.db, Purge: in.sql.purge}

@@ -60,6 +60,13 @@ type Table[M any] struct {
 	// guard.
 	Versions   string
 	EntityType string
+
+	// Migration is the migration that creates the table. OutboxMigration
+	// is the first of the outbox chain beside it, for a publishing inbox.
+	// Both are paths relative to the package's directory, "" when unknown.
+	// Check names them when what they create is missing or differs.
+	Migration       string
+	OutboxMigration string
 }
 
 // Bucket is the width of the partitions of a partitioned inbox

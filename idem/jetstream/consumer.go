@@ -89,8 +89,9 @@ func Consume[M any](ctx context.Context, js jetstream.JetStream, top Topology, h
 // acked (when it committed) or left for the server to deliver again. When a
 // pull fails (the stream or the consumer missing, the server unreachable for
 // long) it pulls again with backoff. It returns an error for a configuration
-// that can never work, for a handler whose table or one of its columns is
-// missing (checked before it pulls: nothing is consumed), and when the NATS
+// that can never work, for a handler whose Check finds its tables missing or
+// different (idem.ErrNotMigrated, checked before it pulls: nothing is
+// consumed), and when the NATS
 // connection is closed for good.
 func (c *Consumer[M]) Run(ctx context.Context) error {
 	if c.err != nil {

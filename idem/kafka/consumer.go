@@ -94,8 +94,9 @@ func Consume[M any](ctx context.Context, brokers []string, group string, topics 
 // records whose transactions committed are committed, nothing else, and the
 // client leaves the group. franz-go reconnects to the brokers itself; Run
 // returns an error at once only for a configuration that can never work and
-// for a handler whose table or one of its columns is missing (checked
-// before it joins the group: nothing is consumed).
+// for a handler whose Check finds its tables missing or different
+// (idem.ErrNotMigrated, checked before it joins the group: nothing is
+// consumed).
 func (c *Consumer[M]) Run(ctx context.Context) error {
 	if c.err != nil {
 		return c.err

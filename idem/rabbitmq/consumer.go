@@ -84,8 +84,8 @@ func Consume[M any](ctx context.Context, url string, top Topology, h idem.Handle
 // every delivery in hand was acked (when it committed) or left to return to
 // the queue. It returns an error at once only for a configuration that can
 // never work (no queue, a URL that does not parse, an invalid option) and
-// for a handler whose table or one of its columns is missing (checked before
-// it connects: nothing is consumed).
+// for a handler whose Check finds its tables missing or different
+// (idem.ErrNotMigrated, checked before it connects: nothing is consumed).
 func (c *Consumer[M]) Run(ctx context.Context) error {
 	if c.err != nil {
 		return c.err

@@ -167,11 +167,6 @@ func (r runner) run(dir string, args []string, stdout, stderr io.Writer) int {
 		}
 		return ExitOK
 	case "check":
-		for _, pkg := range prog.Packages {
-			if pkg.Unread {
-				diags.Errorf(diag.Pos{}, "package %s has the errors above: its generated files were not compared", pkg.Path)
-			}
-		}
 		return check(dir, set, diags, stdout, stderr)
 	default:
 		return write(dir, set, diags, *verbose, stderr)
@@ -474,8 +469,17 @@ func idemPackage() string {
 	return idem
 }
 
+// check compares what generate would write with the disk. Generate refuses
+// to write anything when diags hold an error. Such errors are refused key or
+// mode changes, edited migrations, consumers moved or removed, packages that
+// do not compile. Then check prints the refusal as generate does and exits
+// 1. It prints no diff and no advice to run go generate, which would refuse.
 func check(dir string, set *output.Set, diags *diag.List, stdout, stderr io.Writer) int {
 	diags.Print(stderr, dir)
+	if diags.HasErrors() {
+		fmt.Fprintln(stderr, refusal)
+		return ExitFail
+	}
 	changes, err := set.Changes()
 	if err != nil {
 		fmt.Fprintln(stderr, "idemgen:", err)
@@ -486,11 +490,11 @@ func check(dir string, set *output.Set, diags *diag.List, stdout, stderr io.Writ
 		fmt.Fprintf(stderr, "idemgen: %d generated file(s) out of date; run go generate (or idemgen) and commit the result\n", len(changes))
 		return ExitFail
 	}
-	if diags.HasErrors() {
-		return ExitFail
-	}
 	return ExitOK
 }
+
+// refusal ends check's output when generate would refuse.
+const refusal = "idemgen: go generate refuses to write anything until the errors above are fixed; nothing was compared"
 
 // splitList splits a comma-separated flag value; "" is none.
 func splitList(s string) []string {

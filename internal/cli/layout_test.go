@@ -42,7 +42,8 @@ func Handle(ctx context.Context, tx pgx.Tx, msg Msg) error { return nil }
 // package as go generate does, idemgen run from the module root gives each
 // package that layout: check ./... passes, generate ./... writes nothing,
 // check ./... reports a stale package with its diff, and a run that would
-// write a recorded consumer into a second folder is an error naming both.
+// write a recorded consumer into a second folder is an error naming both,
+// which check prints as generate does.
 func TestLayoutFromModuleRoot(t *testing.T) {
 	root := t.TempDir()
 	t.Setenv("GOFLAGS", "-mod=mod") // as the golden tests: see testmodule.Write
@@ -114,6 +115,8 @@ func TestLayoutFromModuleRoot(t *testing.T) {
 		if code != ExitFail || !strings.Contains(stderr, want) || !strings.Contains(stderr, "idemgen: nothing was written") {
 			t.Errorf("exit %d, stderr:\n%s\nwant it to contain:\n%s", code, stderr, want)
 		}
+		code, stdout, checkErr := runIn(".", "check", "-migrations", "orders/migrations", "./orders")
+		wantCheckRefusal(t, code, stdout, checkErr, stderr)
 		// A package whose go:generate line was lost gets the default
 		// folder, which is refused the same way.
 		write("shipping/shipping.go", strings.Replace(layoutPackage("shipping", "shop.ship", "ID"), sharedFolderLine+"\n", "", 1))
@@ -122,6 +125,8 @@ func TestLayoutFromModuleRoot(t *testing.T) {
 		if code != ExitFail || !strings.Contains(stderr, want) {
 			t.Errorf("exit %d, stderr:\n%s\nwant it to contain:\n%s", code, stderr, want)
 		}
+		code, stdout, checkErr = runIn(".", "check", "./...")
+		wantCheckRefusal(t, code, stdout, checkErr, stderr)
 		for _, dir := range []string{"orders/migrations", "shipping/migrations"} {
 			if _, err := os.Stat(filepath.Join(root, dir)); err == nil {
 				t.Errorf("%s was written", dir)

@@ -52,10 +52,26 @@ var (
 // must not be written (it is still complete enough to diff).
 func Generate(prog model.Program, dirs []migrate.Dir, opts Options) (*output.Set, *diag.List) {
 	set, diags := output.NewSet(), &diag.List{}
+	src := opts.Outbox
+	if src == nil {
+		src = migrations.FS
+	}
+	outbox, err := migrate.NewOutboxKind(src)
+	if err != nil {
+		diags.Errorf(diag.Pos{}, "%v", err)
+		return set, diags
+	}
+	chains := map[string]map[migrate.ChainID][]string{}
+	for _, dir := range dirs {
+		checkEntityTables(prog, dir, diags)
+		chains[dir.Path] = dir.Plan(request(prog, dir.Path, outbox, opts), set, diags)
+	}
+
 	for _, pkg := range prog.Packages {
 		if pkg.Unread {
 			continue
 		}
+		pkg = withMigrations(pkg, chains)
 		emitters := []struct {
 			name string
 			emit func(model.Package) ([]byte, error)
@@ -79,21 +95,41 @@ func Generate(prog model.Program, dirs []migrate.Dir, opts Options) (*output.Set
 			set.Files[path] = src
 		}
 	}
-
-	src := opts.Outbox
-	if src == nil {
-		src = migrations.FS
-	}
-	outbox, err := migrate.NewOutboxKind(src)
-	if err != nil {
-		diags.Errorf(diag.Pos{}, "%v", err)
-		return set, diags
-	}
-	for _, dir := range dirs {
-		checkEntityTables(prog, dir, diags)
-		dir.Plan(request(prog, dir.Path, outbox, opts), set, diags)
-	}
 	return set, diags
+}
+
+// withMigrations returns pkg with the Migration and OutboxMigration of its
+// handlers filled from the planned chains of their folders. chains maps a
+// folder to its chains' files, oldest first.
+func withMigrations(pkg model.Package, chains map[string]map[migrate.ChainID][]string) model.Package {
+	pkg.Handlers = slices.Clone(pkg.Handlers)
+	for i, h := range pkg.Handlers {
+		first := func(id migrate.ChainID) string {
+			files := chains[h.MigrationsDir][id]
+			if len(files) == 0 {
+				return ""
+			}
+			rel, err := filepath.Rel(pkg.Dir, filepath.Join(h.MigrationsDir, files[0]))
+			if err != nil {
+				return ""
+			}
+			return filepath.ToSlash(rel)
+		}
+		switch {
+		case h.Natural():
+		case h.EntityMode():
+			h.Migration = first(migrate.ChainID{Kind: entities.Name(), Name: h.Consumer})
+		case h.External():
+			h.Migration = first(migrate.ChainID{Kind: externals.Name(), Name: h.Consumer})
+		default:
+			h.Migration = first(migrate.ChainID{Kind: inboxes.Name(), Name: h.Consumer})
+		}
+		if h.Outbox {
+			h.OutboxMigration = first(migrate.ChainID{Kind: migrate.OutboxKind{}.Name(), Name: migrate.OutboxChain})
+		}
+		pkg.Handlers[i] = h
+	}
+	return pkg
 }
 
 // request is what prog wants of the migrations folder at path: an inbox

@@ -78,13 +78,31 @@ type Result struct {
 // of the folder, in the order of Kinds and then of chain names, so that a
 // re-run picks the same ones. The checksum file records every migration, so
 // that edits, deletions and two branches taking one version are caught.
-func (d Dir) Plan(req Request, set *output.Set, diags *diag.List) {
+//
+// Plan returns the file names of each chain of the folder as the set leaves
+// it, new migrations included, oldest first. The first one creates what the
+// chain's handlers need: the generated wrappers name it.
+func (d Dir) Plan(req Request, set *output.Set, diags *diag.List) map[ChainID][]string {
 	p := planner{dir: d, req: req, set: set, diags: diags,
 		reported: map[string]bool{}, content: map[string][]byte{}, chainOf: map[string]ChainID{}, kinds: map[string]Kind{}}
 	for _, k := range req.Kinds {
 		p.kinds[k.Name()] = k
 	}
 	p.plan()
+	return p.chainFiles()
+}
+
+// chainFiles returns the file names of each chain, in version order (the
+// names start with the version, in at least five digits).
+func (p *planner) chainFiles() map[ChainID][]string {
+	files := map[ChainID][]string{}
+	for name, id := range p.chainOf {
+		files[id] = append(files[id], name)
+	}
+	for _, names := range files {
+		slices.SortFunc(names, func(a, b string) int { return cmp.Or(cmp.Compare(Version(a), Version(b)), cmp.Compare(a, b)) })
+	}
+	return files
 }
 
 // planner plans one folder.

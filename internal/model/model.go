@@ -115,6 +115,16 @@ type Handler struct {
 	NullsNotDistinct bool
 	// MigrationsDir is the absolute folder of the handler's migration.
 	MigrationsDir string
+	// Migration is the migration of MigrationsDir that creates the
+	// handler's table; for mode=entity, the one that adds the fingerprint
+	// column to it. OutboxMigration is the first migration of the outbox
+	// chain there, for a handler that publishes. Both are paths relative to
+	// the package's directory, with slashes
+	// ("migrations/00004_idem_billing_charge.sql"). The wrapper's Check
+	// tells to apply them. The generate package fills them once it has
+	// planned the folders; they are "" when there is none.
+	Migration       string
+	OutboxMigration string
 
 	// Fixture is the function of the package's tests named by fixture=, which
 	// supplies the generated tests' receiver and message; empty for none.

@@ -130,19 +130,24 @@ type Recorder struct {
 	list []Delivery
 }
 
-// maintained is a recording handler whose handler has a table: the
-// consumer checks it when it starts, as it checks a generated wrapper's.
-type maintained struct {
+// checked is a recording handler whose handler has tables: the consumer
+// checks them when it starts (Check), as it checks a generated wrapper's.
+type checked struct {
 	idem.HandlerFunc[idem.Message[Order]]
-	idem.Maintained
+	checker
+}
+
+// checker is the Check of the runtime's inboxes and the generated wrappers.
+type checker interface {
+	Check(ctx context.Context) error
 }
 
 // Wrap returns h recording its deliveries; after, when not nil, runs after
-// each one. When h is an idem.Maintained, so is what Wrap returns.
+// each one. When h has a Check, so has what Wrap returns.
 func (r *Recorder) Wrap(h idem.Handler[idem.Message[Order]], after func(msg idem.Message[Order], o idem.Outcome, err error)) idem.Handler[idem.Message[Order]] {
 	f := r.wrap(h, after)
-	if m, ok := h.(idem.Maintained); ok {
-		return maintained{f, m}
+	if c, ok := h.(checker); ok {
+		return checked{f, c}
 	}
 	return f
 }

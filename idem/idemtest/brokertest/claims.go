@@ -17,9 +17,7 @@ import (
 	"testing/fstest"
 	"time"
 
-	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemgen/idemgen/idem"
@@ -300,13 +298,19 @@ func SlowCopies(t *testing.T, a ClaimAdapter, cons ClaimConsumer) {
 	}
 }
 
+// MissingTableMigration is the migration the inbox of MissingTable names as
+// the one that creates its table.
+const MissingTableMigration = "migrations/00100_idem_test_missing.sql"
+
 // MissingTable: a consumer whose handler's table is missing (a worker
-// started against a database without its migrations) returns the error
-// from Run within a second, SQLSTATE 42P01, having taken nothing: the
-// message waits where it was, nothing dead-lettered or acked, no attempt
-// counted.
+// started against a database without its migrations) stops at once. Run
+// returns the error of the handler's Check within a second:
+// idem.ErrNotMigrated, naming the table and the migration to apply. The
+// consumer has taken nothing: the message waits where it was, nothing
+// dead-lettered or acked, no attempt counted.
 func MissingTable(t *testing.T, a ClaimAdapter, cons ClaimConsumer) {
 	charges := NewCharges("test.claims.missing", "idem_test_missing")
+	charges.Table.Migration = MissingTableMigration
 	db := idemtest.New(t, fstest.MapFS{"00101_charge.sql": {Data: []byte(chargeMigration)}}) // no inbox migration
 	a.Publish(t, "missing-1", 0, mustJSON(t, Order{OrderID: "missing-1", Amount: 1}))
 	rec := &Recorder{}
@@ -321,9 +325,9 @@ func MissingTable(t *testing.T, a ClaimAdapter, cons ClaimConsumer) {
 	pending, dead := a.Pending(t), a.DeadLetters(t)
 	t.Logf("a consumer without its table: Run returned in %v: %v; deliveries %d, dead-lettered %d, still waiting %d",
 		took.Round(time.Millisecond), err, len(rec.Snapshot()), dead, pending)
-	var pgErr *pgconn.PgError
-	if err == nil || !errors.As(err, &pgErr) || pgErr.Code != pgerrcode.UndefinedTable {
-		t.Errorf("Run = %v; want the missing table's error (42P01)", err)
+	want := "table idem_test_missing does not exist: apply " + MissingTableMigration
+	if !errors.Is(err, idem.ErrNotMigrated) || !strings.Contains(fmt.Sprint(err), want) {
+		t.Errorf("Run = %v; want idem.ErrNotMigrated saying %q", err, want)
 	}
 	if took > time.Second || len(rec.Snapshot()) != 0 || dead != 0 || pending != 1 {
 		t.Errorf("Run took %v, %d deliveries, %d dead-lettered, %d waiting; want under 1s, none, none, the message where it was", took, len(rec.Snapshot()), dead, pending)

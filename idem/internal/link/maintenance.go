@@ -15,9 +15,8 @@ type Tables struct {
 	Sweep string // mode=external: the table's sweep, $1 the batch size
 	// Partitions is the table of a partitioned inbox, whose partitions the
 	// janitor keeps (partition.Maintain) instead of running a Purge; nil
-	// for the others. Probe is then what Maintenance.Check prepares.
+	// for the others.
 	Partitions *partition.Table
-	Probe      string
 }
 
 // MaintenanceTables returns the Tables of m, an *idem.Maintenance.

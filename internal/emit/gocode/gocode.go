@@ -26,17 +26,15 @@ const (
 
 // RuntimeContract is the constant of the idemimpl package that names the
 // runtime contract the emitted code is written for (see
-// idemimpl.SupportPackageIsVersion3): bump it together with the runtime's.
-const RuntimeContract = "SupportPackageIsVersion3"
+// idemimpl.SupportPackageIsVersion4): bump it together with the runtime's.
+const RuntimeContract = "SupportPackageIsVersion4"
 
 // Contract writes the line that makes code generated for another runtime
 // contract than idem's fail to compile, with what to do about it right
 // above, where the compiler's error points.
 func Contract(f *jen.File) {
-	f.Comment(Doc("This is a compile-time assertion that this file was generated for the runtime contract of the idem packages it is built with (idemimpl). " +
-		"If it fails to compile, the idemgen that wrote this file and the idem package in go.mod are of different versions: " +
-		"regenerate it with the idemgen of idem's version (go generate ./... with go run github.com/idemgen/idemgen/cmd/idemgen or go tool idemgen, " +
-		"which build the version go.mod requires)."))
+	f.Comment(Doc("This compile-time assertion fails when the idem in go.mod is of another version than the idemgen that wrote this file: " +
+		"regenerate it with go.mod's (go generate ./... running go run github.com/idemgen/idemgen/cmd/idemgen)."))
 	f.Const().Id("_").Op("=").Qual(ImplPkg, RuntimeContract)
 }
 
@@ -220,6 +218,23 @@ func ReceiverName(typeName string) string {
 		return "recv"
 	}
 	return r
+}
+
+// MaxDocLines is the most lines a generated declaration's doc comment
+// takes: what a declaration does in general is the runtime's documentation,
+// and what is left is what is particular to one handler.
+const MaxDocLines = 3
+
+// ShortDoc is Doc of the first of texts that fits in MaxDocLines lines, or
+// of the last one when none does: texts go from the fullest to the
+// shortest, so that long names drop details rather than add lines.
+func ShortDoc(texts ...string) string {
+	for _, text := range texts {
+		if doc := Doc(text); strings.Count(doc, "\n") < MaxDocLines {
+			return doc
+		}
+	}
+	return Doc(texts[len(texts)-1])
 }
 
 // Doc wraps text into // comment lines of at most 80 columns.

@@ -56,7 +56,7 @@ func (e emitter) handle(f *jen.File, embedded, doc string, more ...jen.Code) {
 		recv := jen.Id("w").Op("*").Id(n.Wrapper)
 		params := []jen.Code{jen.Id("ctx").Qual("context", "Context"), jen.Id("msg").Add(gocode.Type(h.Msg))}
 		results := []jen.Code{jen.Qual(gocode.IdemPkg, "Outcome"), jen.Error()}
-		f.Comment(gocode.Doc(doc))
+		f.Comment(gocode.ShortDoc(doc, "Handle delivers msg. Ack the message exactly when err is nil."))
 		sig := func(multi bool) *jen.Statement {
 			return jen.Func().Params(recv).Id("Handle").Params(gocode.Items(multi, params...)...).Params(results...)
 		}
@@ -75,15 +75,6 @@ func (e emitter) handle(f *jen.File, embedded, doc string, more ...jen.Code) {
 	f.Line()
 }
 
-// handleNote is what the wrapper's doc says of its Handle: nothing for a
-// handler with a result, whose Handle is the embedded type's.
-func (e emitter) handleNote() string {
-	if e.H.Result != nil {
-		return ""
-	}
-	return " (Handle, written out below, returns only the outcome and the error, the handler having no result)"
-}
-
 func (e emitter) resultType() jen.Code {
 	if e.H.Result != nil {
 		return gocode.Type(*e.H.Result)
@@ -95,21 +86,11 @@ func (e emitter) resultType() jen.Code {
 // idemimpl.EntityInbox.
 func (e emitter) entityWrapper(f *jen.File) {
 	h, n, ent := e.H, e.N, e.H.Entity
-	constraint := "the unique constraint over (" + strings.Join(ent.Columns, ", ") + ")"
-	if ent.Constraint != "" {
-		constraint = "the constraint " + ent.Constraint
+	var extra []string
+	if h.Outbox {
+		extra = append(extra, "publishing through idem_outbox")
 	}
-	f.Comment(gocode.Doc(fmt.Sprintf(
-		"%s delivers %s messages to %s at most once per key (%s) for the consumer %q, whose marker is the row the handler inserts (mode=entity): "+
-			"it begins the transaction with the message's fingerprint in the setting %s, which the default of %s.%s records in the handler's own INSERT, "+
-			"and a unique violation of %s of %s means the key was processed before. There is no inbox table: "+
-			"a deleted or re-keyed row of %s forgets its message. Build it with %s.",
-		n.Wrapper, gocode.MessageName(h, e.Pkg.Path), gocode.HandlerName(h), gocode.KeyPaths(h), h.Consumer,
-		inboxsql.FingerprintSetting, ent.Table, inboxsql.FingerprintColumn, constraint, ent.Table, ent.Table, n.Constructor)))
-	f.Comment("//")
-	f.Comment(gocode.Doc(fmt.Sprintf(
-		"Its methods are those of the idemimpl.EntityInbox it embeds%s: Handle and Deliver (idem.Handler). "+
-			"Ack a message exactly when its error is nil.", e.handleNote())))
+	f.Comment(e.wrapperDoc("marked by its row in "+ent.Table, "EntityInbox", extra...))
 	f.Type().Id(n.Wrapper).Struct(
 		jen.Op("*").Qual(gocode.ImplPkg, "EntityInbox").Types(gocode.Type(h.Msg), e.resultType()),
 	)
@@ -117,11 +98,9 @@ func (e emitter) entityWrapper(f *jen.File) {
 
 	holds := ent.Table
 	if h.Outbox {
-		holds += " and idem_outbox"
+		holds += ", idem_outbox"
 	}
-	f.Comment(gocode.Doc(fmt.Sprintf(
-		"%s returns the idempotent wrapper of %s. db must reach the database that holds %s; "+
-			"opts choose the isolation level (idem.WithIsolation).", n.Constructor, gocode.HandlerName(h), holds)))
+	f.Comment(e.constructorDoc(holds))
 	params, handler := e.handlerRef()
 	newInbox, noResult := "NewEntityInbox", "NoResult"
 	if h.Outbox {
@@ -147,17 +126,11 @@ func (e emitter) entityWrapper(f *jen.File) {
 	}
 	e.constructor(f, params, newInbox, jen.Id("db"), jen.Id(n.TableVar), handler, result)
 
-	duplicate := "idem.Duplicate"
-	if h.Result != nil {
-		duplicate = fmt.Sprintf("idem.Duplicate with the result %s reads back", ent.Result)
-	}
 	e.handle(f, "EntityInbox", fmt.Sprintf(
-		"Handle runs %s for msg in a transaction begun with the fingerprint of msg and commits it once the row of its key is in %s with that fingerprint. "+
-			"When the handler's insert violates %s, the row's fingerprint decides, read after the rollback: the same message is %s, "+
-			"another one with the key idem.ErrKeyReused. Any other error, another unique violation included, is the handler's; nothing was committed. "+
-			"Ack the message exactly when err is nil.", h.Func, ent.Table, constraint, duplicate))
+		"Handle runs %s for msg, or returns idem.Duplicate when its insert collides with the row of a key processed before. "+
+			"Ack the message exactly when err is nil.", h.Func))
 
-	f.Comment(gocode.Doc(fmt.Sprintf("%s is the business table of the consumer %q (mode=entity), whose rows are its markers.", n.TableVar, h.Consumer)))
+	f.Comment(gocode.ShortDoc(fmt.Sprintf("%s is the business table of the consumer %q (mode=entity), whose rows are its markers.", n.TableVar, h.Consumer)))
 	pairs := []any{
 		"Consumer", jen.Lit(h.Consumer),
 		"Name", jen.Lit(inboxsql.TableName(ent.Table)),
@@ -167,6 +140,7 @@ func (e emitter) entityWrapper(f *jen.File) {
 		pairs = append(pairs, "Constraint", jen.Lit(ent.Constraint))
 	}
 	pairs = append(pairs, "Key", jen.Id(n.KeyFunc))
+	pairs = append(pairs, e.migrations()...)
 	f.Var().Id(n.TableVar).Op("=").Qual(gocode.ImplPkg, "EntityTable").Types(gocode.Type(h.Msg)).Values(fieldList(pairs...)...)
 	f.Line()
 	e.keyFunc(f)
@@ -184,23 +158,20 @@ func hopFields(hops []model.Hop) []string {
 // idemimpl.NaturalInbox.
 func (e emitter) naturalWrapper(f *jen.File) {
 	h, n := e.H, e.N
-	f.Comment(gocode.Doc(fmt.Sprintf(
-		"%s delivers %s messages to %s for the consumer %q, whose handler is idempotent by construction (mode=natural): "+
-			"nothing records a message, and every delivery, a redelivery included, runs the handler in a transaction of its own, "+
-			"retried on serialization failures and deadlocks. %s proves that running it again leaves its state as one run did. Build it with %s.",
-		n.Wrapper, gocode.MessageName(h, e.Pkg.Path), gocode.HandlerName(h), h.Consumer, n.Test, n.Constructor)))
-	f.Comment("//")
-	f.Comment(gocode.Doc(fmt.Sprintf(
-		"Its methods are those of the idemimpl.NaturalInbox it embeds%s: Handle and Deliver (idem.Handler). "+
-			"Ack a message exactly when its error is nil.", e.handleNote())))
+	tail := " It embeds idemimpl.NaturalInbox; call Check at start-up."
+	runs := fmt.Sprintf("%s runs %s for the consumer %q", n.Wrapper, gocode.HandlerName(h), h.Consumer)
+	f.Comment(gocode.ShortDoc(
+		runs+fmt.Sprintf(", idempotent by construction (mode=natural, proven by %s), recording nothing.", n.Test)+tail,
+		runs+", idempotent by construction (mode=natural)."+tail,
+		runs+" (mode=natural)."))
 	f.Type().Id(n.Wrapper).Struct(
 		jen.Op("*").Qual(gocode.ImplPkg, "NaturalInbox").Types(gocode.Type(h.Msg), e.resultType()),
 	)
 	f.Line()
 
-	f.Comment(gocode.Doc(fmt.Sprintf(
-		"%s returns the wrapper of %s. db must reach the database that holds the handler's tables; "+
-			"opts choose the isolation level (idem.WithIsolation).", n.Constructor, gocode.HandlerName(h))))
+	f.Comment(gocode.ShortDoc(
+		fmt.Sprintf("%s returns the wrapper of %s. db must reach the database that holds the handler's tables.", n.Constructor, gocode.HandlerName(h)),
+		fmt.Sprintf("%s returns the wrapper of %s.", n.Constructor, gocode.HandlerName(h))))
 	params, handler := e.handlerRef()
 	if h.Result == nil {
 		handler = jen.Qual(gocode.ImplPkg, "NoResult").Call(handler)
@@ -208,15 +179,14 @@ func (e emitter) naturalWrapper(f *jen.File) {
 	e.constructor(f, params, "NewNaturalInbox", jen.Id("db"), jen.Id(n.TableVar), handler)
 
 	e.handle(f, "NaturalInbox", fmt.Sprintf(
-		"Handle runs %s for msg in a transaction and commits it: always idem.Processed, since nothing tells a redelivery from a first delivery. "+
-			"A serialization failure or deadlock is retried (idemimpl.NaturalAttempts runs in all) and then returned as retryable. "+
+		"Handle runs %s for msg in a transaction, retried on serialization failures and deadlocks. "+
 			"Ack the message exactly when err is nil.", h.Func))
 
 	var fields []jen.Code
 	for _, k := range h.Key {
 		fields = append(fields, jen.Lit(k.Path))
 	}
-	f.Comment(gocode.Doc(fmt.Sprintf("%s describes the consumer %q (mode=natural): its key is only validated and named in errors.", n.TableVar, h.Consumer)))
+	f.Comment(gocode.ShortDoc(fmt.Sprintf("%s describes the consumer %q (mode=natural): its key is only validated and named in errors.", n.TableVar, h.Consumer)))
 	f.Var().Id(n.TableVar).Op("=").Qual(gocode.ImplPkg, "NaturalTable").Types(gocode.Type(h.Msg)).Values(fieldList(
 		"Consumer", jen.Lit(h.Consumer),
 		"KeyFields", e.Fit(len("\tKeyFields: "), func(multi bool) jen.Code { return jen.Index().String().Values(gocode.Items(multi, fields...)...) }),

@@ -48,56 +48,27 @@ func (e emitter) wrapper(f *jen.File) {
 		result = gocode.Type(*h.Result)
 	}
 
-	publishes := ""
+	var extra []string
 	if h.Outbox {
-		publishes = "The handler publishes through the outbox: the messages it gives to its *idem.Outbox are written to idem_outbox " +
-			"in the same commit, with ids derived from the consumer and the key, or not at all; a relay.Relay delivers them. "
-		if h.Set {
-			publishes = "The handler publishes through the outbox: what it gives to out.For(i) is written to idem_outbox " +
-				"in the same commit, with ids derived from the consumer and the key of msgs[i], or not at all; a relay.Relay delivers them. "
-		}
+		extra = append(extra, "publishing through idem_outbox")
 	}
-	batches := "the keys of a batch claimed in one statement, in one transaction per batch"
-	if h.Set {
-		batches = fmt.Sprintf("the keys of a batch claimed in one statement and %s called once with the messages whose keys were freshly claimed, "+
-			"in input order, in one transaction per batch; Handle is a batch of one", h.Func)
-	}
-	f.Comment(gocode.Doc(fmt.Sprintf(
-		"%s delivers %s messages to %s at most once per key (%s) for the consumer %q: "+
-			"the handler's writes commit together with the key's row in the inbox table %s, "+
-			"and a redelivered message gets the stored result back without running the handler again. "+
-			"%sBuild it with %s.",
-		n.Wrapper, gocode.MessageName(h, e.Pkg.Path), gocode.HandlerName(e.H), gocode.KeyPaths(e.H), h.Consumer, h.Table, publishes, n.Constructor)))
-	f.Comment("//")
-	purge := fmt.Sprintf("Purge (rows older than the retention of %s)", gocode.DurationText(h.Retain))
 	if p := h.Partition; p != nil {
-		f.Comment(gocode.Doc(fmt.Sprintf(
-			"The inbox is partitioned by the %s of the message's own time, %s: the bucket is part of the key, so every copy of a message lands in one partition. "+
-				"A message older than the retention (or whose bucket has no partition) gets idem.ErrOutsideWindow.",
-			p.Bucket, p.Time.Path)))
-		f.Comment("//")
-		purge = fmt.Sprintf("Purge (drops the partitions wholly past the retention of %s and creates those ahead)", gocode.DurationText(h.Retain))
+		extra = append(extra, fmt.Sprintf("partitioned by the %s of %s", p.Bucket, p.Time.Path))
 	}
-	f.Comment(gocode.Doc(fmt.Sprintf(
-		"Its methods are those of the idemimpl.Inbox it embeds%s: Handle and Deliver (idem.Handler), "+
-			"HandleBatch and DeliverBatch (idem.BatchHandler; %s), "+
-			"%s and Maintenance (idem.Maintained, for an idem.Janitor). "+
-			"Ack a message exactly when its error is nil.",
-		e.handleNote(), batches, purge)))
+	if h.Set {
+		extra = append(extra, "a batch in one call")
+	}
+	f.Comment(e.wrapperDoc("recorded in "+h.Table, "Inbox", extra...))
 	f.Type().Id(n.Wrapper).Struct(
 		jen.Op("*").Qual(gocode.ImplPkg, "Inbox").Types(msg, result),
 	)
 	f.Line()
 
-	holds, notify := h.Table, ""
+	holds := h.Table
 	if h.Outbox {
-		holds = h.Table + ", idem_outbox"
-		notify = ", and whether its commits NOTIFY the relays (idem.WithoutNotify)"
+		holds += ", idem_outbox"
 	}
-	f.Comment(gocode.Doc(fmt.Sprintf(
-		"%s returns the idempotent wrapper of %s. db must reach the database that holds %s and the handler's own tables; "+
-			"opts choose the isolation level (idem.WithIsolation) and how long a concurrent delivery of the same key waits (idem.WithClaimWait)%s.",
-		n.Constructor, gocode.HandlerName(e.H), holds, notify)))
+	f.Comment(e.constructorDoc(holds))
 	params, handler := e.handlerRef()
 	newInbox, noResult := "NewInbox", "NoResult"
 	if h.Outbox {
@@ -111,18 +82,9 @@ func (e emitter) wrapper(f *jen.File) {
 	}
 	e.constructor(f, params, newInbox, jen.Id("db"), jen.Id(n.TableVar), handler)
 
-	duplicate := "returns idem.Duplicate"
-	if h.Result != nil {
-		duplicate = "returns the stored result as idem.Duplicate"
-	}
-	runs := "runs " + h.Func + " for msg"
-	if h.Set {
-		runs = "runs " + h.Func + " with a batch of one, msg,"
-	}
 	e.handle(f, "Inbox", fmt.Sprintf(
-		"Handle %s in one transaction with the claim of its key, or, when the key was processed before, "+
-			"%s without running it. Ack the message exactly when err is nil.",
-		runs, duplicate),
+		"Handle runs %s for msg in one transaction with its key's row, or returns idem.Duplicate for a key processed before. "+
+			"Ack the message exactly when err is nil.", h.Func),
 		jen.Qual(gocode.IdemPkg, "BatchHandler").Types(gocode.Type(h.Msg)),
 		jen.Qual(gocode.IdemPkg, "Maintained"))
 
@@ -137,7 +99,7 @@ func (e emitter) wrapper(f *jen.File) {
 
 func (e emitter) table(f *jen.File) {
 	h, n := e.H, e.N
-	f.Comment(gocode.Doc(fmt.Sprintf("%s is the inbox of the consumer %q.", n.TableVar, h.Consumer)))
+	f.Comment(gocode.ShortDoc(fmt.Sprintf("%s is the inbox of the consumer %q.", n.TableVar, h.Consumer)))
 	pairs := []any{
 		"Consumer", jen.Lit(h.Consumer),
 		"Name", jen.Lit(inboxsql.TableName(h.Table)),
@@ -159,6 +121,7 @@ func (e emitter) table(f *jen.File) {
 	if h.Set {
 		pairs = append(pairs, "Handler", jen.Lit(gocode.HandlerName(h)))
 	}
+	pairs = append(pairs, e.migrations()...)
 	f.Var().Id(n.TableVar).Op("=").Qual(gocode.ImplPkg, "Table").Types(gocode.Type(h.Msg)).Values(fieldList(pairs...)...)
 }
 
@@ -227,7 +190,9 @@ func (e emitter) keyFunc(f *jen.File) {
 	if p := h.Partition; p != nil {
 		paths += fmt.Sprintf(", then its time %s, which the inbox replaces with the start of its %s (the bucket column)", p.Time.Path, p.Bucket)
 	}
-	f.Comment(gocode.Doc(fmt.Sprintf("%s returns the key parts of msg in column order%s: %s.", n.KeyFunc, nulls, paths)))
+	f.Comment(gocode.ShortDoc(
+		fmt.Sprintf("%s returns the key parts of msg in column order%s: %s.", n.KeyFunc, nulls, paths),
+		fmt.Sprintf("%s returns the key parts of msg in column order.", n.KeyFunc)))
 	f.Func().Id(n.KeyFunc).Params(jen.Id("msg").Add(gocode.Type(h.Msg))).Params(jen.Index().Any(), jen.Error()).Block(body...)
 }
 
@@ -241,7 +206,9 @@ func (e emitter) orderFunc(f *jen.File) {
 	version := x.part(g.Version, "version")
 	body := append(x.body, jen.Return(entity, version, jen.Nil()))
 
-	f.Comment(gocode.Doc(fmt.Sprintf("%s returns the entity (%s) and the version (%s) of msg for the stale-message guard.", n.OrderFunc, g.Entity.Path, g.Version.Path)))
+	f.Comment(gocode.ShortDoc(
+		fmt.Sprintf("%s returns the entity (%s) and the version (%s) of msg for the stale-message guard.", n.OrderFunc, g.Entity.Path, g.Version.Path),
+		fmt.Sprintf("%s returns the entity and the version of msg for the stale-message guard.", n.OrderFunc)))
 	f.Func().Id(n.OrderFunc).Params(jen.Id("msg").Add(gocode.Type(h.Msg))).Params(jen.Any(), jen.Int64(), jen.Error()).Block(body...)
 }
 
@@ -350,4 +317,55 @@ func convert(k model.KeyPart, value *jen.Statement) jen.Code {
 	default:
 		return jen.Id(k.GoValue).Parens(value)
 	}
+}
+
+// wrapperDoc is the doc comment of a wrapper that embeds idemimpl.<engine>:
+// what it does with the handler, how (in the words of the mode), the
+// details in extra, and that it has Check. The details, then how, then the
+// key's fields are left out, in that order, while the comment would be
+// longer than gocode.MaxDocLines lines: what every wrapper does is the
+// runtime's documentation (docs/generated.md).
+func (e emitter) wrapperDoc(how, engine string, extra ...string) string {
+	h, n := e.H, e.N
+	tail := fmt.Sprintf(" It embeds idemimpl.%s; call Check at start-up.", engine)
+	once := fmt.Sprintf("%s runs %s at most once per key", n.Wrapper, gocode.HandlerName(h))
+	var texts []string
+	for i := len(extra); i >= 0; i-- {
+		details := ""
+		if i > 0 {
+			details = ", " + strings.Join(extra[:i], ", ")
+		}
+		texts = append(texts, fmt.Sprintf("%s (%s) for the consumer %q, %s%s.", once, gocode.KeyPaths(h), h.Consumer, how, details)+tail)
+	}
+	texts = append(texts,
+		fmt.Sprintf("%s (%s) for the consumer %q.", once, gocode.KeyPaths(h), h.Consumer)+tail,
+		fmt.Sprintf("%s for the consumer %q.", once, h.Consumer)+tail,
+		fmt.Sprintf("%s for the consumer %q; call Check at start-up.", once, h.Consumer))
+	return gocode.ShortDoc(texts...)
+}
+
+// constructorDoc is the doc comment of the wrapper's constructor; holds
+// lists idemgen's tables for it. The handler's own tables are added, except
+// in mode=external, whose handler gets no transaction.
+func (e emitter) constructorDoc(holds string) string {
+	n, h := e.N, e.H
+	if !h.External() {
+		holds += " and the handler's own tables"
+	}
+	return gocode.ShortDoc(
+		fmt.Sprintf("%s returns the wrapper of %s. db must reach the database that holds %s.", n.Constructor, gocode.HandlerName(h), holds),
+		fmt.Sprintf("%s returns the wrapper of %s.", n.Constructor, gocode.HandlerName(h)))
+}
+
+// migrations are the fields of a table declaration that name the
+// migrations that create what the handler needs, for Check.
+func (e emitter) migrations() []any {
+	var pairs []any
+	if e.H.Migration != "" {
+		pairs = append(pairs, "Migration", jen.Lit(e.H.Migration))
+	}
+	if e.H.OutboxMigration != "" {
+		pairs = append(pairs, "OutboxMigration", jen.Lit(e.H.OutboxMigration))
+	}
+	return pairs
 }

@@ -406,6 +406,11 @@ func TestReservedNamesApply(t *testing.T) {
 			}, func(m reserved) (any, int64, error) { return m.Entity, m.Version, nil })
 			table.Retain = 0
 			inbox := idemimpl.NewInbox(db.Pool, table, func(context.Context, pgx.Tx, reserved) (string, error) { return "r", nil })
+			// Its Check finds the quoted columns, the partial indexes
+			// (their predicates quoted too) and the versions table.
+			if err := inbox.Check(ctx); err != nil {
+				t.Fatalf("Check: %v", err)
+			}
 			part, user := int64(1), "u"
 			for _, c := range []struct {
 				msg  reserved

@@ -52,6 +52,10 @@ func TestPartitionedNullableKeyParts(t *testing.T) {
 			if _, err := inbox.Purge(ctx); err != nil { // the partitions
 				t.Fatal(err)
 			}
+			// Check finds the bucket in the arbiter of each null pattern.
+			if err := inbox.Check(ctx); err != nil {
+				t.Fatalf("Check: %v", err)
+			}
 
 			now := time.Now().UTC()
 			today := stamped{Carrier: "dhl", Note: "x", At: now}

@@ -79,6 +79,13 @@ func run(ctx context.Context, dbURL, schema string, w io.Writer) (err error) {
 	open := billing.NewOpenAccountIdem(pool)
 	book := billing.NewBookPaymentIdem(pool, svc)
 	charge := billing.NewChargeIdem(pool, svc)
+	// A missing migration stops the demo here, naming the file to apply,
+	// rather than at the first delivery.
+	for _, w := range []interface{ Check(context.Context) error }{open, book, charge} {
+		if err := w.Check(ctx); err != nil {
+			return err
+		}
+	}
 
 	request := billing.OpenAccountRequested{RequestID: uuid.New(), AccountID: "acc-1", Owner: "Ada"}
 	for _, label := range []string{"open account acc-1", "the same request again"} {
