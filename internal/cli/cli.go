@@ -52,6 +52,12 @@ Usage:
                                           report each consumer's inbox, claims and
                                           outbox in a database, and find doubled work
                                           in a business table (idemgen audit -h)
+  idemgen outbox dead|revive -db URL [flags]
+                                          list the dead outbox rows, make them due
+                                          again (idemgen outbox -h)
+  idemgen claims [release] -db URL [flags]
+                                          list the running mode=external claims,
+                                          release one (idemgen claims -h)
 
 Packages are go/packages patterns: directories (., ./..., ./billing) or import
 paths; the default is ".". A pattern that matches no package is an error.
@@ -75,7 +81,7 @@ func Run(args []string, stdout, stderr io.Writer) int {
 }
 
 // commands are idemgen's subcommands.
-var commands = []string{"generate", "check", "vet", "audit", "help"}
+var commands = []string{"generate", "check", "vet", "audit", "outbox", "claims", "help"}
 
 func run(dir string, args []string, stdout, stderr io.Writer) int {
 	return runner{}.run(dir, args, stdout, stderr)
@@ -103,8 +109,13 @@ func (r runner) run(dir string, args []string, stdout, stderr io.Writer) int {
 			return ExitUsage
 		}
 	}
-	if cmd == "audit" {
+	switch cmd {
+	case "audit":
 		return r.audit(dir, args, stdout, stderr)
+	case "outbox":
+		return r.outboxCmd(args, stdout, stderr)
+	case "claims":
+		return r.claimsCmd(args, stdout, stderr)
 	}
 	flags := flag.NewFlagSet("idemgen "+cmd, flag.ContinueOnError)
 	flags.SetOutput(stderr)
@@ -231,7 +242,7 @@ func unknownCommand(dir, word string) string {
 	if s := directive.Suggest(word, commands); s != "" {
 		msg += fmt.Sprintf(" (did you mean %s?)", s)
 	} else {
-		msg += "; the commands are generate (the default), check, vet, audit and help"
+		msg += "; the commands are generate (the default), check, vet, audit, outbox, claims and help"
 	}
 	if info, err := os.Stat(filepath.Join(dir, word)); err == nil && info.IsDir() {
 		msg += fmt.Sprintf("; for the package in directory %s, write ./%s", word, word)

@@ -1,0 +1,50 @@
+// Package ops holds what an operator does to a database when something went
+// wrong, behind idemgen's outbox and claims commands: list the outbox rows
+// dead-lettered after too many publish attempts and make them due again,
+// and list the running claims of mode=external consumers and release one
+// whose worker is gone or stuck.
+//
+// Every function works on one connection and refuses a server that is not a
+// primary (pg_is_in_recovery()): a standby cannot take the writes, and
+// what it lists may lag behind what the primary holds. The command line
+// only parses flags and prints what these functions return.
+package ops
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// ErrNotPrimary is wrapped by the error of every function of the package
+// when the server is a standby (in recovery).
+var ErrNotPrimary = errors.New("the server is not a primary")
+
+// ErrNotFound is wrapped by the error for a table, a consumer, a row or a
+// claim that is not in the database.
+var ErrNotFound = errors.New("not found")
+
+// RowQuerier is what RequirePrimary asks through: a pgx connection, pool
+// or transaction.
+type RowQuerier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// RequirePrimary returns an error wrapping ErrNotPrimary when the server q
+// talks to is in recovery: a hot standby, or a server that has not finished
+// replaying its WAL. It also returns the server's now().
+func RequirePrimary(ctx context.Context, q RowQuerier) (time.Time, error) {
+	var standby bool
+	var now time.Time
+	if err := q.QueryRow(ctx, "SELECT pg_is_in_recovery(), now()").Scan(&standby, &now); err != nil {
+		return now, fmt.Errorf("ask the server whether it is a primary: %w", err)
+	}
+	if standby {
+		return now, fmt.Errorf("%w: pg_is_in_recovery() is true, it is a standby that takes no writes and may lag behind the primary; "+
+			"give the primary's URL (with several hosts, add target_session_attrs=read-write)", ErrNotPrimary)
+	}
+	return now, nil
+}
