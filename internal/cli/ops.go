@@ -90,6 +90,9 @@ func parseOps(fs *flag.FlagSet, o *opsFlags, args []string, stderr io.Writer) (c
 	if o.db == "" {
 		return opsUsage(stderr, fs.Name(), "-db URL is required")
 	}
+	if _, err := pgx.ParseConfig(o.db); err != nil {
+		return opsUsage(stderr, fs.Name(), "-db: %s", redact(err.Error(), o.db))
+	}
 	return -1
 }
 
@@ -189,7 +192,7 @@ func (r runner) outboxCmd(args []string, stdout, stderr io.Writer) int {
 		renderDead(stdout, out.Rows)
 		fmt.Fprintf(stdout, "idemgen outbox revive -id %s (or -all) makes them due again\n", joinRowIDs(out.Rows))
 	default:
-		fmt.Fprintf(stdout, "revived %d dead row(s)%s in %s: due now, attempts reset, ids kept, so an ordering key's rows go out in id order\n", len(out.Rows), of, table)
+		fmt.Fprintf(stdout, "revived %d dead row(s)%s in %s: each is due now, its attempts reset, its id kept (an ordering key's rows go out in id order); as they were:\n", len(out.Rows), of, table)
 		renderDead(stdout, out.Rows)
 	}
 	return ExitOK
@@ -275,12 +278,12 @@ func renderClaims(w io.Writer, cl ops.Claims, f ops.Filter, now time.Time) {
 		fmt.Fprintf(w, "no running claims at %s in %s\n", stamp(now), tables)
 		return
 	}
-	fmt.Fprintf(w, "%d running claim(s) at %s in %s, the oldest first:\n", len(cl.Running), stamp(now), tables)
+	fmt.Fprintf(w, "%d running claim(s) at %s in %s, by consumer, the oldest first:\n", len(cl.Running), stamp(now), tables)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "CONSUMER\tKEY\tATTEMPTS\tFENCE\tLEASE UNTIL\tLEASE\tAGE\tTABLE\tIDEMPOTENCY KEY")
+	fmt.Fprintln(tw, "CONSUMER\tKEY\tATTEMPTS\tFENCE\tLEASE UNTIL\tLEASE\tAGE\tIDEMPOTENCY KEY\tTABLE")
 	for _, c := range cl.Running {
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\n", c.Table.Consumer, c.Key, c.Attempts, c.Fence,
-			leaseUntil(c.LeaseUntil), leaseState(c.LeaseUntil, now), age(now.Sub(c.CreatedAt)), c.Table, c.IdemKey)
+			leaseUntil(c.LeaseUntil), leaseState(c.LeaseUntil, now), age(now.Sub(c.CreatedAt)), c.IdemKey, c.Table)
 	}
 	tw.Flush()
 	fmt.Fprintln(w, "idemgen claims release -consumer C -key K releases one, so that the next delivery takes it at once")

@@ -101,7 +101,7 @@ func claimsTables(ctx context.Context, q pgx.Tx, f Filter) ([]ClaimsTable, error
 			return nil, fmt.Errorf("look up schema %q: %w", f.Schema, err)
 		}
 		if !ok {
-			return nil, fmt.Errorf("%w: schema %q", ErrNotFound, f.Schema)
+			return nil, errorf(ErrNotFound, "schema %q not found", f.Schema)
 		}
 	}
 	rows, err := q.Query(ctx, claimsTablesSQL, f.Schema, f.Consumer)
@@ -126,7 +126,7 @@ func claimsTables(ctx context.Context, q pgx.Tx, f Filter) ([]ClaimsTable, error
 		if f.Schema != "" {
 			where = "in schema " + f.Schema
 		}
-		return nil, fmt.Errorf("%w: no claims table of consumer %s (mode=external) %s; idemgen claims lists the consumers found", ErrNotFound, f.Consumer, where)
+		return nil, errorf(ErrNotFound, "no claims table of consumer %s (mode=external) %s; idemgen claims lists the consumers found", f.Consumer, where)
 	}
 	return tables, nil
 }
@@ -264,7 +264,7 @@ func Release(ctx context.Context, conn *pgx.Conn, f Filter, key string) (Release
 			for _, t := range tables {
 				names = append(names, t.String())
 			}
-			return fmt.Errorf("%w: consumer %s has claims tables %s; name the schema with -schema", ErrAmbiguous, f.Consumer, strings.Join(names, ", "))
+			return errorf(ErrAmbiguous, "consumer %s has claims tables %s; name the schema with -schema", f.Consumer, strings.Join(names, ", "))
 		}
 		t := tables[0]
 		rows, err := tx.Query(ctx, t.sql(findClaimSQL), key)
@@ -279,15 +279,15 @@ func Release(ctx context.Context, conn *pgx.Conn, f Filter, key string) (Release
 		case len(matches) == 0:
 			var status string
 			if err := tx.QueryRow(ctx, t.sql(claimStatusSQL), key).Scan(&status); err == nil {
-				return fmt.Errorf("%w: the claim of consumer %s on idempotency key %s in %s is %s, not running: nothing to release", ErrNotFound, t.Consumer, key, t, status)
+				return errorf(ErrNotFound, "the claim of consumer %s on idempotency key %s in %s is %s, not running: nothing to release", t.Consumer, key, t, status)
 			}
-			return fmt.Errorf("%w: consumer %s has no running claim on key %s in %s (idemgen claims lists them)", ErrNotFound, t.Consumer, key, t)
+			return errorf(ErrNotFound, "consumer %s has no running claim on key %s in %s (idemgen claims lists them)", t.Consumer, key, t)
 		case len(matches) > 1:
 			return fmt.Errorf("key %s names %d running claims of consumer %s in %s: give the idempotency key (idemgen claims lists it)", key, len(matches), t.Consumer, t)
 		}
 		out.Claim, err = scanClaim(t, tx.QueryRow(ctx, t.sql(lockClaimSQL), matches[0]))
 		if errors.Is(err, pgx.ErrNoRows) {
-			return fmt.Errorf("%w: the claim of consumer %s on key %s in %s was no longer running: its worker finished or released it meanwhile", ErrNotFound, t.Consumer, key, t)
+			return errorf(ErrNotFound, "the claim of consumer %s on key %s in %s was no longer running: its worker finished or released it meanwhile", t.Consumer, key, t)
 		}
 		if err != nil {
 			return fmt.Errorf("lock the claim of consumer %s on key %s in %s: %w", t.Consumer, key, t, err)

@@ -27,6 +27,22 @@ var ErrNotPrimary = errors.New("the server is not a primary")
 // claim that is not in the database.
 var ErrNotFound = errors.New("not found")
 
+// kindError is an error of a kind callers branch on (ErrNotFound...) whose
+// message says it without the kind's own words.
+type kindError struct {
+	kind error
+	msg  string
+}
+
+func (e *kindError) Error() string { return e.msg }
+func (e *kindError) Unwrap() error { return e.kind }
+
+// errorf returns an error wrapping kind with the message format makes; the
+// format takes no %w.
+func errorf(kind error, format string, a ...any) error {
+	return &kindError{kind: kind, msg: fmt.Sprintf(format, a...)}
+}
+
 // RowQuerier is what RequirePrimary asks through: a pgx connection, pool
 // or transaction.
 type RowQuerier interface {

@@ -95,7 +95,7 @@ func TestDeadAndRevive(t *testing.T) {
 		want error
 		says string
 	}{
-		{[]int64{3}, ops.ErrOrder, `row 3 (ordering key "acc-1") comes after dead row(s) 1`},
+		{[]int64{3}, ops.ErrOrder, `row 3 (ordering key "acc-1") comes after dead row(s) 1,`},
 		{[]int64{3, 4}, ops.ErrOrder, "add -id 1"},
 		{[]int64{1, 99}, ops.ErrNotFound, "no dead row with id 99"},
 		{[]int64{2}, ops.ErrNotFound, "no dead row with id 2"},

@@ -123,7 +123,7 @@ func Revive(ctx context.Context, conn *pgx.Conn, r Revival) (Outbox, error) {
 			out.Rows = append(out.Rows, deadRow(row))
 		}
 		if missing := notIn(r.IDs, found); len(missing) > 0 {
-			return fmt.Errorf("%w: %s.idem_outbox has no dead row with id %s (idemgen outbox dead lists them)", ErrNotFound, out.Schema, joinIDs(missing))
+			return errorf(ErrNotFound, "%s.idem_outbox has no dead row with id %s (idemgen outbox dead lists them)", out.Schema, joinIDs(missing))
 		}
 		before, err := q.DeadBefore(ctx, found)
 		if err != nil {
@@ -160,7 +160,7 @@ func outboxTable(ctx context.Context, tx pgx.Tx, q *outboxdb.Queries) (string, t
 		if err := tx.QueryRow(ctx, "SELECT current_setting('search_path')").Scan(&path); err != nil {
 			return "", now, fmt.Errorf("read the search_path: %w", err)
 		}
-		return "", now, fmt.Errorf("%w: no idem_outbox table in the schemas of the search_path (%s); name its schema with -schema", ErrNotFound, path)
+		return "", now, errorf(ErrNotFound, "no idem_outbox table in the schemas of the search_path (%s); name its schema with -schema", path)
 	}
 	if err != nil {
 		return "", now, fmt.Errorf("find the idem_outbox table: %w", err)
@@ -179,14 +179,13 @@ func orderError(before []outboxdb.DeadBeforeRow) error {
 		for ; j < len(before) && before[j].ID == before[i].ID; j++ {
 			earlier = append(earlier, before[j].EarlierID)
 		}
-		parts = append(parts, fmt.Sprintf("row %d (ordering key %q) comes after dead row(s) %s", before[i].ID, before[i].OrderingKey, joinIDs(earlier)))
+		parts = append(parts, fmt.Sprintf("row %d (ordering key %q) comes after dead row(s) %s, which would then go out after it", before[i].ID, before[i].OrderingKey, joinIDs(earlier)))
 		add = append(add, earlier...)
 		i = j
 	}
 	slices.Sort(add)
 	add = slices.Compact(add)
-	return fmt.Errorf("%w: %s; revived alone, a row would be published before them. Revive them together (add -id %s), or all dead rows (-all)",
-		ErrOrder, strings.Join(parts, "; "), joinIDs(add))
+	return errorf(ErrOrder, "revive refused, to keep each ordering key's order: %s; revive them together (add -id %s), or every dead row (-all)", strings.Join(parts, "; "), joinIDs(add))
 }
 
 func deadRow(r outboxdb.LockDeadRowsRow) DeadRow {
