@@ -125,6 +125,7 @@ func TestFlowJetStreamClusterLeaderKilled(t *testing.T) {
 		clusterOrders, j.orders.Stream, victim, j.nc.ConnectedServerName())
 
 	charges := &progress{samples: func() (int, error) { return queryInt(ctx, f.Pool, `SELECT count(*) FROM charges`) }}
+	relayed := &progress{samples: func() (int, error) { return int(f.relayed.Load()), nil }}
 	notes := &progress{samples: func() (int, error) { return queryInt(ctx, f.Pool, `SELECT count(*) FROM notifications`) }}
 	type result struct {
 		c   Counts
@@ -147,7 +148,7 @@ sample:
 		case res = <-done:
 			break sample
 		case now := <-tick.C:
-			for _, p := range []*progress{charges, notes} {
+			for _, p := range []*progress{charges, relayed, notes} {
 				if err := p.sample(now); err != nil {
 					t.Fatal(err)
 				}
@@ -192,7 +193,11 @@ sample:
 	for _, s := range []struct {
 		name string
 		p    *progress
-	}{{"charges (billing consumer, orders stream)", charges}, {"notifications (relay -> charge-completed stream -> notifications consumer)", notes}} {
+	}{
+		{"charges (the billing consumer, from the orders stream)", charges},
+		{"ChargeCompleted relayed (the relay, to the charge-completed stream)", relayed},
+		{"notifications (the notifications consumer, from the charge-completed stream)", notes},
+	} {
 		longest, from, to := s.p.pause(killedAt, clusterOrders)
 		t.Logf("%s: longest pause %v, from %s to %s after the kill", s.name, longest.Round(time.Millisecond), since(from, killedAt), since(to, killedAt))
 	}
