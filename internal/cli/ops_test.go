@@ -27,7 +27,7 @@ func opsRun(args ...string) (stdout, stderr string, code int) {
 }
 
 // transcript runs commands in order and writes what each printed, and its
-// exit status, as a terminal session shows them; -db's URL is written URL
+// exit status, as a terminal session shows them. -db's URL is written URL,
 // and the test's schema SCHEMA.
 type transcript struct {
 	db  *idemtest.DB
@@ -70,9 +70,9 @@ func (tr *transcript) check(t *testing.T, name string) {
 }
 
 // TestOutboxCommandsGolden pins what idemgen outbox dead and revive print,
-// and their exit status, on the seeded outbox: the list, a revive refused
-// because it would publish a row before an earlier dead row of its ordering
-// key (nothing changed), revives by id and of all the rest.
+// and their exit status, on the seeded outbox. It lists, then tries a
+// revive that would publish a row before an earlier dead row of its key
+// (refused, nothing changed), then revives by id and all the rest.
 func TestOutboxCommandsGolden(t *testing.T) {
 	tr := &transcript{db: opstest.Seed(t)}
 	for _, step := range []struct {
@@ -176,10 +176,9 @@ func withDB(cmd []string, dbURL string) []string {
 	return slices.Concat(cmd[:i], []string{"-db", dbURL}, cmd[i:])
 }
 
-// TestOpsNeverPrintAPassword: with a password in -db, in URL or keyword
-// form, no command prints it: not when the connection fails, not when it
-// works and the command fails later, not in what a command prints on
-// success.
+// TestOpsNeverPrintAPassword: no command prints a password of -db, in URL
+// or keyword form. Not when the connection fails, not when the command
+// fails later, not in what it prints on success.
 func TestOpsNeverPrintAPassword(t *testing.T) {
 	db := opstest.Seed(t)
 	const secret = "s3cr3t-0ps"
@@ -229,9 +228,9 @@ func firstLine(s string) string {
 	return line
 }
 
-// checkRefusesStandby runs each operator command against dbURL, which must
-// lead to a server that is not a primary (a standby), and checks that each
-// refuses it: exit 1, the reason on stderr, nothing on stdout.
+// checkRefusesStandby runs each operator command against dbURL, a server
+// that is not a primary, and checks that each refuses it: exit 1, the
+// reason on stderr, nothing on stdout.
 func checkRefusesStandby(t *testing.T, dbURL string) {
 	t.Helper()
 	for _, cmd := range opsCommands {
@@ -299,11 +298,11 @@ func runRelay(t *testing.T, db *idemtest.DB, pub idem.Publisher, what string, co
 }
 
 // TestReviveKeepsTheOrder: a relay in ordered mode dead-letters the four
-// rows of ordering key acc-1 (the broker refuses them) while acc-2's go
-// out; a fifth row of acc-1 is written afterwards. idemgen outbox revive
-// refuses to revive a later dead row without the earlier ones, then
-// revives all four, and the relay publishes acc-1's five rows in the order
-// they were written, the revived ones first, each as its first attempt.
+// rows of ordering key acc-1, which the broker refuses, while acc-2's go
+// out. A fifth row of acc-1 is written afterwards. idemgen outbox revive
+// refuses later dead rows without the earlier ones, then revives all four.
+// The relay publishes acc-1's five rows in the order they were written,
+// each as its first attempt.
 func TestReviveKeepsTheOrder(t *testing.T) {
 	db := opstest.Empty(t)
 	ctx := context.Background()

@@ -1,13 +1,13 @@
 // Package ops holds what an operator does to a database when something went
-// wrong, behind idemgen's outbox and claims commands: list the outbox rows
-// dead-lettered after too many publish attempts and make them due again,
-// and list the running claims of mode=external consumers and release one
-// whose worker is gone or stuck.
+// wrong; idemgen's outbox and claims commands run it. Dead and Revive list
+// the outbox rows dead-lettered after too many publish attempts and make
+// them due again. Running and Release list the running claims of
+// mode=external consumers and release one whose worker is gone or stuck.
 //
-// Every function works on one connection and refuses a server that is not a
-// primary (pg_is_in_recovery()): a standby cannot take the writes, and
-// what it lists may lag behind what the primary holds. The command line
-// only parses flags and prints what these functions return.
+// Every function works on one connection and refuses a server that is not
+// a primary (pg_is_in_recovery()). A standby cannot take the writes, and
+// what it lists may lag behind the primary. The command line only parses
+// flags and prints what these functions return.
 package ops
 
 import (
@@ -50,8 +50,8 @@ type RowQuerier interface {
 }
 
 // RequirePrimary returns an error wrapping ErrNotPrimary when the server q
-// talks to is in recovery: a hot standby, or a server that has not finished
-// replaying its WAL. It also returns the server's now().
+// talks to is in recovery: a hot standby, or a server still replaying its
+// WAL. It also returns the server's now().
 func RequirePrimary(ctx context.Context, q RowQuerier) (time.Time, error) {
 	var standby bool
 	var now time.Time

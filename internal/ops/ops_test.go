@@ -64,10 +64,10 @@ func outboxState(t *testing.T, db *idemtest.DB) map[int64]string {
 	return out
 }
 
-// TestDeadAndRevive: Dead lists the dead rows by id; Revive refuses an id
-// that is not dead and a row whose ordering key has an earlier dead row left
-// behind, changing nothing, and revives rows as new: due now, no attempts,
-// no backoff, the same id.
+// TestDeadAndRevive: Dead lists the dead rows by id. Revive refuses an id
+// that is not dead, and a row whose ordering key has an earlier dead row
+// left behind; it changes nothing then. It revives rows as new: due now, no
+// attempts, no backoff, the same id.
 func TestDeadAndRevive(t *testing.T) {
 	db := opstest.Seed(t)
 	conn := connect(t, db.URL)
@@ -167,8 +167,8 @@ func TestReviveNeedsTheOutbox(t *testing.T) {
 }
 
 // TestRunningAndRelease: Running lists the running claims of every claims
-// table; Release releases one as the sweeper would (released, attempts + 1,
-// fence + 1, no lease), by key or idempotency key, and refuses what is not
+// table. Release releases one, by key or idempotency key, as the sweeper
+// would: released, attempts + 1, fence + 1, no lease. It refuses what is not
 // a running claim.
 func TestRunningAndRelease(t *testing.T) {
 	db := opstest.Seed(t)
@@ -257,10 +257,9 @@ func TestReleaseTwoSchemas(t *testing.T) {
 
 // TestReleaseLetsTheNextDeliveryIn: a worker is stuck in its provider call
 // with a claim whose lease is live, so a redelivery gets ErrInProgress.
-// Release lets the next delivery claim the key at once and charge (the
-// provider sees the same idempotency key); the stuck worker's handler is
-// cancelled at its next heartbeat and its result is never recorded
-// (ErrClaimLost).
+// After the release the next delivery claims the key at once and charges,
+// with the same idempotency key. The stuck worker's handler is cancelled at
+// its next heartbeat, and its result is never recorded (ErrClaimLost).
 func TestReleaseLetsTheNextDeliveryIn(t *testing.T) {
 	db := opstest.Empty(t)
 	provider, err := payments.StartProvider()

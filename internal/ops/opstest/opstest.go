@@ -1,10 +1,9 @@
 // Package opstest seeds a database for the tests of the operator's commands
-// (internal/ops, idemgen outbox and idemgen claims): a fresh schema with
-// the outbox and the claims table of examples/payments, dead and pending
-// outbox rows, running, released and done claims, and a second claims table
-// whose key has two columns. Rows are dated relative to Now, which the
-// tests hand to the commands as their clock, so that output is the same on
-// every run.
+// (internal/ops, idemgen outbox and idemgen claims). The schema holds the
+// outbox and the claims table of examples/payments, with dead and pending
+// outbox rows and running, released and done claims. A second claims table
+// has a key of two columns. Rows are dated relative to Now, the clock the
+// tests give the commands, so that output is the same on every run.
 package opstest
 
 import (
@@ -137,11 +136,10 @@ func Seed(t testing.TB) *idemtest.DB {
 }
 
 // Standby starts a throwaway PostgreSQL server (internal/pgcluster) with
-// the seeded tables in its public schema, then restarts it as a standby:
-// with a standby.signal file and no primary to follow, it replays its own
-// WAL and serves reads, pg_is_in_recovery() true, as a streaming replica
-// does. It returns the URL of its database; the server goes when the test
-// ends.
+// the tables in its public schema, then restarts it as a standby. With a
+// standby.signal file and no primary to follow, it replays its own WAL and
+// serves reads, pg_is_in_recovery() true, as a streaming replica does. It
+// returns the URL of its database; the server goes when the test ends.
 func Standby(t testing.TB) string {
 	t.Helper()
 	c, err := pgcluster.Start("idemgen-ops-standby.")
