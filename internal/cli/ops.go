@@ -132,7 +132,8 @@ func opsFail(stderr io.Writer, db string, err error) int {
 func (r runner) outboxCmd(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 || (args[0] != "dead" && args[0] != "revive") {
 		if len(args) > 0 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help" || args[0] == "help") {
-			fmt.Fprint(stdout, outboxUsage)
+			fmt.Fprint(stdout, strings.TrimSuffix(outboxUsage, "Flags:\n"))
+			fmt.Fprintln(stdout, "Run 'idemgen outbox dead -h' or 'idemgen outbox revive -h' for the flags of each.")
 			return ExitOK
 		}
 		fmt.Fprintln(stderr, "idemgen: outbox: want a command: dead (list the dead rows) or revive (make them due again)")
