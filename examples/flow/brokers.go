@@ -37,6 +37,9 @@ type Endpoint struct {
 	// Prefix makes every queue, stream, subject, topic and group of the run
 	// unique, so that runs side by side never share one.
 	Prefix string `json:"prefix"`
+	// Replicas is how many servers of a JetStream cluster hold each of the
+	// run's streams (0 is 1).
+	Replicas int `json:"replicas,omitempty"`
 }
 
 // A Consumer is a broker adapter's consumer: Run returns when ctx ends.
@@ -205,9 +208,10 @@ func newJetStream(e Endpoint, log *slog.Logger) (*jetStream, error) {
 	j := &jetStream{e: e, nc: nc, js: js,
 		// A short ack wait: a message whose consumer died is delivered
 		// again after it.
-		orders: jetstream.Topology{Stream: name + "-orders", Subjects: []string{e.Prefix + ".orders"}, Consumer: "billing", AckWait: 2 * time.Second},
+		orders: jetstream.Topology{Stream: name + "-orders", Subjects: []string{e.Prefix + ".orders"}, Consumer: "billing", AckWait: 2 * time.Second,
+			Replicas: e.Replicas},
 		notes: jetstream.Topology{Stream: name + "-charge-completed", Subjects: []string{destination(e.Prefix, billing.ChargeCompletedDestination)},
-			Consumer: "notifications", AckWait: 5 * time.Second},
+			Consumer: "notifications", AckWait: 5 * time.Second, Replicas: e.Replicas},
 	}
 	j.pub = jetstream.NewPublisher(nc, consumer.WithLogger(log), jetstream.WithMsg(func(m idem.OutgoingMessage, msg *nats.Msg) {
 		msg.Subject = destination(e.Prefix, m.Destination)

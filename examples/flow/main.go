@@ -15,7 +15,8 @@
 //
 // RabbitMQ is -amqp (default $IDEMGEN_TEST_AMQP_URL, else
 // amqp://guest:guest@127.0.0.1:5672/), NATS with JetStream is -nats (default
-// $IDEMGEN_TEST_NATS_URL, else nats://127.0.0.1:4222); Kafka is an
+// $IDEMGEN_TEST_NATS_URL, else nats://127.0.0.1:4222; a cluster's servers
+// comma-separated, with -replicas 3 for replicated streams); Kafka is an
 // in-process kfake cluster. The run's queues, streams, topics and groups are
 // named flow-<hex>.… and deleted at the end. The database is -db, else the
 // one the tests use, found as they find it (internal/testdb); the run works
@@ -46,6 +47,7 @@ type Options struct {
 	Broker      string
 	AMQPURL     string
 	NATSURL     string
+	Replicas    int
 	DBURL       string
 	Orders      int
 	Copies      int
@@ -60,7 +62,8 @@ func main() {
 	o := Options{Log: os.Stderr, Output: os.Stdout, LogLevel: slog.LevelWarn}
 	flag.StringVar(&o.Broker, "broker", "", "the `broker`: "+strings.Join(brokerNames, ", "))
 	flag.StringVar(&o.AMQPURL, "amqp", envOr("IDEMGEN_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/"), "RabbitMQ `URL`")
-	flag.StringVar(&o.NATSURL, "nats", envOr("IDEMGEN_TEST_NATS_URL", "nats://127.0.0.1:4222"), "NATS `URL` (with JetStream)")
+	flag.StringVar(&o.NATSURL, "nats", envOr("IDEMGEN_TEST_NATS_URL", "nats://127.0.0.1:4222"), "NATS `URL` (with JetStream); a cluster's servers comma-separated")
+	flag.IntVar(&o.Replicas, "replicas", 1, "with -broker jetstream: how many servers of the cluster hold each of the run's streams")
 	flag.StringVar(&o.DBURL, "db", "", "PostgreSQL `URL` (default: $IDEMGEN_TEST_DATABASE_URL, else database idemgen_test on the local socket, created if missing)")
 	flag.IntVar(&o.Orders, "orders", 10, "how many orders to publish")
 	flag.IntVar(&o.Copies, "copies", 3, "how many times each order is published")
@@ -104,7 +107,7 @@ func newEndpoint(o Options, prefix string) Endpoint {
 	case "rabbitmq":
 		e.URL = o.AMQPURL
 	case "jetstream":
-		e.URL = o.NATSURL
+		e.URL, e.Replicas = o.NATSURL, o.Replicas
 	}
 	return e
 }

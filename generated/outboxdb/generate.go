@@ -1,6 +1,8 @@
-// Package outboxdb is sqlc's compilation of the relay's queries (sql/) over
-// the outbox table (migrations/): the statements relay.Relay runs. Generated;
-// edit sql/ and run go generate, never the generated files.
+// Package outboxdb is sqlc's compilation of the queries over the outbox
+// table (migrations/) in sql/: the statements relay.Relay runs
+// (sql/outbox.sql) and those of the operator's idemgen outbox commands
+// (sql/outbox_ops.sql). Generated; edit sql/ and run go generate, never the
+// generated files.
 package outboxdb
 
 // sqlc is pinned here and run with go run, so that its dependencies stay out

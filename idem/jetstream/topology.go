@@ -43,6 +43,11 @@ type Topology struct {
 	// Storage is the storage of the streams Declare declares (default
 	// file).
 	Storage jetstream.StorageType
+	// Replicas is how many servers of a JetStream cluster hold each
+	// stream Declare declares, and the durable consumer's state (default
+	// 1; at most 5). With 3, a stream and its consumer survive the loss of
+	// one server, their leader too (see docs/jetstream.md).
+	Replicas int
 }
 
 // DeadLetterSubjectName returns the dead-letter subject: DeadLetterSubject,
@@ -78,6 +83,8 @@ func (t Topology) validate() error {
 		return fmt.Errorf("jetstream: Topology.Consumer of stream %s is empty", t.Stream)
 	case t.AckWait < 0:
 		return fmt.Errorf("jetstream: Topology.AckWait of %s is %v", t.Consumer, t.AckWait)
+	case t.Replicas < 0 || t.Replicas > 5:
+		return fmt.Errorf("jetstream: Topology.Replicas of %s is %d; want 1 to 5 (0 is 1)", t.Stream, t.Replicas)
 	}
 	for _, s := range t.subjects() {
 		if s == t.DeadLetterSubjectName() {
@@ -88,7 +95,7 @@ func (t Topology) validate() error {
 }
 
 // Declare creates or updates, on the server js talks to, the work stream
-// (Stream, with Subjects and DuplicateWindow), the dead-letter stream
+// (Stream, with Subjects, DuplicateWindow and Replicas), the dead-letter stream
 // (DeadLetterStream, capturing DeadLetterSubject) and the durable pull
 // consumer (Consumer on Stream: explicit ack, AckWait, no MaxDeliver: the
 // Consumer dead-letters after WithMaxAttempts itself). Declaring is opt-in:
@@ -104,6 +111,7 @@ func Declare(ctx context.Context, js jetstream.JetStream, t Topology) error {
 		Subjects:   t.subjects(),
 		Storage:    storage,
 		Duplicates: t.DuplicateWindow,
+		Replicas:   t.Replicas,
 	}); err != nil {
 		return fmt.Errorf("jetstream: declare the stream %s: %w", t.Stream, err)
 	}
@@ -111,6 +119,7 @@ func Declare(ctx context.Context, js jetstream.JetStream, t Topology) error {
 		Name:     t.DeadLetterStreamName(),
 		Subjects: []string{t.DeadLetterSubjectName()},
 		Storage:  storage,
+		Replicas: t.Replicas,
 	}); err != nil {
 		return fmt.Errorf("jetstream: declare the dead-letter stream %s: %w", t.DeadLetterStreamName(), err)
 	}

@@ -52,6 +52,12 @@ Usage:
                                           report each consumer's inbox, claims and
                                           outbox in a database, and find doubled work
                                           in a business table (idemgen audit -h)
+  idemgen outbox dead|revive -db URL [flags]
+                                          list the dead outbox rows, make them due
+                                          again (idemgen outbox -h)
+  idemgen claims [release] -db URL [flags]
+                                          list the running mode=external claims,
+                                          release one (idemgen claims -h)
   idemgen version                         print idemgen's version and runtime contract
 
 Packages are go/packages patterns: directories (., ./..., ./billing) or import
@@ -76,7 +82,7 @@ func Run(args []string, stdout, stderr io.Writer) int {
 }
 
 // commands are idemgen's subcommands.
-var commands = []string{"generate", "check", "vet", "audit", "version", "help"}
+var commands = []string{"generate", "check", "vet", "audit", "outbox", "claims", "version", "help"}
 
 func run(dir string, args []string, stdout, stderr io.Writer) int {
 	return runner{}.run(dir, args, stdout, stderr)
@@ -107,6 +113,10 @@ func (r runner) run(dir string, args []string, stdout, stderr io.Writer) int {
 	switch cmd {
 	case "audit":
 		return r.audit(dir, args, stdout, stderr)
+	case "outbox":
+		return r.outboxCmd(args, stdout, stderr)
+	case "claims":
+		return r.claimsCmd(args, stdout, stderr)
 	case "version":
 		if len(args) > 0 {
 			fmt.Fprintln(stderr, "idemgen version takes no arguments")
@@ -235,7 +245,7 @@ func unknownCommand(dir, word string) string {
 	if s := directive.Suggest(word, commands); s != "" {
 		msg += fmt.Sprintf(" (did you mean %s?)", s)
 	} else {
-		msg += "; the commands are generate (the default), check, vet, audit and help"
+		msg += "; the commands are generate (the default), check, vet, audit, outbox, claims and help"
 	}
 	if info, err := os.Stat(filepath.Join(dir, word)); err == nil && info.IsDir() {
 		msg += fmt.Sprintf("; for the package in directory %s, write ./%s", word, word)

@@ -176,38 +176,57 @@ func StartNATSServer() (*NATSServer, error) {
 		return fail(err)
 	}
 	s.URL = fmt.Sprintf("nats://127.0.0.1:%d", ports[0])
-	out, err := os.Create(filepath.Join(dir, "server.out"))
-	if err != nil {
+	if err := s.spawn(bin, "-js", "-a", "127.0.0.1", "-p", strconv.Itoa(ports[0]), "-sd", filepath.Join(dir, "store")); err != nil {
 		return fail(err)
 	}
+	if err := s.waitJetStream(bin, 20*time.Second); err != nil {
+		return fail(err)
+	}
+	return s, nil
+}
+
+// waitJetStream waits until the server answers with JetStream, for at most
+// timeout; it fails at once when the process exits.
+func (s *NATSServer) waitJetStream(bin string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		err := CheckJetStream(s.URL)
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-s.exited:
+			b, _ := os.ReadFile(filepath.Join(s.Dir, "server.out"))
+			return fmt.Errorf("the throwaway %s exited before it answered (%v); its output:\n%s", bin, s.cmd.ProcessState, b)
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the throwaway %s at %s did not answer with JetStream within %v: %v", bin, s.URL, timeout, err)
+		}
+	}
+}
+
+// spawn starts bin with args as the server's process, the leader of its own
+// process group, its output in Dir/server.out, and the watchdog that stops
+// it if the test binary exits without stopping it.
+func (s *NATSServer) spawn(bin string, args ...string) error {
+	out, err := os.Create(filepath.Join(s.Dir, "server.out"))
+	if err != nil {
+		return err
+	}
 	defer out.Close()
-	s.cmd = exec.Command(bin, "-js", "-a", "127.0.0.1", "-p", strconv.Itoa(ports[0]), "-sd", filepath.Join(dir, "store"))
+	s.cmd = exec.Command(bin, args...)
 	s.cmd.Stdout, s.cmd.Stderr = out, out
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := s.cmd.Start(); err != nil {
 		s.cmd = nil
-		return fail(fmt.Errorf("start %s: %w", bin, err))
+		return fmt.Errorf("start %s: %w", bin, err)
 	}
 	go func() { _ = s.cmd.Wait(); close(s.exited) }()
-	if s.watchdog, err = startWatchdog("idem-nats-watchdog", s.cmd.Process.Pid, 0, dir); err != nil {
-		return fail(fmt.Errorf("start the throwaway nats-server's watchdog: %w", err))
+	if s.watchdog, err = startWatchdog("idem-nats-watchdog", s.cmd.Process.Pid, 0, s.Dir); err != nil {
+		return fmt.Errorf("start the throwaway nats-server's watchdog: %w", err)
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		err := CheckJetStream(s.URL)
-		if err == nil {
-			return s, nil
-		}
-		select {
-		case <-s.exited:
-			b, _ := os.ReadFile(filepath.Join(dir, "server.out"))
-			return fail(fmt.Errorf("the throwaway %s exited before it answered (%v); its output:\n%s", bin, s.cmd.ProcessState, b))
-		case <-time.After(50 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			return fail(fmt.Errorf("the throwaway %s at %s did not answer with JetStream within 20s: %v", bin, s.URL, err))
-		}
-	}
+	return nil
 }
 
 // Stop stops the server (SIGTERM; SIGKILL to its process group after 10s)
