@@ -1,8 +1,6 @@
 -- idemgen:outbox
--- The transactional outbox of idem (github.com/idemgen/idemgen/migrations):
--- handlers write their outgoing messages here in their own transaction, and
--- idem.Relay publishes them. A runtime migration, not generated: later changes
--- to the table arrive as new migrations of this chain, never as edits.
+-- The transactional outbox: handlers write outgoing messages here, in their own transaction.
+-- A relay (idem/relay) publishes them. This chain changes by new migrations, never by edits.
 -- +goose Up
 CREATE TABLE idem_outbox (
     -- id orders the rows: the relay's ordered mode publishes the rows of one

@@ -1,30 +1,6 @@
 -- idemgen:outbox
--- What publishing a message writes to the WAL, made small:
---
--- - The relay deletes a row once the broker has confirmed it, instead of
---   setting published_at: that update rewrote the whole row and added an
---   entry to the primary key, the message id's index and the published
---   index, some 1,100 bytes of WAL a row with the claim; a delete writes one
---   small record and nothing in the indexes. The table then holds only what
---   waits: pending rows and dead ones.
--- - So most of each page can be left free at no cost in disk (fillfactor
---   40): the claim sets claim_token, lease_until and attempts, which no index
---   covers, and the free space lets every new version of a page's rows go in
---   that page, a HOT update that writes no index entry either.
--- - The message id, unique already, is the primary key, and id keeps only
---   its part in the relay's two indexes (the order of the rows): a row costs
---   one index entry less to write. The relay's statements name rows by their
---   message id.
---
--- Rows published before this migration are not kept: what waits (rows
--- neither published nor dead, and the dead ones) is copied back with its ids,
--- and the identity sequence goes on from where it was, so ordered mode keeps
--- its order across the migration. The table is locked meanwhile, so a
--- handler that commits outgoing messages waits for the migration; its cost
--- is that of the rows that wait, not of the published ones. A relay of an
--- older release fails on the missing published_at column instead of
--- publishing twice, and a relay of this release refuses a table without this
--- migration.
+-- The relay deletes a row once published: the table keeps only what waits (docs/outbox.md).
+-- Locks the table while it copies the waiting rows back; published rows are not kept.
 -- +goose Up
 LOCK TABLE idem_outbox IN ACCESS EXCLUSIVE MODE;
 

@@ -24,10 +24,13 @@ const OutboxChain = "idem_outbox"
 // copy. The chain is the folder's, not a package's (Owned is false): a
 // folder whose handlers stop publishing keeps it as it is.
 //
-// A copy is told by the migrations.Marker line above its goose annotations
-// and must be byte for byte one of the runtime's migrations; any other
+// A copy is told by the migrations.Marker line above its goose annotations.
+// idemgen writes it byte for byte. A copy is one of the runtime's
+// migrations when its SQL is, comment lines aside: a runtime whose comments
+// were rewritten still knows the copies an older idemgen wrote. Any other
 // content with the marker is an edited copy, which the planner refuses like
-// an edited inbox migration.
+// an edited inbox migration. The folder's idemgen.sum still catches any edit
+// of a recorded copy, comments included.
 type OutboxKind struct {
 	steps []outboxStep
 }
@@ -44,6 +47,7 @@ type outboxEdited struct{}
 type outboxStep struct {
 	name    string // the file's name without its version and .sql: idem_outbox
 	content []byte
+	sql     string // content without its comment lines (sqlOf)
 }
 
 // NewOutboxKind returns the kind of the outbox chain whose migrations are
@@ -74,7 +78,7 @@ func NewOutboxKind(src fs.FS) (OutboxKind, error) {
 		case !isOutbox(content):
 			return OutboxKind{}, fmt.Errorf("the runtime's outbox migration %s has no %q line before -- +goose Up", name, migrations.Marker)
 		}
-		k.steps = append(k.steps, outboxStep{name: rest, content: content})
+		k.steps = append(k.steps, outboxStep{name: rest, content: content, sql: sqlOf(content)})
 	}
 	return k, nil
 }
@@ -96,8 +100,9 @@ func (k OutboxKind) Read(content []byte) (string, State, bool, error) {
 	if !isOutbox(content) {
 		return "", nil, false, nil
 	}
+	sql := sqlOf(content)
 	for i, step := range k.steps {
-		if bytes.Equal(step.content, content) {
+		if bytes.Equal(step.content, content) || step.sql == sql {
 			return OutboxChain, OutboxSteps(i + 1), true, nil
 		}
 	}

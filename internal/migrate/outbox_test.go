@@ -147,3 +147,23 @@ func TestNewOutboxKind(t *testing.T) {
 		}
 	}
 }
+
+// TestOutboxCopyWithOtherComments: a copy whose comments differ from the
+// runtime's (an older idemgen's wording) is still the runtime's migration;
+// a copy whose SQL differs is edited.
+func TestOutboxCopyWithOtherComments(t *testing.T) {
+	outbox := runtimeOutbox(t, nil)
+	first, err := fs.ReadFile(migrations.FS, "00001_idem_outbox.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	older := strings.Replace(string(first), migrations.Marker+"\n", migrations.Marker+"\n-- An older header,\n--\n-- written over several lines.\n", 1)
+	older = strings.Replace(older, "CREATE TABLE idem_outbox (", "CREATE TABLE idem_outbox (\n    -- a column's comment of its own", 1)
+	if _, state, ok, err := outbox.Read([]byte(older)); !ok || err != nil || state != OutboxSteps(1) {
+		t.Errorf("a copy with other comments: Read = %v, %v, %v; want step 1", state, ok, err)
+	}
+	edited := strings.Replace(string(first), "payload      bytea", "payload      text ", 1)
+	if _, state, ok, err := outbox.Read([]byte(edited)); !ok || err != nil || state != (outboxEdited{}) {
+		t.Errorf("a copy with other SQL: Read = %v, %v, %v; want an edited copy", state, ok, err)
+	}
+}

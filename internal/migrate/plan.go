@@ -253,6 +253,12 @@ func (p *planner) chains() map[ChainID][]link {
 				// migrations it knows.
 				why = err.Error()
 			}
+			if err == nil && !bytes.Equal(want, l.Content) && sqlOf(want) == sqlOf(l.Content) {
+				// Written by an idemgen whose comments were worded
+				// otherwise: it is what idemgen wrote, and it stays as it is.
+				want = l.Content
+				p.set.Files[filepath.Join(p.dir.Path, l.Name)] = want
+			}
 			if !bytes.Equal(want, l.Content) && !p.reported[l.Name] {
 				p.reported[l.Name] = true
 				p.diags.Errorf(p.at(l.Name), "migration %s of %s is not what idemgen wrote (%s); it may have been applied: restore it, and let idemgen write the change as a new migration",

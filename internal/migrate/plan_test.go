@@ -152,7 +152,7 @@ func TestPlanRefusals(t *testing.T) {
 			"migration 00001_idem_app_a.sql, recorded in idemgen.sum, was deleted"},
 		{"damaged header", edit(first, Header+"\n"+InboxMarker+"app.a\n-- idemgen:schema table=idem_app_a\n"), Request{Packages: []string{app}, Rehash: true},
 			"the idemgen header of 00001_idem_app_a.sql is damaged (incomplete schema line"},
-		{"not what idemgen wrote", edit(first, string(start[first])+"-- more\n"), Request{Packages: []string{app}, Wants: []Want{want(a, app)}, Rehash: true},
+		{"not what idemgen wrote", edit(first, string(start[first])+"SELECT 1;\n"), Request{Packages: []string{app}, Wants: []Want{want(a, app)}, Rehash: true},
 			"migration 00001_idem_app_a.sql of consumer app.a is not what idemgen wrote"},
 		{"shared version", edit("00001_accounts.sql", "-- +goose Up\n"), Request{Packages: []string{app}, Rehash: true},
 			"migrations 00001_accounts.sql and 00001_idem_app_a.sql share version 1"},
@@ -300,7 +300,7 @@ func TestPlanAnotherKind(t *testing.T) {
 		t.Errorf("folder ahead: %q", msgs)
 	}
 	edited := maps.Clone(files)
-	edited["00002_idem_outbox_1.sql"] = append(slices.Clone(files["00002_idem_outbox_1.sql"]), "-- more\n"...)
+	edited["00002_idem_outbox_1.sql"] = append(slices.Clone(files["00002_idem_outbox_1.sql"]), "SELECT 1;\n"...)
 	delete(edited, SumFile)
 	if _, msgs := plan(dirOf(edited), req); !hasMsg(msgs, "migration 00002_idem_outbox_1.sql of the outbox chain idem_outbox is not what idemgen wrote") {
 		t.Errorf("edited step: %q", msgs)

@@ -102,7 +102,7 @@ type externalCreateData struct {
 func AlterExternal(prev, next model.ExternalInbox, c migrate.ExternalChange) []byte {
 	t := TableName(next.Table)
 	d := alterData{}
-	var summary []string
+	var summary, locks []string
 	for _, col := range c.DropNotNull {
 		d.Up = append(d.Up, fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s DROP NOT NULL", t, Quote(col.Name)))
 		summary = append(summary, "makes the key part "+col.Name+" nullable")
@@ -110,6 +110,7 @@ func AlterExternal(prev, next model.ExternalInbox, c migrate.ExternalChange) []b
 	for _, col := range c.Widen {
 		d.Up = append(d.Up, fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s TYPE %s", t, Quote(col.Name), col.Type))
 		summary = append(summary, fmt.Sprintf("widens the key part %s from %s to %s", col.Name, c.Old[col.Name].Type, col.Type))
+		locks = addLock(locks, "rewrites the table under ACCESS EXCLUSIVE")
 	}
 	for _, col := range c.Widen {
 		d.Down = append(d.Down, fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s TYPE %s", t, Quote(col.Name), c.Old[col.Name].Type))
@@ -117,8 +118,6 @@ func AlterExternal(prev, next model.ExternalInbox, c migrate.ExternalChange) []b
 	for _, col := range c.DropNotNull {
 		d.Down = append(d.Down, fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s SET NOT NULL", t, Quote(col.Name)))
 	}
-	d.Summary = fmt.Sprintf("Changes the claims table of consumer %s (%s, mode=external): %s. "+
-		"The idempotency keys recorded so far stay what they were: a value enters the key the same way whatever the width of its integer type and whether its part may be NULL.",
-		next.Consumer, next.Table, strings.Join(summary, "; "))
+	d.Summary = summaryLines(fmt.Sprintf("Changes the claims of consumer %s (mode=external): %s.", next.Consumer, strings.Join(summary, "; ")), locks)
 	return []byte(render("alter.sql.tmpl", d))
 }

@@ -9,6 +9,7 @@ package inboxsql
 import (
 	"bytes"
 	"fmt"
+	"slices"
 	"strings"
 	"text/template"
 
@@ -18,23 +19,8 @@ import (
 )
 
 var tmpl = template.Must(template.New("").Funcs(template.FuncMap{
-	"join":    strings.Join,
-	"comment": comment,
+	"join": strings.Join,
 }).ParseFS(templates.FS, "*.sql.tmpl"))
-
-// comment wraps text into "-- " lines of at most 80 columns.
-func comment(text string) string {
-	var lines []string
-	line := "--"
-	for _, word := range strings.Fields(text) {
-		if len(line)+1+len(word) > 80 && line != "--" {
-			lines = append(lines, line)
-			line = "--"
-		}
-		line += " " + word
-	}
-	return strings.Join(append(lines, line), "\n")
-}
 
 // KeyColumn is what a generated table declaration (idemimpl.Column) states of
 // one key part, from which the runtime builds the statements it runs
@@ -143,13 +129,13 @@ type createData struct {
 func Alter(prev, next model.Inbox, c migrate.Change) []byte {
 	d := alterData{}
 	t := TableName(next.Table)
-	var summary []string
+	var summary, locks []string
 	if c.ReplaceUnique {
 		d.Up = append(d.Up, dropUnique(prev)...)
 	}
 	for _, col := range c.AddColumns {
 		d.Up = append(d.Up, fmt.Sprintf("ALTER TABLE %s ADD COLUMN %s %s", t, Quote(col.Name), col.Type))
-		summary = append(summary, "adds the nullable key part "+col.Name+" (recorded rows hold NULL there, the key they had)")
+		summary = append(summary, "adds the nullable key part "+col.Name)
 	}
 	for _, col := range c.DropNotNull {
 		d.Up = append(d.Up, fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s DROP NOT NULL", t, Quote(col.Name)))
@@ -158,9 +144,11 @@ func Alter(prev, next model.Inbox, c migrate.Change) []byte {
 	for _, col := range c.Widen {
 		d.Up = append(d.Up, fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s TYPE %s", t, Quote(col.Name), col.Type))
 		summary = append(summary, fmt.Sprintf("widens the key part %s from %s to %s", col.Name, c.Old[col.Name].Type, col.Type))
+		locks = addLock(locks, "rewrites the table under ACCESS EXCLUSIVE")
 	}
 	if c.ReplaceUnique {
 		d.Up = append(d.Up, createUnique(next)...)
+		locks = addLock(locks, "holds a SHARE lock while an index builds")
 		if prev.Unique != next.Unique {
 			summary = append(summary, fmt.Sprintf("enforces unique keys with %s instead of %s", uniqueText(next.Unique), uniqueText(prev.Unique)))
 		}
@@ -171,9 +159,8 @@ func Alter(prev, next model.Inbox, c migrate.Change) []byte {
 	}
 	if c.ResultJSON {
 		d.Up = append(d.Up, fmt.Sprintf("ALTER TABLE %s ALTER COLUMN result TYPE json", t))
-		summary = append(summary, "stores results as json instead of jsonb, which refuses a result holding a NUL character (\\u0000) after the handler ran, on every redelivery. "+
-			"The type change rewrites the table under an ACCESS EXCLUSIVE lock, which stops every delivery of the consumer until it is done: "+
-			"apply it in a quiet hour, or purge old rows first. Going down fails while a stored result holds \\u0000")
+		summary = append(summary, "stores results as json, not jsonb")
+		locks = addLock(locks, "rewrites the table under ACCESS EXCLUSIVE")
 	}
 
 	if c.RetentionBTree {
@@ -181,9 +168,8 @@ func Alter(prev, next model.Inbox, c migrate.Change) []byte {
 		d.Up = append(d.Up,
 			fmt.Sprintf("CREATE INDEX IF NOT EXISTS %s ON %s (created_at)", Quote(n.retentionIndex), t),
 			"DROP INDEX IF EXISTS "+qualify(n.schema, n.createdIndex))
-		summary = append(summary, "indexes created_at with a B-tree instead of BRIN, so that the purge (idem.Janitor, the wrapper's Purge) finds the oldest rows "+
-			"without scanning the table. Building the index blocks the consumer's deliveries (a SHARE lock) until it is done: on a large inbox, "+
-			"build it first with CREATE INDEX CONCURRENTLY under the same name, and this migration keeps it (check that it is valid)")
+		summary = append(summary, "indexes created_at with a B-tree, not BRIN")
+		locks = addLock(locks, "holds a SHARE lock while an index builds")
 	}
 
 	if c.RetentionBTree {
@@ -213,14 +199,32 @@ func Alter(prev, next model.Inbox, c migrate.Change) []byte {
 	if c.ReplaceUnique {
 		d.Down = append(d.Down, createUnique(prev)...)
 	}
-	d.Summary = fmt.Sprintf("Changes the inbox of consumer %s (%s): %s. Every change keeps the meaning of the rows recorded so far.",
-		next.Consumer, next.Table, strings.Join(summary, "; "))
+	d.Summary = summaryLines(fmt.Sprintf("Changes the inbox of consumer %s: %s.", next.Consumer, strings.Join(summary, "; ")), locks)
 	return []byte(render("alter.sql.tmpl", d))
 }
 
 type alterData struct {
-	Summary  string
+	// Summary is the migration's header after idemgen's own lines: what it
+	// changes, then what it locks. docs/migrations.md says why.
+	Summary  []string
 	Up, Down []string
+}
+
+// addLock adds what a change locks to locks, once.
+func addLock(locks []string, lock string) []string {
+	if slices.Contains(locks, lock) {
+		return locks
+	}
+	return append(locks, lock)
+}
+
+// summaryLines is the header of an altering migration: what changes, and, if
+// anything, what it locks while it runs.
+func summaryLines(what string, locks []string) []string {
+	if len(locks) == 0 {
+		return []string{what}
+	}
+	return []string{what, "It " + strings.Join(locks, " and ") + " (docs/migrations.md#schema-evolution)."}
 }
 
 func uniqueText(u model.Unique) string {
