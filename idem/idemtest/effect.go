@@ -42,9 +42,9 @@ type reference struct {
 	// the other scenarios stop at once: without an effect to judge they
 	// would pass having shown nothing.
 	halt   string
-	before  state  // before the delivery, in the first schema
-	after   state  // after it
-	judge   judge
+	before state // before the delivery, in the first schema
+	after  state // after it
+	judge  judge
 }
 
 // delivered is one delivery in a fresh schema, as the reference learns it.

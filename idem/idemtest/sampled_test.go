@@ -84,7 +84,7 @@ func TestSampledCatchesPoolWrites(t *testing.T) {
 	want := map[string]string{
 		idemtest.ScenarioFailureBeforeCommit: "the delivery abandoned before its commit left 1 row in balances where the state before it had none: " +
 			"the handler writes outside its transaction (through a pool?)",
-		idemtest.ScenarioBatchFailingHandler:  "the failed batch and its redelivery left balance = 300 in balances where one delivery leaves 100",
+		idemtest.ScenarioBatchFailingHandler: "the failed batch and its redelivery left balance = 300 in balances where one delivery leaves 100",
 		idemtest.ScenarioBatchKilledMidBatch: "the batch killed before its commit left 1 row in balances where the state before it had none",
 	}
 	for _, sc := range s.Scenarios() {
