@@ -173,7 +173,7 @@ func (s ExternalSuite[V, M, R]) Scenarios() []Scenario { return s.scenarios(&fix
 func (s ExternalSuite[V, M, R]) scenarios(seen *fixtureSeen) []Scenario {
 	always := func() (bool, string) { return true, "" }
 	return []Scenario{
-		{Name: ScenarioEffect, Run: func(t testing.TB) { effectScenario(t, &seen.ref, func() { s.learnEffect(t, seen) }) }, applies: always},
+		{Name: ScenarioEffect, Run: func(t testing.TB) { effectScenario(t, &seen.ref, func() { s.learnEffect(t, seen, true) }) }, applies: always},
 		{Name: ScenarioExternalConcurrent, Run: func(t testing.TB) { s.concurrent(t, seen) }, applies: always},
 		{Name: ScenarioExternalTakeover, Run: func(t testing.TB) { s.takeover(t, seen) }, applies: always},
 		{Name: ScenarioExternalHeartbeat, Run: func(t testing.TB) { s.heartbeat(t, seen) }, applies: always},
@@ -290,15 +290,15 @@ func (sc *externalScenario[V, M, R]) mustProcess(what string, msg M) delivery[R]
 // sample message showed nothing.
 func (s ExternalSuite[V, M, R]) needEffect(t testing.TB, seen *fixtureSeen) {
 	t.Helper()
-	s.learnEffect(t, seen)
+	s.learnEffect(t, seen, false)
 	seen.ref.stopIfHalted(t)
 }
 
 // learnEffect learns what one delivery does (ScenarioEffect), once per run:
 // the state of the test schema, or else the provider's effects.
-func (s ExternalSuite[V, M, R]) learnEffect(t testing.TB, seen *fixtureSeen) {
+func (s ExternalSuite[V, M, R]) learnEffect(t testing.TB, seen *fixtureSeen, first bool) {
 	t.Helper()
-	seen.ref.learn(func(d *delivered) {
+	seen.ref.learn(s.Migrations, first, func(d *delivered) {
 		sc := s.start(t, seen, 2)
 		d.sampled, d.advice, d.message = sc.fx.sampled, sc.advice, encode(sc.fx.Message)
 		d.before = sc.check.read("before the first delivery")

@@ -1,23 +1,3 @@
-// Package idemtest gives tests of idem handlers a real PostgreSQL to run
-// against: a fresh schema per test, with the package's goose migrations
-// applied through goose's Go API. Its Suite runs the scenarios that prove a
-// consumer's guarantee (concurrent deliveries, a failure before the commit, a
-// crash after it, a reused key, a duplicate, a business unique violation);
-// the tests idemgen generates in idem_gen_test.go are one Suite per handler.
-// Handlers of mode=external get an ExternalSuite instead (a live claim, a
-// worker that dies after its provider call, heartbeats, a stolen claim),
-// with a Provider double that deduplicates by idempotency key as payment
-// APIs do, in process or over HTTP. Handlers of mode=entity get an
-// EntitySuite (Suite's scenarios on the business table, and a process killed
-// with SIGKILL inside its transaction), and handlers of mode=natural a
-// NaturalSuite, which compares a snapshot of the state after redeliveries.
-//
-// The database comes from IDEMGEN_TEST_DATABASE_URL only, never from
-// DATABASE_URL: a developer's shell often points that at a real database, and
-// these tests create and drop schemas. Without it, tests are skipped with a
-// message that names the variable;
-// when IDEMGEN_REQUIRE_DB is set (as the repository's test script and CI do)
-// they fail instead, so that no database test is skipped unnoticed.
 package idemtest
 
 import (

@@ -31,10 +31,6 @@ const (
 	ScenarioInterleaved = "interleaved"
 )
 
-// A NaturalSuite also runs ScenarioFailureBeforeCommit, last: the delivery
-// whose connection dies before its commit leaves the state as it was, and
-// its redelivery leaves it as one delivery does.
-
 // NaturalFixture is what a mode=natural handler's scenarios need: a fixture
 // function named by the directive's fixture= option returns one for each
 // scenario:
@@ -78,11 +74,13 @@ func SampledNatural[V, M any](set func(msg *M)) func(t testing.TB, db *DB) Natur
 
 // NaturalSuite runs the scenarios that prove a mode=natural handler
 // idempotent by construction: nothing records its messages, so every
-// redelivery runs it again, and the state it owns (NaturalFixture.Snapshot)
-// must be the same after one delivery as after two, after N concurrent
-// ones, and after a redelivery that follows another message. A handler
-// that says balance = balance + $1 fails, with a message naming the rows
-// and columns that differ. idemgen generates one per mode=natural handler.
+// redelivery runs it again, and the state it owns (NaturalFixture.Snapshot,
+// else every table of the test schema) must be the same after one delivery
+// as after two, after N concurrent ones, and after a redelivery that follows
+// another message. ScenarioFailureBeforeCommit runs last: a delivery whose
+// connection dies before its commit leaves the state as it was. A handler
+// that says balance = balance + $1 fails, with a message naming the rows and
+// columns that differ. idemgen generates one per mode=natural handler.
 type NaturalSuite[V, M, R any] struct {
 	Migrations fs.FS
 	// New builds the consumer on pool; it must pass opts on to the
@@ -124,7 +122,7 @@ type naturalShared struct {
 func (s NaturalSuite[V, M, R]) scenarios(sh *naturalShared) []Scenario {
 	always := func() (bool, string) { return true, "" }
 	return []Scenario{
-		{Name: ScenarioEffect, Run: func(t testing.TB) { effectScenario(t, &sh.ref, func() { s.learnEffect(t, sh) }) }, applies: always},
+		{Name: ScenarioEffect, Run: func(t testing.TB) { effectScenario(t, &sh.ref, func() { s.learnEffect(t, sh, true) }) }, applies: always},
 		{Name: ScenarioRedelivery, Run: func(t testing.TB) { s.redelivery(t, sh) }, applies: always},
 		{Name: ScenarioConcurrentRedeliveries, Run: func(t testing.TB) { s.concurrent(t, sh) }, applies: always},
 		{Name: ScenarioInterleaved, Run: func(t testing.TB) { s.interleaved(t, sh) }, applies: func() (bool, string) {
@@ -181,14 +179,14 @@ func (s NaturalSuite[V, M, R]) start(t testing.TB, sh *naturalShared, conns int)
 // sample message showed nothing.
 func (s NaturalSuite[V, M, R]) needEffect(t testing.TB, sh *naturalShared) {
 	t.Helper()
-	s.learnEffect(t, sh)
+	s.learnEffect(t, sh, false)
 	sh.ref.stopIfHalted(t)
 }
 
 // learnEffect learns what one delivery does (ScenarioEffect), once per run.
-func (s NaturalSuite[V, M, R]) learnEffect(t testing.TB, sh *naturalShared) {
+func (s NaturalSuite[V, M, R]) learnEffect(t testing.TB, sh *naturalShared, first bool) {
 	t.Helper()
-	sh.ref.learn(func(d *delivered) {
+	sh.ref.learn(s.Migrations, first, func(d *delivered) {
 		sc := s.start(t, sh, 2)
 		d.sampled, d.advice, d.message = sc.fx.sampled, sc.advice, encode(sc.fx.Message)
 		d.before = sc.check.read("before the first delivery")

@@ -171,8 +171,8 @@ var (
 
 // sampleReceiver returns a receiver of type V whose fields of database
 // handle types hold db's pool (directly, as *sql.DB, or as an interface the
-// pool satisfies, such as idem.DB or sqlc's DBTX), and whose fields of an
-// interface *Provider satisfies hold p, exported or not, and also inside
+// pool satisfies, such as idem.DB or sqlc's DBTX), and whose fields of type
+// *Provider, or of an interface it satisfies, hold p, exported or not, and also inside
 // nested structs and pointers to structs. A handler that writes through its
 // service's pool then really writes, and the scenarios see it.
 func sampleReceiver[V any](t testing.TB, db *DB, p *Provider) V {
@@ -209,6 +209,8 @@ func (h handles) handleFor(t reflect.Type) (reflect.Value, bool) {
 		return reflect.ValueOf(h.pool), true
 	case h.pool != nil && t == sqlDBType:
 		return reflect.ValueOf(h.sqlDB()), true
+	case h.provider != nil && t == providerType:
+		return reflect.ValueOf(h.provider), true
 	case t.Kind() != reflect.Interface || t.NumMethod() == 0:
 		return reflect.Value{}, false
 	case h.pool != nil && poolType.Implements(t):
@@ -245,7 +247,7 @@ func (h handles) fillStruct(v reflect.Value, depth int) bool {
 		switch ft := f.Type(); {
 		case ft.Kind() == reflect.Struct:
 			filled = h.fillStruct(f, depth+1) || filled
-		case ft.Kind() == reflect.Pointer && ft.Elem().Kind() == reflect.Struct && ft != poolType && ft != sqlDBType:
+		case ft.Kind() == reflect.Pointer && ft.Elem().Kind() == reflect.Struct && ft != poolType && ft != sqlDBType && ft != providerType:
 			p := reflect.New(ft.Elem())
 			if h.fillStruct(p.Elem(), depth+1) {
 				f.Set(p)

@@ -273,7 +273,7 @@ func (s Suite[V, M, R]) Scenarios() []Scenario { return s.scenarios(&fixtureSeen
 func (s Suite[V, M, R]) scenarios(seen *fixtureSeen) []Scenario {
 	always := func() (bool, string) { return true, "" }
 	return append([]Scenario{
-		{Name: ScenarioEffect, Run: func(t testing.TB) { effectScenario(t, &seen.ref, func() { s.learnEffect(t, seen) }) }, applies: always},
+		{Name: ScenarioEffect, Run: func(t testing.TB) { effectScenario(t, &seen.ref, func() { s.learnEffect(t, seen, true) }) }, applies: always},
 		{Name: ScenarioConcurrent, Run: func(t testing.TB) { s.concurrent(t, seen) }, applies: always},
 		{Name: ScenarioFailureBeforeCommit, Run: func(t testing.TB) { s.failureBeforeCommit(t, seen) }, applies: always},
 		{Name: ScenarioCrashAfterCommit, Run: func(t testing.TB) { s.crashAfterCommit(t, seen) }, applies: always},
@@ -407,14 +407,14 @@ func (s Suite[V, M, R]) fixture(t testing.TB, db *DB) Fixture[V, M] {
 // sample message showed nothing.
 func (s Suite[V, M, R]) needEffect(t testing.TB, seen *fixtureSeen) {
 	t.Helper()
-	s.learnEffect(t, seen)
+	s.learnEffect(t, seen, false)
 	seen.ref.stopIfHalted(t)
 }
 
 // learnEffect learns what one delivery does (ScenarioEffect), once per run.
-func (s Suite[V, M, R]) learnEffect(t testing.TB, seen *fixtureSeen) {
+func (s Suite[V, M, R]) learnEffect(t testing.TB, seen *fixtureSeen, first bool) {
 	t.Helper()
-	seen.ref.learn(func(d *delivered) {
+	seen.ref.learn(s.Migrations, first, func(d *delivered) {
 		sc := s.start(t, seen, 2)
 		d.sampled, d.advice, d.message = sc.fx.sampled, sc.advice, encode(sc.fx.Message)
 		d.before = sc.check.read("before the first delivery")
