@@ -1,9 +1,10 @@
 // Package gotest emits idem_gen_test.go: for each handler of a package, a test
 // Test<Func>Idem that runs the scenarios of idemtest.Suite against the
 // handler's generated wrapper on a real PostgreSQL. The scenarios themselves
-// live once in idemtest; what is emitted is what is specific to one handler:
-// its types, its inbox table and migrations, how to build the wrapper, and
-// its fixture or a message built from its key.
+// live once in idemtest, and so does their description: a test's doc is two
+// lines. What is emitted is what is specific to one handler: its types, its
+// inbox table and migrations, how to build the wrapper, and its fixture or
+// the runtime's sample message with what the sample must not hold.
 package gotest
 
 import (
