@@ -42,10 +42,9 @@ type reference struct {
 	// halt, for a sample message that failed or changed nothing, says why
 	// the other scenarios stop at once: without an effect to judge they
 	// would pass having shown nothing.
-	halt   string
-	before state // before the delivery, in the first schema
-	after  state // after it
-	judge  judge
+	halt  string
+	after state // after the delivery, in the first schema
+	judge judge
 }
 
 // delivered is one delivery in a fresh schema, as the reference learns it.
@@ -125,7 +124,7 @@ func (r *reference) learn(migrations fs.FS, first bool, one func(d *delivered)) 
 		}
 	}
 	r.judge = learnJudge(a.volatile, [2]state{a.before, b.before}, [2]state{a.after, b.after})
-	r.before, r.after, r.usable, r.why = a.before, a.after, true, ""
+	r.after, r.usable, r.why = a.after, true, ""
 	r.note = "one delivery changed: " + strings.Join(diffAll(a.after, a.before), "; ")
 	if cols := r.judge.ignoredColumns(a.after); cols != "" {
 		r.note += "; not compared, since they differ from one run to the next: " + cols
