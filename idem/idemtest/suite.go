@@ -102,7 +102,8 @@ type NoReceiver struct{}
 //	func chargeFixture(t testing.TB, db *idemtest.DB) idemtest.Fixture[*Service, OrderPlaced]
 //
 // It is called once per scenario with the scenario's fresh schema (its
-// migrations applied), so it can seed the rows the handler needs.
+// migrations applied), so it can seed the rows the handler needs. A handler
+// without fixture= gets Sampled's instead.
 type Fixture[V, M any] struct {
 	// Receiver is the value the handler is a method of; NoReceiver{} for a
 	// plain function.
