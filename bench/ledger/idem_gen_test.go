@@ -12,54 +12,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// TestPostIdem proves against a real PostgreSQL that PostIdem, the wrapper of
-// Post, processes every Deposit at most once per key (MessageID) of the
-// consumer "bench.ledger", whose inbox table is idem_bench_ledger. Each
-// scenario is a subtest in a fresh schema with the goose migrations of
-// migrations/ applied; its receiver and message come from postFixture, called
-// once per scenario:
-//
-//   - concurrent_deliveries: 16 deliveries of one message at once, the first
-//     held inside its transaction until the other 15 wait on its claim in
-//     PostgreSQL, give exactly one idem.Processed and 15 idem.Duplicate with
-//     equal results, and one inbox row;
-//   - failure_before_commit: a delivery whose connection dies after the handler
-//     ran and before the commit leaves no inbox row, and the redelivery is
-//     processed once;
-//   - crash_after_commit: when a worker commits a delivery and dies before its
-//     ack, the redelivery to a new worker is idem.Duplicate with the stored
-//     result and does not run the handler;
-//   - key_reused: a message with the same key and another payload gets
-//     idem.ErrKeyReused and changes nothing; that message is the fixture's
-//     Variant or, without one, the message with Account changed;
-//   - sequential_duplicate: a second delivery of the message is idem.Duplicate
-//     with the first one's result;
-//   - business_unique_violation, when postFixture supplies a Conflict: a unique
-//     violation of the handler's own write is its error, never idem.Duplicate,
-//     and records nothing.
-//
-// When postFixture supplies an Effect, its count of the business effect must be
-// exactly 1 after each scenario (0 after the abandoned delivery, and unchanged
-// by the failed one of business_unique_violation).
-//
-// The batch scenarios deliver through PostIdem.HandleBatch (one transaction per
-// batch): batch_key_twice: a batch holding the message twice (and, with a
-// Variant, its key with another payload) runs the handler once: idem.Processed,
-// idem.Duplicate with an equal result, idem.ErrKeyReused; batch_processed_key:
-// a batch of an already processed message gives idem.Duplicate with the stored
-// result and does not run the handler; batch_failing_handler: a batch whose
-// transaction fails before its commit gets the error for each message and
-// commits nothing, and the redelivered batch is processed once;
-// batch_concurrent: 16 batches holding the message twice at once give exactly
-// one idem.Processed, the rest idem.Duplicate with equal results;
-// batch_killed_mid_batch: a child process delivering the message twice as a
-// batch is killed with SIGKILL inside the batch's transaction, after the
-// handler and before the COMMIT: nothing is recorded, and the redelivered batch
-// is processed once.
-//
-// Without IDEMGEN_TEST_DATABASE_URL (DATABASE_URL is never used) the test is
-// skipped, and with IDEMGEN_REQUIRE_DB set it fails instead;
-// IDEMGEN_TEST_DELIVERIES sets another number of concurrent deliveries than 16.
+// TestPostIdem runs the scenarios of idemtest.Suite against PostIdem, with the
+// message of postFixture.
 func TestPostIdem(t *testing.T) {
 	idemtest.Suite[idemtest.NoReceiver, Deposit, Posted]{
 		Migrations: os.DirFS("migrations"),
@@ -86,66 +40,8 @@ func TestPostIdem(t *testing.T) {
 	}.Run(t)
 }
 
-// TestPostAllIdem proves against a real PostgreSQL that PostAllIdem, the
-// wrapper of PostAll, processes every Deposit at most once per key (MessageID)
-// of the consumer "bench.ledger.all", whose inbox table is
-// idem_bench_ledger_all. Each scenario is a subtest in a fresh schema with the
-// goose migrations of migrations/ applied; its receiver and message come from
-// postAllFixture, called once per scenario:
-//
-//   - concurrent_deliveries: 16 deliveries of one message at once, the first
-//     held inside its transaction until the other 15 wait on its claim in
-//     PostgreSQL, give exactly one idem.Processed and 15 idem.Duplicate with
-//     equal results, and one inbox row;
-//   - failure_before_commit: a delivery whose connection dies after the handler
-//     ran and before the commit leaves no inbox row, and the redelivery is
-//     processed once;
-//   - crash_after_commit: when a worker commits a delivery and dies before its
-//     ack, the redelivery to a new worker is idem.Duplicate with the stored
-//     result and does not run the handler;
-//   - key_reused: a message with the same key and another payload gets
-//     idem.ErrKeyReused and changes nothing; that message is the fixture's
-//     Variant or, without one, the message with Account changed;
-//   - sequential_duplicate: a second delivery of the message is idem.Duplicate
-//     with the first one's result;
-//   - business_unique_violation, when postAllFixture supplies a Conflict: a
-//     unique violation of the handler's own write is its error, never
-//     idem.Duplicate, and records nothing.
-//
-// When postAllFixture supplies an Effect, its count of the business effect must
-// be exactly 1 after each scenario (0 after the abandoned delivery, and
-// unchanged by the failed one of business_unique_violation).
-//
-// The batch scenarios deliver through PostAllIdem.HandleBatch (one transaction
-// per batch): batch_key_twice: a batch holding the message twice (and, with a
-// Variant, its key with another payload) runs the handler once: idem.Processed,
-// idem.Duplicate with an equal result, idem.ErrKeyReused; batch_processed_key:
-// a batch of an already processed message gives idem.Duplicate with the stored
-// result and does not run the handler; batch_failing_handler: a batch whose
-// transaction fails before its commit gets the error for each message and
-// commits nothing, and the redelivered batch is processed once;
-// batch_concurrent: 16 batches holding the message twice at once give exactly
-// one idem.Processed, the rest idem.Duplicate with equal results;
-// batch_killed_mid_batch: a child process delivering the message twice as a
-// batch is killed with SIGKILL inside the batch's transaction, after the
-// handler and before the COMMIT: nothing is recorded, and the redelivered batch
-// is processed once.
-//
-// PostAll is set-based, so the batch scenarios also give it messages of several
-// keys (Rekey: the message with fresh key values) and wrap it (SetWith):
-// batch_fresh_messages: after the message was processed, a batch of it, a new
-// key, it again, its key with another payload and a third key calls PostAll
-// once, with the two new keys' messages in input order; batch_overlapping: 16
-// batches at once of two keys out of three, overlapping and in different
-// orders, process each key exactly once without an error; batch_each_alone: a
-// batch of two keys whose handler fails is rolled back and each message is then
-// delivered alone, as a batch of one, and processed; batch_wrong_length: a
-// handler that returns one result too many fails each message with an error
-// naming PostAll and both lengths, and commits nothing.
-//
-// Without IDEMGEN_TEST_DATABASE_URL (DATABASE_URL is never used) the test is
-// skipped, and with IDEMGEN_REQUIRE_DB set it fails instead;
-// IDEMGEN_TEST_DELIVERIES sets another number of concurrent deliveries than 16.
+// TestPostAllIdem runs the scenarios of idemtest.Suite against PostAllIdem,
+// with the message of postAllFixture.
 func TestPostAllIdem(t *testing.T) {
 	idemtest.Suite[idemtest.NoReceiver, Deposit, Posted]{
 		Migrations: os.DirFS("migrations"),

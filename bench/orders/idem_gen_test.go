@@ -11,36 +11,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// TestPlaceEntityIdem proves against a real PostgreSQL that PlaceEntityIdem,
-// the wrapper of PlaceEntity (mode=entity), processes every Order at most once
-// per key (OrderID) of the consumer "bench.order-entity", whose markers are its
-// rows in orders (columns id) that carry a fingerprint. Each scenario is a
-// subtest in a fresh schema with the goose migrations of migrations/ applied;
-// its message is built with random values in its key fields and zero values
-// elsewhere, and its receiver is none (a plain function):
-//
-//   - concurrent_deliveries: 16 deliveries of one message at once, the first
-//     held inside its transaction until the other 15 wait on its row in
-//     PostgreSQL, give one row, exactly one idem.Processed and 15
-//     idem.Duplicate with equal results;
-//   - failure_before_commit: a delivery whose connection dies after the handler
-//     ran and before the commit leaves no row, and the redelivery is processed
-//     once;
-//   - crash_after_commit: the redelivery of a committed message to a new worker
-//     is idem.Duplicate and does not run the handler;
-//   - key_reused: a message with the same key and another payload (the
-//     fixture's Variant, or Customer changed) gets idem.ErrKeyReused and
-//     changes nothing;
-//   - sequential_duplicate: a second delivery of the message is idem.Duplicate
-//     with the first one's result;
-//   - killed_mid_transaction: a child process (this test binary) that delivers
-//     the message and is killed with SIGKILL after the handler's insert, before
-//     the commit, leaves no row; the redelivery is processed once, and the next
-//     one is idem.Duplicate.
-//
-// Without IDEMGEN_TEST_DATABASE_URL (DATABASE_URL is never used) the test is
-// skipped, and with IDEMGEN_REQUIRE_DB set it fails instead;
-// IDEMGEN_TEST_DELIVERIES sets another number of concurrent deliveries than 16.
+// TestPlaceEntityIdem runs the scenarios of idemtest.EntitySuite against
+// PlaceEntityIdem, with a sample message (no fixture=).
 func TestPlaceEntityIdem(t *testing.T) {
 	idemtest.EntitySuite[idemtest.NoReceiver, Order, idem.None]{
 		Migrations: os.DirFS("migrations"),
@@ -52,13 +24,7 @@ func TestPlaceEntityIdem(t *testing.T) {
 		) idemtest.HandleFunc[Order, idem.None] {
 			return idemtest.NoResult(NewPlaceEntityIdem(pool, opts...).Handle)
 		},
-		Fixture: func(t testing.TB, db *idemtest.DB) idemtest.Fixture[idemtest.NoReceiver, Order] {
-			msg := Order{}
-			msg.OrderID = idemtest.UniqueString[string]()
-			return idemtest.Fixture[idemtest.NoReceiver, Order]{
-				Message: msg,
-			}
-		},
+		Fixture: idemtest.Sampled[idemtest.NoReceiver, Order](nil),
 		Variant: func(msg Order) Order {
 			msg.Customer += "-variant"
 			return msg
@@ -66,55 +32,8 @@ func TestPlaceEntityIdem(t *testing.T) {
 	}.Run(t)
 }
 
-// TestPlaceTxIdem proves against a real PostgreSQL that PlaceTxIdem, the
-// wrapper of PlaceTx, processes every Order at most once per key (OrderID) of
-// the consumer "bench.order-tx", whose inbox table is idem_bench_order_tx. Each
-// scenario is a subtest in a fresh schema with the goose migrations of
-// migrations/ applied; its message is built with random values in its key
-// fields and zero values elsewhere, and its receiver is none (a plain
-// function):
-//
-//   - concurrent_deliveries: 16 deliveries of one message at once, the first
-//     held inside its transaction until the other 15 wait on its claim in
-//     PostgreSQL, give exactly one idem.Processed and 15 idem.Duplicate with
-//     equal results, and one inbox row;
-//   - failure_before_commit: a delivery whose connection dies after the handler
-//     ran and before the commit leaves no inbox row, and the redelivery is
-//     processed once;
-//   - crash_after_commit: when a worker commits a delivery and dies before its
-//     ack, the redelivery to a new worker is idem.Duplicate with the stored
-//     result and does not run the handler;
-//   - key_reused: a message with the same key and another payload gets
-//     idem.ErrKeyReused and changes nothing; that message has Customer changed;
-//   - sequential_duplicate: a second delivery of the message is idem.Duplicate
-//     with the first one's result.
-//
-// The business effect is not counted. A fixture can seed data, choose the
-// message, count the effect and supply a Variant (see idemtest.Fixture):
-// declare it in a _test.go file of package orders,
-//
-//	func placeTxFixture(t testing.TB, db *idemtest.DB) idemtest.Fixture[idemtest.NoReceiver, Order]
-//
-// and add fixture=placeTxFixture to the //idem:handler directive of PlaceTx.
-//
-// The batch scenarios deliver through PlaceTxIdem.HandleBatch (one transaction
-// per batch): batch_key_twice: a batch holding the message twice (and, with a
-// Variant, its key with another payload) runs the handler once: idem.Processed,
-// idem.Duplicate with an equal result, idem.ErrKeyReused; batch_processed_key:
-// a batch of an already processed message gives idem.Duplicate with the stored
-// result and does not run the handler; batch_failing_handler: a batch whose
-// transaction fails before its commit gets the error for each message and
-// commits nothing, and the redelivered batch is processed once;
-// batch_concurrent: 16 batches holding the message twice at once give exactly
-// one idem.Processed, the rest idem.Duplicate with equal results;
-// batch_killed_mid_batch: a child process delivering the message twice as a
-// batch is killed with SIGKILL inside the batch's transaction, after the
-// handler and before the COMMIT: nothing is recorded, and the redelivered batch
-// is processed once.
-//
-// Without IDEMGEN_TEST_DATABASE_URL (DATABASE_URL is never used) the test is
-// skipped, and with IDEMGEN_REQUIRE_DB set it fails instead;
-// IDEMGEN_TEST_DELIVERIES sets another number of concurrent deliveries than 16.
+// TestPlaceTxIdem runs the scenarios of idemtest.Suite against PlaceTxIdem,
+// with a sample message (no fixture=).
 func TestPlaceTxIdem(t *testing.T) {
 	idemtest.Suite[idemtest.NoReceiver, Order, idem.None]{
 		Migrations: os.DirFS("migrations"),
@@ -126,13 +45,7 @@ func TestPlaceTxIdem(t *testing.T) {
 		) idemtest.HandleFunc[Order, idem.None] {
 			return idemtest.NoResult(NewPlaceTxIdem(pool, opts...).Handle)
 		},
-		Fixture: func(t testing.TB, db *idemtest.DB) idemtest.Fixture[idemtest.NoReceiver, Order] {
-			msg := Order{}
-			msg.OrderID = idemtest.UniqueString[string]()
-			return idemtest.Fixture[idemtest.NoReceiver, Order]{
-				Message: msg,
-			}
-		},
+		Fixture: idemtest.Sampled[idemtest.NoReceiver, Order](nil),
 		Batch: func(
 			_ idemtest.NoReceiver,
 			pool *pgxpool.Pool,

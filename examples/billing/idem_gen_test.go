@@ -11,61 +11,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// TestChargeIdem proves against a real PostgreSQL that ChargeIdem, the wrapper
-// of (*Service).Charge, processes every OrderPlaced at most once per key
-// (OrderID) of the consumer "billing.charge", whose inbox table is
-// idem_billing_charge. Each scenario is a subtest in a fresh schema with the
-// goose migrations of migrations/ applied; its receiver and message come from
-// chargeFixture, called once per scenario:
-//
-//   - concurrent_deliveries: 16 deliveries of one message at once, the first
-//     held inside its transaction until the other 15 wait on its claim in
-//     PostgreSQL, give exactly one idem.Processed and 15 idem.Duplicate with
-//     equal results, and one inbox row;
-//   - failure_before_commit: a delivery whose connection dies after the handler
-//     ran and before the commit leaves no inbox row, and the redelivery is
-//     processed once;
-//   - crash_after_commit: when a worker commits a delivery and dies before its
-//     ack, the redelivery to a new worker is idem.Duplicate with the stored
-//     result and does not run the handler;
-//   - key_reused: a message with the same key and another payload gets
-//     idem.ErrKeyReused and changes nothing; that message is the fixture's
-//     Variant or, without one, the message with AccountID changed;
-//   - sequential_duplicate: a second delivery of the message is idem.Duplicate
-//     with the first one's result;
-//   - business_unique_violation, when chargeFixture supplies a Conflict: a
-//     unique violation of the handler's own write is its error, never
-//     idem.Duplicate, and records nothing.
-//
-// When chargeFixture supplies an Effect, its count of the business effect must
-// be exactly 1 after each scenario (0 after the abandoned delivery, and
-// unchanged by the failed one of business_unique_violation).
-//
-// Charge publishes through the outbox, so every scenario also checks
-// idem_outbox: no row while the change has not committed (after the abandoned
-// delivery, and after the failed one of business_unique_violation); once it
-// committed, the rows of one run, at least one, whose message ids are
-// idem.OutgoingMessageID("billing.charge", key, 0..n-1), the ids a rerun after
-// the failure before commit computes too; and no duplicate adds a row.
-//
-// The batch scenarios deliver through ChargeIdem.HandleBatch (one transaction
-// per batch): batch_key_twice: a batch holding the message twice (and, with a
-// Variant, its key with another payload) runs the handler once: idem.Processed,
-// idem.Duplicate with an equal result, idem.ErrKeyReused; batch_processed_key:
-// a batch of an already processed message gives idem.Duplicate with the stored
-// result and does not run the handler; batch_failing_handler: a batch whose
-// transaction fails before its commit gets the error for each message and
-// commits nothing, and the redelivered batch is processed once;
-// batch_concurrent: 16 batches holding the message twice at once give exactly
-// one idem.Processed, the rest idem.Duplicate with equal results;
-// batch_killed_mid_batch: a child process delivering the message twice as a
-// batch is killed with SIGKILL inside the batch's transaction, after the
-// handler and before the COMMIT: nothing is recorded, and the redelivered batch
-// is processed once.
-//
-// Without IDEMGEN_TEST_DATABASE_URL (DATABASE_URL is never used) the test is
-// skipped, and with IDEMGEN_REQUIRE_DB set it fails instead;
-// IDEMGEN_TEST_DELIVERIES sets another number of concurrent deliveries than 16.
+// TestChargeIdem runs the scenarios of idemtest.Suite against ChargeIdem, with
+// the message of chargeFixture.
 func TestChargeIdem(t *testing.T) {
 	idemtest.Suite[*Service, OrderPlaced, Receipt]{
 		Migrations: os.DirFS("migrations"),
@@ -96,54 +43,8 @@ func TestChargeIdem(t *testing.T) {
 	}.Run(t)
 }
 
-// TestBookPaymentIdem proves against a real PostgreSQL that BookPaymentIdem,
-// the wrapper of (*Service).BookPayment, processes every PaymentReceived at
-// most once per key (Provider, PaymentID) of the consumer "billing.payment",
-// whose inbox table is idem_billing_payment. Each scenario is a subtest in a
-// fresh schema with the goose migrations of migrations/ applied; its receiver
-// and message come from bookPaymentFixture, called once per scenario:
-//
-//   - concurrent_deliveries: 16 deliveries of one message at once, the first
-//     held inside its transaction until the other 15 wait on its claim in
-//     PostgreSQL, give exactly one idem.Processed and 15 idem.Duplicate with
-//     equal results, and one inbox row;
-//   - failure_before_commit: a delivery whose connection dies after the handler
-//     ran and before the commit leaves no inbox row, and the redelivery is
-//     processed once;
-//   - crash_after_commit: when a worker commits a delivery and dies before its
-//     ack, the redelivery to a new worker is idem.Duplicate with the stored
-//     result and does not run the handler;
-//   - key_reused: a message with the same key and another payload gets
-//     idem.ErrKeyReused and changes nothing; that message is the fixture's
-//     Variant or, without one, the message with AccountID changed;
-//   - sequential_duplicate: a second delivery of the message is idem.Duplicate
-//     with the first one's result;
-//   - business_unique_violation, when bookPaymentFixture supplies a Conflict: a
-//     unique violation of the handler's own write is its error, never
-//     idem.Duplicate, and records nothing.
-//
-// When bookPaymentFixture supplies an Effect, its count of the business effect
-// must be exactly 1 after each scenario (0 after the abandoned delivery, and
-// unchanged by the failed one of business_unique_violation).
-//
-// The batch scenarios deliver through BookPaymentIdem.HandleBatch (one
-// transaction per batch): batch_key_twice: a batch holding the message twice
-// (and, with a Variant, its key with another payload) runs the handler once:
-// idem.Processed, idem.Duplicate with an equal result, idem.ErrKeyReused;
-// batch_processed_key: a batch of an already processed message gives
-// idem.Duplicate with the stored result and does not run the handler;
-// batch_failing_handler: a batch whose transaction fails before its commit gets
-// the error for each message and commits nothing, and the redelivered batch is
-// processed once; batch_concurrent: 16 batches holding the message twice at
-// once give exactly one idem.Processed, the rest idem.Duplicate with equal
-// results; batch_killed_mid_batch: a child process delivering the message twice
-// as a batch is killed with SIGKILL inside the batch's transaction, after the
-// handler and before the COMMIT: nothing is recorded, and the redelivered batch
-// is processed once.
-//
-// Without IDEMGEN_TEST_DATABASE_URL (DATABASE_URL is never used) the test is
-// skipped, and with IDEMGEN_REQUIRE_DB set it fails instead;
-// IDEMGEN_TEST_DELIVERIES sets another number of concurrent deliveries than 16.
+// TestBookPaymentIdem runs the scenarios of idemtest.Suite against
+// BookPaymentIdem, with the message of bookPaymentFixture.
 func TestBookPaymentIdem(t *testing.T) {
 	idemtest.Suite[*Service, *PaymentReceived, idem.None]{
 		Migrations: os.DirFS("migrations"),
@@ -171,54 +72,8 @@ func TestBookPaymentIdem(t *testing.T) {
 	}.Run(t)
 }
 
-// TestOpenAccountIdem proves against a real PostgreSQL that OpenAccountIdem,
-// the wrapper of OpenAccount, processes every OpenAccountRequested at most once
-// per key (RequestID) of the consumer "billing.open-account", whose inbox table
-// is idem_billing_open_account. Each scenario is a subtest in a fresh schema
-// with the goose migrations of migrations/ applied; its receiver and message
-// come from openAccountFixture, called once per scenario:
-//
-//   - concurrent_deliveries: 16 deliveries of one message at once, the first
-//     held inside its transaction until the other 15 wait on its claim in
-//     PostgreSQL, give exactly one idem.Processed and 15 idem.Duplicate with
-//     equal results, and one inbox row;
-//   - failure_before_commit: a delivery whose connection dies after the handler
-//     ran and before the commit leaves no inbox row, and the redelivery is
-//     processed once;
-//   - crash_after_commit: when a worker commits a delivery and dies before its
-//     ack, the redelivery to a new worker is idem.Duplicate with the stored
-//     result and does not run the handler;
-//   - key_reused: a message with the same key and another payload gets
-//     idem.ErrKeyReused and changes nothing; that message is the fixture's
-//     Variant or, without one, the message with AccountID changed;
-//   - sequential_duplicate: a second delivery of the message is idem.Duplicate
-//     with the first one's result;
-//   - business_unique_violation, when openAccountFixture supplies a Conflict: a
-//     unique violation of the handler's own write is its error, never
-//     idem.Duplicate, and records nothing.
-//
-// When openAccountFixture supplies an Effect, its count of the business effect
-// must be exactly 1 after each scenario (0 after the abandoned delivery, and
-// unchanged by the failed one of business_unique_violation).
-//
-// The batch scenarios deliver through OpenAccountIdem.HandleBatch (one
-// transaction per batch): batch_key_twice: a batch holding the message twice
-// (and, with a Variant, its key with another payload) runs the handler once:
-// idem.Processed, idem.Duplicate with an equal result, idem.ErrKeyReused;
-// batch_processed_key: a batch of an already processed message gives
-// idem.Duplicate with the stored result and does not run the handler;
-// batch_failing_handler: a batch whose transaction fails before its commit gets
-// the error for each message and commits nothing, and the redelivered batch is
-// processed once; batch_concurrent: 16 batches holding the message twice at
-// once give exactly one idem.Processed, the rest idem.Duplicate with equal
-// results; batch_killed_mid_batch: a child process delivering the message twice
-// as a batch is killed with SIGKILL inside the batch's transaction, after the
-// handler and before the COMMIT: nothing is recorded, and the redelivered batch
-// is processed once.
-//
-// Without IDEMGEN_TEST_DATABASE_URL (DATABASE_URL is never used) the test is
-// skipped, and with IDEMGEN_REQUIRE_DB set it fails instead;
-// IDEMGEN_TEST_DELIVERIES sets another number of concurrent deliveries than 16.
+// TestOpenAccountIdem runs the scenarios of idemtest.Suite against
+// OpenAccountIdem, with the message of openAccountFixture.
 func TestOpenAccountIdem(t *testing.T) {
 	idemtest.Suite[idemtest.NoReceiver, OpenAccountRequested, Account]{
 		Migrations: os.DirFS("migrations"),

@@ -11,39 +11,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// TestPlaceOrderIdem proves against a real PostgreSQL that PlaceOrderIdem, the
-// wrapper of (*Service).PlaceOrder (mode=entity), processes every OrderPlaced
-// at most once per key (OrderID) of the consumer "catalog.order", whose markers
-// are its rows in orders (columns id) that carry a fingerprint. Each scenario
-// is a subtest in a fresh schema with the goose migrations of migrations/
-// applied; its receiver and message come from placeOrderFixture, called once
-// per scenario:
-//
-//   - concurrent_deliveries: 16 deliveries of one message at once, the first
-//     held inside its transaction until the other 15 wait on its row in
-//     PostgreSQL, give one row, exactly one idem.Processed and 15
-//     idem.Duplicate with equal results;
-//   - failure_before_commit: a delivery whose connection dies after the handler
-//     ran and before the commit leaves no row, and the redelivery is processed
-//     once;
-//   - crash_after_commit: the redelivery of a committed message to a new worker
-//     is idem.Duplicate and does not run the handler;
-//   - key_reused: a message with the same key and another payload (the
-//     fixture's Variant, or Customer changed) gets idem.ErrKeyReused and
-//     changes nothing;
-//   - sequential_duplicate: a second delivery of the message is idem.Duplicate
-//     with the first one's result;
-//   - business_unique_violation, when placeOrderFixture supplies a Conflict: a
-//     unique violation of another constraint is the handler's error, never
-//     idem.Duplicate, and records nothing;
-//   - killed_mid_transaction: a child process (this test binary) that delivers
-//     the message and is killed with SIGKILL after the handler's insert, before
-//     the commit, leaves no row; the redelivery is processed once, and the next
-//     one is idem.Duplicate.
-//
-// Without IDEMGEN_TEST_DATABASE_URL (DATABASE_URL is never used) the test is
-// skipped, and with IDEMGEN_REQUIRE_DB set it fails instead;
-// IDEMGEN_TEST_DELIVERIES sets another number of concurrent deliveries than 16.
+// TestPlaceOrderIdem runs the scenarios of idemtest.EntitySuite against
+// PlaceOrderIdem, with the message of placeOrderFixture.
 func TestPlaceOrderIdem(t *testing.T) {
 	idemtest.EntitySuite[*Service, OrderPlaced, OrderReceipt]{
 		Migrations: os.DirFS("migrations"),
@@ -63,25 +32,8 @@ func TestPlaceOrderIdem(t *testing.T) {
 	}.Run(t)
 }
 
-// TestSetPriceIdem proves against a real PostgreSQL that (*Service).SetPrice,
-// the handler of the consumer "catalog.price" (mode=natural, nothing recorded),
-// is idempotent by construction: the state it owns, as the Snapshot query of
-// setPriceFixture returns it, is the same after a redelivery as after one
-// delivery. Each scenario is a subtest in a fresh schema with the goose
-// migrations of migrations/ applied:
-//
-//   - redelivery: the message once, then again: the snapshot after the second
-//     delivery equals the one after the first;
-//   - concurrent_redeliveries: the message once, then 16 times at once: every
-//     delivery succeeds and the snapshot equals the one after the first;
-//   - interleaved, when setPriceFixture supplies a Second message: the message,
-//     the second one, the message again: the snapshot after the redelivery
-//     equals the one after the second message.
-//
-// A handler that adds to what is there (balance = balance + $1) fails, with the
-// rows and columns that differ. Without IDEMGEN_TEST_DATABASE_URL (DATABASE_URL
-// is never used) the test is skipped, and with IDEMGEN_REQUIRE_DB set it fails
-// instead.
+// TestSetPriceIdem runs the scenarios of idemtest.NaturalSuite against
+// SetPriceIdem, with the message of setPriceFixture.
 func TestSetPriceIdem(t *testing.T) {
 	idemtest.NaturalSuite[*Service, PriceSet, idem.None]{
 		Migrations: os.DirFS("migrations"),

@@ -11,54 +11,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// TestReceiveGoodsIdem proves against a real PostgreSQL that ReceiveGoodsIdem,
-// the wrapper of ReceiveGoods, processes every CloudEvent at most once per key
-// (Source, ID) of the consumer "inventory.goods-received", whose inbox table is
-// idem_inventory_goods_received. Each scenario is a subtest in a fresh schema
-// with the goose migrations of migrations/ applied; its receiver and message
-// come from receiveGoodsFixture, called once per scenario:
-//
-//   - concurrent_deliveries: 16 deliveries of one message at once, the first
-//     held inside its transaction until the other 15 wait on its claim in
-//     PostgreSQL, give exactly one idem.Processed and 15 idem.Duplicate with
-//     equal results, and one inbox row;
-//   - failure_before_commit: a delivery whose connection dies after the handler
-//     ran and before the commit leaves no inbox row, and the redelivery is
-//     processed once;
-//   - crash_after_commit: when a worker commits a delivery and dies before its
-//     ack, the redelivery to a new worker is idem.Duplicate with the stored
-//     result and does not run the handler;
-//   - key_reused: a message with the same key and another payload gets
-//     idem.ErrKeyReused and changes nothing; that message is the fixture's
-//     Variant or, without one, the message with SpecVersion changed;
-//   - sequential_duplicate: a second delivery of the message is idem.Duplicate
-//     with the first one's result;
-//   - business_unique_violation, when receiveGoodsFixture supplies a Conflict:
-//     a unique violation of the handler's own write is its error, never
-//     idem.Duplicate, and records nothing.
-//
-// When receiveGoodsFixture supplies an Effect, its count of the business effect
-// must be exactly 1 after each scenario (0 after the abandoned delivery, and
-// unchanged by the failed one of business_unique_violation).
-//
-// The batch scenarios deliver through ReceiveGoodsIdem.HandleBatch (one
-// transaction per batch): batch_key_twice: a batch holding the message twice
-// (and, with a Variant, its key with another payload) runs the handler once:
-// idem.Processed, idem.Duplicate with an equal result, idem.ErrKeyReused;
-// batch_processed_key: a batch of an already processed message gives
-// idem.Duplicate with the stored result and does not run the handler;
-// batch_failing_handler: a batch whose transaction fails before its commit gets
-// the error for each message and commits nothing, and the redelivered batch is
-// processed once; batch_concurrent: 16 batches holding the message twice at
-// once give exactly one idem.Processed, the rest idem.Duplicate with equal
-// results; batch_killed_mid_batch: a child process delivering the message twice
-// as a batch is killed with SIGKILL inside the batch's transaction, after the
-// handler and before the COMMIT: nothing is recorded, and the redelivered batch
-// is processed once.
-//
-// Without IDEMGEN_TEST_DATABASE_URL (DATABASE_URL is never used) the test is
-// skipped, and with IDEMGEN_REQUIRE_DB set it fails instead;
-// IDEMGEN_TEST_DELIVERIES sets another number of concurrent deliveries than 16.
+// TestReceiveGoodsIdem runs the scenarios of idemtest.Suite against
+// ReceiveGoodsIdem, with the message of receiveGoodsFixture.
 func TestReceiveGoodsIdem(t *testing.T) {
 	idemtest.Suite[idemtest.NoReceiver, CloudEvent, Level]{
 		Migrations: os.DirFS("migrations"),
@@ -85,54 +39,8 @@ func TestReceiveGoodsIdem(t *testing.T) {
 	}.Run(t)
 }
 
-// TestBookReturnIdem proves against a real PostgreSQL that BookReturnIdem, the
-// wrapper of BookReturn, processes every ReturnReceived at most once per key
-// (OrderID, RMA) of the consumer "inventory.return", whose inbox table is
-// idem_inventory_return. Each scenario is a subtest in a fresh schema with the
-// goose migrations of migrations/ applied; its receiver and message come from
-// bookReturnFixture, called once per scenario:
-//
-//   - concurrent_deliveries: 16 deliveries of one message at once, the first
-//     held inside its transaction until the other 15 wait on its claim in
-//     PostgreSQL, give exactly one idem.Processed and 15 idem.Duplicate with
-//     equal results, and one inbox row;
-//   - failure_before_commit: a delivery whose connection dies after the handler
-//     ran and before the commit leaves no inbox row, and the redelivery is
-//     processed once;
-//   - crash_after_commit: when a worker commits a delivery and dies before its
-//     ack, the redelivery to a new worker is idem.Duplicate with the stored
-//     result and does not run the handler;
-//   - key_reused: a message with the same key and another payload gets
-//     idem.ErrKeyReused and changes nothing; that message is the fixture's
-//     Variant or, without one, the message with SKU changed;
-//   - sequential_duplicate: a second delivery of the message is idem.Duplicate
-//     with the first one's result;
-//   - business_unique_violation, when bookReturnFixture supplies a Conflict: a
-//     unique violation of the handler's own write is its error, never
-//     idem.Duplicate, and records nothing.
-//
-// When bookReturnFixture supplies an Effect, its count of the business effect
-// must be exactly 1 after each scenario (0 after the abandoned delivery, and
-// unchanged by the failed one of business_unique_violation).
-//
-// The batch scenarios deliver through BookReturnIdem.HandleBatch (one
-// transaction per batch): batch_key_twice: a batch holding the message twice
-// (and, with a Variant, its key with another payload) runs the handler once:
-// idem.Processed, idem.Duplicate with an equal result, idem.ErrKeyReused;
-// batch_processed_key: a batch of an already processed message gives
-// idem.Duplicate with the stored result and does not run the handler;
-// batch_failing_handler: a batch whose transaction fails before its commit gets
-// the error for each message and commits nothing, and the redelivered batch is
-// processed once; batch_concurrent: 16 batches holding the message twice at
-// once give exactly one idem.Processed, the rest idem.Duplicate with equal
-// results; batch_killed_mid_batch: a child process delivering the message twice
-// as a batch is killed with SIGKILL inside the batch's transaction, after the
-// handler and before the COMMIT: nothing is recorded, and the redelivered batch
-// is processed once.
-//
-// Without IDEMGEN_TEST_DATABASE_URL (DATABASE_URL is never used) the test is
-// skipped, and with IDEMGEN_REQUIRE_DB set it fails instead;
-// IDEMGEN_TEST_DELIVERIES sets another number of concurrent deliveries than 16.
+// TestBookReturnIdem runs the scenarios of idemtest.Suite against
+// BookReturnIdem, with the message of bookReturnFixture.
 func TestBookReturnIdem(t *testing.T) {
 	idemtest.Suite[idemtest.NoReceiver, ReturnReceived, Level]{
 		Migrations: os.DirFS("migrations"),
@@ -159,54 +67,8 @@ func TestBookReturnIdem(t *testing.T) {
 	}.Run(t)
 }
 
-// TestApplyCountIdem proves against a real PostgreSQL that ApplyCountIdem, the
-// wrapper of ApplyCount, processes every StockCounted at most once per key
-// (CountID) of the consumer "inventory.count", whose inbox table is
-// idem_inventory_count. Each scenario is a subtest in a fresh schema with the
-// goose migrations of migrations/ applied; its receiver and message come from
-// applyCountFixture, called once per scenario:
-//
-//   - concurrent_deliveries: 16 deliveries of one message at once, the first
-//     held inside its transaction until the other 15 wait on its claim in
-//     PostgreSQL, give exactly one idem.Processed and 15 idem.Duplicate with
-//     equal results, and one inbox row;
-//   - failure_before_commit: a delivery whose connection dies after the handler
-//     ran and before the commit leaves no inbox row, and the redelivery is
-//     processed once;
-//   - crash_after_commit: when a worker commits a delivery and dies before its
-//     ack, the redelivery to a new worker is idem.Duplicate with the stored
-//     result and does not run the handler;
-//   - key_reused: a message with the same key and another payload gets
-//     idem.ErrKeyReused and changes nothing; that message is the fixture's
-//     Variant or, without one, the message with SKU changed;
-//   - sequential_duplicate: a second delivery of the message is idem.Duplicate
-//     with the first one's result;
-//   - business_unique_violation, when applyCountFixture supplies a Conflict: a
-//     unique violation of the handler's own write is its error, never
-//     idem.Duplicate, and records nothing.
-//
-// When applyCountFixture supplies an Effect, its count of the business effect
-// must be exactly 1 after each scenario (0 after the abandoned delivery, and
-// unchanged by the failed one of business_unique_violation).
-//
-// The batch scenarios deliver through ApplyCountIdem.HandleBatch (one
-// transaction per batch): batch_key_twice: a batch holding the message twice
-// (and, with a Variant, its key with another payload) runs the handler once:
-// idem.Processed, idem.Duplicate with an equal result, idem.ErrKeyReused;
-// batch_processed_key: a batch of an already processed message gives
-// idem.Duplicate with the stored result and does not run the handler;
-// batch_failing_handler: a batch whose transaction fails before its commit gets
-// the error for each message and commits nothing, and the redelivered batch is
-// processed once; batch_concurrent: 16 batches holding the message twice at
-// once give exactly one idem.Processed, the rest idem.Duplicate with equal
-// results; batch_killed_mid_batch: a child process delivering the message twice
-// as a batch is killed with SIGKILL inside the batch's transaction, after the
-// handler and before the COMMIT: nothing is recorded, and the redelivered batch
-// is processed once.
-//
-// Without IDEMGEN_TEST_DATABASE_URL (DATABASE_URL is never used) the test is
-// skipped, and with IDEMGEN_REQUIRE_DB set it fails instead;
-// IDEMGEN_TEST_DELIVERIES sets another number of concurrent deliveries than 16.
+// TestApplyCountIdem runs the scenarios of idemtest.Suite against
+// ApplyCountIdem, with the message of applyCountFixture.
 func TestApplyCountIdem(t *testing.T) {
 	idemtest.Suite[idemtest.NoReceiver, StockCounted, idem.None]{
 		Migrations: os.DirFS("migrations"),

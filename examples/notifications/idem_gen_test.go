@@ -12,55 +12,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// TestNotifyChargeCompletedIdem proves against a real PostgreSQL that
-// NotifyChargeCompletedIdem, the wrapper of NotifyChargeCompleted, processes
-// every idem.Message[billing.ChargeCompleted] at most once per key (ID) of the
-// consumer "notifications.charge-completed", whose inbox table is
-// idem_notifications_charge_completed. Each scenario is a subtest in a fresh
-// schema with the goose migrations of migrations/ applied; its receiver and
-// message come from notifyFixture, called once per scenario:
-//
-//   - concurrent_deliveries: 16 deliveries of one message at once, the first
-//     held inside its transaction until the other 15 wait on its claim in
-//     PostgreSQL, give exactly one idem.Processed and 15 idem.Duplicate with
-//     equal results, and one inbox row;
-//   - failure_before_commit: a delivery whose connection dies after the handler
-//     ran and before the commit leaves no inbox row, and the redelivery is
-//     processed once;
-//   - crash_after_commit: when a worker commits a delivery and dies before its
-//     ack, the redelivery to a new worker is idem.Duplicate with the stored
-//     result and does not run the handler;
-//   - key_reused: a message with the same key and another payload gets
-//     idem.ErrKeyReused and changes nothing; that message is the fixture's
-//     Variant or, without one, the message with Body.OrderID changed;
-//   - sequential_duplicate: a second delivery of the message is idem.Duplicate
-//     with the first one's result;
-//   - business_unique_violation, when notifyFixture supplies a Conflict: a
-//     unique violation of the handler's own write is its error, never
-//     idem.Duplicate, and records nothing.
-//
-// When notifyFixture supplies an Effect, its count of the business effect must
-// be exactly 1 after each scenario (0 after the abandoned delivery, and
-// unchanged by the failed one of business_unique_violation).
-//
-// The batch scenarios deliver through NotifyChargeCompletedIdem.HandleBatch
-// (one transaction per batch): batch_key_twice: a batch holding the message
-// twice (and, with a Variant, its key with another payload) runs the handler
-// once: idem.Processed, idem.Duplicate with an equal result, idem.ErrKeyReused;
-// batch_processed_key: a batch of an already processed message gives
-// idem.Duplicate with the stored result and does not run the handler;
-// batch_failing_handler: a batch whose transaction fails before its commit gets
-// the error for each message and commits nothing, and the redelivered batch is
-// processed once; batch_concurrent: 16 batches holding the message twice at
-// once give exactly one idem.Processed, the rest idem.Duplicate with equal
-// results; batch_killed_mid_batch: a child process delivering the message twice
-// as a batch is killed with SIGKILL inside the batch's transaction, after the
-// handler and before the COMMIT: nothing is recorded, and the redelivered batch
-// is processed once.
-//
-// Without IDEMGEN_TEST_DATABASE_URL (DATABASE_URL is never used) the test is
-// skipped, and with IDEMGEN_REQUIRE_DB set it fails instead;
-// IDEMGEN_TEST_DELIVERIES sets another number of concurrent deliveries than 16.
+// TestNotifyChargeCompletedIdem runs the scenarios of idemtest.Suite against
+// NotifyChargeCompletedIdem, with the message of notifyFixture.
 func TestNotifyChargeCompletedIdem(t *testing.T) {
 	idemtest.Suite[idemtest.NoReceiver, idem.Message[billing.ChargeCompleted], idem.None]{
 		Migrations: os.DirFS("migrations"),

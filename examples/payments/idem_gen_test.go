@@ -12,45 +12,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// TestChargeIdem proves against a real PostgreSQL that ChargeIdem, the wrapper
-// of (*Service).Charge (mode=external, lease 30s), runs the handler of every
-// ChargeRequested at most once per key (OrderID) of the consumer
-// "payments.charge" as far as its provider is concerned, with claims in the
-// table idem_payments_charge. Each scenario is a subtest in a fresh schema with
-// the goose migrations of migrations/ applied, and the lease shortened to 2s
-// (idemtest.ExternalLease); its receiver and message come from chargeFixture,
-// called once per scenario with the scenario's idemtest.Provider, which it
-// wires into the receiver:
-//
-//   - concurrent_during_run: 16 deliveries of one message at once while the
-//     first run is held between its handler and its done give one run and 15
-//     idem.ErrInProgress at once; after done, 16 redeliveries are
-//     idem.Duplicate with the stored result and run nothing;
-//   - lease_takeover: a worker that dies after its handler and before its done
-//     leaves its claim running; once its lease (2s in the test) has run out,
-//     the redelivery takes the key over once: a second run with the same
-//     idempotency key, done with attempts = 2;
-//   - heartbeat_keeps_claim: a run held for three leases keeps its claim
-//     through heartbeats: every duplicate meanwhile is idem.ErrInProgress, and
-//     the run ends processed with attempts = 1;
-//   - claim_lost: a claim whose fence is bumped while its run is held (as a
-//     takeover does) cancels the run's context with cause idem.ErrClaimLost,
-//     and the worker cannot record the key done: idem.ErrClaimLost, its result
-//     discarded;
-//   - key_reused: a message with the key of a processed one and another payload
-//     gets idem.ErrKeyReused and runs nothing; that message is the fixture's
-//     Variant or, without one, the message with AmountCents changed;
-//   - handler_error_retry: a run that fails releases the claim (attempts = 2)
-//     and returns its error; the retry is processed.
-//
-// chargeFixture wires each scenario's idemtest.Provider, which deduplicates by
-// idempotency key as payment providers do, into the receiver: where a run
-// repeats, the scenarios check that the provider got the same key
-// (idem.ExternalKey("payments.charge", key)) and made its effect once.
-//
-// Without IDEMGEN_TEST_DATABASE_URL (DATABASE_URL is never used) the test is
-// skipped, and with IDEMGEN_REQUIRE_DB set it fails instead;
-// IDEMGEN_TEST_DELIVERIES sets another number of concurrent deliveries than 16.
+// TestChargeIdem runs the scenarios of idemtest.ExternalSuite against
+// ChargeIdem, with the message of chargeFixture.
 func TestChargeIdem(t *testing.T) {
 	idemtest.ExternalSuite[*Service, ChargeRequested, Receipt]{
 		Migrations: os.DirFS("migrations"),

@@ -13,67 +13,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// TestRecordReadingIdem proves against a real PostgreSQL that
-// RecordReadingIdem, the wrapper of RecordReading, processes every Reading at
-// most once per key (ReadingID) of the consumer "telemetry.reading", whose
-// inbox table is idem_telemetry_reading. Each scenario is a subtest in a fresh
-// schema with the goose migrations of migrations/ applied; its receiver and
-// message come from readingFixture, called once per scenario:
-//
-//   - concurrent_deliveries: 16 deliveries of one message at once, the first
-//     held inside its transaction until the other 15 wait on its claim in
-//     PostgreSQL, give exactly one idem.Processed and 15 idem.Duplicate with
-//     equal results, and one inbox row;
-//   - failure_before_commit: a delivery whose connection dies after the handler
-//     ran and before the commit leaves no inbox row, and the redelivery is
-//     processed once;
-//   - crash_after_commit: when a worker commits a delivery and dies before its
-//     ack, the redelivery to a new worker is idem.Duplicate with the stored
-//     result and does not run the handler;
-//   - key_reused: a message with the same key and another payload gets
-//     idem.ErrKeyReused and changes nothing; that message is the fixture's
-//     Variant or, without one, the message with DeviceID changed;
-//   - sequential_duplicate: a second delivery of the message is idem.Duplicate
-//     with the first one's result;
-//   - business_unique_violation, when readingFixture supplies a Conflict: a
-//     unique violation of the handler's own write is its error, never
-//     idem.Duplicate, and records nothing.
-//
-// When readingFixture supplies an Effect, its count of the business effect must
-// be exactly 1 after each scenario (0 after the abandoned delivery, and
-// unchanged by the failed one of business_unique_violation).
-//
-// The batch scenarios deliver through RecordReadingIdem.HandleBatch (one
-// transaction per batch): batch_key_twice: a batch holding the message twice
-// (and, with a Variant, its key with another payload) runs the handler once:
-// idem.Processed, idem.Duplicate with an equal result, idem.ErrKeyReused;
-// batch_processed_key: a batch of an already processed message gives
-// idem.Duplicate with the stored result and does not run the handler;
-// batch_failing_handler: a batch whose transaction fails before its commit gets
-// the error for each message and commits nothing, and the redelivered batch is
-// processed once; batch_concurrent: 16 batches holding the message twice at
-// once give exactly one idem.Processed, the rest idem.Duplicate with equal
-// results; batch_killed_mid_batch: a child process delivering the message twice
-// as a batch is killed with SIGKILL inside the batch's transaction, after the
-// handler and before the COMMIT: nothing is recorded, and the redelivered batch
-// is processed once.
-//
-// The inbox is partitioned by the day of TakenAt, so every scenario first keeps
-// its partitions as the janitor does and times its message now (unless the
-// fixture gave it a time), and the partition scenarios run: bucket_edge: a
-// message timed one microsecond before the start of a day and one timed at it
-// each land in their own bucket's partition, are processed once and then
-// idem.Duplicate; bucket_edge_concurrent: 16 deliveries at once of the message
-// timed at the start of a day give exactly one idem.Processed, the rest
-// idem.Duplicate, one row in that bucket's partition; redelivery_after_drop:
-// once the janitor dropped the partition of a processed message (its day wholly
-// past the retention), its redelivery gets idem.ErrOutsideWindow and does not
-// run the handler, whether the consumer's clock refuses it or the database
-// finds no partition for it, alone and as a batch.
-//
-// Without IDEMGEN_TEST_DATABASE_URL (DATABASE_URL is never used) the test is
-// skipped, and with IDEMGEN_REQUIRE_DB set it fails instead;
-// IDEMGEN_TEST_DELIVERIES sets another number of concurrent deliveries than 16.
+// TestRecordReadingIdem runs the scenarios of idemtest.Suite against
+// RecordReadingIdem, with the message of readingFixture.
 func TestRecordReadingIdem(t *testing.T) {
 	idemtest.Suite[idemtest.NoReceiver, Reading, idem.None]{
 		Migrations: os.DirFS("migrations"),

@@ -12,54 +12,8 @@ import (
 	"github.com/stripe/stripe-go/v82"
 )
 
-// TestRecordEventIdem proves against a real PostgreSQL that RecordEventIdem,
-// the wrapper of (*Service).RecordEvent, processes every Event at most once per
-// key (ID) of the consumer "webhooks.stripe-event", whose inbox table is
-// idem_webhooks_stripe_event. Each scenario is a subtest in a fresh schema with
-// the goose migrations of migrations/ applied; its receiver and message come
-// from recordEventFixture, called once per scenario:
-//
-//   - concurrent_deliveries: 16 deliveries of one message at once, the first
-//     held inside its transaction until the other 15 wait on its claim in
-//     PostgreSQL, give exactly one idem.Processed and 15 idem.Duplicate with
-//     equal results, and one inbox row;
-//   - failure_before_commit: a delivery whose connection dies after the handler
-//     ran and before the commit leaves no inbox row, and the redelivery is
-//     processed once;
-//   - crash_after_commit: when a worker commits a delivery and dies before its
-//     ack, the redelivery to a new worker is idem.Duplicate with the stored
-//     result and does not run the handler;
-//   - key_reused: a message with the same key and another payload gets
-//     idem.ErrKeyReused and changes nothing; that message is the fixture's
-//     Variant or, without one, the message with Account changed;
-//   - sequential_duplicate: a second delivery of the message is idem.Duplicate
-//     with the first one's result;
-//   - business_unique_violation, when recordEventFixture supplies a Conflict: a
-//     unique violation of the handler's own write is its error, never
-//     idem.Duplicate, and records nothing.
-//
-// When recordEventFixture supplies an Effect, its count of the business effect
-// must be exactly 1 after each scenario (0 after the abandoned delivery, and
-// unchanged by the failed one of business_unique_violation).
-//
-// The batch scenarios deliver through RecordEventIdem.HandleBatch (one
-// transaction per batch): batch_key_twice: a batch holding the message twice
-// (and, with a Variant, its key with another payload) runs the handler once:
-// idem.Processed, idem.Duplicate with an equal result, idem.ErrKeyReused;
-// batch_processed_key: a batch of an already processed message gives
-// idem.Duplicate with the stored result and does not run the handler;
-// batch_failing_handler: a batch whose transaction fails before its commit gets
-// the error for each message and commits nothing, and the redelivered batch is
-// processed once; batch_concurrent: 16 batches holding the message twice at
-// once give exactly one idem.Processed, the rest idem.Duplicate with equal
-// results; batch_killed_mid_batch: a child process delivering the message twice
-// as a batch is killed with SIGKILL inside the batch's transaction, after the
-// handler and before the COMMIT: nothing is recorded, and the redelivered batch
-// is processed once.
-//
-// Without IDEMGEN_TEST_DATABASE_URL (DATABASE_URL is never used) the test is
-// skipped, and with IDEMGEN_REQUIRE_DB set it fails instead;
-// IDEMGEN_TEST_DELIVERIES sets another number of concurrent deliveries than 16.
+// TestRecordEventIdem runs the scenarios of idemtest.Suite against
+// RecordEventIdem, with the message of recordEventFixture.
 func TestRecordEventIdem(t *testing.T) {
 	idemtest.Suite[*Service, stripe.Event, EventReceipt]{
 		Migrations: os.DirFS("migrations"),
@@ -86,55 +40,8 @@ func TestRecordEventIdem(t *testing.T) {
 	}.Run(t)
 }
 
-// TestCreateRefundIdem proves against a real PostgreSQL that CreateRefundIdem,
-// the wrapper of (*Service).CreateRefund, processes every
-// idem.Request[RefundParams] at most once per key (Client, Key) of the consumer
-// "webhooks.refund", whose inbox table is idem_webhooks_refund. Each scenario
-// is a subtest in a fresh schema with the goose migrations of migrations/
-// applied; its receiver and message come from createRefundFixture, called once
-// per scenario:
-//
-//   - concurrent_deliveries: 16 deliveries of one message at once, the first
-//     held inside its transaction until the other 15 wait on its claim in
-//     PostgreSQL, give exactly one idem.Processed and 15 idem.Duplicate with
-//     equal results, and one inbox row;
-//   - failure_before_commit: a delivery whose connection dies after the handler
-//     ran and before the commit leaves no inbox row, and the redelivery is
-//     processed once;
-//   - crash_after_commit: when a worker commits a delivery and dies before its
-//     ack, the redelivery to a new worker is idem.Duplicate with the stored
-//     result and does not run the handler;
-//   - key_reused: a message with the same key and another payload gets
-//     idem.ErrKeyReused and changes nothing; that message is the fixture's
-//     Variant or, without one, the message with Body.Payment changed;
-//   - sequential_duplicate: a second delivery of the message is idem.Duplicate
-//     with the first one's result;
-//   - business_unique_violation, when createRefundFixture supplies a Conflict:
-//     a unique violation of the handler's own write is its error, never
-//     idem.Duplicate, and records nothing.
-//
-// When createRefundFixture supplies an Effect, its count of the business effect
-// must be exactly 1 after each scenario (0 after the abandoned delivery, and
-// unchanged by the failed one of business_unique_violation).
-//
-// The batch scenarios deliver through CreateRefundIdem.HandleBatch (one
-// transaction per batch): batch_key_twice: a batch holding the message twice
-// (and, with a Variant, its key with another payload) runs the handler once:
-// idem.Processed, idem.Duplicate with an equal result, idem.ErrKeyReused;
-// batch_processed_key: a batch of an already processed message gives
-// idem.Duplicate with the stored result and does not run the handler;
-// batch_failing_handler: a batch whose transaction fails before its commit gets
-// the error for each message and commits nothing, and the redelivered batch is
-// processed once; batch_concurrent: 16 batches holding the message twice at
-// once give exactly one idem.Processed, the rest idem.Duplicate with equal
-// results; batch_killed_mid_batch: a child process delivering the message twice
-// as a batch is killed with SIGKILL inside the batch's transaction, after the
-// handler and before the COMMIT: nothing is recorded, and the redelivered batch
-// is processed once.
-//
-// Without IDEMGEN_TEST_DATABASE_URL (DATABASE_URL is never used) the test is
-// skipped, and with IDEMGEN_REQUIRE_DB set it fails instead;
-// IDEMGEN_TEST_DELIVERIES sets another number of concurrent deliveries than 16.
+// TestCreateRefundIdem runs the scenarios of idemtest.Suite against
+// CreateRefundIdem, with the message of createRefundFixture.
 func TestCreateRefundIdem(t *testing.T) {
 	idemtest.Suite[*Service, idem.Request[RefundParams], Refund]{
 		Migrations: os.DirFS("migrations"),

@@ -3,6 +3,7 @@ package idemtest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -91,6 +92,7 @@ func (sc *scenario[V, M, R]) batch(b BatchFunc[M, R], msgs []M) []delivery[R] {
 
 func (s Suite[V, M, R]) batchKeyTwice(t testing.TB, seen *fixtureSeen) {
 	t.Helper()
+	s.needEffect(t, seen)
 	sc := s.start(t, seen, 2)
 	msg := sc.fx.Message
 	msgs := []M{msg, msg}
@@ -111,10 +113,12 @@ func (s Suite[V, M, R]) batchKeyTwice(t testing.TB, seen *fixtureSeen) {
 	}
 	sc.wantRuns(1, "a key twice in one batch is processed once")
 	sc.wantApplied(msg, 1, "after the batch")
+	sc.check.wantOneDelivery("a batch holding the message twice", "a key twice in one batch is applied once")
 }
 
 func (s Suite[V, M, R]) batchProcessedKey(t testing.TB, seen *fixtureSeen) {
 	t.Helper()
+	s.needEffect(t, seen)
 	sc := s.start(t, seen, 2)
 	msg := sc.fx.Message
 	first := sc.mustProcess("the delivery before the batch", msg)
@@ -123,10 +127,12 @@ func (s Suite[V, M, R]) batchProcessedKey(t testing.TB, seen *fixtureSeen) {
 	sc.wantDuplicate("the processed message again in the batch", got[1], first)
 	sc.wantRuns(1, "a batch of a processed key must not run the handler")
 	sc.wantApplied(msg, 1, "after the batch")
+	sc.check.wantOneDelivery("the delivery and a batch of it twice", causeDuplicate)
 }
 
 func (s Suite[V, M, R]) batchFailingHandler(t testing.TB, seen *fixtureSeen) {
 	t.Helper()
+	s.needEffect(t, seen)
 	sc := s.start(t, seen, 2)
 	failed := errors.New("idemtest: the batch's transaction fails before its commit")
 	// Every run fails while the failing batch is delivered: the batch's
@@ -142,6 +148,7 @@ func (s Suite[V, M, R]) batchFailingHandler(t testing.TB, seen *fixtureSeen) {
 	}
 	msg := sc.fx.Message
 	b := sc.newBatch(sc.pool)
+	before := sc.check.before()
 	got := sc.batch(b, []M{msg, msg})
 	failing.Store(false)
 	failedRuns := sc.runs.Load()
@@ -154,6 +161,7 @@ func (s Suite[V, M, R]) batchFailingHandler(t testing.TB, seen *fixtureSeen) {
 		}
 	}
 	sc.wantApplied(msg, 0, "after the failing batch")
+	sc.check.wantSame(before, "the batch that failed before its commit", causeOutsideTx)
 	again := sc.batch(b, []M{msg, msg})
 	if again[0].err != nil || again[0].o != idem.Processed {
 		t.Fatalf("the redelivered batch: got %v; want Processed", again[0])
@@ -161,11 +169,13 @@ func (s Suite[V, M, R]) batchFailingHandler(t testing.TB, seen *fixtureSeen) {
 	sc.wantDuplicate("the message twice in the redelivered batch", again[1], again[0])
 	sc.wantRuns(failedRuns+1, "the failing batch's runs, then one for the redelivered batch")
 	sc.wantApplied(msg, 1, "after the redelivered batch")
+	sc.check.wantOneDelivery("the failed batch and its redelivery", causeOutsideTx)
 }
 
 func (s Suite[V, M, R]) batchConcurrent(t testing.TB, seen *fixtureSeen) {
 	t.Helper()
 	n := s.deliveries(t)
+	s.needEffect(t, seen)
 	sc := s.start(t, seen, n+2)
 	Warm(t, sc.pool, n)
 	msg := sc.fx.Message
@@ -189,6 +199,7 @@ func (s Suite[V, M, R]) batchConcurrent(t testing.TB, seen *fixtureSeen) {
 	}
 	sc.wantRuns(1, "concurrent batches of one key run the handler once")
 	sc.wantApplied(msg, 1, "after the concurrent batches")
+	sc.check.wantOneDelivery(fmt.Sprintf("%d concurrent batches of the message twice", n), causeConcurrent)
 }
 
 // batchKilledMidBatch runs a child process (this test binary, this test,
@@ -204,10 +215,13 @@ func (s Suite[V, M, R]) batchKilledMidBatch(t testing.TB, seen *fixtureSeen) {
 		t.Fatalf("child: the batch returned (%v, %v) instead of reaching the before-commit hook, where the process kills itself", results, err)
 		return
 	}
+	s.needEffect(t, seen)
 	sc := s.start(t, seen, 2)
 	msg := sc.fx.Message
+	before := sc.killedBefore()
 	runKilledChild(t, sc.db, msg)
 	sc.wantApplied(msg, 0, "after the process was killed inside the batch's transaction")
+	sc.check.wantSame(before, "the batch killed before its commit", causeOutsideTx)
 	got := sc.batch(sc.newBatch(sc.pool), []M{msg, msg})
 	if got[0].err != nil || got[0].o != idem.Processed {
 		t.Fatalf("the redelivered batch after the killed process: got %v; want Processed", got[0])
@@ -215,6 +229,7 @@ func (s Suite[V, M, R]) batchKilledMidBatch(t testing.TB, seen *fixtureSeen) {
 	sc.wantDuplicate("the message twice in the redelivered batch", got[1], got[0])
 	sc.wantRuns(1, "the killed run never reached this process's hook; the redelivered batch ran once")
 	sc.wantApplied(msg, 1, "after the redelivered batch")
+	sc.check.wantOneDelivery("the killed batch and its redelivery", causeOutsideTx)
 	again := sc.batch(sc.newBatch(sc.pool), []M{msg})
 	sc.wantDuplicate("a batch of the message after the redelivered one", again[0], got[0])
 	sc.wantRuns(1, "a Duplicate must not run the handler")

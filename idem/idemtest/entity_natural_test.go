@@ -237,9 +237,13 @@ func TestNaturalSuite(t *testing.T) {
 }
 
 // TestNaturalSuiteCatchesIncrement: balance = balance + $1 fails every
-// scenario, with a message that names the row and the column that differ.
+// scenario that delivers the message again, with a message that names the
+// row and the column that differ.
 func TestNaturalSuiteCatchesIncrement(t *testing.T) {
 	for _, sc := range naturalSuite(addToBalance, "SELECT sku, total FROM balances ORDER BY sku").Scenarios() {
+		if sc.Name == idemtest.ScenarioEffect || sc.Name == idemtest.ScenarioFailureBeforeCommit {
+			continue // one delivery each, in its transaction
+		}
 		r := runRecorded(t, sc)
 		if !r.failed() || !strings.Contains(r.report(), "the handler is not idempotent") || !strings.Contains(r.report(), "total is 250 after the") {
 			t.Errorf("%s did not catch balance = balance + $1 as it should:\n%s", sc.Name, r.report())

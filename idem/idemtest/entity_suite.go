@@ -50,7 +50,7 @@ func (s EntitySuite[V, M, R]) suite() Suite[V, M, R] {
 func (s EntitySuite[V, M, R]) Run(t *testing.T) {
 	t.Helper()
 	DatabaseURL(t)
-	for _, sc := range s.Scenarios() {
+	for _, sc := range s.scenarios(&fixtureSeen{caller: callerOf(1)}) {
 		if ok, why := sc.applies(); !ok {
 			t.Logf("%s: not run: %s", sc.Name, why)
 			continue
@@ -60,8 +60,9 @@ func (s EntitySuite[V, M, R]) Run(t *testing.T) {
 }
 
 // Scenarios returns the scenarios of the suite, in order.
-func (s EntitySuite[V, M, R]) Scenarios() []Scenario {
-	seen := &fixtureSeen{}
+func (s EntitySuite[V, M, R]) Scenarios() []Scenario { return s.scenarios(&fixtureSeen{}) }
+
+func (s EntitySuite[V, M, R]) scenarios(seen *fixtureSeen) []Scenario {
 	su := s.suite()
 	scs := su.scenarios(seen)
 	return append(scs, Scenario{Name: ScenarioKilledMidTransaction, applies: func() (bool, string) { return true, "" },
@@ -80,15 +81,19 @@ func (s Suite[V, M, R]) killedMidTransaction(t testing.TB, seen *fixtureSeen) {
 		t.Fatalf("child: the delivery returned (%v, %v) instead of reaching the before-commit hook, where the process kills itself", o, err)
 		return
 	}
+	s.needEffect(t, seen)
 	sc := s.start(t, seen, 2)
 	msg := sc.fx.Message
+	before := sc.killedBefore()
 	runKilledChild(t, sc.db, msg)
 	sc.wantInboxRows(0, "after the process was killed inside its transaction")
 	sc.wantEffect(msg, 0, "after the process was killed inside its transaction")
+	sc.check.wantSame(before, "the delivery killed before its commit", causeOutsideTx)
 	first := sc.mustProcess("the redelivery after the killed process", msg)
 	sc.wantRuns(1, "the killed run never reached this process's hook; the redelivery ran once")
 	sc.wantInboxRows(1, "after the redelivery")
 	sc.wantEffect(msg, 1, "after the redelivery")
+	sc.check.wantOneDelivery("the killed delivery and its redelivery", causeOutsideTx)
 	sc.wantDuplicate("the second redelivery", sc.deliver(sc.handle, msg), first)
 	sc.wantRuns(1, "a Duplicate must not run the handler")
 }

@@ -82,7 +82,33 @@ type ExternalFixture[V, M any] struct {
 	// payload, for ScenarioExternalKeyReused; without it the Suite's Variant
 	// is used, and without either the scenario is not run.
 	Variant *M
+
+	// sampled: the fixture is SampledExternal's, for a handler without
+	// fixture=.
+	sampled bool
 }
+
+// SampledExternal is Sampled for a mode=external handler: the fixture
+// function of a handler without fixture=. The scenario builds the receiver:
+// its fields of database handle types hold the scenario's pool, and its
+// fields of an interface *Provider satisfies hold the scenario's Provider.
+// The handler runs with no transaction open, so its writes through that
+// pool are its effect, as a provider call is; it must key them by
+// idem.KeyFrom(ctx), since a takeover or a retry runs it again.
+func SampledExternal[V, M any](set func(msg *M)) func(t testing.TB, p *Provider) ExternalFixture[V, M] {
+	return func(t testing.TB, p *Provider) ExternalFixture[V, M] {
+		msg := Sample[M]()
+		if set != nil {
+			set(&msg)
+		}
+		return ExternalFixture[V, M]{Message: msg, sampled: true}
+	}
+}
+
+// causeRerun is what an effect beyond one delivery's after a run that
+// repeats (a takeover, a retry) means.
+const causeRerun = "a mode=external handler runs again after a takeover or a failed run, so its effect must be keyed by idem.KeyFrom(ctx) " +
+	"(INSERT ... ON CONFLICT DO NOTHING on that key, or the provider's idempotency key)"
 
 // ExternalSuite runs the scenarios that prove a mode=external consumer's
 // guarantee against a real PostgreSQL, each in a fresh schema with the
@@ -130,7 +156,7 @@ type ExternalSuite[V, M, R any] struct {
 func (s ExternalSuite[V, M, R]) Run(t *testing.T) {
 	t.Helper()
 	DatabaseURL(t)
-	for _, sc := range s.Scenarios() {
+	for _, sc := range s.scenarios(&fixtureSeen{caller: callerOf(1)}) {
 		if ok, why := sc.applies(); !ok {
 			t.Logf("%s: not run: %s", sc.Name, why)
 			continue
@@ -142,10 +168,12 @@ func (s ExternalSuite[V, M, R]) Run(t *testing.T) {
 // Scenarios returns the scenarios of the ExternalSuite, in order.
 // ScenarioExternalKeyReused fails when no Variant is supplied; Run leaves it
 // out instead.
-func (s ExternalSuite[V, M, R]) Scenarios() []Scenario {
+func (s ExternalSuite[V, M, R]) Scenarios() []Scenario { return s.scenarios(&fixtureSeen{}) }
+
+func (s ExternalSuite[V, M, R]) scenarios(seen *fixtureSeen) []Scenario {
 	always := func() (bool, string) { return true, "" }
-	seen := &fixtureSeen{}
 	return []Scenario{
+		{Name: ScenarioEffect, Run: func(t testing.TB) { effectScenario(t, &seen.ref, func() { s.learnEffect(t, seen, true) }) }, applies: always},
 		{Name: ScenarioExternalConcurrent, Run: func(t testing.TB) { s.concurrent(t, seen) }, applies: always},
 		{Name: ScenarioExternalTakeover, Run: func(t testing.TB) { s.takeover(t, seen) }, applies: always},
 		{Name: ScenarioExternalHeartbeat, Run: func(t testing.TB) { s.heartbeat(t, seen) }, applies: always},
@@ -195,6 +223,9 @@ type externalScenario[V, M, R any] struct {
 	runs atomic.Int64
 	// atComplete is what the hook does beyond counting; n is the run.
 	atComplete func(ctx context.Context, n int64) error
+
+	check  stateCheck
+	advice string
 }
 
 func (s ExternalSuite[V, M, R]) start(t testing.TB, seen *fixtureSeen, conns int) *externalScenario[V, M, R] {
@@ -209,6 +240,11 @@ func (s ExternalSuite[V, M, R]) start(t testing.TB, seen *fixtureSeen, conns int
 	sc.fx = s.Fixture(t, sc.p)
 	seen.record(fixtureParts{variant: sc.fx.Variant != nil})
 	sc.ctx = context.WithValue(ctx, completeHookKey{}, sc.beforeComplete)
+	sc.check = stateCheck{t: t, ctx: sc.ctx, pool: sc.db.Pool, schema: sc.db.Schema, skip: []string{s.Inbox}, ref: &seen.ref}
+	if sc.fx.sampled {
+		sc.fx.Receiver = sampleReceiver[V](t, sc.db, sc.p)
+		sc.advice = fixtureAdvice[V, M](seen.caller, "ExternalFixture", "p *idemtest.Provider")
+	}
 	sc.app = sc.db.Schema + "_1"
 	sc.pool = openPool(t, sc.db, sc.app, conns)
 	sc.handle = sc.newConsumer(sc.pool)
@@ -242,9 +278,38 @@ func (sc *externalScenario[V, M, R]) mustProcess(what string, msg M) delivery[R]
 	sc.t.Helper()
 	d := sc.deliver(sc.handle, msg)
 	if d.err != nil || d.o != idem.Processed {
+		if sc.fx.sampled {
+			sc.t.Fatalf("%s: got %v; want Processed. The sample message was %s.\nIf the handler needs data that is not there, or another message, %s", what, d, encode(msg), sc.advice)
+		}
 		sc.t.Fatalf("%s: got %v; want Processed (does the fixture's message suit the handler?)", what, d)
 	}
 	return d
+}
+
+// needEffect learns what one delivery does, and stops the scenario when a
+// sample message showed nothing.
+func (s ExternalSuite[V, M, R]) needEffect(t testing.TB, seen *fixtureSeen) {
+	t.Helper()
+	s.learnEffect(t, seen, false)
+	seen.ref.stopIfHalted(t)
+}
+
+// learnEffect learns what one delivery does (ScenarioEffect), once per run:
+// the state of the test schema, or else the provider's effects.
+func (s ExternalSuite[V, M, R]) learnEffect(t testing.TB, seen *fixtureSeen, first bool) {
+	t.Helper()
+	seen.ref.learn(s.Migrations, first, func(d *delivered) {
+		sc := s.start(t, seen, 2)
+		d.sampled, d.advice, d.message = sc.fx.sampled, sc.advice, encode(sc.fx.Message)
+		d.before = sc.check.read("before the first delivery")
+		sc.mustProcess("the first delivery", sc.fx.Message)
+		d.after = sc.check.read("after the first delivery")
+		var err error
+		if d.volatile, err = volatileByDefinition(sc.ctx, sc.db.Pool, sc.db.Schema); err != nil {
+			t.Fatal(err)
+		}
+		d.provider = sc.p.Effects()
+	})
 }
 
 func (sc *externalScenario[V, M, R]) wantDuplicate(what string, d, first delivery[R]) {
@@ -418,6 +483,7 @@ func (h *hold) waitArrived(t testing.TB, what string) {
 func (s ExternalSuite[V, M, R]) concurrent(t testing.TB, seen *fixtureSeen) {
 	t.Helper()
 	n := Suite[V, M, R]{Deliveries: s.Deliveries}.deliveries(t)
+	s.needEffect(t, seen)
 	sc := s.start(t, seen, n+2)
 	Warm(t, sc.pool, n)
 
@@ -486,10 +552,12 @@ func (s ExternalSuite[V, M, R]) concurrent(t testing.TB, seen *fixtureSeen) {
 	if calls.effects > 1 {
 		t.Errorf("the provider applied %d effects after one run; want 1", calls.effects)
 	}
+	sc.check.wantOneDelivery(fmt.Sprintf("%d concurrent copies and %d redeliveries after done", n, n), "the copies that found the key claimed must not run it")
 }
 
 func (s ExternalSuite[V, M, R]) takeover(t testing.TB, seen *fixtureSeen) {
 	t.Helper()
+	s.needEffect(t, seen)
 	sc := s.start(t, seen, 4)
 	poolA := openPool(t, sc.db, sc.db.Schema+"_dying", 2)
 	dying := sc.newConsumer(poolA)
@@ -520,11 +588,13 @@ func (s ExternalSuite[V, M, R]) takeover(t testing.TB, seen *fixtureSeen) {
 	sc.wantRuns(2, "the dead worker's run and the takeover")
 	sc.wantRow("after the takeover", "done", 2)
 	sc.wantSameKeys(afterFirst, "the takeover after the dead worker's call")
+	sc.check.wantOneDelivery("the run of the worker that died and the takeover's rerun", causeRerun)
 	t.Logf("the worker died after its run; after the lease of %v (the directive's: %v) the redelivery took over: %v; the dead worker got %v", ExternalLease, s.Lease, d, a)
 }
 
 func (s ExternalSuite[V, M, R]) heartbeat(t testing.TB, seen *fixtureSeen) {
 	t.Helper()
+	s.needEffect(t, seen)
 	sc := s.start(t, seen, 4)
 	const heldFor = 3 * ExternalLease
 	h := newHold()
@@ -566,11 +636,13 @@ func (s ExternalSuite[V, M, R]) heartbeat(t testing.TB, seen *fixtureSeen) {
 	}
 	sc.wantRuns(1, "the claim was never lost")
 	sc.wantRow("after the long run", "done", 1)
+	sc.check.wantOneDelivery("the long run and its duplicates", "a duplicate during the run must change nothing")
 	t.Logf("a run held %v with a lease of %v: %v; %d duplicates meanwhile", heldFor, ExternalLease, d, dups)
 }
 
 func (s ExternalSuite[V, M, R]) claimLost(t testing.TB, seen *fixtureSeen) {
 	t.Helper()
+	s.needEffect(t, seen)
 	sc := s.start(t, seen, 4)
 	h := newHold()
 	sc.atComplete = func(ctx context.Context, run int64) error {
@@ -615,6 +687,7 @@ func (s ExternalSuite[V, M, R]) claimLost(t testing.TB, seen *fixtureSeen) {
 
 func (s ExternalSuite[V, M, R]) keyReused(t testing.TB, seen *fixtureSeen) {
 	t.Helper()
+	s.needEffect(t, seen)
 	sc := s.start(t, seen, 4)
 	var variant M
 	switch {
@@ -635,6 +708,7 @@ func (s ExternalSuite[V, M, R]) keyReused(t testing.TB, seen *fixtureSeen) {
 	sc.wantNoNewCalls(calls, "the reused key")
 	sc.wantDuplicate("the original message after the reused key", sc.deliver(sc.handle, sc.fx.Message), first)
 	sc.wantRow("after the reused key", "done", 1)
+	sc.check.wantOneDelivery("the delivery, its key with another payload and its duplicate", "a reused key and a duplicate must change nothing")
 }
 
 // errFirstRun is the error of the failing run of ScenarioExternalHandlerError.
@@ -642,6 +716,7 @@ var errFirstRun = errors.New("idemtest: the first run fails (handler_error_retry
 
 func (s ExternalSuite[V, M, R]) handlerError(t testing.TB, seen *fixtureSeen) {
 	t.Helper()
+	s.needEffect(t, seen)
 	sc := s.start(t, seen, 4)
 	sc.atComplete = func(ctx context.Context, run int64) error {
 		if run == 1 {
@@ -662,4 +737,5 @@ func (s ExternalSuite[V, M, R]) handlerError(t testing.TB, seen *fixtureSeen) {
 	sc.wantRuns(2, "the failing run and the retry")
 	sc.wantRow("after the retry", "done", 2)
 	sc.wantSameKeys(afterFirst, "the retry after the failing run")
+	sc.check.wantOneDelivery("the failed run and its retry", causeRerun)
 }

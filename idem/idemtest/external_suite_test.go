@@ -55,8 +55,8 @@ func payoutFixture(t testing.TB, p *idemtest.Provider) idemtest.ExternalFixture[
 	}
 }
 
-// defaultFixture is what the generated test of a handler without fixture=
-// does: a zero receiver, so the handler never reaches the provider.
+// defaultFixture is a fixture that leaves the provider out of the
+// receiver: the handler never reaches it, and writes nothing either.
 func defaultFixture(t testing.TB, _ *idemtest.Provider) idemtest.ExternalFixture[*payoutService, payout] {
 	return idemtest.ExternalFixture[*payoutService, payout]{
 		Receiver: &payoutService{},
@@ -65,7 +65,7 @@ func defaultFixture(t testing.TB, _ *idemtest.Provider) idemtest.ExternalFixture
 }
 
 // notifyOnly is a handler without a provider call (it has nothing to
-// deduplicate outside): the default fixture's case.
+// deduplicate outside): defaultFixture's case.
 func notifyOnly(_ *payoutService, pool *pgxpool.Pool, opts ...idem.Option) idemtest.HandleFunc[payout, paid] {
 	return idemimpl.NewExternalInbox(pool, payoutTable, func(ctx context.Context, msg payout) (paid, error) {
 		return paid{ChargeID: "none"}, nil
@@ -129,10 +129,17 @@ func TestExternalSuiteRun(t *testing.T) {
 	externalSuite(buildWith(t, "", nil), payoutFixture).Run(t)
 }
 
-// TestExternalSuiteRunDefaultFixture runs them for a handler that never
-// calls the provider, as with the generated default fixture.
+// TestExternalSuiteRunDefaultFixture runs them for a handler whose fixture
+// shows no effect: the scenarios check the protocol alone.
 func TestExternalSuiteRunDefaultFixture(t *testing.T) {
 	externalSuite(notifyOnly, defaultFixture).Run(t)
+}
+
+// TestExternalSuiteRunSampled runs them as the generated test of a handler
+// without fixture= does: the sample message, and the scenario's provider in
+// the receiver's field, so that the provider checks run.
+func TestExternalSuiteRunSampled(t *testing.T) {
+	externalSuite(buildWith(t, "", nil), idemtest.SampledExternal[*payoutService, payout](nil)).Run(t)
 }
 
 // TestExternalSuiteCatchesBrokenWrappers runs every scenario against each

@@ -1,23 +1,3 @@
-// Package idemtest gives tests of idem handlers a real PostgreSQL to run
-// against: a fresh schema per test, with the package's goose migrations
-// applied through goose's Go API. Its Suite runs the scenarios that prove a
-// consumer's guarantee (concurrent deliveries, a failure before the commit, a
-// crash after it, a reused key, a duplicate, a business unique violation);
-// the tests idemgen generates in idem_gen_test.go are one Suite per handler.
-// Handlers of mode=external get an ExternalSuite instead (a live claim, a
-// worker that dies after its provider call, heartbeats, a stolen claim),
-// with a Provider double that deduplicates by idempotency key as payment
-// APIs do, in process or over HTTP. Handlers of mode=entity get an
-// EntitySuite (Suite's scenarios on the business table, and a process killed
-// with SIGKILL inside its transaction), and handlers of mode=natural a
-// NaturalSuite, which compares a snapshot of the state after redeliveries.
-//
-// The database comes from IDEMGEN_TEST_DATABASE_URL only, never from
-// DATABASE_URL: a developer's shell often points that at a real database, and
-// these tests create and drop schemas. Without it, tests are skipped with a
-// message that names the variable;
-// when IDEMGEN_REQUIRE_DB is set (as the repository's test script and CI do)
-// they fail instead, so that no database test is skipped unnoticed.
 package idemtest
 
 import (
@@ -26,7 +6,6 @@ import (
 	"encoding/hex"
 	"io/fs"
 	"net/url"
-	"os"
 	"testing"
 	"time"
 
@@ -35,32 +14,6 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
 )
-
-// The environment variables idemtest reads.
-const (
-	// EnvURL names the variable that holds the test database's URL.
-	EnvURL = "IDEMGEN_TEST_DATABASE_URL"
-	// EnvRequire names the variable that turns a missing EnvURL into a
-	// failure instead of a skip.
-	EnvRequire = "IDEMGEN_REQUIRE_DB"
-)
-
-// DatabaseURL returns the URL of the test database (IDEMGEN_TEST_DATABASE_URL),
-// or skips the test (fails it when IDEMGEN_REQUIRE_DB is set) when it is not
-// set.
-func DatabaseURL(t testing.TB) string {
-	t.Helper()
-	if u := os.Getenv(EnvURL); u != "" {
-		return u
-	}
-	const msg = "no test database: set " + EnvURL + " to the URL of a PostgreSQL database in which the tests may create and drop schemas, " +
-		"e.g. " + EnvURL + "='postgres://postgres@localhost:5432/postgres?sslmode=disable' go test ./... (DATABASE_URL is never used, so that the tests never touch a real database)"
-	if os.Getenv(EnvRequire) != "" {
-		t.Fatal(msg + " (" + EnvRequire + " is set, so this is a failure, not a skip)")
-	}
-	t.Skip(msg)
-	return ""
-}
 
 // DB is a fresh schema of the test database and a pool whose connections use
 // it.
@@ -104,7 +57,7 @@ func New(t testing.TB, migrations fs.FS) *DB {
 
 	admin, err := pgx.Connect(ctx, base)
 	if err != nil {
-		t.Fatalf("idemtest: connect to %s: %v", EnvURL, err)
+		t.Fatalf("idemtest: connect to the test database: %v", err)
 	}
 	defer admin.Close(ctx)
 	schema := "idemtest_" + randomHex(6)
@@ -128,7 +81,7 @@ func New(t testing.TB, migrations fs.FS) *DB {
 	db := &DB{Schema: schema, URL: withSearchPath(base, schema)}
 	cfg, err := pgxpool.ParseConfig(db.URL)
 	if err != nil {
-		t.Fatalf("idemtest: %s: %v", EnvURL, err)
+		t.Fatalf("idemtest: the test database's connection string: %v", err)
 	}
 	cfg.MaxConns = MaxConns
 	if db.Pool, err = pgxpool.NewWithConfig(ctx, cfg); err != nil {

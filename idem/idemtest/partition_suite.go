@@ -146,6 +146,7 @@ func (s Suite[V, M, R]) edge() time.Time {
 
 func (s Suite[V, M, R]) bucketEdge(t testing.TB, seen *fixtureSeen) {
 	t.Helper()
+	s.needEffect(t, seen)
 	edge := s.edge()
 	b := s.Partition.Bucket
 	before := edge.Add(-time.Microsecond)
@@ -176,6 +177,7 @@ func (s Suite[V, M, R]) bucketEdgeConcurrent(t testing.TB, seen *fixtureSeen) {
 
 func (s Suite[V, M, R]) redeliveryAfterDrop(t testing.TB, seen *fixtureSeen) {
 	t.Helper()
+	s.needEffect(t, seen)
 	sc := s.start(t, seen, 2)
 	b := s.Partition.Bucket
 	msg := sc.fx.Message

@@ -75,7 +75,7 @@ func lockSchemas(t testing.TB, base string, schemas []string) {
 	defer cancel()
 	conn, err := pgx.Connect(ctx, base)
 	if err != nil {
-		t.Fatalf("idemtest: connect to %s: %v", EnvURL, err)
+		t.Fatalf("idemtest: connect to the test database: %v", err)
 	}
 	t.Cleanup(func() { _ = conn.Close(context.Background()) })
 	for _, s := range schemas {

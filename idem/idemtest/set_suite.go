@@ -125,6 +125,7 @@ func (sc *scenario[V, M, R]) newSet(wrap SetWrap[M, R]) BatchFunc[M, R] {
 
 func (s Suite[V, M, R]) batchFreshMessages(t testing.TB, seen *fixtureSeen) {
 	t.Helper()
+	s.needEffect(t, seen)
 	sc := s.start(t, seen, 2)
 	msg := sc.fx.Message
 	first := sc.mustProcess("the delivery before the batch", msg)
@@ -162,6 +163,7 @@ func (s Suite[V, M, R]) batchFreshMessages(t testing.TB, seen *fixtureSeen) {
 
 func (s Suite[V, M, R]) batchOverlapping(t testing.TB, seen *fixtureSeen) {
 	t.Helper()
+	s.needEffect(t, seen)
 	n := s.deliveries(t)
 	sc := s.start(t, seen, n+2)
 	Warm(t, sc.pool, n)
@@ -203,6 +205,7 @@ func (s Suite[V, M, R]) batchOverlapping(t testing.TB, seen *fixtureSeen) {
 
 func (s Suite[V, M, R]) batchEachAlone(t testing.TB, seen *fixtureSeen) {
 	t.Helper()
+	s.needEffect(t, seen)
 	sc := s.start(t, seen, 2)
 	failed := errors.New("idemtest: the handler fails when it is given more than one message")
 	msgs := []M{sc.fx.Message, s.Rekey(sc.fx.Message)}
@@ -232,8 +235,10 @@ func (s Suite[V, M, R]) batchEachAlone(t testing.TB, seen *fixtureSeen) {
 
 func (s Suite[V, M, R]) batchWrongLength(t testing.TB, seen *fixtureSeen) {
 	t.Helper()
+	s.needEffect(t, seen)
 	sc := s.start(t, seen, 2)
 	msg := sc.fx.Message
+	before := sc.check.before()
 	var ran atomic.Int64
 	got := sc.batch(sc.newSet(func(_ context.Context, msgs []M, results []R, err error) ([]R, error) {
 		ran.Add(1)
@@ -254,4 +259,5 @@ func (s Suite[V, M, R]) batchWrongLength(t testing.TB, seen *fixtureSeen) {
 	}
 	sc.wantRuns(0, "a handler with the wrong number of results never reaches the commit")
 	sc.wantApplied(msg, 0, "after the batch whose handler returned the wrong number of results")
+	sc.check.wantSame(before, "the batch whose handler returned one result too many", causeOutsideTx)
 }

@@ -102,7 +102,8 @@ type NoReceiver struct{}
 //	func chargeFixture(t testing.TB, db *idemtest.DB) idemtest.Fixture[*Service, OrderPlaced]
 //
 // It is called once per scenario with the scenario's fresh schema (its
-// migrations applied), so it can seed the rows the handler needs.
+// migrations applied), so it can seed the rows the handler needs. A handler
+// without fixture= gets Sampled's instead.
 type Fixture[V, M any] struct {
 	// Receiver is the value the handler is a method of; NoReceiver{} for a
 	// plain function.
@@ -124,6 +125,27 @@ type Fixture[V, M any] struct {
 	// a charge for the same order). With it, ScenarioBusinessUniqueViolation
 	// runs.
 	Conflict func(ctx context.Context, db *DB, msg M) error
+
+	// sampled: the fixture is Sampled's, for a handler without fixture=.
+	sampled bool
+}
+
+// Sampled returns the fixture function of a handler without fixture=, which
+// the generated test gives its Suite: Sample's message, changed by set (nil
+// for no change), such as a nullable key part set to NULL. Its receiver is
+// built by the scenario, its fields of database handle types holding the
+// scenario's pool (see ScenarioEffect): a handler that writes through its
+// service's pool then really writes, and the scenarios see it. Without a
+// fixture that counts the effect, the scenarios judge it by the state of the
+// test schema, and a first delivery that changes nothing fails the test.
+func Sampled[V, M any](set func(msg *M)) func(t testing.TB, db *DB) Fixture[V, M] {
+	return func(t testing.TB, db *DB) Fixture[V, M] {
+		msg := Sample[M]()
+		if set != nil {
+			set(&msg)
+		}
+		return Fixture[V, M]{Message: msg, sampled: true}
+	}
 }
 
 // Suite runs the scenarios that prove a consumer's guarantee against a real
@@ -234,7 +256,7 @@ type Scenario struct {
 func (s Suite[V, M, R]) Run(t *testing.T) {
 	t.Helper()
 	DatabaseURL(t)
-	for _, sc := range s.Scenarios() {
+	for _, sc := range s.scenarios(&fixtureSeen{caller: callerOf(1)}) {
 		if ok, why := sc.applies(); !ok {
 			t.Logf("%s: not run: %s", sc.Name, why)
 			continue
@@ -252,6 +274,7 @@ func (s Suite[V, M, R]) Scenarios() []Scenario { return s.scenarios(&fixtureSeen
 func (s Suite[V, M, R]) scenarios(seen *fixtureSeen) []Scenario {
 	always := func() (bool, string) { return true, "" }
 	return append([]Scenario{
+		{Name: ScenarioEffect, Run: func(t testing.TB) { effectScenario(t, &seen.ref, func() { s.learnEffect(t, seen, true) }) }, applies: always},
 		{Name: ScenarioConcurrent, Run: func(t testing.TB) { s.concurrent(t, seen) }, applies: always},
 		{Name: ScenarioFailureBeforeCommit, Run: func(t testing.TB) { s.failureBeforeCommit(t, seen) }, applies: always},
 		{Name: ScenarioCrashAfterCommit, Run: func(t testing.TB) { s.crashAfterCommit(t, seen) }, applies: always},
@@ -271,11 +294,15 @@ func (s Suite[V, M, R]) scenarios(seen *fixtureSeen) []Scenario {
 }
 
 // fixtureSeen records which optional parts the fixtures returned so far
-// supplied.
+// supplied, and holds what else the scenarios of one run share: what one
+// delivery does, and the test that runs them.
 type fixtureSeen struct {
 	mu     sync.Mutex
 	called bool
 	parts  fixtureParts
+
+	ref    reference
+	caller caller
 }
 
 type fixtureParts struct{ variant, conflict bool }
@@ -318,6 +345,11 @@ type scenario[V, M, R any] struct {
 	// published is the number of outbox rows the committed run wrote, -1
 	// before it was seen.
 	published int
+
+	// check compares the state of the test schema with what one delivery
+	// leaves; advice is the fixture to write, for a sampled message.
+	check  stateCheck
+	advice string
 }
 
 // start prepares a scenario: a fresh schema with the migrations, the
@@ -340,9 +372,18 @@ func (s Suite[V, M, R]) startAt(t testing.TB, seen *fixtureSeen, conns int, at t
 	ctx, cancel := context.WithTimeout(context.Background(), scenarioTimeout)
 	t.Cleanup(cancel)
 	sc.db = New(t, s.Migrations)
-	sc.fx = s.Fixture(t, sc.db)
+	sc.fx = s.fixture(t, sc.db)
 	seen.record(fixtureParts{variant: sc.fx.Variant != nil, conflict: sc.fx.Conflict != nil})
 	sc.ctx = context.WithValue(ctx, hookKey{}, sc.beforeCommit)
+	sc.check = stateCheck{t: t, ctx: sc.ctx, pool: sc.db.Pool, schema: sc.db.Schema, ref: &seen.ref}
+	if !s.markers {
+		// A mode=entity consumer's "inbox" is its business table, which is
+		// the effect.
+		sc.check.skip = []string{s.Inbox}
+	}
+	if sc.fx.sampled {
+		sc.advice = fixtureAdvice[V, M](seen.caller, "Fixture", "db *idemtest.DB")
+	}
 	if s.Partition != nil {
 		sc.partitioned(at)
 	}
@@ -350,6 +391,44 @@ func (s Suite[V, M, R]) startAt(t testing.TB, seen *fixtureSeen, conns int, at t
 	sc.pool = openPool(t, sc.db, sc.app, conns)
 	sc.handle = sc.newConsumer(sc.pool)
 	return sc
+}
+
+// fixture calls the Suite's Fixture; a sampled fixture's receiver gets db's
+// pool (see Sampled).
+func (s Suite[V, M, R]) fixture(t testing.TB, db *DB) Fixture[V, M] {
+	t.Helper()
+	fx := s.Fixture(t, db)
+	if fx.sampled {
+		fx.Receiver = sampleReceiver[V](t, db, nil)
+	}
+	return fx
+}
+
+// needEffect learns what one delivery does, and stops the scenario when a
+// sample message showed nothing.
+func (s Suite[V, M, R]) needEffect(t testing.TB, seen *fixtureSeen) {
+	t.Helper()
+	s.learnEffect(t, seen, false)
+	seen.ref.stopIfHalted(t)
+}
+
+// learnEffect learns what one delivery does (ScenarioEffect), once per run.
+func (s Suite[V, M, R]) learnEffect(t testing.TB, seen *fixtureSeen, first bool) {
+	t.Helper()
+	seen.ref.learn(s.Migrations, first, func(d *delivered) {
+		sc := s.start(t, seen, 2)
+		d.sampled, d.advice, d.message = sc.fx.sampled, sc.advice, encode(sc.fx.Message)
+		d.before = sc.check.read("before the first delivery")
+		sc.mustProcess("the first delivery", sc.fx.Message)
+		d.after = sc.check.read("after the first delivery")
+		var err error
+		if d.volatile, err = volatileByDefinition(sc.ctx, sc.db.Pool, sc.db.Schema); err != nil {
+			t.Fatal(err)
+		}
+		if s.Outbox != nil {
+			d.published = len(sc.outboxRows())
+		}
+	})
 }
 
 // newConsumer builds the consumer under test on pool.
@@ -376,6 +455,10 @@ func (sc *scenario[V, M, R]) beforeCommit(ctx context.Context, tx pgx.Tx) error 
 }
 
 type hookKey struct{}
+
+// causeConcurrent is what an effect beyond one delivery's after concurrent
+// copies of a message means, where a claim lets only one of them commit.
+const causeConcurrent = "the copies that were not processed must leave no trace, yet the effect grew with them: " + causeOutsideTx
 
 // BeforeCommit runs the before-commit hook of the scenario that ctx belongs
 // to, and does nothing outside a scenario. A consumer that is not built on
@@ -416,6 +499,9 @@ func (sc *scenario[V, M, R]) mustProcess(what string, msg M) delivery[R] {
 	sc.t.Helper()
 	d := sc.deliver(sc.handle, msg)
 	if d.err != nil || d.o != idem.Processed {
+		if sc.fx.sampled {
+			sc.t.Fatalf("%s: got %v; want Processed. The sample message was %s.\nIf the handler needs data that is not there, or another message, %s", what, d, encode(msg), sc.advice)
+		}
 		sc.t.Fatalf("%s: got %v; want Processed (does the fixture's message suit the handler and the seeded data?)", what, d)
 	}
 	return d
@@ -584,6 +670,7 @@ func (s Suite[V, M, R]) concurrent(t testing.TB, seen *fixtureSeen) {
 func (s Suite[V, M, R]) concurrentAt(t testing.TB, seen *fixtureSeen, at time.Time) *scenario[V, M, R] {
 	t.Helper()
 	n := s.deliveries(t)
+	s.needEffect(t, seen)
 	sc := s.startAt(t, seen, n, at)
 	Warm(t, sc.pool, n)
 
@@ -644,6 +731,9 @@ func (s Suite[V, M, R]) concurrentAt(t testing.TB, seen *fixtureSeen, at time.Ti
 	sc.wantInboxRows(1, fmt.Sprintf("after %d concurrent deliveries", n))
 	sc.wantEffect(sc.fx.Message, 1, fmt.Sprintf("after %d concurrent deliveries", n))
 	sc.wantOutbox(sc.fx.Message, fmt.Sprintf("after %d concurrent deliveries", n))
+	if at.IsZero() {
+		sc.check.wantOneDelivery(fmt.Sprintf("%d concurrent copies", n), causeConcurrent)
+	}
 	if held != nil && held.err == nil {
 		t.Logf("the first delivery held its transaction until %d other deliveries waited on a lock in PostgreSQL and %d had returned", held.waiting, held.returned)
 	}
@@ -652,7 +742,9 @@ func (s Suite[V, M, R]) concurrentAt(t testing.TB, seen *fixtureSeen, at time.Ti
 
 func (s Suite[V, M, R]) failureBeforeCommit(t testing.TB, seen *fixtureSeen) {
 	t.Helper()
+	s.needEffect(t, seen)
 	sc := s.start(t, seen, 2)
+	before := sc.check.before()
 	sc.atCommit = func(ctx context.Context, tx pgx.Tx, run int64) error {
 		if run != 1 {
 			return nil
@@ -664,13 +756,16 @@ func (s Suite[V, M, R]) failureBeforeCommit(t testing.TB, seen *fixtureSeen) {
 		t.Fatalf("the delivery whose connection died before its commit: got %v; want an error", d)
 	}
 	sc.wantApplied(msg, 0, "after the delivery abandoned before its commit")
+	sc.check.wantSame(before, "the delivery abandoned before its commit", causeOutsideTx)
 	sc.mustProcess("the redelivery after the abandoned delivery", msg)
 	sc.wantRuns(2, "once abandoned, once redelivered")
 	sc.wantApplied(msg, 1, "after the redelivery")
+	sc.check.wantOneDelivery("the abandoned delivery and its redelivery", causeOutsideTx)
 }
 
 func (s Suite[V, M, R]) crashAfterCommit(t testing.TB, seen *fixtureSeen) {
 	t.Helper()
+	s.needEffect(t, seen)
 	sc := s.start(t, seen, 2)
 	msg := sc.fx.Message
 	first := sc.mustProcess("the delivery of the worker that crashes before its ack", msg)
@@ -688,10 +783,12 @@ func (s Suite[V, M, R]) crashAfterCommit(t testing.TB, seen *fixtureSeen) {
 	sc.wantDuplicate("the redelivery after the crash", again, first)
 	sc.wantRuns(1, "the redelivery of a committed message must not run the handler")
 	sc.wantApplied(msg, 1, "after the redelivery")
+	sc.check.wantOneDelivery("the delivery and its redelivery after the crash", causeDuplicate)
 }
 
 func (s Suite[V, M, R]) keyReused(t testing.TB, seen *fixtureSeen) {
 	t.Helper()
+	s.needEffect(t, seen)
 	sc := s.start(t, seen, 2)
 	variant := sc.fx.Variant
 	if variant == nil {
@@ -722,10 +819,12 @@ func (s Suite[V, M, R]) keyReused(t testing.TB, seen *fixtureSeen) {
 	sc.wantDuplicate("the original message after the reused key", sc.deliver(sc.handle, msg), first)
 	sc.wantRuns(1, "a reused key must not run the handler")
 	sc.wantApplied(msg, 1, "after the reused key")
+	sc.check.wantOneDelivery("the delivery, its key with another payload and its duplicate", "a reused key and a duplicate must change nothing")
 }
 
 func (s Suite[V, M, R]) sequentialDuplicate(t testing.TB, seen *fixtureSeen) {
 	t.Helper()
+	s.needEffect(t, seen)
 	sc := s.start(t, seen, 2)
 	msg := sc.fx.Message
 	first := sc.mustProcess("the first delivery", msg)
@@ -733,10 +832,12 @@ func (s Suite[V, M, R]) sequentialDuplicate(t testing.TB, seen *fixtureSeen) {
 	sc.wantDuplicate("the second delivery", sc.deliver(sc.handle, msg), first)
 	sc.wantRuns(1, "a Duplicate must not run the handler")
 	sc.wantApplied(msg, 1, "after two deliveries")
+	sc.check.wantOneDelivery("the delivery and its duplicate", causeDuplicate)
 }
 
 func (s Suite[V, M, R]) businessUniqueViolation(t testing.TB, seen *fixtureSeen) {
 	t.Helper()
+	s.needEffect(t, seen)
 	sc := s.start(t, seen, 2)
 	if sc.fx.Conflict == nil {
 		t.Fatal("no Conflict: give the fixture a Conflict that writes a row the handler's write for the message collides with")
@@ -746,6 +847,7 @@ func (s Suite[V, M, R]) businessUniqueViolation(t testing.TB, seen *fixtureSeen)
 		t.Fatalf("the fixture's Conflict: %v", err)
 	}
 	before, _ := sc.effect(msg)
+	prior := sc.check.before()
 	d := sc.deliver(sc.handle, msg)
 	switch {
 	case d.err == nil && d.o == idem.Duplicate:
@@ -759,6 +861,7 @@ func (s Suite[V, M, R]) businessUniqueViolation(t testing.TB, seen *fixtureSeen)
 	sc.wantInboxRows(0, "after the failed delivery")
 	sc.wantEffect(msg, before, "after the failed delivery (the count before it)")
 	sc.wantNoOutbox("after the failed delivery")
+	sc.check.wantSame(prior, "the failed delivery", "a delivery that fails must change nothing: "+causeOutsideTx)
 }
 
 // deliveries returns N of the concurrent scenario.

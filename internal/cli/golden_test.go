@@ -5,6 +5,9 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"io/fs"
 	"maps"
 	"os"
@@ -237,6 +240,7 @@ func runCase(t *testing.T, file, dir string) (ok, goTest bool) {
 		}
 	}
 	checkWidth(t, got)
+	checkTestDocs(t, got)
 	if *update {
 		rewrite(t, file, archive, got, deleted)
 		return code == 0, goTest
@@ -402,6 +406,32 @@ func checkWidth(t *testing.T, got map[string][]byte) {
 		for i, line := range strings.Split(string(data), "\n") {
 			if n := utf8.RuneCountInString(line); n > gocode.Width {
 				t.Errorf("%s:%d is %d columns, more than %d: %s", strings.TrimPrefix(name, "want:"), i+1, n, gocode.Width, line)
+			}
+		}
+	}
+}
+
+// checkTestDocs fails for a generated test file (idem_gen_test.go) with a
+// doc comment of more than two lines: generated files are read in review,
+// and what the scenarios prove is told once, in package idemtest's docs.
+func checkTestDocs(t *testing.T, got map[string][]byte) {
+	t.Helper()
+	for name, data := range got {
+		if !strings.HasSuffix(name, "idem_gen_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(token.NewFileSet(), name, data, parser.ParseComments)
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+			continue
+		}
+		for _, d := range f.Decls {
+			fn, ok := d.(*ast.FuncDecl)
+			if !ok || fn.Doc == nil {
+				continue
+			}
+			if n := strings.Count(strings.TrimRight(fn.Doc.Text(), "\n"), "\n") + 1; n > 2 {
+				t.Errorf("%s: the doc comment of %s has %d lines; a generated test's doc has at most 2", strings.TrimPrefix(name, "want:"), fn.Name.Name, n)
 			}
 		}
 	}

@@ -16,7 +16,7 @@ import (
 // The options of mode=entity and mode=natural (docs/natural.md), checked here:
 // what needs only the directive when the mode is read (entityOptions), what
 // needs the key and the result type once the signature is checked
-// (entityKey, entityResult, naturalFixture).
+// (entityKey, entityResult, naturalChecks).
 //
 // What is checked when: the directive, the key's column count, result='s
 // function and fixture= at generate time, here; the columns against the
@@ -248,26 +248,12 @@ func fieldType(msg types.Type, hops []model.Hop) types.Type {
 }
 
 // naturalChecks refuses what mode=natural cannot do: an outbox (nothing
-// records the message, so every redelivery would publish again) and a
-// missing fixture= (its generated test compares snapshots of the state,
-// which only a fixture can name).
-func (c *checker) naturalChecks(d directive.Directive, h *model.Handler) {
-	if !h.Natural() {
-		return
-	}
-	if h.Outbox {
+// records the message, so every redelivery would publish again).
+func (c *checker) naturalChecks(h *model.Handler) {
+	if h.Natural() && h.Outbox {
 		c.errorf(h.Pos, "handler %s takes an *idem.Outbox, which mode=natural cannot support: nothing records a message, so every redelivery would publish its messages again; use mode=tx or mode=entity", h.Func)
 	}
-	if _, ok := d.Lookup("fixture"); !ok {
-		c.errorf(h.ModePos, "mode=natural needs fixture=: nothing records the messages of handler %s, so it is idempotent only if running it again leaves its state as it was, "+
-			"and its generated test proves that by comparing a snapshot of that state after each delivery; name a function "+
-			"func %s(t testing.TB, db *idemtest.DB) idemtest.NaturalFixture[%s, %s] in a _test.go file of package %s whose Snapshot is a query such as SELECT * FROM prices ORDER BY sku",
-			h.Func, fixtureName(h.Func), c.recvSpelling(*h), c.spell(h.Msg), c.pkg.Name)
-	}
 }
-
-// fixtureName is the name suggested for a handler's fixture.
-func fixtureName(fn string) string { return strings.ToLower(fn[:1]) + fn[1:] + "Fixture" }
 
 func keyPathList(key []model.KeyPart) string {
 	var paths []string

@@ -85,7 +85,7 @@ func (c *checker) handler(fd *ast.FuncDecl, d directive.Directive) (model.Handle
 		c.entityResult(d, &h, msg)
 	}
 	if msgOK {
-		c.naturalChecks(d, &h)
+		c.naturalChecks(&h)
 	}
 	if msgOK && !c.externalGuard(d, h) {
 		h.Guard = c.guard(d, msg)

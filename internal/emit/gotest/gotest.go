@@ -1,9 +1,10 @@
 // Package gotest emits idem_gen_test.go: for each handler of a package, a test
 // Test<Func>Idem that runs the scenarios of idemtest.Suite against the
 // handler's generated wrapper on a real PostgreSQL. The scenarios themselves
-// live once in idemtest; what is emitted is what is specific to one handler:
-// its types, its inbox table and migrations, how to build the wrapper, and
-// its fixture or a message built from its key.
+// live once in idemtest, and so does their description: a test's doc is two
+// lines. What is emitted is what is specific to one handler: its types, its
+// inbox table and migrations, how to build the wrapper, and its fixture or
+// the runtime's sample message with what the sample must not hold.
 package gotest
 
 import (
@@ -16,9 +17,6 @@ import (
 	"github.com/idemgen/idemgen/internal/emit/gocode"
 	"github.com/idemgen/idemgen/internal/model"
 )
-
-// Deliveries is idemtest.DefaultDeliveries, for the generated documentation.
-const Deliveries = 16
 
 // File renders idem_gen_test.go for pkg, which has at least one handler.
 func File(pkg model.Package) ([]byte, error) {
@@ -49,7 +47,7 @@ func (e emitter) test(f *jen.File) {
 		jen.Id("Migrations"), jen.Qual("os", "DirFS").Call(jen.Lit(e.migrationsDir())),
 		jen.Id("Inbox"), jen.Lit(h.Table),
 		jen.Id("New"), e.newFunc(),
-		jen.Id("Fixture"), e.fixture(),
+		e.fixtureField(), e.fixture(),
 		jen.Id("Batch"), e.batchFunc(),
 	}
 	if h.Vary != nil {
@@ -71,7 +69,7 @@ func (e emitter) test(f *jen.File) {
 	if h.Partition != nil {
 		suite = append(suite, jen.Id("Partition"), e.partition())
 	}
-	f.Comment(e.doc())
+	e.doc(f, "Suite")
 	f.Func().Id(e.N.Test).Params(jen.Id("t").Op("*").Qual("testing", "T")).Block(
 		jen.Qual(gocode.IdemtestPkg, "Suite").Types(recv, msg, result).Values(fieldLines(suite)...).Dot("Run").Call(jen.Id("t")),
 	)
@@ -220,105 +218,86 @@ func (e emitter) rekey() jen.Code {
 	return e.copyFunc(v, body)
 }
 
-// fixture is the fixture= function, or else a function that builds a
-// message with random values in its key fields and zero values elsewhere.
+// fixture is the fixture= function, or else the runtime's sampled fixture
+// (idemtest.Sampled and its kin), whose message has every field set:
+//
+//	idemtest.Sampled[*Service, OrderPlaced](func(msg *OrderPlaced) {
+//		msg.Batch = nil
+//	})
+//
+// The function changes what the sample must not hold: a nullable key part
+// stays NULL, and the time of a partitioned inbox is left to the scenarios.
 func (e emitter) fixture() jen.Code {
 	h := e.H
 	if h.Fixture != "" {
 		return jen.Id(h.Fixture)
 	}
-	fixture, param, paramType := "Fixture", "db", "DB"
-	if h.External() {
-		fixture, param, paramType = "ExternalFixture", "p", "Provider"
+	sampled := "Sampled"
+	switch {
+	case h.External():
+		sampled = "SampledExternal"
+	case h.Natural():
+		sampled = "SampledNatural"
 	}
-	fixtureType := func() *jen.Statement {
-		return jen.Qual(gocode.IdemtestPkg, fixture).Types(e.recvType(), gocode.Type(h.Msg))
+	msg := jen.Id("msg")
+	if h.Msg.Kind == model.Pointer {
+		msg = jen.Parens(jen.Op("*").Id("msg"))
 	}
 	var body []jen.Code
-	if h.Msg.Kind == model.Pointer {
-		body = append(body, jen.Id("msg").Op(":=").Op("&").Add(gocode.Type(*h.Msg.Elem)).Values())
-	} else {
-		body = append(body, jen.Id("msg").Op(":=").Add(gocode.Type(h.Msg)).Values())
-	}
-	allocated, assigned := map[string]bool{}, map[string]bool{}
-	if h.Envelope && h.Body().Kind == model.Pointer {
-		b := h.Body()
-		// The handler gets a body, whatever its key.
-		allocated["msg.Body"] = true
-		body = append(body, jen.Id("msg.Body").Op("=").Op("&").Add(gocode.Type(*b.Elem)).Values())
-	}
-	set := func(k model.KeyPart) {
-		expr := "msg"
-		for i, hop := range k.Hops {
-			expr += "." + hop.Field
-			if i < len(k.Hops)-1 && hop.Elem != nil && !allocated[expr] {
-				allocated[expr] = true
-				body = append(body, jen.Id(expr).Op("=").Op("&").Add(gocode.Type(*hop.Elem)).Values())
-			}
+	nulled := map[string]bool{}
+	null := func(k model.KeyPart) {
+		if k.Null == nil || nulled[k.Path] {
+			return
 		}
-		switch {
-		case assigned[expr]:
-		case k.Null != nil:
-			// Its zero value is NULL: the tests prove the key with a NULL
-			// part, the case a plain unique index gets wrong.
-			text := k.Path + " stays NULL: the scenarios prove the key with a NULL part."
-			if len("\t\t\t// "+text) <= gocode.Width {
-				body = append(body, jen.Comment(text))
-			} else {
-				body = append(body, jen.Comment(k.Path+" stays NULL: the scenarios prove the key"), jen.Comment("with a NULL part."))
-			}
-		default:
-			unique := map[model.KeyKind]string{model.KeyString: "UniqueString", model.KeyInt: "UniqueInt", model.KeyUUID: "UniqueUUID"}[k.Kind]
-			body = append(body, jen.Id(expr).Op("=").Qual(gocode.IdemtestPkg, unique).Types(gocode.Type(k.Type)).Call())
+		nulled[k.Path] = true
+		field := jen.Add(msg)
+		for _, hop := range k.Hops {
+			field = field.Dot(hop.Field)
 		}
-		assigned[expr] = true
+		text := k.Path + " stays NULL: the scenarios prove the key with a NULL part."
+		if len("\t\t\t// "+text) <= gocode.Width {
+			body = append(body, jen.Comment(text))
+		} else {
+			body = append(body, jen.Comment(k.Path+" stays NULL: the scenarios prove the key"), jen.Comment("with a NULL part."))
+		}
+		if k.Null.Pointer {
+			body = append(body, field.Op("=").Nil())
+		} else {
+			body = append(body, field.Dot("Valid").Op("=").False())
+		}
 	}
 	for _, k := range h.Key {
-		set(k)
+		null(k)
 	}
-	if h.Guard != nil {
-		// The stale-message guard needs an entity; version 0 is as good as
-		// any for a first message.
-		set(h.Guard.Entity)
+	if p := h.Partition; p != nil {
+		body = append(body, jen.Comment("The scenarios time the message."),
+			jen.Add(msg).Dot(p.Time.Path).Op("=").Qual("time", "Time").Values())
 	}
-	if h.Envelope {
-		// Every delivery of a broker has a message id, and the body
-		// something to fingerprint. A Request's key parts are its own.
-		if !h.Request && !assigned["msg.ID"] {
-			body = append(body, jen.Id("msg.ID").Op("=").Qual(gocode.IdemtestPkg, "UniqueString").Types(jen.String()).Call())
-		}
-		if v := h.Vary; v != nil && v.Kind != model.VaryBool && !assigned["msg."+v.Field] {
-			unique := map[model.VaryKind]string{model.VaryString: "UniqueString", model.VaryInt: "UniqueInt"}[v.Kind]
-			body = append(body, jen.Id("msg."+v.Field).Op("=").Qual(gocode.IdemtestPkg, unique).Types(gocode.Type(v.Type)).Call())
-		}
+	var set jen.Code = jen.Nil()
+	if len(body) > 0 {
+		param := gocode.Type(h.Msg)
+		set = jen.Func().Params(jen.Id("msg").Op("*").Add(param)).Block(body...)
 	}
-	var values []jen.Code
-	if r := e.zeroReceiver(); r != nil {
-		values = append(values, jen.Line().Id("Receiver").Op(":").Add(r))
-	}
-	values = append(values, jen.Line().Id("Message").Op(":").Id("msg"), jen.Line())
-	body = append(body, jen.Return(fixtureType().Values(values...)))
-	return e.funcLit([]jen.Code{
-		jen.Id("t").Qual("testing", "TB"),
-		jen.Id(param).Op("*").Qual(gocode.IdemtestPkg, paramType),
-	}, fixtureType(), body...)
+	return jen.Qual(gocode.IdemtestPkg, sampled).Types(e.recvType(), gocode.Type(h.Msg)).Call(set)
 }
 
-// zeroReceiver spells the zero value of the receiver type: &Service{} for a
-// pointer receiver; nil when the Fixture's zero value is it already.
-func (e emitter) zeroReceiver() jen.Code {
-	r := e.H.Recv
-	switch {
-	case r == nil:
-		return nil
-	case r.Pointer && r.Struct:
-		return jen.Op("&").Id(r.Type).Values()
-	case r.Pointer:
-		return jen.New(jen.Id(r.Type))
-	case r.Struct:
-		return jen.Id(r.Type).Values()
+// fixtureField is the name of the suite's Fixture field, with a comment
+// above it when the message has no field to vary, saying why there is no
+// Variant and so no key_reused scenario without a fixture's.
+func (e emitter) fixtureField() jen.Code {
+	h := e.H
+	if h.Vary != nil || h.NoVary == "" {
+		return jen.Id("Fixture")
 	}
-	return nil
+	text := "No key_reused: " + h.NoVary + "."
+	if h.Fixture != "" {
+		text = "key_reused needs the fixture's Variant: " + h.NoVary + "."
+	}
+	c := jen.Null()
+	for _, line := range wrap(text) {
+		c.Comment(line).Line()
+	}
+	return c.Id("Fixture")
 }
 
 // partition is the Suite's Partition of a partitioned inbox: the bucket, the
@@ -431,202 +410,50 @@ func (e emitter) migrationsDir() string {
 	return filepath.ToSlash(rel)
 }
 
-// doc says what the test proves, against which table, with which N.
-func (e emitter) doc() string {
-	h, n := e.H, e.N
-	d := &docText{}
-	source := "its receiver and message come from " + h.Fixture + ", called once per scenario"
-	if h.Fixture == "" {
-		source = "its message is built with random values in its key fields and zero values elsewhere, and its receiver is " + e.zeroReceiverText()
+// doc writes the doc comment of a handler's test, at most two lines: what
+// it runs against which wrapper, and where its message comes from. What the
+// scenarios prove is told once, in the docs of package idemtest.
+func (e emitter) doc(f *jen.File, suite string) {
+	for _, line := range e.docLines(suite) {
+		f.Comment(line)
 	}
-	d.para(fmt.Sprintf(
-		"%s proves against a real PostgreSQL that %s, the wrapper of %s, processes every %s at most once per key (%s) of the consumer %q, "+
-			"whose inbox table is %s. Each scenario is a subtest in a fresh schema with the goose migrations of %s applied; %s:",
-		n.Test, n.Wrapper, gocode.HandlerName(e.H), gocode.MessageName(h, e.Pkg.Path), gocode.KeyPaths(e.H), h.Consumer, h.Table, e.migrationsDir()+"/", source))
+}
 
-	d.item(fmt.Sprintf(
-		"concurrent_deliveries: %d deliveries of one message at once, the first held inside its transaction until the other %d wait on its claim in PostgreSQL, "+
-			"give exactly one idem.Processed and %d idem.Duplicate with equal results, and one inbox row;", Deliveries, Deliveries-1, Deliveries-1))
-	d.item("failure_before_commit: a delivery whose connection dies after the handler ran and before the commit leaves no inbox row, and the redelivery is processed once;")
-	d.item("crash_after_commit: when a worker commits a delivery and dies before its ack, the redelivery to a new worker is idem.Duplicate with the stored result and does not run the handler;")
-	reused := "key_reused: a message with the same key and another payload gets idem.ErrKeyReused and changes nothing;"
-	switch {
-	case h.Vary != nil && h.Fixture != "":
-		d.item(reused + fmt.Sprintf(" that message is the fixture's Variant or, without one, the message with %s changed;", h.Vary.Field))
-	case h.Vary != nil:
-		d.item(reused + fmt.Sprintf(" that message has %s changed;", h.Vary.Field))
-	case h.Fixture != "":
-		d.item(fmt.Sprintf("key_reused, when %s supplies a Variant (%s): a message with the same key and another payload gets idem.ErrKeyReused and changes nothing;", h.Fixture, h.NoVary))
+// docLines are the lines of the doc comment of a handler's test: the
+// longest of these forms that fits in two.
+func (e emitter) docLines(suite string) []string {
+	source := "the message of " + e.H.Fixture
+	if e.H.Fixture == "" {
+		source = "a sample message (no fixture=)"
 	}
-	d.item("sequential_duplicate: a second delivery of the message is idem.Duplicate with the first one's result;")
-	if h.Fixture != "" {
-		d.item(fmt.Sprintf("business_unique_violation, when %s supplies a Conflict: a unique violation of the handler's own write is its error, never idem.Duplicate, and records nothing.", h.Fixture))
-		d.para(fmt.Sprintf("When %s supplies an Effect, its count of the business effect must be exactly 1 after each scenario "+
-			"(0 after the abandoned delivery, and unchanged by the failed one of business_unique_violation).", h.Fixture))
-	} else {
-		d.items[len(d.items)-1] = strings.TrimSuffix(d.items[len(d.items)-1], ";") + "."
-		if h.Vary == nil {
-			d.para("key_reused is not run: " + h.NoVary + ".")
-		}
-		d.para(fmt.Sprintf("The business effect is not counted. A fixture can seed data, choose the message, count the effect and supply a Variant "+
-			"(see idemtest.Fixture): declare it in a _test.go file of package %s,", e.Pkg.Name))
-		d.code(signature(fixtureName(h.Func), []string{"t testing.TB", "db *idemtest.DB"},
-			fmt.Sprintf("idemtest.Fixture[%s, %s]", e.recvText(), gocode.TypeText(h.Msg, e.Pkg.Path))))
-		d.para(fmt.Sprintf("and add fixture=%s to the //idem:handler directive of %s.", fixtureName(h.Func), h.Func))
+	test, wrapper := e.N.Test, e.N.Wrapper
+	forms := []string{
+		fmt.Sprintf("%s runs the scenarios of idemtest.%s against %s, with %s.", test, suite, wrapper, source),
+		fmt.Sprintf("%s runs idemtest.%s against %s, with %s.", test, suite, wrapper, source),
+		fmt.Sprintf("%s runs idemtest.%s, with %s.", test, suite, source),
 	}
-	if h.Outbox {
-		failed := "after the abandoned delivery"
-		if h.Fixture != "" {
-			failed += ", and after the failed one of business_unique_violation"
-		}
-		d.para(fmt.Sprintf("%s publishes through the outbox, so every scenario also checks idem_outbox: no row while the change has not committed "+
-			"(%s); once it committed, the rows of one run, at least one, "+
-			"whose message ids are idem.OutgoingMessageID(%q, key, 0..n-1), the ids a rerun after the failure before commit computes too; "+
-			"and no duplicate adds a row.", h.Func, failed, h.Consumer))
-	}
-	how := "one transaction per batch"
-	d.para(fmt.Sprintf("The batch scenarios deliver through %s.HandleBatch (%s): "+
-		"batch_key_twice: a batch holding the message twice (and, with a Variant, its key with another payload) runs the handler once: "+
-		"idem.Processed, idem.Duplicate with an equal result, idem.ErrKeyReused; "+
-		"batch_processed_key: a batch of an already processed message gives idem.Duplicate with the stored result and does not run the handler; "+
-		"batch_failing_handler: a batch whose transaction fails before its commit gets the error for each message and commits nothing, and the redelivered batch is processed once; "+
-		"batch_concurrent: %d batches holding the message twice at once give exactly one idem.Processed, the rest idem.Duplicate with equal results; "+
-		"batch_killed_mid_batch: a child process delivering the message twice as a batch is killed with SIGKILL inside the batch's transaction, after the handler and before the COMMIT: "+
-		"nothing is recorded, and the redelivered batch is processed once.",
-		n.Wrapper, how, Deliveries))
-	if h.Set {
-		d.para(fmt.Sprintf("%s is set-based, so the batch scenarios also give it messages of several keys (Rekey: the message with fresh key values) "+
-			"and wrap it (SetWith): batch_fresh_messages: after the message was processed, a batch of it, a new key, it again, "+
-			"its key with another payload and a third key calls %s once, with the two new keys' messages in input order; "+
-			"batch_overlapping: %d batches at once of two keys out of three, overlapping and in different orders, "+
-			"process each key exactly once without an error; "+
-			"batch_each_alone: a batch of two keys whose handler fails is rolled back and each message is then delivered alone, "+
-			"as a batch of one, and processed; "+
-			"batch_wrong_length: a handler that returns one result too many fails each message with an error naming %s and both lengths, "+
-			"and commits nothing.", h.Func, h.Func, Deliveries, gocode.HandlerName(h)))
-		if e.rekey() == nil {
-			d.para("These four are not run: every key part is nullable or reached through a pointer, " +
-				"so no message of another key can be made from the fixture's.")
+	for _, form := range forms {
+		if lines := wrap(form); len(lines) <= 2 {
+			return lines
 		}
 	}
-	if p := h.Partition; p != nil {
-		d.para(fmt.Sprintf("The inbox is partitioned by the %s of %s, so every scenario first keeps its partitions as the janitor does "+
-			"and times its message now (unless the fixture gave it a time), and the partition scenarios run: "+
-			"bucket_edge: a message timed one microsecond before the start of a %s and one timed at it each land in their own bucket's partition, "+
-			"are processed once and then idem.Duplicate; "+
-			"bucket_edge_concurrent: %d deliveries at once of the message timed at the start of a %s give exactly one idem.Processed, "+
-			"the rest idem.Duplicate, one row in that bucket's partition; "+
-			"redelivery_after_drop: once the janitor dropped the partition of a processed message (its %s wholly past the retention), "+
-			"its redelivery gets idem.ErrOutsideWindow and does not run the handler, whether the consumer's clock refuses it or the database finds no partition for it, "+
-			"alone and as a batch.",
-			p.Bucket, p.Time.Path, p.Bucket, Deliveries, p.Bucket, p.Bucket))
-	}
-	d.para("Without IDEMGEN_TEST_DATABASE_URL (DATABASE_URL is never used) the test is skipped, and with IDEMGEN_REQUIRE_DB set it fails instead; " +
-		fmt.Sprintf("IDEMGEN_TEST_DELIVERIES sets another number of concurrent deliveries than %d.", Deliveries))
-	return d.String()
+	return wrap(fmt.Sprintf("%s runs idemtest.%s.", test, suite))
 }
 
-func (e emitter) zeroReceiverText() string {
-	r := e.H.Recv
-	switch {
-	case r == nil:
-		return "none (a plain function)"
-	case r.Pointer && r.Struct:
-		return "&" + r.Type + "{}"
-	case r.Pointer:
-		return "new(" + r.Type + ")"
-	case r.Struct:
-		return r.Type + "{}"
-	}
-	return "the zero " + r.Type
-}
-
-func (e emitter) recvText() string {
-	r := e.H.Recv
-	switch {
-	case r == nil:
-		return "idemtest.NoReceiver"
-	case r.Pointer:
-		return "*" + r.Type
-	}
-	return r.Type
-}
-
-// fixtureName suggests the name of a handler's fixture: Charge →
-// chargeFixture.
-func fixtureName(fn string) string {
-	return strings.ToLower(fn[:1]) + fn[1:] + "Fixture"
-}
-
-// docText builds a doc comment of paragraphs, list items and code lines, in
-// the form gofmt gives doc comments, wrapped at 80 columns.
-type docText struct {
-	blocks []string
-	items  []string // the list being built
-}
-
-func (d *docText) para(text string) {
-	d.flush()
-	d.blocks = append(d.blocks, wrap(text, "// ", "// "))
-}
-
-func (d *docText) item(text string) { d.items = append(d.items, text) }
-
-// code adds a code block to the doc: each line of text indented.
-func (d *docText) code(text string) {
-	d.flush()
-	lines := strings.Split(text, "\n")
-	for i, line := range lines {
-		lines[i] = "//\t" + line
-	}
-	d.blocks = append(d.blocks, strings.Join(lines, "\n"))
-}
-
-// signature is a function's signature as a doc's code block shows it: on
-// one line when that fits in gocode.Width, else one parameter a line.
-func signature(name string, params []string, result string) string {
-	line := "func " + name + "(" + strings.Join(params, ", ") + ") " + result
-	if len("//\t"+line) <= gocode.Width {
-		return line
-	}
-	return "func " + name + "(\n\t" + strings.Join(params, ",\n\t") + ",\n) " + result
-}
-
-func (d *docText) flush() {
-	if len(d.items) == 0 {
-		return
-	}
+// wrap fills text into comment lines of at most 77 columns, 80 with "// ".
+func wrap(text string) []string {
+	const width = 77
 	var lines []string
-	for _, it := range d.items {
-		lines = append(lines, wrap(it, "//   - ", "//     "))
-	}
-	d.blocks = append(d.blocks, strings.Join(lines, "\n"))
-	d.items = nil
-}
-
-func (d *docText) String() string {
-	d.flush()
-	return strings.Join(d.blocks, "\n//\n")
-}
-
-// wrap fills text into lines of at most 80 columns, the first starting with
-// first and the others with rest.
-func wrap(text, first, rest string) string {
-	const width = 80
-	var lines []string
-	line := first
-	empty := true
+	line := ""
 	for _, word := range strings.Fields(text) {
-		if !empty && len(line)+1+len(word) > width {
+		if line != "" && len(line)+1+len(word) > width {
 			lines = append(lines, line)
-			line, empty = rest, true
+			line = ""
 		}
-		if !empty {
+		if line != "" {
 			line += " "
 		}
 		line += word
-		empty = false
 	}
-	lines = append(lines, line)
-	return strings.Join(lines, "\n")
+	return append(lines, line)
 }
