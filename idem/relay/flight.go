@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"sync"
 	"time"
 
@@ -31,6 +32,9 @@ type flight struct {
 	token     claimToken
 	rows      []claimedRow
 	claimedAt time.Time // before the claim was sent: the lease counts from it
+	// point is where the claim was in the WAL, under WithReplicated: the
+	// rows are published once a standby has flushed it.
+	point replicationPoint
 
 	// sent are the rows handed to the publisher, msgs their messages;
 	// failed the rows that could not be made into a message, and after the
@@ -63,10 +67,18 @@ type confirmed struct {
 
 func (c *confirmed) ids() []string { return rowIDs(c.rows) }
 
-// drain claims, publishes and marks batches until a claim that came after
-// every mark finds no row (then it returns nil), Run's ctx ends (nil too,
+// drain marks the rows an earlier round could not (markLeft) and releases
+// the claims whose answer it did not get (releaseLost), then claims,
+// publishes and marks batches until a claim that came after every mark
+// finds no row (then it returns nil), Run's ctx ends (nil too,
 // once what was claimed is marked or handed back), or a statement fails.
 func (r *Relay) drain(ctx context.Context) error {
+	if err := r.markLeft(ctx); err != nil {
+		return err
+	}
+	if err := r.releaseLost(ctx); err != nil {
+		return err
+	}
 	var (
 		atBroker *flight    // the batch being published
 		toMark   *confirmed // confirmed rows not marked yet
@@ -133,6 +145,7 @@ func (r *Relay) markAndClaim(ctx context.Context, c *confirmed, claim bool) (*fl
 	token := newClaimToken()
 	claimedAt := time.Now()
 	var rows []claimedRow
+	var point replicationPoint
 	var err error
 	if c == nil {
 		// Run to its end even when ctx is cancelled meanwhile (bounded by
@@ -140,10 +153,10 @@ func (r *Relay) markAndClaim(ctx context.Context, c *confirmed, claim bool) (*fl
 		// not know of.
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.o.lease)
 		defer cancel()
-		_, rows, err = r.pipelined(cctx, nil, token)
+		_, rows, point, err = r.pipelined(cctx, nil, token)
 	} else {
 		var marked int64
-		marked, rows, err = r.pipelined(book, c, token)
+		marked, rows, point, err = r.pipelined(book, c, token)
 		if err == nil {
 			r.markedRows(book, c, marked)
 		}
@@ -151,7 +164,7 @@ func (r *Relay) markAndClaim(ctx context.Context, c *confirmed, claim bool) (*fl
 	if err != nil || len(rows) == 0 {
 		return nil, err
 	}
-	return r.hold(ctx, token, rows, claimedAt), nil
+	return r.hold(ctx, token, rows, claimedAt, point), nil
 }
 
 // hold starts the keeper of a claimed batch: it renews the lease every third
@@ -160,8 +173,8 @@ func (r *Relay) markAndClaim(ctx context.Context, c *confirmed, claim bool) (*fl
 // The lease is counted from before the claim was sent, on this machine's
 // clock, so the deadline here is never later than the database's. The keeper
 // runs until the batch's publish returns or the batch is handed back (end).
-func (r *Relay) hold(ctx context.Context, token claimToken, rows []claimedRow, claimedAt time.Time) *flight {
-	f := &flight{token: token, rows: rows, claimedAt: claimedAt, stop: make(chan struct{}), done: make(chan struct{})}
+func (r *Relay) hold(ctx context.Context, token claimToken, rows []claimedRow, claimedAt time.Time, point replicationPoint) *flight {
+	f := &flight{token: token, rows: rows, claimedAt: claimedAt, point: point, stop: make(chan struct{}), done: make(chan struct{})}
 	for _, row := range rows {
 		m, err := row.message()
 		if err != nil {
@@ -251,7 +264,11 @@ func (r *Relay) publish(f *flight) ([]error, bool) {
 		return nil, false
 	}
 	var errs []error
-	if f.ctx.Err() == nil {
+	var held error // why the rows were not handed over
+	if r.o.replicated && f.ctx.Err() == nil {
+		held = r.waitReplicated(f.ctx, f)
+	}
+	if f.ctx.Err() == nil && held == nil {
 		timeout := time.AfterFunc(r.o.publishBound(), func() { f.cancel(errPublishTimeout) })
 		defer timeout.Stop()
 		returned := make(chan []error, 1)
@@ -270,9 +287,12 @@ func (r *Relay) publish(f *flight) ([]error, bool) {
 			}
 		}
 	} else {
+		if held == nil {
+			held = errors.New("idem: relay: not handed to the publisher")
+		}
 		errs = make([]error, len(f.msgs))
 		for i := range errs {
-			errs[i] = errors.New("idem: relay: not handed to the publisher")
+			errs[i] = held
 		}
 	}
 	if len(errs) != len(f.msgs) {
@@ -349,8 +369,8 @@ func (r *Relay) giveBack(ctx context.Context, f *flight) {
 	r.release(book, f.token, rowIDs(f.rows))
 }
 
-// markNow marks c's rows (nil: none) on their own; if it fails, the rows are
-// published again once their lease lapses.
+// markNow marks c's rows (nil: none) on their own; if it fails, they are
+// kept to be marked before the next claim (markLeft).
 func (r *Relay) markNow(ctx context.Context, c *confirmed) {
 	if c == nil {
 		return
@@ -358,9 +378,57 @@ func (r *Relay) markNow(ctx context.Context, c *confirmed) {
 	book, cancel := bookkeeping(ctx)
 	defer cancel()
 	if err := r.markPublished(book, c); err != nil {
-		r.o.logger.LogAttrs(book, slog.LevelWarn, "idem relay could not mark published rows; they will be published again when their lease lapses",
+		r.unmarked = append(r.unmarked, c)
+		r.o.logger.LogAttrs(book, slog.LevelWarn, "idem relay could not delete published rows; it deletes them once the database answers (if it stops first, they are published again when their lease lapses)",
 			slog.String("relay", r.o.id), slog.Int("rows", len(c.rows)), slog.String("error", err.Error()))
 	}
+}
+
+// releaseLost releases the rows of the claims whose answer the relay did
+// not get (pipelined kept their tokens): a claim may commit though its
+// connection broke before the answer came, and its rows, which the relay
+// does not know, would wait for their lease to lapse.
+func (r *Relay) releaseLost(ctx context.Context) error {
+	if len(r.lostClaims) == 0 {
+		return nil
+	}
+	tokens := make([]string, len(r.lostClaims))
+	for i, t := range r.lostClaims {
+		tokens[i] = strconv.FormatInt(t, 10)
+	}
+	book, cancel := bookkeeping(ctx)
+	defer cancel()
+	n, err := r.q.ReleaseClaims(book, tokens)
+	if err != nil {
+		return fmt.Errorf("idem: relay %s: release %d claims whose answer was lost: %w", r.o.id, len(tokens), err)
+	}
+	if n > 0 {
+		r.o.logger.LogAttrs(book, slog.LevelInfo, "idem relay released the rows of claims whose answer it did not get",
+			slog.String("relay", r.o.id), slog.Int("claims", len(tokens)), slog.Int64("rows", n))
+	}
+	r.lostClaims = nil
+	return nil
+}
+
+// markLeft marks the confirmed rows whose mark failed (the database was
+// down, or failed over), oldest first, and stops at the first failure.
+// Marked before their lease lapses, they are neither held back for the
+// rest of the lease nor published again: a failover or a restart costs
+// the relay no lease and no second publish. The mark names the rows with
+// their claim's token, so a row another relay took meanwhile is left to
+// it.
+func (r *Relay) markLeft(ctx context.Context) error {
+	for len(r.unmarked) > 0 {
+		book, cancel := bookkeeping(ctx)
+		err := r.markPublished(book, r.unmarked[0])
+		cancel()
+		if err != nil {
+			return err
+		}
+		r.unmarked = r.unmarked[1:]
+	}
+	r.unmarked = nil
+	return nil
 }
 
 // abandon is what drain does when a round trip failed: it waits for the

@@ -37,6 +37,7 @@ type options struct {
 	lease       time.Duration
 	ordered     bool
 	pollOnly    bool
+	replicated  bool
 	id          string
 	logger      *slog.Logger
 	meter       metric.MeterProvider
@@ -109,6 +110,21 @@ func WithLease(d time.Duration) Option {
 // docs/outbox.md for what the order is and what it costs.
 func WithOrdered() Option {
 	return func(o *options) { o.ordered = true }
+}
+
+// WithReplicated makes the relay publish a claimed row only once a standby
+// reports the row's commit flushed (pg_stat_replication's flush_lsn), so
+// that no message outlives its commit: with asynchronous replication, a
+// failover loses the commits the promoted standby had not received, and a
+// row published before it would be written again by the delivery's rerun,
+// maybe with another payload under the same message id. It polls with a
+// short backoff while the standby catches up, and with no standby
+// connected it waits (renewing the lease), logging why, rather than
+// publish. The relay's role must read flush_lsn: a superuser, or a member
+// of pg_read_all_stats (pg_monitor). See docs/failover.md for its cost in
+// latency and when to use it.
+func WithReplicated() Option {
+	return func(o *options) { o.replicated = true }
 }
 
 // WithPollOnly turns off the listening connection: the relay only polls.

@@ -55,6 +55,14 @@ type Relay struct {
 	// destination (and "idem_outbox" for the database).
 	outages *outage.Log
 
+	// unmarked are the confirmed rows whose mark failed, to be marked
+	// before the next claim (markLeft); only Run's goroutine uses it.
+	unmarked []*confirmed
+	// lostClaims are the tokens of claims whose answer the relay did not
+	// get, to be released before the next claim (releaseLost); only Run's
+	// goroutine uses it.
+	lostClaims []claimToken
+
 	running atomic.Bool
 	// beforeListen, when set (by tests), runs before each attempt to open the
 	// listening connection.
@@ -130,6 +138,12 @@ func (r *Relay) Run(ctx context.Context) error {
 
 	r.o.logger.LogAttrs(ctx, slog.LevelInfo, "idem relay started", slog.String("relay", r.o.id),
 		slog.Bool("ordered", r.o.ordered), slog.Bool("poll_only", r.o.pollOnly))
+	// On the way out, a last try at what the database refused.
+	defer func() {
+		if r.markLeft(ctx) == nil {
+			_ = r.releaseLost(ctx)
+		}
+	}()
 	failures := 0
 	for {
 		if ctx.Err() != nil {

@@ -99,9 +99,11 @@ func freePort() (int, error) {
 
 // URL is the multi-host URL of database db, as its superuser postgres:
 // both ports, and target_session_attrs=read-write, so that a client
-// (libpq, pgx) connects to whichever of the two is the primary now.
+// (libpq, pgx) connects to whichever of the two is the primary now
+// (sslmode=disable: the servers have no TLS, and a client that tried it
+// first would connect twice to each).
 func (p *Pair) URL(db string) string {
-	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d,127.0.0.1:%d/%s?target_session_attrs=read-write", p.ports[0], p.ports[1], db)
+	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d,127.0.0.1:%d/%s?target_session_attrs=read-write&sslmode=disable", p.ports[0], p.ports[1], db)
 }
 
 // Ports are the pair's two ports, in the order of URL's hosts.

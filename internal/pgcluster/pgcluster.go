@@ -41,7 +41,7 @@ type Cluster struct {
 // over TCP when it has a port, else on its socket.
 func (c *Cluster) URL(db string) string {
 	if c.Port > 0 {
-		return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s", c.Port, db)
+		return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s?sslmode=disable", c.Port, db)
 	}
 	return "postgres://postgres@/" + db + "?host=" + c.Dir
 }
