@@ -140,7 +140,7 @@ func (r *Relay) markAndClaim(ctx context.Context, c *confirmed, claim bool) (*fl
 	book, cancel := bookkeeping(ctx)
 	defer cancel()
 	if !claim {
-		return nil, r.markPublished(book, c)
+		return nil, r.markPublished(book, c, false)
 	}
 	token := newClaimToken()
 	claimedAt := time.Now()
@@ -158,7 +158,7 @@ func (r *Relay) markAndClaim(ctx context.Context, c *confirmed, claim bool) (*fl
 		var marked int64
 		marked, rows, point, err = r.pipelined(book, c, token)
 		if err == nil {
-			r.markedRows(book, c, marked)
+			r.markedRows(book, c, marked, false)
 		}
 	}
 	if err != nil || len(rows) == 0 {
@@ -377,7 +377,7 @@ func (r *Relay) markNow(ctx context.Context, c *confirmed) {
 	}
 	book, cancel := bookkeeping(ctx)
 	defer cancel()
-	if err := r.markPublished(book, c); err != nil {
+	if err := r.markPublished(book, c, false); err != nil {
 		r.unmarked = append(r.unmarked, c)
 		r.o.logger.LogAttrs(book, slog.LevelWarn, "idem relay could not delete published rows; it deletes them once the database answers (if it stops first, they are published again when their lease lapses)",
 			slog.String("relay", r.o.id), slog.Int("rows", len(c.rows)), slog.String("error", err.Error()))
@@ -411,7 +411,8 @@ func (r *Relay) releaseLost(ctx context.Context) error {
 }
 
 // markLeft marks the confirmed rows whose mark failed (the database was
-// down, or failed over), oldest first, and stops at the first failure.
+// down, or failed over), oldest first, then does the recent marks again
+// after a failed round (redoRecent), and stops at the first failure.
 // Marked before their lease lapses, they are neither held back for the
 // rest of the lease nor published again: a failover or a restart costs
 // the relay no lease and no second publish. The mark names the rows with
@@ -420,7 +421,7 @@ func (r *Relay) releaseLost(ctx context.Context) error {
 func (r *Relay) markLeft(ctx context.Context) error {
 	for len(r.unmarked) > 0 {
 		book, cancel := bookkeeping(ctx)
-		err := r.markPublished(book, r.unmarked[0])
+		err := r.markPublished(book, r.unmarked[0], true)
 		cancel()
 		if err != nil {
 			return err
@@ -428,7 +429,60 @@ func (r *Relay) markLeft(ctx context.Context) error {
 		r.unmarked = r.unmarked[1:]
 	}
 	r.unmarked = nil
+	for len(r.redo) > 0 {
+		c := r.redo[0]
+		book, cancel := bookkeeping(ctx)
+		n, err := r.q.MarkPublished(book, outboxdb.MarkPublishedParams{MessageIds: c.ids(), ClaimToken: c.token})
+		cancel()
+		if err != nil {
+			return r.markFailed(c, err)
+		}
+		if n > 0 {
+			r.o.logger.LogAttrs(ctx, slog.LevelInfo, "idem relay deleted again published rows whose deletion the database had lost",
+				slog.String("relay", r.o.id), slog.Int64("rows", n))
+		}
+		r.redo = r.redo[1:]
+	}
+	r.redo = nil
 	return nil
+}
+
+// recentMarks is how long the relay keeps its marks to do them again after
+// a round failed. A mark commits without waiting for its WAL flush
+// (relaxedCommit): the WAL writer flushes it within three times
+// wal_writer_delay (200ms by default), and a crash or a failover before
+// that loses it, even with a synchronous standby. Its rows, published
+// already, would be published again once their lease lapsed.
+const recentMarks = 2 * time.Second
+
+// recentMark is a mark and when it was done.
+type recentMark struct {
+	at time.Time
+	c  *confirmed
+}
+
+// remember keeps c among the recent marks, and forgets those older than
+// recentMarks.
+func (r *Relay) remember(c *confirmed) {
+	now := time.Now()
+	keep := r.recent[:0]
+	for _, m := range r.recent {
+		if now.Sub(m.at) < recentMarks {
+			keep = append(keep, m)
+		}
+	}
+	r.recent = append(keep, recentMark{at: now, c: c})
+}
+
+// redoRecent has markLeft do the recent marks again: a round that failed
+// may mean the database was lost (a crash, a failover), and with it the
+// marks whose commit was not flushed yet. Deleting a row again is
+// harmless: the mark names the row with its claim's token.
+func (r *Relay) redoRecent() {
+	for _, m := range r.recent {
+		r.redo = append(r.redo, m.c)
+	}
+	r.recent = nil
 }
 
 // abandon is what drain does when a round trip failed: it waits for the

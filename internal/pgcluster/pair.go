@@ -370,6 +370,36 @@ func (p *Pair) ResumeReplication() error {
 	return p.waitStreaming(ctx, p.standby)
 }
 
+// CatchUp returns once the standby has replayed all the primary had
+// written when it was called: what a test committed by then is on the
+// standby, and survives a failover also in an asynchronous pair.
+func (p *Pair) CatchUp(ctx context.Context) error {
+	primary, standby := p.Primary(), p.Standby()
+	if standby == nil {
+		return errors.New("pgcluster: the pair has no standby")
+	}
+	conn, err := pgx.Connect(ctx, primary.URL("postgres"))
+	if err != nil {
+		return fmt.Errorf("pgcluster: connect to the primary %s: %w", primary, err)
+	}
+	var lsn string
+	err = conn.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&lsn)
+	conn.Close(ctx)
+	if err != nil {
+		return fmt.Errorf("pgcluster: read the primary's WAL position: %w", err)
+	}
+	return poll(ctx, "the standby "+standby.String()+" to replay "+lsn, func() (bool, error) {
+		conn, err := pgx.Connect(ctx, standby.URL("postgres"))
+		if err != nil {
+			return false, err
+		}
+		defer conn.Close(ctx)
+		var done bool
+		err = conn.QueryRow(ctx, "SELECT coalesce(pg_last_wal_replay_lsn() >= $1::pg_lsn, false)", lsn).Scan(&done)
+		return done, err
+	})
+}
+
 // Remove stops both servers (immediate mode) and deletes their
 // directories.
 func (p *Pair) Remove() {

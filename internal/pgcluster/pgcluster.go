@@ -22,6 +22,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 )
 
 // Cluster is a running throwaway cluster.
@@ -151,11 +152,18 @@ func newDir(bin, prefix string, port int, settings []string) (*Cluster, error) {
 	if os.Geteuid() == 0 {
 		base = "/tmp" // the postgres user must reach it
 	}
+	reap(base)
 	dir, err := os.MkdirTemp(base, prefix)
 	if err != nil {
 		return nil, err
 	}
 	c.Dir = dir
+	// The owner file lets a later run reap the cluster if this process
+	// dies without removing it (a test killed by its timeout).
+	if err := os.WriteFile(filepath.Join(dir, ownerFile), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
 	if os.Geteuid() == 0 {
 		if err := exec.Command("chown", "postgres", dir).Run(); err != nil {
 			os.RemoveAll(dir)
@@ -245,6 +253,35 @@ func (c *Cluster) String() string {
 		return "127.0.0.1:" + strconv.Itoa(c.Port)
 	}
 	return c.Dir
+}
+
+// ownerFile holds, in a cluster's directory, the id of the process that
+// made it.
+const ownerFile = "owner.pid"
+
+// reap stops and deletes the clusters under base whose owner process is
+// gone: a process that dies (a test killed by its timeout, a soak
+// interrupted twice) cannot remove its clusters, which would run on.
+func reap(base string) {
+	owners, _ := filepath.Glob(filepath.Join(base, "*", ownerFile))
+	for _, f := range owners {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil || pid <= 0 || syscall.Kill(pid, 0) != syscall.ESRCH {
+			continue // alive, or not ours to judge
+		}
+		c := &Cluster{Dir: filepath.Dir(f)}
+		if bin, err := binDir("pg_ctl"); err == nil {
+			c.Bin = bin
+			if _, err := os.Stat(c.data()); err == nil {
+				_, _ = c.pgCtl("-m", "immediate", "-w", "stop")
+			}
+		}
+		os.RemoveAll(c.Dir)
+	}
 }
 
 // errNoStandby is what Failover returns without a standby to promote.

@@ -3,6 +3,9 @@ package pgcluster
 import (
 	"context"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -180,7 +183,12 @@ func TestPairAsyncFailoverLosesWhatTheStandbyMissed(t *testing.T) {
 	url := p.URL("postgres")
 	run(t, ctx, url, "CREATE TABLE t (id int)")
 	run(t, ctx, url, "INSERT INTO t VALUES (0)")
-	waitRows(t, ctx, p, 1)
+	if err := p.CatchUp(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := count(t, ctx, p.StandbyURL("postgres")); n != 1 {
+		t.Fatalf("%d rows on the standby after CatchUp; want 1", n)
+	}
 	if err := p.PauseReplication(); err != nil {
 		t.Fatal(err)
 	}
@@ -196,4 +204,37 @@ func TestPairAsyncFailoverLosesWhatTheStandbyMissed(t *testing.T) {
 	if n, _ := count(t, ctx, url); n != 1 {
 		t.Fatalf("%d rows after the failover; want 1 (the 10 after the pause lost)", n)
 	}
+}
+
+// TestReapRemovesClustersOfDeadProcesses: a cluster whose owner process is
+// gone is stopped and deleted by the next Start; one whose owner lives is
+// left alone.
+func TestReapRemovesClustersOfDeadProcesses(t *testing.T) {
+	orphan, err := Start("idemgen-pgcluster-test.")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer orphan.Remove()
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(orphan.Dir, ownerFile), []byte(strconv.Itoa(dead.Process.Pid)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	live, err := Start("idemgen-pgcluster-test.")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer live.Remove()
+	if _, err := os.Stat(orphan.Dir); !os.IsNotExist(err) {
+		t.Errorf("the orphan's directory %s after the next Start: %v; want it gone", orphan.Dir, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, live.URL("postgres"))
+	if err != nil {
+		t.Fatalf("the live cluster: %v", err)
+	}
+	conn.Close(ctx)
 }
