@@ -68,7 +68,7 @@ type standbys struct {
 // the next after replicatedPollMin, doubled up to replicatedPollMax.
 const (
 	replicatedPollMin = time.Millisecond
-	replicatedPollMax = 100 * time.Millisecond
+	replicatedPollMax = 20 * time.Millisecond
 	// replicatedWarnAfter is how long a batch waits before the wait is
 	// logged (then once per outage.DefaultEvery while it lasts).
 	replicatedWarnAfter = time.Second
