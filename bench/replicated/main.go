@@ -1,16 +1,23 @@
-// Command replicated measures what relay.WithReplicated costs: the
-// commit-to-publish latency of a relay on a throwaway primary with an
-// asynchronous standby (internal/pgcluster, both on this machine, fsync
-// on), with and without the option, side by side. Deliveries of the
-// benchmark's ledger consumer, each publishing one message through the
-// outbox (ledger.NewPublishingPost), commit at a steady rate; a relay woken
-// by their NOTIFY publishes to an in-memory publisher that notes when it
-// first sees each message. The latency is from the commit's return to that
-// moment. The rounds interleave the two relays, in a fresh schema each.
+// Command replicated measures what asynchronous replication risks and
+// what relay.WithReplicated costs, on throwaway primaries with a standby
+// (internal/pgcluster, both on this machine, fsync on):
 //
-//	go run ./bench/replicated [-rates 200,2000] [-duration 10s] [-rounds 2]
+//   - the commit-to-publish latency of a relay with an asynchronous
+//     standby, with and without the option, side by side. Deliveries of the
+//     benchmark's ledger consumer, each publishing one message through the
+//     outbox (ledger.NewPublishingPost), commit at a steady rate; a relay
+//     woken by their NOTIFY publishes to an in-memory publisher that notes
+//     when it first sees each message. The latency is from the commit's
+//     return to that moment. The rounds interleave the two relays, in a
+//     fresh schema each;
 //
-// It prints a Markdown table (docs/failover.md quotes it).
+//   - how many acknowledged deliveries a failover loses, with an
+//     asynchronous and with a synchronous standby: producers commit as fast
+//     as they go, and the primary fails over halfway through (loss.go).
+//
+//     go run ./bench/replicated [-rates 200,2000] [-duration 10s] [-rounds 2] [-failovers 5]
+//
+// It prints two Markdown tables (docs/failover.md quotes them).
 package main
 
 import (
@@ -47,11 +54,14 @@ import (
 )
 
 type config struct {
-	rates    []int
-	duration time.Duration
-	warmup   time.Duration
-	rounds   int
-	accounts int
+	rates     []int
+	duration  time.Duration
+	warmup    time.Duration
+	rounds    int
+	accounts  int
+	failovers int
+	producers int
+	burst     time.Duration
 }
 
 func main() {
@@ -62,6 +72,9 @@ func main() {
 	flag.DurationVar(&c.warmup, "warmup", time.Second, "warm-up before each run's measurement")
 	flag.IntVar(&c.rounds, "rounds", 2, "how many times each run repeats, the relays taking turns")
 	flag.IntVar(&c.accounts, "accounts", 1000, "accounts the deliveries credit, at random")
+	flag.IntVar(&c.failovers, "failovers", 5, "loss: failovers of each pair (0: skip the loss part)")
+	flag.IntVar(&c.producers, "producers", 16, "loss: producers committing deliveries at once")
+	flag.DurationVar(&c.burst, "burst", 2*time.Second, "loss: how long the producers commit; the failover comes halfway")
 	flag.Parse()
 	for _, f := range strings.Split(rates, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
@@ -71,8 +84,8 @@ func main() {
 		}
 		c.rates = append(c.rates, n)
 	}
-	if flag.NArg() > 0 || c.rounds < 1 || c.duration < time.Second || c.accounts < 1 {
-		fmt.Fprintln(os.Stderr, "usage: go run ./bench/replicated [-rates 200,2000] [-duration 10s] [-rounds 2]")
+	if flag.NArg() > 0 || c.rounds < 1 || c.duration < time.Second || c.accounts < 1 || c.failovers < 0 || c.producers < 1 || c.burst <= 0 {
+		fmt.Fprintln(os.Stderr, "usage: go run ./bench/replicated [-rates 200,2000] [-duration 10s] [-rounds 2] [-failovers 5]")
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
@@ -149,6 +162,27 @@ func run(ctx context.Context, c config, out io.Writer) error {
 		}
 	}
 	fmt.Fprint(out, t.String())
+	if c.failovers == 0 {
+		return nil
+	}
+	lt := mdtable.New(mdtable.L("standby"), mdtable.R("failovers"), mdtable.R("acknowledged by the old primary"), mdtable.R("lost"), mdtable.L("lost per failover"))
+	for _, sync := range []bool{false, true} {
+		name := map[bool]string{false: "asynchronous", true: "synchronous"}[sync]
+		fmt.Fprintf(os.Stderr, "loss: %d failovers of a pair with a %s standby, %d producers, a burst of %v each\n", c.failovers, name, c.producers, c.burst)
+		runs, err := measureLoss(ctx, sync, c.failovers, c.producers, c.burst, c.accounts)
+		if err != nil {
+			return fmt.Errorf("loss with a %s standby: %w", name, err)
+		}
+		var acked, lost int
+		var each []string
+		for _, r := range runs {
+			acked += r.acked
+			lost += r.lost
+			each = append(each, fmt.Sprintf("%d of %d", r.lost, r.acked))
+		}
+		lt.Row(name, mdtable.Int(len(runs)), mdtable.Int(acked), mdtable.Int(lost), strings.Join(each, ", "))
+	}
+	fmt.Fprintf(out, "\nA failover halfway through a burst of %v, %d producers committing as fast as they go:\n\n%s", c.burst, c.producers, lt.String())
 	return nil
 }
 
