@@ -121,13 +121,13 @@ WHERE message_id = ANY ((@message_ids::text[])::uuid[])
   AND claim_token = @claim_token::bigint;
 
 -- name: ReleaseClaims :execrows
--- ReleaseClaims gives back, due at once and with the claim's attempt taken
--- back, the rows held by any of the tokens: claims whose answer the relay
--- never got (the connection broke after the claim was sent, as when the
--- primary fails over), so that it does not know which rows they took, if
--- any. Without it those rows would wait for their lease to lapse. No index
--- holds the token: the statement reads the outbox, which holds only what
--- waits, and runs only after such a failure.
+-- ReleaseClaims gives back the rows held by any of the tokens, due at once,
+-- with the claim's attempt taken back. The tokens are of claims whose answer
+-- the relay never got: the connection broke after the claim was sent, as
+-- when the primary fails over. The relay does not know which rows they took,
+-- if any, and without it those rows would wait for their lease to lapse. No
+-- index holds the token: the statement reads the outbox, which holds only
+-- what waits, and runs only after such a failure.
 UPDATE idem_outbox
 SET claim_token = NULL,
     lease_until = NULL,

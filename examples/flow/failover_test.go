@@ -23,10 +23,10 @@ import (
 )
 
 // These tests run the flow on a throwaway primary and its streaming standby
-// (pgcluster.Pair) and fail the primary over while orders are on their way.
-// Every part (billing's consumer, the relay, the notifications consumer,
-// the janitor) has one pool on the pair's multi-host URL, with
-// target_session_attrs=read-write, and goes on by itself: none is
+// (pgcluster.Pair), and fail the primary over while orders are on their
+// way. Billing's consumer, the relay, the notifications consumer and the
+// janitor share one pool on the pair's multi-host URL
+// (target_session_attrs=read-write). Each goes on by itself: none is
 // restarted.
 
 // startPair starts a pair for the test, removed at its end.
@@ -379,15 +379,14 @@ func (c *checks) exact(o outcome, n int) {
 func (c checks) err() error { return errors.Join(c...) }
 
 // TestFlowFailoverSync runs the flow on each broker through a failover of a
-// synchronous pair, one after the other on one pair (Rebuild makes the next
-// standby): a commit returns once the standby has it, so the failover loses
-// none. Every count is exact: each order charged once and Processed at most
-// once (a delivery whose commit answer the failover cut off is Processed
-// without the consumer knowing, and its redelivery is a Duplicate), each
-// ChargeCompleted relayed and notified once (a row published again, its
-// deletion lost with the old primary, is a Duplicate downstream), nothing
-// dead-lettered, nothing left in a queue. It prints the time from the
-// primary's stop to the flow's first commit on the new primary.
+// synchronous pair, one broker after the other (Rebuild makes the next
+// standby). A commit returns once the standby has it: the failover loses
+// none. Every count is exact. Each order is charged once, and Processed at
+// most once: a commit whose answer the failover cut off is Processed
+// unseen, and its redelivery is a Duplicate. Each ChargeCompleted is
+// relayed under one payload and notified once. Nothing is dead-lettered or
+// left in a queue. It prints the time from the primary's stop to the
+// flow's first commit on the new primary.
 func TestFlowFailoverSync(t *testing.T) {
 	pair := startPair(t, true)
 	const orders = 300
@@ -442,21 +441,21 @@ func TestFlowFailoverSync(t *testing.T) {
 }
 
 // TestFlowFailoverAsync runs the flow through a failover of an
-// asynchronous pair that loses a burst of committed deliveries: the
-// standby is cut off (PauseReplication), the notifications consumer is
-// stopped (a downstream that lags), and a burst of orders is charged and
-// acknowledged on the primary; then the primary fails over. The broker
-// has those orders no more: the test's producer replays them, with some
-// orders before the burst, as a sender replays from its last checkpoint.
+// asynchronous pair that loses a burst of committed deliveries. The
+// standby is cut off (PauseReplication), and the notifications consumer
+// stopped, as a downstream that lags. A burst of orders is charged and
+// acknowledged on the primary; then the primary fails over. The broker has
+// those orders no more. The test's producer replays them, with some orders
+// before the burst, as a sender replays from its last checkpoint.
 //
 // With relay.WithReplicated the relay publishes none of the burst before
-// the failover (no standby has it), and after it each lost order is
-// Processed once more, each charged and notified once, every
-// ChargeCompleted relayed under one payload; the replayed orders that
-// were not lost are Duplicates. Without it, the relay publishes the burst
-// before the failover, and the replays publish other payloads under the
-// same message ids: the notifications consumer applies the stale ones and
-// refuses the others as reused keys.
+// the failover: no standby has it. After the failover each lost order is
+// Processed once more. Each order is charged and notified once, and every
+// ChargeCompleted relayed under one payload. The replayed orders that were
+// not lost are Duplicates. Without the option, the relay publishes the
+// burst before the failover. The replays then publish other payloads under
+// the same message ids. The notifications consumer applies the stale ones
+// and refuses the others as reused keys.
 func TestFlowFailoverAsync(t *testing.T) {
 	pair := startPair(t, false)
 	const before, burst, replayedBefore = 50, 100, 20

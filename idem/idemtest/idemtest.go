@@ -93,8 +93,8 @@ func New(t testing.TB, migrations fs.FS) *DB {
 	return NewAt(t, DatabaseURL(t), migrations)
 }
 
-// NewAt is New on the database of base instead of the test database: a
-// throwaway server of the test's own, such as a primary and its standby
+// NewAt is New on the database of base instead of the test database. Its
+// use is a throwaway server of the test's own: a primary and its standby
 // that the test fails over (internal/pgcluster), through their multi-host
 // URL.
 func NewAt(t testing.TB, base string, migrations fs.FS) *DB {

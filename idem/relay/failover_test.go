@@ -18,11 +18,10 @@ import (
 
 // TestRelayFailsOverWithoutWaitingForLeases: four writers commit rows one
 // by one on a synchronous pair, and a relay publishes them, while the pair
-// fails over. Every row committed is published, and deleted, within
-// seconds of the failover, far less than the lease (30s): no claim or
-// deletion cut off by the failover (a deletion committed on the old
-// primary but not flushed to the standby in time, too) leaves its rows
-// held for the rest of its lease.
+// fails over. Every row committed is published and deleted within seconds,
+// far less than the lease (30s). No claim or deletion cut off by the
+// failover holds its rows for the rest of the lease. Nor does a deletion
+// that the old primary answered but had not flushed to the standby.
 func TestRelayFailsOverWithoutWaitingForLeases(t *testing.T) {
 	p, err := pgcluster.StartPair(pgcluster.PairOptions{Prefix: "idemgen-relay-test.", Sync: true, Settings: []string{"fsync=off"}})
 	if err != nil {

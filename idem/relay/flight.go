@@ -67,11 +67,12 @@ type confirmed struct {
 
 func (c *confirmed) ids() []string { return rowIDs(c.rows) }
 
-// drain marks the rows an earlier round could not (markLeft) and releases
-// the claims whose answer it did not get (releaseLost), then claims,
-// publishes and marks batches until a claim that came after every mark
-// finds no row (then it returns nil), Run's ctx ends (nil too,
-// once what was claimed is marked or handed back), or a statement fails.
+// drain first marks the rows an earlier round could not (markLeft) and
+// releases the claims whose answer it did not get (releaseLost). Then it
+// claims, publishes and marks batches until one of three things. A claim
+// that came after every mark finds no row: it returns nil. Run's ctx ends:
+// nil too, once what was claimed is marked or handed back. A statement
+// fails: its error.
 func (r *Relay) drain(ctx context.Context) error {
 	if err := r.markLeft(ctx); err != nil {
 		return err
@@ -385,9 +386,9 @@ func (r *Relay) markNow(ctx context.Context, c *confirmed) {
 }
 
 // releaseLost releases the rows of the claims whose answer the relay did
-// not get (pipelined kept their tokens): a claim may commit though its
-// connection broke before the answer came, and its rows, which the relay
-// does not know, would wait for their lease to lapse.
+// not get (pipelined kept their tokens). Such a claim may have committed
+// though its connection broke before the answer came. Its rows, which the
+// relay does not know, would wait for their lease to lapse.
 func (r *Relay) releaseLost(ctx context.Context) error {
 	if len(r.lostClaims) == 0 {
 		return nil

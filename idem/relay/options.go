@@ -113,16 +113,15 @@ func WithOrdered() Option {
 }
 
 // WithReplicated makes the relay publish a claimed row only once a standby
-// reports the row's commit flushed (pg_stat_replication's flush_lsn), so
-// that no message outlives its commit: with asynchronous replication, a
-// failover loses the commits the promoted standby had not received, and a
-// row published before it would be written again by the delivery's rerun,
-// maybe with another payload under the same message id. It polls with a
-// short backoff while the standby catches up, and with no standby
-// connected it waits (renewing the lease), logging why, rather than
-// publish. The relay's role must read flush_lsn: a superuser, or a member
-// of pg_read_all_stats (pg_monitor). See docs/failover.md for its cost in
-// latency and when to use it.
+// reports the row's commit flushed (pg_stat_replication's flush_lsn). So no
+// message outlives its commit. With asynchronous replication, a failover
+// loses the commits the promoted standby had not received. The rerun of
+// such a delivery writes its row again, under the same message id, maybe
+// with another payload. The relay polls with a short backoff while the
+// standby catches up. With no standby connected it waits, logging why,
+// rather than publish. Its role must read flush_lsn: a superuser, or a
+// member of pg_read_all_stats (pg_monitor). docs/failover.md gives its
+// cost in latency and when to use it.
 func WithReplicated() Option {
 	return func(o *options) { o.replicated = true }
 }

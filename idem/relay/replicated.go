@@ -15,15 +15,15 @@ import (
 //
 // A failover of an asynchronously replicated database loses the commits
 // that the promoted standby had not received. A message the relay published
-// from such a commit outlives it: the delivery that wrote it runs again on
-// the new primary and writes the row again, under the same message id (the
-// id is derived from the delivery's key) but maybe with another payload (a
-// new charge id), so the next consumer gets two messages under one key, or
-// one that speaks of an effect that no longer exists. Under WithReplicated
-// the relay reads the WAL insert position right after the claim (in its
-// transaction: past the commit record of every row it could see), and
-// hands the batch to the publisher only once some standby streaming from
-// the primary reports a flush position at or past it.
+// from such a commit outlives it. The delivery that wrote it runs again on
+// the new primary and writes the row again. The message id is the same
+// (derived from the delivery's key); the payload may not be (a new charge
+// id). The next consumer then gets two messages under one key, or one about
+// an effect that no longer exists. Under WithReplicated the relay reads the
+// WAL insert position right after the claim, in its transaction: past the
+// commit record of every row it could see. It hands the batch to the
+// publisher only once a standby streaming from the primary reports a flush
+// position at or past it.
 
 // replicationPoint is where a claim was in the WAL: its insert position
 // (pg_lsn as text) and the primary's timeline then.

@@ -97,11 +97,10 @@ func freePort() (int, error) {
 	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
-// URL is the multi-host URL of database db, as its superuser postgres:
-// both ports, and target_session_attrs=read-write, so that a client
-// (libpq, pgx) connects to whichever of the two is the primary now
-// (sslmode=disable: the servers have no TLS, and a client that tried it
-// first would connect twice to each).
+// URL is the multi-host URL of database db, as its superuser postgres. It
+// names both ports with target_session_attrs=read-write: a client (libpq,
+// pgx) connects to whichever of the two is the primary now. The servers
+// have no TLS: sslmode=disable spares a client a second try at each.
 func (p *Pair) URL(db string) string {
 	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d,127.0.0.1:%d/%s?target_session_attrs=read-write&sslmode=disable", p.ports[0], p.ports[1], db)
 }
@@ -309,11 +308,11 @@ func (p *Pair) streaming(ctx context.Context) (bool, error) {
 	return n > 0, err
 }
 
-// PauseReplication disconnects the standby from the primary, as a network
-// between them that fails does, and returns once the primary streams to
-// no standby: from then on the standby receives nothing, so a failover
-// loses every commit made after it. In a synchronous pair a commit then
-// waits (for ResumeReplication); in an asynchronous one it returns at once.
+// PauseReplication disconnects the standby from the primary, as a failing
+// network between them would. It returns once the primary streams to no
+// standby. From then on the standby receives nothing, and a failover loses
+// every commit made after it. In a synchronous pair a commit then waits
+// for ResumeReplication; in an asynchronous one it returns at once.
 func (p *Pair) PauseReplication() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -412,12 +411,11 @@ func (p *Pair) Remove() {
 	}
 }
 
-// FirstCommitAfter returns the commit time of the earliest transaction
-// that committed after t and wrote a row of table (a name as
-// pgx.Identifier takes it, with its schema) that is still there, read on
-// the primary; ok is false when there is none. After a failover, with t
-// the Failover's Stopped, it is the first commit of the new primary: rows
-// replayed from the old one keep their own commit times.
+// FirstCommitAfter returns, read on the primary, the earliest commit after
+// t of a row of table (with its schema, as pgx.Identifier takes it) that is
+// still there; ok is false when there is none. After a failover, with t the
+// Failover's Dead, it is the first commit of the new primary. Rows replayed
+// from the old one keep their own commit times.
 func (p *Pair) FirstCommitAfter(ctx context.Context, db string, table pgx.Identifier, t time.Time) (first time.Time, ok bool, err error) {
 	conn, err := pgx.Connect(ctx, p.PrimaryURL(db))
 	if err != nil {

@@ -1,16 +1,16 @@
 // Package pgcluster runs throwaway PostgreSQL clusters from the machine's
-// install (initdb, pg_ctl): a cluster's data, its log and its Unix socket
-// live in a temporary directory, and it never touches a server that was
-// running before. A cluster of Start listens on no TCP port; the soak starts
-// one that it may stop and start again, and the bench one preloaded with
-// pg_stat_statements, a setting that only a server start can change.
+// install (initdb, pg_ctl). A cluster's data, its log and its Unix socket
+// live in a temporary directory; it never touches a server that was
+// running before. A cluster of Start listens on no TCP port. The soak
+// starts one that it may stop and start again. The bench starts one
+// preloaded with pg_stat_statements, which only a server start can set.
 //
 // A Pair (StartPair) is a primary and a streaming standby on loopback TCP
 // ports, with synchronous or asynchronous replication, that a test fails
-// over: the primary stops as a crash would, the standby is promoted, and a
-// new standby can be made of the new primary on the old primary's port, so
-// that one multi-host connection string (Pair.URL) reaches the primary
-// through every failover.
+// over. The primary stops as a crash would, and the standby is promoted.
+// Then a new standby can be made on the old primary's port. So one
+// multi-host connection string (Pair.URL) reaches the primary through
+// every failover.
 package pgcluster
 
 import (

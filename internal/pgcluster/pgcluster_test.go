@@ -118,11 +118,11 @@ func waitRows(t *testing.T, ctx context.Context, p *Pair, want int) {
 	}
 }
 
-// TestPairFailsOverBothWays: a synchronous pair; a row committed through
-// the multi-host URL is on the standby; after a failover the same URL
-// reaches the promoted standby, which has the row and takes writes; the
-// first commit after the failover is found by its commit time; Rebuild
-// makes a standby on the old primary's port, and the pair fails over back.
+// TestPairFailsOverBothWays: a row committed on a synchronous pair through
+// the multi-host URL is on the standby. After a failover the same URL
+// reaches the promoted standby, which has the row and takes writes.
+// FirstCommitAfter finds the first commit after the failover. Rebuild makes
+// a standby on the old primary's port, and the pair fails over back.
 func TestPairFailsOverBothWays(t *testing.T) {
 	p, err := StartPair(PairOptions{Prefix: "idemgen-pgcluster-test.", Sync: true})
 	if err != nil {

@@ -156,14 +156,14 @@ const holdMax = time.Second
 const outageKey = "database"
 
 // hold delivers again, in place, the deliveries whose database could not
-// be reached (pgutil.Unreachable: no connection could be made, or the
-// server is a standby), with a backoff of at most holdMax, until none is
-// left or ctx ends. A failover or a restart of the database is no fault of
-// the message: the deliveries stay in hand, unsettled, so that the outage
-// spends none of their attempts, never dead-letters one, and sends none
-// through the broker's retry path. A connection lost in the middle of a
-// delivery is not held: it may be the message's doing (a statement that
-// crashes the server), so it takes the retry path and counts an attempt.
+// be reached (pgutil.Unreachable), with a backoff of at most holdMax. It
+// stops when none is left or ctx ends. A failover or a restart of the
+// database is no fault of the message. So the deliveries stay in hand,
+// unsettled: the outage spends none of their attempts, dead-letters none,
+// and sends none through the broker's retry path. A connection lost in the
+// middle of a delivery is not held. It may be the message's doing (a
+// statement that crashes the server): it takes the retry path, counting
+// an attempt.
 func (c *Core[M]) hold(ctx context.Context, ds []Delivery, msgs []M, index []int, results []idem.Result[idem.None]) {
 	held := make([]int, 0, len(msgs)) // positions in msgs
 	for n := 1; ; n++ {

@@ -58,13 +58,13 @@ func HasSQLState(err error, codes ...string) bool {
 	return false
 }
 
-// Unreachable reports whether err says that no primary could be reached:
-// no connection could be made (a pgconn.ConnectError: the server refuses
-// connections, is starting up or shutting down, or is a standby where the
-// connection string asks for a primary), or the session's server is
-// read-only (SQLSTATE 25006: a standby, as a primary restarted as one after
-// a failover is). Neither comes from the work the connection was for, so a
-// retry that finds the primary back does it.
+// Unreachable reports whether err says that no primary could be reached.
+// Either no connection could be made (a pgconn.ConnectError): the server
+// refuses connections, starts up, shuts down, or is a standby where the
+// connection string asks for a primary. Or the session's server is
+// read-only (SQLSTATE 25006), as an old primary restarted as a standby is.
+// Neither comes from the work the connection was for: a retry that finds
+// the primary back does it.
 func Unreachable(err error) bool {
 	if err == nil {
 		return false
