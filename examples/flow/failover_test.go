@@ -127,6 +127,9 @@ type failoverFlow struct {
 
 	mu    sync.Mutex
 	parts map[string]*part
+	// deadLettersExpected keeps waitUntil from failing at the first
+	// delivery dead-lettered.
+	deadLettersExpected bool
 }
 
 // part is a running part of the flow.
@@ -135,13 +138,14 @@ type part struct {
 	done   chan error
 }
 
-// openFailoverFlow opens a flow run on broker in a fresh schema of pair.
-func openFailoverFlow(t *testing.T, pair *pgcluster.Pair, broker string) *failoverFlow {
+// openFailoverFlow opens a flow run on broker in a fresh schema of pair,
+// through the pair's connection string: its URL, or its keyword/value form.
+func openFailoverFlow(t *testing.T, pair *pgcluster.Pair, broker, conn string) *failoverFlow {
 	t.Helper()
 	o := options(t, broker)
 	id := unique()
-	log := slog.New(slog.NewTextHandler(idemtest.LogWriter(t), &slog.HandlerOptions{Level: slog.LevelInfo}))
-	f, err := Open(context.Background(), pair.URL("postgres"), "flow_failover_"+id, newEndpoint(o, "flow-failover-"+id), log)
+	log := slog.New(slog.NewTextHandler(idemtest.LogWriter(t), &slog.HandlerOptions{Level: slog.LevelWarn}))
+	f, err := Open(context.Background(), conn, "flow_failover_"+id, newEndpoint(o, "flow-failover-"+id), log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +154,12 @@ func openFailoverFlow(t *testing.T, pair *pgcluster.Pair, broker string) *failov
 			t.Error(err)
 		}
 	})
-	watch, err := pgxpool.New(context.Background(), pair.URL("postgres")+"&search_path="+f.Schema)
+	cfg, err := pgxpool.ParseConfig(pair.URL("postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.RuntimeParams["search_path"] = f.Schema
+	watch, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,9 +200,11 @@ func (x *failoverFlow) startBilling() {
 	x.start("billing consumer", x.f.Broker.Billing(h, 4, x.log.With("consumer", "billing")).Run)
 }
 
+// startRelay runs the relay, polling once a minute only: the NOTIFY that
+// wakes it must come through its listening connection on the new primary.
 func (x *failoverFlow) startRelay(opts ...relay.Option) {
 	r := relay.New(x.f.Pool, relayRecorder{pub: x.f.Broker.Publisher(), l: x.l}, append([]relay.Option{
-		relay.WithID(x.f.Schema), relay.WithPollInterval(100 * time.Millisecond),
+		relay.WithID(x.f.Schema), relay.WithPollInterval(time.Minute),
 		relay.WithBackoff(50*time.Millisecond, time.Second), relay.WithLogger(x.log.With("relay", x.f.Schema))}, opts...)...)
 	x.start("relay", r.Run)
 }
@@ -235,12 +246,29 @@ func (x *failoverFlow) waitUntil(what string, timeout time.Duration, cond func()
 		if time.Now().After(deadline) {
 			x.t.Fatalf("timed out after %v waiting for %s", timeout, what)
 		}
+		if n := x.deadLettered(); n > 0 && !x.deadLettersExpected {
+			x.t.Fatalf("waiting for %s: %d deliveries dead-lettered", what, n)
+		}
 		if time.Now().After(report) {
 			report = report.Add(10 * time.Second)
 			x.t.Logf("still waiting for %s after %v; outbox: %s", what, time.Since(began).Round(time.Second), x.outboxRows())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// deadLettered counts the deliveries whose action was a dead-letter.
+func (x *failoverFlow) deadLettered() int {
+	x.l.mu.Lock()
+	defer x.l.mu.Unlock()
+	n := 0
+	for _, rs := range []map[string][]result{x.l.billing, x.l.notes} {
+		for _, r := range rs {
+			_, dead := processed(r)
+			n += dead
+		}
+	}
+	return n
 }
 
 // outboxRows describes the outbox rows left, for a slow wait's log.
@@ -397,7 +425,13 @@ func TestFlowFailoverSync(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			x := openFailoverFlow(t, pair, broker)
+			// Kafka's run takes the keyword/value form of the connection
+			// string, the others its URL.
+			conn := pair.URL("postgres")
+			if broker == "kafka" {
+				conn = pair.DSN("postgres")
+			}
+			x := openFailoverFlow(t, pair, broker, conn)
 			x.startBilling()
 			x.startRelay()
 			x.startNotifications()
@@ -440,6 +474,45 @@ func TestFlowFailoverSync(t *testing.T) {
 	}
 }
 
+// TestFlowFailoverSlowPromotion: the standby is promoted 15s after the
+// primary died, as a managed service that takes its time to notice. The
+// consumers' deliveries cannot reach the database meanwhile, far longer
+// than their 10 attempts at RabbitMQ's 1s retry delay would last. They are
+// held, not retried through the broker: no delivery is dead-lettered, and
+// every count is exact once the new primary takes writes.
+func TestFlowFailoverSlowPromotion(t *testing.T) {
+	pair := startPair(t, true)
+	const orders, down = 100, 15 * time.Second
+	x := openFailoverFlow(t, pair, "rabbitmq", pair.URL("postgres"))
+	x.startBilling()
+	x.startRelay()
+	x.startNotifications()
+	published := make(chan error, 1)
+	go func() { published <- x.publishPaced(context.Background(), orders, 2, 20*time.Millisecond) }()
+	x.waitUntil("a few orders charged", time.Minute, func() bool { return x.count(`SELECT count(*) FROM charges`) >= 10 })
+	f, err := pair.FailoverAfter(down)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := <-published; err != nil {
+		t.Fatal(err)
+	}
+	// Well within a lease and a poll (30s, a minute): no row waits for its
+	// lease to lapse, though the relay was idle when the primary died.
+	x.waitUntil("every order notified, the outbox and the queues drained", 40*time.Second, func() bool {
+		return x.count(`SELECT count(*) FROM notifications`) == orders && x.count(`SELECT count(*) FROM idem_outbox`) == 0 && x.drained()
+	})
+	t.Logf("promoted %v after the primary died; every order notified %v after the promotion", f.Promoted.Sub(f.Dead).Round(time.Millisecond),
+		time.Since(f.Promoted).Round(time.Millisecond))
+	o := x.settle()
+	var c checks
+	c.exact(o, orders)
+	c.want("orders Processed twice", len(o.twice), 0)
+	if err := c.err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestFlowFailoverAsync runs the flow through a failover of an
 // asynchronous pair that loses a burst of committed deliveries. The
 // standby is cut off (PauseReplication), and the notifications consumer
@@ -470,7 +543,8 @@ func TestFlowFailoverAsync(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			x := openFailoverFlow(t, pair, "rabbitmq")
+			x := openFailoverFlow(t, pair, "rabbitmq", pair.URL("postgres"))
+			x.deadLettersExpected = !replicated // the reused keys
 			var opts []relay.Option
 			if replicated {
 				opts = append(opts, relay.WithReplicated())

@@ -67,6 +67,10 @@ type Relay struct {
 	// Run's goroutine uses them.
 	recent []recentMark
 	redo   []*confirmed
+	// listenerLost is set by the listener when its connection breaks: the
+	// database may have been lost, and Run does its recent marks again
+	// before the next round. An idle relay has no failed round to tell it.
+	listenerLost atomic.Bool
 
 	running atomic.Bool
 	// beforeListen, when set (by tests), runs before each attempt to open the
@@ -153,6 +157,9 @@ func (r *Relay) Run(ctx context.Context) error {
 	for {
 		if ctx.Err() != nil {
 			return nil
+		}
+		if r.listenerLost.Swap(false) {
+			r.redoRecent()
 		}
 		err := r.drain(ctx)
 		switch {

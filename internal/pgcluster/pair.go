@@ -105,6 +105,12 @@ func (p *Pair) URL(db string) string {
 	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d,127.0.0.1:%d/%s?target_session_attrs=read-write&sslmode=disable", p.ports[0], p.ports[1], db)
 }
 
+// DSN is URL in the keyword/value form: host=…,… port=…,….
+func (p *Pair) DSN(db string) string {
+	return fmt.Sprintf("host=127.0.0.1,127.0.0.1 port=%d,%d dbname=%s user=postgres target_session_attrs=read-write sslmode=disable",
+		p.ports[0], p.ports[1], db)
+}
+
 // Ports are the pair's two ports, in the order of URL's hosts.
 func (p *Pair) Ports() [2]int { return p.ports }
 
@@ -155,6 +161,12 @@ type Failover struct {
 // once the new primary accepts writes. The new primary has no standby (and
 // so commits without one, also in a synchronous pair) until Rebuild.
 func (p *Pair) Failover() (Failover, error) {
+	return p.FailoverAfter(0)
+}
+
+// FailoverAfter is Failover with the standby promoted down after the
+// primary died: the time a managed service takes to notice and decide.
+func (p *Pair) FailoverAfter(down time.Duration) (Failover, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.standby == nil {
@@ -166,6 +178,7 @@ func (p *Pair) Failover() (Failover, error) {
 		return f, err
 	}
 	f.Dead = time.Now()
+	time.Sleep(down)
 	if out, err := p.standby.pgCtl("-w", "-t", "120", "promote"); err != nil {
 		return f, fmt.Errorf("pgcluster: pg_ctl promote %s: %w\n%s", p.standby, err, out)
 	}

@@ -120,7 +120,8 @@ func waitRows(t *testing.T, ctx context.Context, p *Pair, want int) {
 
 // TestPairFailsOverBothWays: a row committed on a synchronous pair through
 // the multi-host URL is on the standby. After a failover the same URL
-// reaches the promoted standby, which has the row and takes writes.
+// (and its keyword/value form) reaches the promoted standby, which has the
+// row and takes writes.
 // FirstCommitAfter finds the first commit after the failover. Rebuild makes
 // a standby on the old primary's port, and the pair fails over back.
 func TestPairFailsOverBothWays(t *testing.T) {
@@ -147,9 +148,11 @@ func TestPairFailsOverBothWays(t *testing.T) {
 			t.Error("a standby right after the failover")
 		}
 		run(t, ctx, url, "INSERT INTO t VALUES ($1)", round+1)
-		rows, port := count(t, ctx, url)
-		if rows != round+1 || port != f.To {
-			t.Fatalf("after failover %d: %d rows on port %d; want %d on %d", round, rows, port, round+1, f.To)
+		for _, conn := range []string{url, p.DSN("postgres")} {
+			rows, port := count(t, ctx, conn)
+			if rows != round+1 || port != f.To {
+				t.Fatalf("after failover %d, through %s: %d rows on port %d; want %d on %d", round, conn, rows, port, round+1, f.To)
+			}
 		}
 		at, ok, err := p.FirstCommitAfter(ctx, "postgres", pgx.Identifier{"t"}, f.Stopped)
 		if err != nil || !ok || !at.After(f.Promoted.Add(-time.Millisecond)) {
