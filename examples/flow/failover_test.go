@@ -471,7 +471,7 @@ func TestFlowFailoverSync(t *testing.T) {
 				return x.count(`SELECT count(*) FROM notifications`) == orders && x.count(`SELECT count(*) FROM idem_outbox`) == 0 && x.drained()
 			})
 			done := time.Since(f.Stopped)
-			x.janitorRound() // on the new primary, through the same pool
+			x.janitorRound()                   // on the new primary, through the same pool
 			time.Sleep(500 * time.Millisecond) // anything extra would come now
 			o := x.settle()
 			t.Logf("%s: every order notified %v after the stop; charges %d, billing Processed %d, relayed %d (%d distinct), notifications %d (%d duplicates)",
