@@ -120,6 +120,20 @@ SET claim_token = NULL,
 WHERE message_id = ANY ((@message_ids::text[])::uuid[])
   AND claim_token = @claim_token::bigint;
 
+-- name: ReleaseClaims :execrows
+-- ReleaseClaims gives back the rows held by any of the tokens, due at once,
+-- with the claim's attempt taken back. The tokens are of claims whose answer
+-- the relay never got: the connection broke after the claim was sent, as
+-- when the primary fails over. The relay does not know which rows they took,
+-- if any, and without it those rows would wait for their lease to lapse. No
+-- index holds the token: the statement reads the outbox, which holds only
+-- what waits, and runs only after such a failure.
+UPDATE idem_outbox
+SET claim_token = NULL,
+    lease_until = NULL,
+    attempts    = nullif(attempts - 1, 0)
+WHERE claim_token = ANY ((@claim_tokens::text[])::bigint[]);
+
 -- name: OutboxLayout :one
 -- OutboxLayout names the newest outbox migration that idem_outbox lacks
 -- for this release's statements, '' when it has them all: a table still

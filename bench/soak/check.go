@@ -53,7 +53,7 @@ func (s *soak) check(ctx context.Context) (report string, ok bool, err error) {
 	var pgVersion string
 	_ = s.pool.QueryRow(ctx, `SHOW server_version`).Scan(&pgVersion)
 	s.mu.Lock()
-	injected, sent, hostile, conns := s.injected, s.sent, slices.Clone(s.hostile), s.brokerConns
+	injected, sent, hostile, conns, failovers := s.injected, s.sent, slices.Clone(s.hostile), s.brokerConns, slices.Clone(s.failovers)
 	faults := map[string]int{}
 	for k, v := range s.faults {
 		faults[k] = v
@@ -61,10 +61,18 @@ func (s *soak) check(ctx context.Context) (report string, ok bool, err error) {
 	s.mu.Unlock()
 	bt, nt, rt := s.totals(roleBilling), s.totals(roleNotify), s.totals(roleRelay)
 
-	line("## soak report: %s, seed %d", s.o.broker, s.o.seed)
+	title := fmt.Sprintf("%s, seed %d", s.o.broker, s.o.seed)
+	if s.o.failover {
+		title += ", with failovers"
+	}
+	line("## soak report: %s", title)
 	line("")
-	line("machine: %s, %d CPUs, %s/%s, %s; PostgreSQL %s (throwaway cluster); processes: %d billing, %d relays, %d notifications",
-		host, runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, runtime.Version(), pgVersion, s.o.billing, s.o.relays, s.o.notify)
+	pgKind := "throwaway cluster"
+	if s.o.failover {
+		pgKind = "throwaway primary and synchronous standby, reached through their multi-host URL"
+	}
+	line("machine: %s, %d CPUs, %s/%s, %s; PostgreSQL %s (%s); processes: %d billing, %d relays, %d notifications",
+		host, runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, runtime.Version(), pgVersion, pgKind, s.o.billing, s.o.relays, s.o.notify)
 	line("duration: %s", time.Since(s.started).Round(100*time.Millisecond))
 	line("messages: M = %d distinct orders; %d published in all (%d producer retries: %.1f%% of orders sent 2-3 times; %d hostile)",
 		m, sent, injected, 100*s.o.dupShare, len(hostile))
@@ -190,6 +198,12 @@ func (s *soak) check(ctx context.Context) (report string, ok bool, err error) {
 	}
 	line("  (broker connections closed in all: %d)", conns)
 	line("pgRestart once                      %9d  want 1  %s", faults[faultPGRestart], verdict(faults[faultPGRestart] == 1))
+	if s.o.failover {
+		line("PostgreSQL failovers                %9d  want %d  %s", faults[faultFailover], s.o.failovers, verdict(faults[faultFailover] == s.o.failovers))
+		for i, r := range failovers {
+			line("  failover %d: %d → %d, %s; new standby built in %v", i+1, r.from, r.to, r.resumed(), r.rebuild.Round(time.Millisecond))
+		}
+	}
 	line("```")
 	if ok {
 		line("\nresult: PASS — every order applied once, nothing lost, nothing doubled")

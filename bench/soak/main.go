@@ -3,12 +3,15 @@
 // their outbox), relays and notifications consumers run as separate OS
 // processes on a real broker and a PostgreSQL of the soak's own, while the
 // soak SIGKILLs and restarts them, terminates their database sessions,
-// closes their broker connections and restarts PostgreSQL once. It then
-// counts everything and exits non-zero, naming the offending keys, when a
-// count is off.
+// closes their broker connections and restarts PostgreSQL once; with
+// -failover, PostgreSQL is a primary and a synchronous standby that it
+// also fails over (-failovers times), each process reaching the primary
+// through the pair's multi-host URL. It then counts everything and exits
+// non-zero, naming the offending keys, when a count is off.
 //
 //	go run ./bench/soak -broker rabbitmq -messages 20000 -seed 1
 //	go run ./bench/soak -broker jetstream -messages 20000 -seed 1
+//	go run ./bench/soak -broker rabbitmq -messages 20000 -seed 1 -failover
 //
 // See docs/soak.md.
 package main
@@ -48,7 +51,6 @@ import (
 	"github.com/idemgen/idemgen/examples/notifications"
 	"github.com/idemgen/idemgen/idem/idemtest/brokertest"
 	"github.com/idemgen/idemgen/internal/netproxy"
-	"github.com/idemgen/idemgen/internal/pgcluster"
 )
 
 func main() {
@@ -67,9 +69,11 @@ func main() {
 	flag.Float64Var(&o.dupShare, "dup-share", 0.1, "share of the orders published more than once (each 2 or 3 times)")
 	flag.IntVar(&o.hostile, "hostile", 30, "hostile payloads of each kind (undecodable, oversized, reused key)")
 	flag.StringVar(&o.reportPath, "report", "", "also write the report as Markdown to this `file`")
+	flag.BoolVar(&o.failover, "failover", false, "run PostgreSQL as a primary and a synchronous standby, and fail it over -failovers times among the faults")
+	flag.IntVar(&o.failovers, "failovers", 3, "with -failover: how many failovers")
 	flag.Parse()
-	if flag.NArg() > 0 || o.messages < 1 || (o.broker != "rabbitmq" && o.broker != "jetstream") {
-		fmt.Fprintln(os.Stderr, "usage: go run ./bench/soak [-broker rabbitmq|jetstream] [-messages M] [-seed N] [-timeout D]")
+	if flag.NArg() > 0 || o.messages < 1 || (o.broker != "rabbitmq" && o.broker != "jetstream") || o.failovers < 1 {
+		fmt.Fprintln(os.Stderr, "usage: go run ./bench/soak [-broker rabbitmq|jetstream] [-messages M] [-seed N] [-timeout D] [-failover [-failovers N]]")
 		flag.PrintDefaults()
 		os.Exit(2)
 	}
@@ -88,6 +92,8 @@ type options struct {
 	dupShare                float64
 	hostile                 int
 	reportPath              string
+	failover                bool
+	failovers               int
 }
 
 // accounts is how many accounts the orders are spread over: Charge updates
@@ -111,7 +117,7 @@ type soak struct {
 	pubRnd, faultRnd *mrand.Rand
 	started          time.Time
 	dir              string // logs of the child processes
-	pg               *pgcluster.Cluster
+	pg               *database
 	pool             *pgxpool.Pool
 	end              endpoint        // what children use
 	ctl              broker          // the parent's own connection
@@ -129,6 +135,10 @@ type soak struct {
 	closing     atomic.Bool    // a broker-connection fault is running
 	bg          sync.WaitGroup // background faults
 	brokerConns int            // broker connections closed
+	failovers   []failoverRecord
+	// pgFaultsLeft counts the PostgreSQL faults of the plan not done yet:
+	// the restart and the failovers.
+	pgFaultsLeft atomic.Int32
 }
 
 // proc is a child process slot: the incarnation running now and the stats
@@ -144,6 +154,10 @@ type proc struct {
 
 func run(ctx context.Context, o options) int {
 	s := &soak{o: o, pubRnd: mrand.New(mrand.NewPCG(o.seed, 1)), faultRnd: mrand.New(mrand.NewPCG(o.seed, 2)), procs: map[string]*proc{}, faults: map[string]int{}, out: os.Stdout}
+	s.pgFaultsLeft.Store(1)
+	if o.failover {
+		s.pgFaultsLeft.Add(int32(o.failovers))
+	}
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
 	code, err := s.run(ctx)
@@ -171,12 +185,12 @@ func (s *soak) run(ctx context.Context) (int, error) {
 	}
 	defer os.RemoveAll(s.dir)
 
-	s.pg, err = startCluster()
+	s.pg, err = startDatabase(s.o.failover)
 	if err != nil {
 		return 1, err
 	}
-	defer s.pg.Remove()
-	s.logf("PostgreSQL: a throwaway cluster (%s) in %s", s.pg.Bin, s.pg.Dir)
+	defer s.pg.remove()
+	s.logf("PostgreSQL: %s", s.pg.describe())
 	if err := s.setupDB(ctx); err != nil {
 		return 1, err
 	}
@@ -248,7 +262,7 @@ func (s *soak) run(ctx context.Context) (int, error) {
 }
 
 func (s *soak) setupDB(ctx context.Context) error {
-	cfg, err := pgxpool.ParseConfig(s.pg.URL("postgres"))
+	cfg, err := pgxpool.ParseConfig(s.pg.URL())
 	if err != nil {
 		return err
 	}
@@ -338,7 +352,7 @@ func (s *soak) spawn(role, name string) {
 		fmt.Fprintf(os.Stderr, "soak: %v\n", err)
 		return
 	}
-	cmd := exec.Command(s.exe, "child", "-role", role, "-db", s.pg.URL("postgres"), "-broker", s.end.kind, "-url", s.end.url,
+	cmd := exec.Command(s.exe, "child", "-role", role, "-db", s.pg.URL(), "-broker", s.end.kind, "-url", s.end.url,
 		"-prefix", s.end.prefix, "-name", s.end.prefix+" "+name)
 	cmd.Stderr = logf
 	// The children die with the soak, however it ends.

@@ -129,14 +129,24 @@ const (
 	faultTerminate   = "pg_terminate_backend (sessions)"
 	faultBroker      = "broker connections closed"
 	faultPGRestart   = "PostgreSQL stop/start"
+	faultFailover    = "PostgreSQL failover"
 )
 
 // injectFaults injects a random fault every so often (the seed decides
 // which and when) until ctx ends, and restarts PostgreSQL once, when a
-// share of the orders (also from the seed) is charged.
+// share of the orders (also from the seed) is charged. With -failover it
+// also fails PostgreSQL over -failovers times, each when its share of the
+// orders is charged: spread between 10% and 85%, from the seed.
 func (s *soak) injectFaults(ctx context.Context) {
 	pgAt := int(float64(s.o.messages) * (0.3 + 0.3*s.faultRnd.Float64()))
 	pgDone := false
+	var failAt []int
+	if s.o.failover {
+		step := 0.75 / float64(s.o.failovers)
+		for i := range s.o.failovers {
+			failAt = append(failAt, int(float64(s.o.messages)*(0.1+step*(float64(i)+0.2+0.6*s.faultRnd.Float64()))))
+		}
+	}
 	kinds := []string{faultKillBilling, faultKillBilling, faultKillNotify, faultKillRelay, faultKillRelay, faultTerminate, faultTerminate, faultBroker}
 	defer s.bg.Wait()
 	for {
@@ -146,10 +156,19 @@ func (s *soak) injectFaults(ctx context.Context) {
 			return
 		case <-time.After(wait):
 		}
+		if len(failAt) > 0 {
+			if n, err := s.queryInt(ctx, `SELECT count(*) FROM charges`); err == nil && n >= failAt[0] {
+				failAt = failAt[1:]
+				s.failover(ctx)
+				s.pgFaultsLeft.Add(-1)
+				continue
+			}
+		}
 		if !pgDone {
 			if n, err := s.queryInt(ctx, `SELECT count(*) FROM charges`); err == nil && n >= pgAt {
 				pgDone = true
 				s.restartPG()
+				s.pgFaultsLeft.Add(-1)
 				continue
 			}
 		}
@@ -211,13 +230,33 @@ func (s *soak) closeBrokerConnections(name string) (int, error) {
 	return n, err
 }
 
+// failover fails the soak's pair over and makes a new standby.
+func (s *soak) failover(ctx context.Context) {
+	primary := s.pg.primary()
+	s.logf("fault: PostgreSQL failover: the primary %s stops in immediate mode, its standby is promoted", primary)
+	r, err := s.pg.failover(ctx, func() bool {
+		n, err := s.queryInt(ctx, `SELECT count(*) FROM charges`)
+		return err == nil && n >= s.o.messages
+	})
+	if err != nil {
+		s.logf("failover: %v", err)
+		return
+	}
+	s.logf("fault: failover %d → %d: %s; a new standby built in %v", r.from, r.to, r.resumed(), r.rebuild.Round(time.Millisecond))
+	s.mu.Lock()
+	s.faults[faultFailover]++
+	s.failovers = append(s.failovers, r)
+	s.mu.Unlock()
+}
+
 func (s *soak) restartPG() {
+	pg := s.pg.primary()
 	s.logf("fault: PostgreSQL stop")
-	if err := s.pg.Stop(); err != nil {
+	if err := pg.Stop(); err != nil {
 		s.logf("%v", err)
 	}
 	time.Sleep(time.Duration(1000+s.faultRnd.IntN(2000)) * time.Millisecond)
-	if err := s.pg.Start(); err != nil {
+	if err := pg.Start(); err != nil {
 		s.logf("PostgreSQL does not start again: %v", err)
 		return
 	}
@@ -247,7 +286,9 @@ func (s *soak) progress(ctx context.Context, last *int, lastAt *time.Time) {
 }
 
 // waitDone waits until every order is charged and notified, the outbox is
-// drained and every hostile payload is dead-lettered; it prints progress.
+// drained, every hostile payload is dead-lettered and every PostgreSQL
+// fault of the plan (the restart, the failovers) is done; it prints
+// progress.
 func (s *soak) waitDone(ctx context.Context, pubErr <-chan error) error {
 	published := false
 	last, lastAt := 0, time.Now()
@@ -275,6 +316,9 @@ func (s *soak) waitDone(ctx context.Context, pubErr <-chan error) error {
 		pending, err3 := s.queryInt(ctx, `SELECT count(*) FROM idem_outbox`)
 		if errors.Join(err1, err2, err3) != nil || charges < s.o.messages || notes < s.o.messages || pending > 0 {
 			continue
+		}
+		if s.pgFaultsLeft.Load() > 0 {
+			continue // the run ends after every PostgreSQL fault it planned
 		}
 		dl, err := s.ctl.deadLetters(ctx, false)
 		if err == nil && len(dl) >= 3*s.o.hostile {

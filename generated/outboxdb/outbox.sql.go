@@ -428,3 +428,26 @@ func (q *Queries) Release(ctx context.Context, arg ReleaseParams) (int64, error)
 	}
 	return result.RowsAffected(), nil
 }
+
+const releaseClaims = `-- name: ReleaseClaims :execrows
+UPDATE idem_outbox
+SET claim_token = NULL,
+    lease_until = NULL,
+    attempts    = nullif(attempts - 1, 0)
+WHERE claim_token = ANY (($1::text[])::bigint[])
+`
+
+// ReleaseClaims gives back the rows held by any of the tokens, due at once,
+// with the claim's attempt taken back. The tokens are of claims whose answer
+// the relay never got: the connection broke after the claim was sent, as
+// when the primary fails over. The relay does not know which rows they took,
+// if any, and without it those rows would wait for their lease to lapse. No
+// index holds the token: the statement reads the outbox, which holds only
+// what waits, and runs only after such a failure.
+func (q *Queries) ReleaseClaims(ctx context.Context, claimTokens []string) (int64, error) {
+	result, err := q.db.Exec(ctx, releaseClaims, claimTokens)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}

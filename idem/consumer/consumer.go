@@ -67,7 +67,10 @@ func WithWorkers(n int) Option {
 
 // WithMaxAttempts sets after how many attempts a delivery whose action is
 // still Retry is dead-lettered instead (default 10). A retry of a key in
-// progress is not an attempt (WithMaxWait bounds those). Consumer.
+// progress is not an attempt (WithMaxWait bounds those). Neither is a
+// delivery that could not reach the database (no connection, or a
+// read-only server, as in a failover): it is held and tried again in place
+// until the database answers. Consumer.
 func WithMaxAttempts(n int) Option {
 	return Option{func(c *consume.Config) { c.MaxAttempts = n }}
 }

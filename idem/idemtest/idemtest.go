@@ -43,7 +43,15 @@ const MaxConns = 32
 // and each leaves it as it found it.
 func New(t testing.TB, migrations fs.FS) *DB {
 	t.Helper()
-	base := DatabaseURL(t)
+	return NewAt(t, DatabaseURL(t), migrations)
+}
+
+// NewAt is New on the database of base instead of the test database. Its
+// use is a throwaway server of the test's own: a primary and its standby
+// that the test fails over (internal/pgcluster), through their multi-host
+// URL.
+func NewAt(t testing.TB, base string, migrations fs.FS) *DB {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 

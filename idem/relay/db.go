@@ -88,22 +88,40 @@ func (r releasingRow) Scan(dest ...any) error {
 // of the relay waits for the disk.
 const relaxedCommit = "SELECT set_config('synchronous_commit', 'off', true)"
 
+// localCommit is the commit of a round trip under WithReplicated: flushed on
+// the primary, not waited for on a standby. A claim's replication point is
+// before its commit record, so this flush sends the standbys every claimed
+// row's commit at once, rather than when the WAL writer next flushes (up
+// to wal_writer_delay later).
+const localCommit = "SELECT set_config('synchronous_commit', 'local', true)"
+
 // pipelined marks c's rows published (c nil: none) and claims the next batch
 // with token, in one round trip: sqlc's MarkPublished and Claim (or
-// ClaimOrdered) are queued on one batch (queueDB) after relaxedCommit, the
-// batch runs as one transaction, and their results are read back in order
-// (resultsDB), so that the claim sees the marks. It returns how many of c's
-// rows were marked and the claimed rows.
-func (r *Relay) pipelined(ctx context.Context, c *confirmed, token claimToken) (int64, []claimedRow, error) {
+// ClaimOrdered) are queued on one batch (queueDB) after the commit setting,
+// the batch runs as one transaction, and their results are read back in
+// order (resultsDB), so that the claim sees the marks. Under WithReplicated
+// the claim's replication point is read after it, in the same transaction.
+// It returns how many of c's rows were marked, the claimed rows and their
+// point. A round trip that fails once sent may have committed its claim:
+// its token is kept, for releaseLost.
+func (r *Relay) pipelined(ctx context.Context, c *confirmed, token claimToken) (int64, []claimedRow, replicationPoint, error) {
 	var mark outboxdb.MarkPublishedParams
+	var point replicationPoint
 	var b pgx.Batch
-	b.Queue(relaxedCommit)
+	if r.o.replicated {
+		b.Queue(localCommit)
+	} else {
+		b.Queue(relaxedCommit)
+	}
 	queue := outboxdb.New(queueDB{&b})
 	if c != nil {
 		mark = outboxdb.MarkPublishedParams{MessageIds: c.ids(), ClaimToken: c.token}
 		_, _ = queue.MarkPublished(ctx, mark)
 	}
 	_, _ = r.claimWith(ctx, queue, token)
+	if r.o.replicated {
+		b.Queue(replicationPointSQL)
+	}
 	failed := func(err error) error {
 		if c != nil {
 			return r.markFailed(c, err)
@@ -112,30 +130,40 @@ func (r *Relay) pipelined(ctx context.Context, c *confirmed, token claimToken) (
 	}
 	conn, err := r.db.Acquire(ctx)
 	if err != nil {
-		return 0, nil, failed(err)
+		return 0, nil, point, failed(err)
 	}
 	defer conn.Release()
+	sent := func(err error) error {
+		r.lostClaims = append(r.lostClaims, token)
+		return failed(err)
+	}
 	br := conn.SendBatch(ctx, &b)
 	if _, err := br.Exec(); err != nil {
 		_ = br.Close()
-		return 0, nil, failed(err)
+		return 0, nil, point, sent(err)
 	}
 	read := outboxdb.New(resultsDB{br})
 	var n int64
 	if c != nil {
 		if n, err = read.MarkPublished(ctx, mark); err != nil {
 			_ = br.Close()
-			return 0, nil, failed(err)
+			return 0, nil, point, sent(err)
 		}
 	}
 	rows, err := r.claimWith(ctx, read, token)
+	if err == nil && r.o.replicated {
+		if err = br.QueryRow().Scan(&point.lsn, &point.timeline); err != nil {
+			err = fmt.Errorf("idem: relay %s: read the claim's WAL position (WithReplicated): %w", r.o.id, err)
+		}
+	}
 	if closeErr := br.Close(); err == nil && closeErr != nil {
 		err = failed(closeErr)
 	}
 	if err != nil {
-		return 0, nil, err
+		r.lostClaims = append(r.lostClaims, token)
+		return 0, nil, point, err
 	}
-	return n, rows, nil
+	return n, rows, point, nil
 }
 
 // queueDB is an outboxdb.DBTX that queues each statement on a batch instead

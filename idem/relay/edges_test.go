@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemgen/idemgen/idem"
 	"github.com/idemgen/idemgen/idem/idemtest"
@@ -111,5 +112,54 @@ func TestRelayNonASCIIIDWakesOnNotify(t *testing.T) {
 		utf8.RuneCountInString(id), len(id), name, len(name), utf8.ValidString(name), took.Round(time.Millisecond))
 	if !utf8.ValidString(name) || len(name) > 63 || took > 5*time.Second {
 		t.Errorf("listening as %q, 3 wake-ups in %v; want a valid name of at most 63 bytes, woken by NOTIFY", name, took)
+	}
+}
+
+// gate is a DB whose acquires fail while it is down, as a database that
+// restarts or fails over does.
+type gate struct {
+	pool interface {
+		Acquire(context.Context) (*pgxpool.Conn, error)
+	}
+	down atomic.Bool
+}
+
+func (g *gate) Acquire(ctx context.Context) (*pgxpool.Conn, error) {
+	if g.down.Load() {
+		return nil, errors.New("the test's database is down")
+	}
+	return g.pool.Acquire(ctx)
+}
+
+// TestRelayMarksOnceTheDatabaseIsBack: the database goes down right after
+// the broker confirmed a batch, so its deletion fails; once the database
+// is back the relay deletes the rows at once, each published once: it
+// neither waits out the lease (20s) nor publishes them again.
+func TestRelayMarksOnceTheDatabaseIsBack(t *testing.T) {
+	db := idemtest.New(t, relaytest.OutboxFS(t, nil))
+	rows := relaytest.MakeRows("back", 5)
+	relaytest.Commit(t, db.Pool, rows)
+	g := &gate{pool: db.Pool}
+	rec := &relaytest.Recorder{}
+	record := rec.Publisher("gated", 0, nil)
+	pub := idem.PublisherFunc(func(ctx context.Context, msgs []idem.OutgoingMessage) []error {
+		errs := record.Publish(ctx, msgs)
+		g.down.Store(true) // confirmed; the database goes down before the relay deletes them
+		return errs
+	})
+	relaytest.Run(t, relay.New(g, pub, relay.WithID("gated"), relay.WithLease(20*time.Second),
+		relay.WithBackoff(50*time.Millisecond, 100*time.Millisecond), relay.WithPollInterval(50*time.Millisecond), relay.WithLogger(relaytest.Logger(t))))
+	relaytest.WaitFor(t, 5*time.Second, "the batch published", func() bool { return rec.Len() == len(rows) })
+	time.Sleep(300 * time.Millisecond)
+	if n := relaytest.Pending(t, db); n != len(rows) {
+		t.Fatalf("%d rows pending while the database is down; want the %d published ones, not deleted yet", n, len(rows))
+	}
+	g.down.Store(false)
+	back := time.Now()
+	relaytest.WaitFor(t, 5*time.Second, "the published rows deleted", func() bool { return relaytest.Pending(t, db) == 0 })
+	t.Logf("deleted %v after the database was back (lease 20s); %d publications of %d rows", time.Since(back).Round(time.Millisecond), rec.Len(), len(rows))
+	time.Sleep(200 * time.Millisecond)
+	if rec.Len() != len(rows) {
+		t.Errorf("%d publications of %d rows; want each once", rec.Len(), len(rows))
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"sync"
 	"time"
 
@@ -31,6 +32,9 @@ type flight struct {
 	token     claimToken
 	rows      []claimedRow
 	claimedAt time.Time // before the claim was sent: the lease counts from it
+	// point is where the claim was in the WAL, under WithReplicated: the
+	// rows are published once a standby has flushed it.
+	point replicationPoint
 
 	// sent are the rows handed to the publisher, msgs their messages;
 	// failed the rows that could not be made into a message, and after the
@@ -63,10 +67,19 @@ type confirmed struct {
 
 func (c *confirmed) ids() []string { return rowIDs(c.rows) }
 
-// drain claims, publishes and marks batches until a claim that came after
-// every mark finds no row (then it returns nil), Run's ctx ends (nil too,
-// once what was claimed is marked or handed back), or a statement fails.
+// drain first marks the rows an earlier round could not (markLeft) and
+// releases the claims whose answer it did not get (releaseLost). Then it
+// claims, publishes and marks batches until one of three things. A claim
+// that came after every mark finds no row: it returns nil. Run's ctx ends:
+// nil too, once what was claimed is marked or handed back. A statement
+// fails: its error.
 func (r *Relay) drain(ctx context.Context) error {
+	if err := r.markLeft(ctx); err != nil {
+		return err
+	}
+	if err := r.releaseLost(ctx); err != nil {
+		return err
+	}
 	var (
 		atBroker *flight    // the batch being published
 		toMark   *confirmed // confirmed rows not marked yet
@@ -128,11 +141,12 @@ func (r *Relay) markAndClaim(ctx context.Context, c *confirmed, claim bool) (*fl
 	book, cancel := bookkeeping(ctx)
 	defer cancel()
 	if !claim {
-		return nil, r.markPublished(book, c)
+		return nil, r.markPublished(book, c, false)
 	}
 	token := newClaimToken()
 	claimedAt := time.Now()
 	var rows []claimedRow
+	var point replicationPoint
 	var err error
 	if c == nil {
 		// Run to its end even when ctx is cancelled meanwhile (bounded by
@@ -140,18 +154,18 @@ func (r *Relay) markAndClaim(ctx context.Context, c *confirmed, claim bool) (*fl
 		// not know of.
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.o.lease)
 		defer cancel()
-		_, rows, err = r.pipelined(cctx, nil, token)
+		_, rows, point, err = r.pipelined(cctx, nil, token)
 	} else {
 		var marked int64
-		marked, rows, err = r.pipelined(book, c, token)
+		marked, rows, point, err = r.pipelined(book, c, token)
 		if err == nil {
-			r.markedRows(book, c, marked)
+			r.markedRows(book, c, marked, false)
 		}
 	}
 	if err != nil || len(rows) == 0 {
 		return nil, err
 	}
-	return r.hold(ctx, token, rows, claimedAt), nil
+	return r.hold(ctx, token, rows, claimedAt, point), nil
 }
 
 // hold starts the keeper of a claimed batch: it renews the lease every third
@@ -160,8 +174,8 @@ func (r *Relay) markAndClaim(ctx context.Context, c *confirmed, claim bool) (*fl
 // The lease is counted from before the claim was sent, on this machine's
 // clock, so the deadline here is never later than the database's. The keeper
 // runs until the batch's publish returns or the batch is handed back (end).
-func (r *Relay) hold(ctx context.Context, token claimToken, rows []claimedRow, claimedAt time.Time) *flight {
-	f := &flight{token: token, rows: rows, claimedAt: claimedAt, stop: make(chan struct{}), done: make(chan struct{})}
+func (r *Relay) hold(ctx context.Context, token claimToken, rows []claimedRow, claimedAt time.Time, point replicationPoint) *flight {
+	f := &flight{token: token, rows: rows, claimedAt: claimedAt, point: point, stop: make(chan struct{}), done: make(chan struct{})}
 	for _, row := range rows {
 		m, err := row.message()
 		if err != nil {
@@ -251,7 +265,11 @@ func (r *Relay) publish(f *flight) ([]error, bool) {
 		return nil, false
 	}
 	var errs []error
-	if f.ctx.Err() == nil {
+	var held error // why the rows were not handed over
+	if r.o.replicated && f.ctx.Err() == nil {
+		held = r.waitReplicated(f.ctx, f)
+	}
+	if f.ctx.Err() == nil && held == nil {
 		timeout := time.AfterFunc(r.o.publishBound(), func() { f.cancel(errPublishTimeout) })
 		defer timeout.Stop()
 		returned := make(chan []error, 1)
@@ -270,9 +288,12 @@ func (r *Relay) publish(f *flight) ([]error, bool) {
 			}
 		}
 	} else {
+		if held == nil {
+			held = errors.New("idem: relay: not handed to the publisher")
+		}
 		errs = make([]error, len(f.msgs))
 		for i := range errs {
-			errs[i] = errors.New("idem: relay: not handed to the publisher")
+			errs[i] = held
 		}
 	}
 	if len(errs) != len(f.msgs) {
@@ -349,18 +370,120 @@ func (r *Relay) giveBack(ctx context.Context, f *flight) {
 	r.release(book, f.token, rowIDs(f.rows))
 }
 
-// markNow marks c's rows (nil: none) on their own; if it fails, the rows are
-// published again once their lease lapses.
+// markNow marks c's rows (nil: none) on their own; if it fails, they are
+// kept to be marked before the next claim (markLeft).
 func (r *Relay) markNow(ctx context.Context, c *confirmed) {
 	if c == nil {
 		return
 	}
 	book, cancel := bookkeeping(ctx)
 	defer cancel()
-	if err := r.markPublished(book, c); err != nil {
-		r.o.logger.LogAttrs(book, slog.LevelWarn, "idem relay could not mark published rows; they will be published again when their lease lapses",
+	if err := r.markPublished(book, c, false); err != nil {
+		r.unmarked = append(r.unmarked, c)
+		r.o.logger.LogAttrs(book, slog.LevelWarn, "idem relay could not delete published rows; it deletes them once the database answers (if it stops first, they are published again when their lease lapses)",
 			slog.String("relay", r.o.id), slog.Int("rows", len(c.rows)), slog.String("error", err.Error()))
 	}
+}
+
+// releaseLost releases the rows of the claims whose answer the relay did
+// not get (pipelined kept their tokens). Such a claim may have committed
+// though its connection broke before the answer came. Its rows, which the
+// relay does not know, would wait for their lease to lapse.
+func (r *Relay) releaseLost(ctx context.Context) error {
+	if len(r.lostClaims) == 0 {
+		return nil
+	}
+	tokens := make([]string, len(r.lostClaims))
+	for i, t := range r.lostClaims {
+		tokens[i] = strconv.FormatInt(t, 10)
+	}
+	book, cancel := bookkeeping(ctx)
+	defer cancel()
+	n, err := r.q.ReleaseClaims(book, tokens)
+	if err != nil {
+		return fmt.Errorf("idem: relay %s: release %d claims whose answer was lost: %w", r.o.id, len(tokens), err)
+	}
+	if n > 0 {
+		r.o.logger.LogAttrs(book, slog.LevelInfo, "idem relay released the rows of claims whose answer it did not get",
+			slog.String("relay", r.o.id), slog.Int("claims", len(tokens)), slog.Int64("rows", n))
+	}
+	r.lostClaims = nil
+	return nil
+}
+
+// markLeft marks the confirmed rows whose mark failed (the database was
+// down, or failed over), oldest first, then does the recent marks again
+// after a failed round (redoRecent), and stops at the first failure.
+// Marked before their lease lapses, they are neither held back for the
+// rest of the lease nor published again: a failover or a restart costs
+// the relay no lease and no second publish. The mark names the rows with
+// their claim's token, so a row another relay took meanwhile is left to
+// it.
+func (r *Relay) markLeft(ctx context.Context) error {
+	for len(r.unmarked) > 0 {
+		book, cancel := bookkeeping(ctx)
+		err := r.markPublished(book, r.unmarked[0], true)
+		cancel()
+		if err != nil {
+			return err
+		}
+		r.unmarked = r.unmarked[1:]
+	}
+	r.unmarked = nil
+	for len(r.redo) > 0 {
+		c := r.redo[0]
+		book, cancel := bookkeeping(ctx)
+		n, err := r.q.MarkPublished(book, outboxdb.MarkPublishedParams{MessageIds: c.ids(), ClaimToken: c.token})
+		cancel()
+		if err != nil {
+			return r.markFailed(c, err)
+		}
+		if n > 0 {
+			r.o.logger.LogAttrs(ctx, slog.LevelInfo, "idem relay deleted again published rows whose deletion the database had lost",
+				slog.String("relay", r.o.id), slog.Int64("rows", n))
+		}
+		r.redo = r.redo[1:]
+	}
+	r.redo = nil
+	return nil
+}
+
+// recentMarks is how long the relay keeps its marks to do them again after
+// a round failed. A mark commits without waiting for its WAL flush
+// (relaxedCommit): the WAL writer flushes it within three times
+// wal_writer_delay (200ms by default), and a crash or a failover before
+// that loses it, even with a synchronous standby. Its rows, published
+// already, would be published again once their lease lapsed.
+const recentMarks = 2 * time.Second
+
+// recentMark is a mark and when it was done.
+type recentMark struct {
+	at time.Time
+	c  *confirmed
+}
+
+// remember keeps c among the recent marks, and forgets those older than
+// recentMarks.
+func (r *Relay) remember(c *confirmed) {
+	now := time.Now()
+	keep := r.recent[:0]
+	for _, m := range r.recent {
+		if now.Sub(m.at) < recentMarks {
+			keep = append(keep, m)
+		}
+	}
+	r.recent = append(keep, recentMark{at: now, c: c})
+}
+
+// redoRecent has markLeft do the recent marks again: a round that failed
+// may mean the database was lost (a crash, a failover), and with it the
+// marks whose commit was not flushed yet. Deleting a row again is
+// harmless: the mark names the row with its claim's token.
+func (r *Relay) redoRecent() {
+	for _, m := range r.recent {
+		r.redo = append(r.redo, m.c)
+	}
+	r.recent = nil
 }
 
 // abandon is what drain does when a round trip failed: it waits for the

@@ -39,6 +39,7 @@ func (r *Relay) listen(ctx context.Context, wake chan<- struct{}) {
 		if ctx.Err() != nil {
 			return
 		}
+		r.listenerLost.Store(true)
 		failures++
 		delay := wait.Backoff(failures, maxListenRetry)
 		r.o.logger.LogAttrs(ctx, slog.LevelWarn, "idem relay lost its listening connection; reconnecting (polling meanwhile)",

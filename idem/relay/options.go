@@ -37,6 +37,7 @@ type options struct {
 	lease       time.Duration
 	ordered     bool
 	pollOnly    bool
+	replicated  bool
 	id          string
 	logger      *slog.Logger
 	meter       metric.MeterProvider
@@ -109,6 +110,20 @@ func WithLease(d time.Duration) Option {
 // docs/outbox.md for what the order is and what it costs.
 func WithOrdered() Option {
 	return func(o *options) { o.ordered = true }
+}
+
+// WithReplicated makes the relay publish a claimed row only once a standby
+// reports the row's commit flushed (pg_stat_replication's flush_lsn). So no
+// message outlives its commit. With asynchronous replication, a failover
+// loses the commits the promoted standby had not received. The rerun of
+// such a delivery writes its row again, under the same message id, maybe
+// with another payload. The relay polls with a short backoff while the
+// standby catches up. With no standby connected it waits, logging why,
+// rather than publish. Its role must read flush_lsn: a superuser, or a
+// member of pg_read_all_stats (pg_monitor). docs/failover.md gives its
+// cost in latency and when to use it.
+func WithReplicated() Option {
+	return func(o *options) { o.replicated = true }
 }
 
 // WithPollOnly turns off the listening connection: the relay only polls.

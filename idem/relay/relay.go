@@ -55,6 +55,23 @@ type Relay struct {
 	// destination (and "idem_outbox" for the database).
 	outages *outage.Log
 
+	// unmarked are the confirmed rows whose mark failed, to be marked
+	// before the next claim (markLeft); only Run's goroutine uses it.
+	unmarked []*confirmed
+	// lostClaims are the tokens of claims whose answer the relay did not
+	// get, to be released before the next claim (releaseLost); only Run's
+	// goroutine uses it.
+	lostClaims []claimToken
+	// recent are the marks of the last recentMarks, and redo those to do
+	// again before the next claim after a round failed (markLeft); only
+	// Run's goroutine uses them.
+	recent []recentMark
+	redo   []*confirmed
+	// listenerLost is set by the listener when its connection breaks: the
+	// database may have been lost, and Run does its recent marks again
+	// before the next round. An idle relay has no failed round to tell it.
+	listenerLost atomic.Bool
+
 	running atomic.Bool
 	// beforeListen, when set (by tests), runs before each attempt to open the
 	// listening connection.
@@ -130,10 +147,19 @@ func (r *Relay) Run(ctx context.Context) error {
 
 	r.o.logger.LogAttrs(ctx, slog.LevelInfo, "idem relay started", slog.String("relay", r.o.id),
 		slog.Bool("ordered", r.o.ordered), slog.Bool("poll_only", r.o.pollOnly))
+	// On the way out, a last try at what the database refused.
+	defer func() {
+		if r.markLeft(ctx) == nil {
+			_ = r.releaseLost(ctx)
+		}
+	}()
 	failures := 0
 	for {
 		if ctx.Err() != nil {
 			return nil
+		}
+		if r.listenerLost.Swap(false) {
+			r.redoRecent()
 		}
 		err := r.drain(ctx)
 		switch {
@@ -150,6 +176,7 @@ func (r *Relay) Run(ctx context.Context) error {
 				return nil
 			}
 			failures++
+			r.redoRecent()
 			delay := wait.Backoff(failures, r.o.poll)
 			r.outages.Fail(ctx, r.o.logger, slog.LevelWarn, outboxTable, 1, err, "idem relay round failed",
 				"relay", r.o.id, "failures", failures, "retry_in", delay)
@@ -315,13 +342,14 @@ var (
 )
 
 // markPublished deletes c's rows, which the broker confirmed, where c's
-// token still holds them, in a statement of its own.
-func (r *Relay) markPublished(ctx context.Context, c *confirmed) error {
+// token still holds them, in a statement of its own; retried as for
+// markedRows.
+func (r *Relay) markPublished(ctx context.Context, c *confirmed, retried bool) error {
 	n, err := r.q.MarkPublished(ctx, outboxdb.MarkPublishedParams{MessageIds: c.ids(), ClaimToken: c.token})
 	if err != nil {
 		return r.markFailed(c, err)
 	}
-	r.markedRows(ctx, c, n)
+	r.markedRows(ctx, c, n, retried)
 	return nil
 }
 
@@ -333,10 +361,17 @@ func (r *Relay) markFailed(c *confirmed, err error) error {
 
 // markedRows records that n of c's rows were deleted as published: the
 // idem.relay.published counts and the outage records by destination, and a
-// warning for the rows whose claim was lost before the mark.
-func (r *Relay) markedRows(ctx context.Context, c *confirmed, n int64) {
+// warning for the rows whose claim was lost before the mark. retried says
+// the mark is the retry of one that failed (markLeft), which may have
+// deleted them already: then the missing rows are only noted.
+func (r *Relay) markedRows(ctx context.Context, c *confirmed, n int64, retried bool) {
 	r.o.logger.LogAttrs(ctx, slog.LevelDebug, "idem relay published", slog.String("relay", r.o.id), slog.Int("rows", len(c.rows)))
-	if n < int64(len(c.rows)) {
+	r.remember(c)
+	switch {
+	case n < int64(len(c.rows)) && retried:
+		r.o.logger.LogAttrs(ctx, slog.LevelInfo, "idem relay found published rows gone when it deleted them again: the failed deletion had committed, or another relay took them",
+			slog.String("relay", r.o.id), slog.Int64("gone", int64(len(c.rows))-n))
+	case n < int64(len(c.rows)):
 		r.o.logger.LogAttrs(ctx, slog.LevelWarn, "idem relay lost the claim of published rows before deleting them; they will be published again",
 			slog.String("relay", r.o.id), slog.Int64("lost", int64(len(c.rows))-n))
 	}

@@ -10,6 +10,8 @@ import (
 	"github.com/idemgen/idemgen/idem"
 	"github.com/idemgen/idemgen/idem/internal/obs"
 	"github.com/idemgen/idemgen/idem/internal/outage"
+	"github.com/idemgen/idemgen/idem/internal/pgutil"
+	idemwait "github.com/idemgen/idemgen/idem/internal/wait"
 )
 
 // Core is the policy of one adapter's consumer: it decodes deliveries,
@@ -138,10 +140,71 @@ func (c *Core[M]) Handle(ctx context.Context, ds []Delivery, settle Settle) erro
 		}
 		ds[0].Log.Debug(c.system+" consumer: batch delivered", "messages", len(msgs))
 	}
+	c.hold(ctx, ds, msgs, index, results)
 	for i := range ds {
 		done(i, results[i].Outcome, results[i].Err)
 	}
 	return first
+}
+
+// holdMax bounds the wait between two tries of deliveries held while no
+// primary can be reached: the time they lose after it is back.
+const holdMax = time.Second
+
+// outageKey is the outage log's destination for a database that cannot be
+// reached.
+const outageKey = "database"
+
+// hold delivers again, in place, the deliveries whose database could not
+// be reached (pgutil.Unreachable), with a backoff of at most holdMax. It
+// stops when none is left or ctx ends. A failover or a restart of the
+// database is no fault of the message. So the deliveries stay in hand,
+// unsettled: the outage spends none of their attempts, dead-letters none,
+// and sends none through the broker's retry path. A connection lost in the
+// middle of a delivery is not held. It may be the message's doing (a
+// statement that crashes the server): it takes the retry path, counting
+// an attempt.
+func (c *Core[M]) hold(ctx context.Context, ds []Delivery, msgs []M, index []int, results []idem.Result[idem.None]) {
+	held := make([]int, 0, len(msgs)) // positions in msgs
+	for n := 1; ; n++ {
+		held = held[:0]
+		for k := range msgs {
+			if pgutil.Unreachable(results[index[k]].Err) {
+				held = append(held, k)
+			}
+		}
+		log := ds[0].Log
+		if len(held) == 0 {
+			if n > 1 {
+				c.outages.OK(context.WithoutCancel(ctx), log, outageKey, c.system+" consumer: the database is reachable again; held deliveries go on")
+			}
+			return
+		}
+		delay := idemwait.Backoff(n, holdMax)
+		c.outages.Fail(context.WithoutCancel(ctx), log, slog.LevelWarn, outageKey, len(held), results[index[held[0]]].Err,
+			c.system+" consumer: the database cannot be reached; holding the deliveries (no attempt counted) and trying again", "retry_in", delay)
+		if !idemwait.Sleep(ctx, delay) {
+			return // stopping: the held deliveries are given back
+		}
+		if c.batch == nil {
+			for _, k := range held {
+				results[index[k]].Outcome, results[index[k]].Err = c.handler.Deliver(ctx, msgs[k])
+			}
+			continue
+		}
+		again := make([]M, len(held))
+		for j, k := range held {
+			again[j] = msgs[k]
+		}
+		rs := c.batch.DeliverBatch(ctx, again)
+		for j, k := range held {
+			if j < len(rs) {
+				results[index[k]] = rs[j]
+			} else {
+				results[index[k]].Err = fmt.Errorf("%s: DeliverBatch returned %d results for %d messages", c.system, len(rs), len(again))
+			}
+		}
+	}
 }
 
 // Decide says what a delivery's result means: idem.ActionFor, then

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
@@ -55,6 +56,21 @@ func HasSQLState(err error, codes ...string) bool {
 		}
 	}
 	return false
+}
+
+// Unreachable reports whether err says that no primary could be reached.
+// Either no connection could be made (a pgconn.ConnectError): the server
+// refuses connections, starts up, shuts down, or is a standby where the
+// connection string asks for a primary. Or the session's server is
+// read-only (SQLSTATE 25006), as an old primary restarted as a standby is.
+// Neither comes from the work the connection was for: a retry that finds
+// the primary back does it.
+func Unreachable(err error) bool {
+	if err == nil {
+		return false
+	}
+	var ce *pgconn.ConnectError
+	return errors.As(err, &ce) || HasSQLState(err, pgerrcode.ReadOnlySQLTransaction)
 }
 
 // Failed is what Query and QueryRow return once the Tx refuses statements.
