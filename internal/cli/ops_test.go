@@ -17,6 +17,8 @@ import (
 	"github.com/idemgen/idemgen/idem/idemtest"
 	"github.com/idemgen/idemgen/idem/relay"
 	"github.com/idemgen/idemgen/internal/ops/opstest"
+	"github.com/idemgen/idemgen/internal/pgcluster"
+	"github.com/idemgen/idemgen/migrations"
 )
 
 // opsRun runs an operator command with the seed's clock.
@@ -245,6 +247,32 @@ func checkRefusesStandby(t *testing.T, dbURL string) {
 // TestOpsRefuseAStandby: every command refuses a server in recovery.
 func TestOpsRefuseAStandby(t *testing.T) {
 	checkRefusesStandby(t, opstest.Standby(t))
+}
+
+// TestOpsRefuseAStreamingStandby: every command refuses the standby of a
+// primary and standby pair, which streams the primary's WAL, and works on
+// the primary through the pair's multi-host URL. After a failover the same
+// URL reaches the promoted standby, where the commands work again.
+func TestOpsRefuseAStreamingStandby(t *testing.T) {
+	p, err := pgcluster.StartPair(pgcluster.PairOptions{Prefix: "idemgen-ops-standby.", Settings: []string{"fsync=off"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Remove)
+	db := idemtest.NewAt(t, p.URL("postgres"), migrations.FS) // the outbox, on the primary
+	checkRefusesStandby(t, p.StandbyURL("postgres"))
+	for _, when := range []string{"before the failover", "after the failover"} {
+		stdout, stderr, code := opsRun(withDB([]string{"outbox", "dead"}, db.URL)...)
+		if code != ExitOK {
+			t.Errorf("idemgen outbox dead through the pair's URL %s: exit %d, stdout %q, stderr:\n%s", when, code, stdout, stderr)
+		}
+		t.Logf("idemgen outbox dead through the pair's URL %s: exit %d: %s", when, code, firstLine(stdout))
+		if when == "before the failover" {
+			if _, err := p.Failover(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
 }
 
 // orderedPublisher records, per ordering key, the messages it confirmed, and
