@@ -158,11 +158,11 @@ type tripCounter struct {
 
 	mu       sync.Mutex
 	backends []int // PIDs of the connections' PostgreSQL backends
-	remote   bool  // a backend is not a process of this machine
+	remote   bool  // a backend is not a local process
 }
 
 // addBackend records the PID of conn's backend, if it is a postgres process
-// on this machine (the server CPU of a cell is read from /proc).
+// on the bench's own host (the server CPU of a cell is read from /proc).
 func (c *tripCounter) addBackend(ctx context.Context, conn *pgx.Conn) error {
 	var pid int
 	if err := conn.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {

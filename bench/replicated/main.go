@@ -1,6 +1,6 @@
 // Command replicated measures what asynchronous replication risks and
 // what relay.WithReplicated costs, on throwaway primaries with a standby
-// (internal/pgcluster, both on this machine, fsync on):
+// (internal/pgcluster, both local to the benchmark, fsync on):
 //
 //   - the commit-to-publish latency of a relay with an asynchronous
 //     standby, with and without the option, side by side. Deliveries of the

@@ -171,7 +171,7 @@ func (r *Relay) markAndClaim(ctx context.Context, c *confirmed, claim bool) (*fl
 // hold starts the keeper of a claimed batch: it renews the lease every third
 // of it, and cancels the batch's context a tenth of the lease before it
 // would lapse if it cannot, or at once if a row was taken by another relay.
-// The lease is counted from before the claim was sent, on this machine's
+// The lease is counted from before the claim was sent, on the relay's own
 // clock, so the deadline here is never later than the database's. The keeper
 // runs until the batch's publish returns or the batch is handed back (end).
 func (r *Relay) hold(ctx context.Context, token claimToken, rows []claimedRow, claimedAt time.Time, point replicationPoint) *flight {

@@ -299,7 +299,7 @@ func proofDatabaseFound(t *testing.T, root string) {
 	if out, err := run(env...); !passed(out, err) {
 		t.Fatalf("with the PG* variables of the test database and no %s: %v; want a pass:\n%s", idemtest.EnvURL, err, out)
 	}
-	t.Logf("the server where libpq looks on this machine is not the test database (skipped: %v); with the PG* variables naming it (host %s), the generated test passed", skipped, cfg.Host)
+	t.Logf("the server where libpq looks by default is not the test database (skipped: %v); with the PG* variables naming it (host %s), the generated test passed", skipped, cfg.Host)
 }
 
 // proofNoServer runs a generated test where no server answers (PGHOST, an
