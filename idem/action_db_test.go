@@ -147,7 +147,7 @@ func TestActionForHandleErrors(t *testing.T) {
 		inbox := idemimpl.NewInbox(db.Pool, depositTable, func(ctx context.Context, tx pgx.Tx, msg deposit) (receipt, error) {
 			_, err := tx.Exec(ctx, `DELETE FROM idem_test_deposit WHERE key_account = $1`, msg.Account)
 			return receipt{}, err
-		})
+		}, idem.WithPessimisticClaim()) // the claim-first protocol writes the row before the handler
 		_, _, err := inbox.Handle(ctx, deposit{Account: "act-7", Ref: 1})
 		if err == nil {
 			t.Fatal("the handler deleted its inbox row and Handle returned nil")
@@ -161,7 +161,7 @@ func TestActionForHandleErrors(t *testing.T) {
 			close(entered)
 			<-release
 			return credit(ctx, tx, msg)
-		})
+		}, idem.WithPessimisticClaim()) // the claim-first protocol holds the key while the handler runs
 		msg := deposit{Account: "act-8", Ref: 1, Amount: 1}
 		done := make(chan error)
 		go func() {
@@ -173,7 +173,7 @@ func TestActionForHandleErrors(t *testing.T) {
 		case err := <-done:
 			t.Fatalf("the first delivery returned %v before its handler ran", err)
 		}
-		_, _, err := idemimpl.NewInbox(db.Pool, depositTable, credit, idem.WithClaimWait(50*time.Millisecond)).Handle(ctx, msg)
+		_, _, err := idemimpl.NewInbox(db.Pool, depositTable, credit, idem.WithClaimWait(50*time.Millisecond), idem.WithPessimisticClaim()).Handle(ctx, msg)
 		close(release)
 		if err := <-done; err != nil {
 			t.Fatal(err)

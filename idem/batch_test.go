@@ -493,13 +493,13 @@ func TestHandleBatchInProgressRetryAfter(t *testing.T) {
 				close(entered)
 				<-release
 				return credit(ctx, tx, msg)
-			})
+			}, idem.WithPessimisticClaim()) // holds the key while the handler runs
 			held := deposit{Account: heldAccount, Ref: 1, Amount: 4}
 			done := make(chan error, 1)
 			go func() { _, _, err := slow.Handle(ctx, held); done <- err }()
 			<-entered
 			const wait = 200 * time.Millisecond
-			in := idemimpl.NewInbox(db.Pool, depositTable, credit, idem.WithClaimWait(wait))
+			in := idemimpl.NewInbox(db.Pool, depositTable, credit, idem.WithClaimWait(wait), idem.WithPessimisticClaim())
 			start := time.Now()
 			results, err := in.HandleBatch(ctx, []deposit{held, {Account: "acc-batch-m-free", Ref: 1, Amount: 5}})
 			took := time.Since(start)

@@ -50,9 +50,15 @@ type depositV2 struct {
 
 func v2Key(m depositV2) (string, int64) { return m.Account, m.Ref }
 
+// notCalled is a handler that must not get past its first statement: a
+// delivery of a processed key enters the handler, and the lookup sent with
+// that statement stops it.
 func notCalled[M any](t *testing.T) func(context.Context, pgx.Tx, M) (receipt, error) {
-	return func(context.Context, pgx.Tx, M) (receipt, error) {
-		t.Error("the handler ran for a processed key")
+	return func(ctx context.Context, tx pgx.Tx, _ M) (receipt, error) {
+		if _, err := tx.Exec(ctx, "SELECT 1"); err != nil {
+			return receipt{}, err
+		}
+		t.Error("the handler ran past its first statement for a processed key")
 		return receipt{}, nil
 	}
 }
@@ -108,8 +114,11 @@ func TestStoredResultOfAnotherShapeIsUndecodable(t *testing.T) {
 	type receiptV2 struct {
 		Balance string `json:"balance"`
 	}
-	in := idemimpl.NewInbox(db.Pool, depositTable, func(context.Context, pgx.Tx, deposit) (receiptV2, error) {
-		t.Error("the handler ran for a processed key")
+	in := idemimpl.NewInbox(db.Pool, depositTable, func(ctx context.Context, tx pgx.Tx, _ deposit) (receiptV2, error) {
+		if _, err := tx.Exec(ctx, "SELECT 1"); err != nil {
+			return receiptV2{}, err
+		}
+		t.Error("the handler ran past its first statement for a processed key")
 		return receiptV2{}, nil
 	})
 	_, o, err := in.Handle(ctx, deposit{Account: "acc-r", Ref: 1, Amount: 2})
@@ -221,7 +230,7 @@ func TestDuplicatesWithSmallPoolReturnWithinClaimWait(t *testing.T) {
 		once.Do(func() { close(entered) })
 		time.Sleep(handler)
 		return credit(ctx, tx, msg)
-	}, idem.WithClaimWait(claimWait))
+	}, idem.WithClaimWait(claimWait), idem.WithPessimisticClaim()) // holds the key while the handler runs
 	msg := deposit{Account: "acc-p", Ref: 1, Amount: 1}
 	first := make(chan error)
 	go func() {
@@ -292,48 +301,57 @@ func TestHandlerEndingTheTransactionThroughSQL(t *testing.T) {
 		{"ROLLBACK through tx.Conn()", func(ctx context.Context, tx pgx.Tx) { _, _ = tx.Conn().Exec(ctx, "ROLLBACK") }, "sent around the handler's Tx"},
 		// The connection is in a transaction again, so no check on the
 		// client sees it; the check queued before the COMMIT does.
-		{"ROLLBACK; BEGIN through tx.Conn()", func(ctx context.Context, tx pgx.Tx) { _, _ = tx.Conn().Exec(ctx, "ROLLBACK; BEGIN") }, "in another transaction than the one that claimed the key"},
+		{"ROLLBACK; BEGIN through tx.Conn()", func(ctx context.Context, tx pgx.Tx) { _, _ = tx.Conn().Exec(ctx, "ROLLBACK; BEGIN") }, "in another transaction than the one that"},
 	} {
-		t.Run(c.name, func(t *testing.T) {
-			db := idemtest.New(t, migrations)
-			ctx := context.Background()
-			in := idemimpl.NewInbox(db.Pool, depositTable, idemimpl.NoResult(func(ctx context.Context, tx pgx.Tx, msg deposit) error {
-				c.end(ctx, tx)
-				write(ctx, tx, msg) // its error ignored, as a careless handler does
-				return nil
-			}))
-			msg := deposit{Account: "acc-x", Ref: 1}
-			var outcomes []string
-			for range 3 {
-				_, o, err := in.Handle(ctx, msg)
-				switch {
-				case err == nil:
-					outcomes = append(outcomes, o.String())
-				case strings.Contains(err.Error(), c.want):
-					outcomes = append(outcomes, "refused")
-				default:
-					t.Errorf("error %v does not say %q", err, c.want)
+		for _, protocol := range []string{"optimistic", "pessimistic"} {
+			t.Run(protocol+"/"+c.name, func(t *testing.T) {
+				db := idemtest.New(t, migrations)
+				ctx := context.Background()
+				var opts []idem.Option
+				if protocol == "pessimistic" {
+					opts = append(opts, idem.WithPessimisticClaim())
 				}
-			}
-			if got := balance(t, db, "acc-x"); got > 0 {
-				t.Errorf("three deliveries (%v) committed the handler's write %d times; want none (the write came after the transaction ended)", outcomes, got/100)
-			}
-			if len(outcomes) > 0 && outcomes[0] != "refused" {
-				t.Errorf("the first delivery was %s; want it refused", outcomes[0])
-			}
-			// The key is never answered as done for work that did not
-			// finish: a handler that commits every time is refused every
-			// time (its running row taken over and committed again).
-			for i, o := range outcomes {
-				if o == idem.Duplicate.String() {
-					t.Errorf("delivery %d was a Duplicate (%v): the key's row was done although the handler never finished", i+1, outcomes)
+				in := idemimpl.NewInbox(db.Pool, depositTable, idemimpl.NoResult(func(ctx context.Context, tx pgx.Tx, msg deposit) error {
+					// A first statement: the optimistic delivery's transaction
+					// begins with it.
+					_, _ = tx.Exec(ctx, "SELECT 1")
+					c.end(ctx, tx)
+					write(ctx, tx, msg) // its error ignored, as a careless handler does
+					return nil
+				}))
+				msg := deposit{Account: "acc-x", Ref: 1}
+				var outcomes []string
+				for range 3 {
+					_, o, err := in.Handle(ctx, msg)
+					switch {
+					case err == nil:
+						outcomes = append(outcomes, o.String())
+					case strings.Contains(err.Error(), c.want):
+						outcomes = append(outcomes, "refused")
+					default:
+						t.Errorf("error %v does not say %q", err, c.want)
+					}
 				}
-			}
-			if s := db.Pool.Stat(); s.AcquiredConns() != 0 {
-				t.Errorf("%d connections still acquired", s.AcquiredConns())
-			}
-			t.Log(fmt.Sprint(outcomes))
-		})
+				if got := balance(t, db, "acc-x"); got > 0 {
+					t.Errorf("three deliveries (%v) committed the handler's write %d times; want none (the write came after the transaction ended)", outcomes, got/100)
+				}
+				if len(outcomes) > 0 && outcomes[0] != "refused" {
+					t.Errorf("the first delivery was %s; want it refused", outcomes[0])
+				}
+				// The key is never answered as done for work that did not
+				// finish: a handler that commits every time is refused every
+				// time (its running row taken over and committed again).
+				for i, o := range outcomes {
+					if o == idem.Duplicate.String() {
+						t.Errorf("delivery %d was a Duplicate (%v): the key's row was done although the handler never finished", i+1, outcomes)
+					}
+				}
+				if s := db.Pool.Stat(); s.AcquiredConns() != 0 {
+					t.Errorf("%d connections still acquired", s.AcquiredConns())
+				}
+				t.Log(fmt.Sprint(outcomes))
+			})
+		}
 	}
 }
 
@@ -353,7 +371,7 @@ func TestCommitAroundTheTxOfAHandlerWithoutAResult(t *testing.T) {
 		}
 		_, err := credit(ctx, tx, msg)
 		return err
-	}))
+	}), idem.WithPessimisticClaim()) // its row is born done at the claim
 	msg := deposit{Account: "acc-c", Ref: 1, Amount: 5}
 	if _, _, err := in.Handle(ctx, msg); err == nil || !strings.Contains(err.Error(), "sent around the handler's Tx (through tx.Conn()) ended it") {
 		t.Fatalf("the run that commits: %v; want it refused", err)
@@ -463,7 +481,9 @@ func TestCommittedRunningRowIsTakenOver(t *testing.T) {
 				}
 				return credit(ctx, tx, msg)
 			}
-			in := idemimpl.NewInbox(db.Pool, depositTable, handler)
+			// The claim-first protocol commits the running row with the
+			// handler's COMMIT.
+			in := idemimpl.NewInbox(db.Pool, depositTable, handler, idem.WithPessimisticClaim())
 			msg := deposit{Account: "acc-t", Ref: 1, Amount: 7}
 			if _, _, err := in.Handle(ctx, msg); err == nil || !strings.Contains(err.Error(), "sent around the handler's Tx (through tx.Conn()) ended it") {
 				t.Fatalf("the run that commits: %v; want the delivery refused", err)

@@ -108,81 +108,113 @@ func balance(t *testing.T, db *idemtest.DB, account string) int {
 	return count(t, db.Pool, `SELECT coalesce(sum(balance), 0)::int FROM accounts WHERE id = $1`, account)
 }
 
+// TestConcurrentDeliveriesProcessOnce delivers 16 copies of a slow message
+// at once, under each isolation level and each protocol. One copy commits
+// its effect; the other 15 are Duplicate with its result. The optimistic
+// protocol lets copies run the handler and rolls them back at their
+// INSERT (or at the handler's own conflicting write): the test logs how
+// many ran. WithPessimisticClaim runs the handler once.
 func TestConcurrentDeliveriesProcessOnce(t *testing.T) {
-	for _, iso := range []pgx.TxIsoLevel{"", pgx.RepeatableRead, pgx.Serializable} {
-		t.Run("isolation="+string(iso), func(t *testing.T) {
-			db := idemtest.New(t, migrations)
-			ctx := context.Background()
-			const n = 16
-			idemtest.Warm(t, db.Pool, n)
-
-			var calls atomic.Int32
-			handler := func(ctx context.Context, tx pgx.Tx, msg deposit) (receipt, error) {
-				calls.Add(1)
-				// Hold the claim so that every other delivery arrives while
-				// this one's transaction is open.
-				time.Sleep(300 * time.Millisecond)
-				return credit(ctx, tx, msg)
-			}
-			var opts []idem.Option
-			if iso != "" {
-				opts = append(opts, idem.WithIsolation(iso))
-			}
-			inbox := idemimpl.NewInbox(db.Pool, depositTable, handler, opts...)
-
-			msg := deposit{Account: "acc-1", Ref: 7, Amount: 100}
-			type res struct {
-				r   receipt
-				o   idem.Outcome
-				err error
-			}
-			results := make([]res, n)
-			idemtest.AtOnce(n, func(i int) {
-				r, o, err := inbox.Handle(ctx, msg)
-				results[i] = res{r, o, err}
+	for _, protocol := range []string{"optimistic", "pessimistic"} {
+		for _, iso := range []pgx.TxIsoLevel{"", pgx.RepeatableRead, pgx.Serializable} {
+			t.Run(protocol+"/isolation="+string(iso), func(t *testing.T) {
+				testConcurrentDeliveries(t, protocol == "pessimistic", iso)
 			})
+		}
+	}
+}
 
-			var processed, duplicate int
-			var first receipt
-			for _, r := range results {
-				if r.err != nil {
-					t.Fatalf("Handle: %v", r.err)
-				}
-				if r.o == idem.Processed {
-					processed++
-					first = r.r
-				} else {
-					duplicate++
-				}
-			}
-			if processed != 1 || duplicate != n-1 {
-				t.Fatalf("processed=%d duplicate=%d, want 1 and %d", processed, duplicate, n-1)
-			}
-			for _, r := range results {
-				if r.r != first {
-					t.Errorf("result %+v differs from the first delivery's %+v", r.r, first)
-				}
-			}
-			if got := calls.Load(); got != 1 {
-				t.Errorf("handler called %d times, want 1", got)
-			}
-			if got := inboxRows(t, db); got != 1 {
-				t.Errorf("%d inbox rows, want 1", got)
-			}
-			if got := balance(t, db, "acc-1"); got != 100 {
-				t.Errorf("balance %d, want 100 (the deposit applied once)", got)
-			}
-		})
+func testConcurrentDeliveries(t *testing.T, pessimistic bool, iso pgx.TxIsoLevel) {
+	db := idemtest.New(t, migrations)
+	ctx := context.Background()
+	const n = 16
+	idemtest.Warm(t, db.Pool, n)
+
+	var runs, completed atomic.Int32
+	handler := func(ctx context.Context, tx pgx.Tx, msg deposit) (receipt, error) {
+		runs.Add(1)
+		// Slow: every other copy arrives while this one's transaction is
+		// open.
+		time.Sleep(300 * time.Millisecond)
+		r, err := credit(ctx, tx, msg)
+		if err == nil {
+			completed.Add(1)
+		}
+		return r, err
+	}
+	var opts []idem.Option
+	if iso != "" {
+		opts = append(opts, idem.WithIsolation(iso))
+	}
+	if pessimistic {
+		opts = append(opts, idem.WithPessimisticClaim())
+	}
+	inbox := idemimpl.NewInbox(db.Pool, depositTable, handler, opts...)
+
+	msg := deposit{Account: "acc-1", Ref: 7, Amount: 100}
+	type res struct {
+		r   receipt
+		o   idem.Outcome
+		err error
+	}
+	results := make([]res, n)
+	idemtest.AtOnce(n, func(i int) {
+		r, o, err := inbox.Handle(ctx, msg)
+		results[i] = res{r, o, err}
+	})
+
+	var processed, duplicate int
+	var first receipt
+	for _, r := range results {
+		if r.err != nil {
+			t.Fatalf("Handle: %v", r.err)
+		}
+		if r.o == idem.Processed {
+			processed++
+			first = r.r
+		} else {
+			duplicate++
+		}
+	}
+	if processed != 1 || duplicate != n-1 {
+		t.Fatalf("processed=%d duplicate=%d, want 1 and %d", processed, duplicate, n-1)
+	}
+	for _, r := range results {
+		if r.r != first {
+			t.Errorf("result %+v differs from the first delivery's %+v", r.r, first)
+		}
+	}
+	t.Logf("%d copies: the handler ran %d times, %d ran to its end, %d rolled back", n, runs.Load(), completed.Load(), runs.Load()-1)
+	if pessimistic && runs.Load() != 1 {
+		t.Errorf("handler ran %d times with WithPessimisticClaim, want 1", runs.Load())
+	}
+	if got := runs.Load(); got < 1 || got > n {
+		t.Errorf("handler ran %d times, want 1 to %d", got, n)
+	}
+	if got := inboxRows(t, db); got != 1 {
+		t.Errorf("%d inbox rows, want 1", got)
+	}
+	if got := balance(t, db, "acc-1"); got != 100 {
+		t.Errorf("balance %d, want 100 (the deposit applied once)", got)
+	}
+	if got := count(t, db.Pool, `SELECT count(*) FROM postings WHERE account = 'acc-1'`); got != 1 {
+		t.Errorf("%d postings, want 1", got)
 	}
 }
 
 func TestSequentialDuplicateReturnsStoredResult(t *testing.T) {
 	db := idemtest.New(t, migrations)
 	ctx := context.Background()
+	// A duplicate enters the handler, but its first statement fails
+	// (the lookup in front of it found the key): count the runs that got
+	// past it.
 	var calls int
 	inbox := idemimpl.NewInbox(db.Pool, depositTable, func(ctx context.Context, tx pgx.Tx, msg deposit) (receipt, error) {
-		calls++
-		return credit(ctx, tx, msg)
+		r, err := credit(ctx, tx, msg)
+		if err == nil {
+			calls++
+		}
+		return r, err
 	})
 	msg := deposit{Account: "acc-2", Ref: 1, Amount: 5}
 	r1, o1, err := inbox.Handle(ctx, msg)
@@ -359,11 +391,12 @@ func TestInProgressAfterClaimWait(t *testing.T) {
 	db := idemtest.New(t, migrations)
 	ctx := context.Background()
 	entered, release := make(chan struct{}), make(chan struct{})
+	// The claim-first protocol holds the key while the handler runs.
 	slow := idemimpl.NewInbox(db.Pool, depositTable, func(ctx context.Context, tx pgx.Tx, msg deposit) (receipt, error) {
 		close(entered)
 		<-release
 		return credit(ctx, tx, msg)
-	})
+	}, idem.WithPessimisticClaim())
 	msg := deposit{Account: "acc-9", Ref: 1, Amount: 4}
 	firstDone := make(chan error)
 	go func() {
@@ -372,7 +405,7 @@ func TestInProgressAfterClaimWait(t *testing.T) {
 	}()
 	<-entered
 
-	fast := idemimpl.NewInbox(db.Pool, depositTable, credit, idem.WithClaimWait(150*time.Millisecond))
+	fast := idemimpl.NewInbox(db.Pool, depositTable, credit, idem.WithClaimWait(150*time.Millisecond), idem.WithPessimisticClaim())
 	began := time.Now()
 	_, _, err := fast.Handle(ctx, msg)
 	waited := time.Since(began)

@@ -122,6 +122,18 @@ func WithBeforeComplete(hook func(ctx context.Context) error) Option {
 	return func(o *options) { o.BeforeComplete = hook; o.Given |= config.BeforeComplete }
 }
 
+// WithPessimisticClaim claims the key before the handler runs. The
+// default delivery runs the handler first and writes the inbox row at the
+// commit. Then a concurrent copy of a message runs the handler too, and
+// rolls back at its INSERT. With this option a copy waits at the claim
+// instead and never runs the handler. Use it for a handler too costly to
+// run twice at once. It costs a first delivery one more round trip and a
+// second write of the inbox row. Only mode=tx takes it: the constructors
+// of the other modes refuse it.
+func WithPessimisticClaim() Option {
+	return func(o *options) { o.Pessimistic = true; o.Given |= config.PessimisticClaim }
+}
+
 // DefaultBatchCap is how many messages one HandleBatch transaction holds at
 // most, by default: a longer batch is split into transactions of that many.
 const DefaultBatchCap = 100

@@ -114,7 +114,12 @@ func (in *Inbox[M, R]) handleBatch(ctx context.Context, msgs []M, results []idem
 		return b.failAll(ctx, fmt.Errorf("idem: acquire a connection: %w", err))
 	}
 	conn := pooled.Conn()
-	retry := b.run(ctx, conn)
+	var retry []int
+	if in.claimFirst {
+		retry = b.run(ctx, conn)
+	} else {
+		retry = b.runOptimistic(ctx, conn)
+	}
 	pooled.Release()
 	b.oneByOne(ctx, append(append(retry, b.running...), b.later...))
 	return nil
@@ -217,7 +222,8 @@ func (b *batch[M, R]) oneByOne(ctx context.Context, indexes []int) {
 	}
 }
 
-// run is the batch's transaction on conn. It decides what it can and
+// run is the claim-first batch's transaction on conn (WithPessimisticClaim,
+// or a stale-message guard). It decides what it can and
 // returns the messages to deliver one by one (after a rollback).
 func (b *batch[M, R]) run(ctx context.Context, conn *pgx.Conn) (retry []int) {
 	in := b.in
@@ -410,44 +416,14 @@ func (b *batch[M, R]) lookup(ctx context.Context, conn *pgx.Conn, lost []int, ke
 		pb.Queue(q.sql, q.args...)
 	}
 	br := conn.SendBatch(ctx, pb)
-	type row struct {
-		fp, stored []byte
-		status     string
-		found      bool
-	}
-	rows := make([]row, len(lost))
-	readGroup := func(g patternKeys) error {
-		rs, err := br.Query()
-		if err != nil {
-			return err
-		}
-		defer rs.Close()
-		for rs.Next() {
-			var pos int64
-			var r row
-			if err := rs.Scan(&pos, &r.fp, &r.status, &r.stored); err != nil {
-				return err
-			}
-			if pos < 1 || pos > int64(len(g.at)) {
-				return fmt.Errorf("idem: the batch lookup returned the position %d of %d keys", pos, len(g.at))
-			}
-			r.found = true
-			rows[g.at[pos-1]] = r
-		}
-		return rs.Err()
-	}
+	rows := make([]lookupRow, len(lost))
 	err := func() error {
 		if rollbackFirst {
 			if _, err := br.Exec(); err != nil {
 				return err
 			}
 		}
-		for _, g := range groups {
-			if err := readGroup(g); err != nil {
-				return err
-			}
-		}
-		return nil
+		return readLookups(br, groups, rows)
 	}()
 	if closeErr := br.Close(); err == nil {
 		err = closeErr
@@ -457,32 +433,76 @@ func (b *batch[M, R]) lookup(ctx context.Context, conn *pgx.Conn, lost []int, ke
 	}
 	for k, j := range lost {
 		i := b.primary[j]
-		key, r := b.keys[i], rows[k]
-		if !r.found {
-			b.decide(ctx, i, idem.Result[R]{Err: in.retryable(key, errors.New("idem: the claim conflicted with an inbox row that was gone when read back"))})
+		if !rows[k].found {
+			b.decide(ctx, i, idem.Result[R]{Err: in.retryable(b.keys[i], errors.New("idem: the claim conflicted with an inbox row that was gone when read back"))})
 			continue
 		}
-		switch same, err := sameFingerprint(r.fp, b.fps[i]); {
-		case err != nil:
-			b.decide(ctx, i, idem.Result[R]{Err: in.fail(key, err)})
-		case !same:
-			b.decide(ctx, i, idem.Result[R]{Err: in.fail(key, idem.ErrKeyReused)})
-		case r.status == statusRunning:
-			// Committed, yet running: a handler ended its transaction
-			// through SQL. Handle takes it over, after the batch.
-			b.running = append(b.running, i)
-		case r.status != statusDone:
-			b.decide(ctx, i, idem.Result[R]{Err: in.fail(key, idem.ErrInProgress)})
-		default:
-			v, err := decodeResult[R](in.noResult, r.stored)
-			if err != nil {
-				b.decide(ctx, i, idem.Result[R]{Err: in.fail(key, err)})
-				continue
+		b.decideRow(ctx, i, rows[k])
+	}
+	return nil
+}
+
+// lookupRow is a key's committed inbox row, as a batch lookup reads it.
+type lookupRow struct {
+	fp, stored []byte
+	status     string
+	found      bool
+}
+
+// readLookups reads the batch lookups of groups (batchLookupKeys, one per
+// null pattern) into rows, by the keys' positions.
+func readLookups(br pgx.BatchResults, groups []patternKeys, rows []lookupRow) error {
+	for _, g := range groups {
+		rs, err := br.Query()
+		if err != nil {
+			return err
+		}
+		for rs.Next() {
+			var pos int64
+			var r lookupRow
+			if err := rs.Scan(&pos, &r.fp, &r.status, &r.stored); err != nil {
+				rs.Close()
+				return err
 			}
-			b.decide(ctx, i, idem.Result[R]{Value: v, Outcome: idem.Duplicate})
+			if pos < 1 || pos > int64(len(g.at)) {
+				rs.Close()
+				return fmt.Errorf("idem: the batch lookup returned the position %d of %d keys", pos, len(g.at))
+			}
+			r.found = true
+			rows[g.at[pos-1]] = r
+		}
+		rs.Close()
+		if err := rs.Err(); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// decideRow decides message i by its key's committed row: Duplicate with
+// the stored result, ErrKeyReused, or (a running row) Handle after the
+// batch, which takes the key over.
+func (b *batch[M, R]) decideRow(ctx context.Context, i int, r lookupRow) {
+	in, key := b.in, b.keys[i]
+	switch same, err := sameFingerprint(r.fp, b.fps[i]); {
+	case err != nil:
+		b.decide(ctx, i, idem.Result[R]{Err: in.fail(key, err)})
+	case !same:
+		b.decide(ctx, i, idem.Result[R]{Err: in.fail(key, idem.ErrKeyReused)})
+	case r.status == statusRunning:
+		// Committed, yet running: a handler ended its transaction
+		// through SQL. Handle takes it over, after the batch.
+		b.running = append(b.running, i)
+	case r.status != statusDone:
+		b.decide(ctx, i, idem.Result[R]{Err: in.fail(key, idem.ErrInProgress)})
+	default:
+		v, err := decodeResult[R](in.noResult, r.stored)
+		if err != nil {
+			b.decide(ctx, i, idem.Result[R]{Err: in.fail(key, err)})
+			return
+		}
+		b.decide(ctx, i, idem.Result[R]{Value: v, Outcome: idem.Duplicate})
+	}
 }
 
 // errBatchRolledBack says that complete's round trip stopped before the
@@ -563,6 +583,163 @@ func (b *batch[M, R]) complete(ctx context.Context, conn *pgx.Conn, keys [][]any
 		// Committed, but some rows did not get their result: a handler
 		// deleted an inbox row. The messages are done; say so.
 		return fmt.Errorf("idem: %d of %d inbox rows were gone when the batch's results were stored; did a handler delete them?", int64(len(keys))-updated, len(keys))
+	}
+	return nil
+}
+
+// runOptimistic is the batch's transaction on conn, optimistic as Handle's
+// (see Inbox.handle). BEGIN, the transaction's marker and the lookup of
+// every key go in one round trip; the keys found committed are decided by
+// their rows. The handler runs on the others. Their rows, with their
+// results, the outbox rows and COMMIT go in one more round trip (one
+// INSERT of all rows). When that INSERT meets a concurrent delivery's row,
+// the batch rolls back and each of its messages goes through Handle. It
+// returns the messages to deliver one by one.
+func (b *batch[M, R]) runOptimistic(ctx context.Context, conn *pgx.Conn) (retry []int) {
+	in := b.in
+	keys := make([][]any, len(b.primary))
+	for j, i := range b.primary {
+		keys[j] = b.keys[i]
+	}
+	groups := byPattern(keys)
+	pb := pgutil.NewBatch(2 + len(groups))
+	pb.BeginTx(in.txOptions)
+	pb.Queue(markSQL)
+	for _, g := range groups {
+		q := in.sql.batchLookupKeys(pick(keys, g), g.nulls)
+		pb.Queue(q.sql, q.args...)
+	}
+	br := conn.SendBatch(ctx, pb)
+	rows := make([]lookupRow, len(keys))
+	err := func() error {
+		for range 2 { // BEGIN, the marker
+			if _, err := br.Exec(); err != nil {
+				return err
+			}
+		}
+		return readLookups(br, groups, rows)
+	}()
+	if closeErr := br.Close(); err == nil {
+		err = closeErr
+	}
+	tx := br.Tx()
+	if err != nil {
+		// Nothing decided: each message on its own.
+		pgutil.Rollback(ctx, conn)
+		return b.primary
+	}
+
+	var won []int // indexes into b.primary
+	for j, i := range b.primary {
+		if rows[j].found {
+			b.decideRow(ctx, i, rows[j])
+			continue
+		}
+		won = append(won, j)
+	}
+	fallback := func() []int {
+		pgutil.Rollback(ctx, conn)
+		retry = retry[:0]
+		for _, j := range won {
+			retry = append(retry, b.primary[j])
+		}
+		return retry
+	}
+	if len(won) == 0 {
+		pgutil.Rollback(ctx, conn)
+		return nil
+	}
+	wonMsgs := make([]M, len(won))
+	for k, j := range won {
+		wonMsgs[k] = b.msgs[b.primary[j]]
+	}
+	values, outs, err := in.runHandler(ctx, conn, tx, wonMsgs)
+	if err != nil {
+		return fallback()
+	}
+	encoded := make([]*string, len(won))
+	for k, v := range values {
+		enc, err := encodeResult(in.noResult, v)
+		if err != nil {
+			return fallback()
+		}
+		if !in.noResult {
+			text := string(enc)
+			encoded[k] = &text
+		}
+	}
+	if in.beforeCommit != nil {
+		if err := runBeforeCommit(ctx, conn, tx, in.beforeCommit); err != nil {
+			return fallback()
+		}
+	}
+	if err := stillInTransaction(conn); err != nil || conn.PgConn().TxStatus() == txFailed {
+		return fallback()
+	}
+	wonKeys, wonFPs := make([][]any, len(won)), make([][]byte, len(won))
+	for k, j := range won {
+		i := b.primary[j]
+		wonKeys[k], wonFPs[k] = b.keys[i], b.fps[i]
+	}
+	switch err := b.insert(ctx, conn, wonKeys, wonFPs, encoded, outs); {
+	case err == nil:
+	case errors.Is(err, errBatchRolledBack):
+		// A concurrent delivery's row, a wait past the claim wait, a
+		// missing partition, a serialization failure: each message on
+		// its own resolves it.
+		return fallback()
+	default:
+		// The COMMIT failed: its outcome is unknown, and the redeliveries
+		// resolve it (Duplicate, or processed).
+		for _, j := range won {
+			i := b.primary[j]
+			b.decide(ctx, i, idem.Result[R]{Err: in.fail(b.keys[i], err)})
+		}
+		return nil
+	}
+	for k, j := range won {
+		b.decide(ctx, b.primary[j], idem.Result[R]{Value: values[k], Outcome: idem.Processed})
+	}
+	return nil
+}
+
+// insert writes the rows of keys, done, with their results (one INSERT,
+// batchInsertSQL), and the outbox rows, and commits, in one round trip;
+// then it has the relays woken. errBatchRolledBack: nothing committed; any
+// other error: the COMMIT's outcome is unknown.
+func (b *batch[M, R]) insert(ctx context.Context, conn *pgx.Conn, keys [][]any, fps [][]byte, results []*string, outs []*idem.Outbox) error {
+	in := b.in
+	pb := pgutil.NewBatch(3)
+	q := in.sql.batchInsertKeys(keys, fps, results, in.lockWait)
+	pb.Queue(q.sql, q.args...)
+	published := queueOutgoing(pb, in.table.Consumer, in.fields, keys, outs)
+	br, done, err := sendCommit(ctx, conn, pb)
+	if err != nil {
+		return fmt.Errorf("%w: %w", errBatchRolledBack, err)
+	}
+	defer done()
+	var committed pgconn.CommandTag
+	before := true // err comes from a statement before the COMMIT
+	if _, err = br.Exec(); err == nil && published > 0 {
+		_, err = br.Exec()
+	}
+	if err == nil {
+		before = false
+		committed, err = br.Exec()
+	}
+	if closeErr := br.Close(); err == nil {
+		err = closeErr
+	}
+	switch {
+	case err != nil && before:
+		pgutil.Rollback(ctx, conn)
+		return fmt.Errorf("%w: %w", errBatchRolledBack, err)
+	case err == nil && committed.String() == "ROLLBACK":
+		return errBatchRolledBack
+	}
+	in.wake.committed(published)
+	if err != nil {
+		return fmt.Errorf("idem: store the batch's results and commit: %w", err)
 	}
 	return nil
 }

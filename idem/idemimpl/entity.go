@@ -152,13 +152,12 @@ func (in *EntityInbox[M, R]) handle(ctx context.Context, msg M, d deliveryOf, _ 
 	key, fp, conn := d.key, d.fp, d.conn
 
 	// BEGIN and the setting go with the handler's first statement.
-	tx := &lazyTx{conn: conn, opts: in.txOptions, fp: hex.EncodeToString(fp)}
+	tx := &lazyTx{conn: conn, opts: in.txOptions, setup: query{setFingerprint, []any{hex.EncodeToString(fp)}}}
 	var out *idem.Outbox
 	if in.publishing {
 		out = &idem.Outbox{}
 	}
 	htx := newHandlerTx(tx, conn)
-	htx.lazy = tx
 	result, err := callHandler(ctx, conn, htx, func(ctx context.Context, tx pgx.Tx) (R, error) { return in.handler(ctx, tx, out, msg) }, out)
 	if err != nil {
 		dup, derr := in.isDuplicate(ctx, conn, err)

@@ -10,56 +10,84 @@ import (
 	"github.com/idemgen/idemgen/idem/internal/pgutil"
 )
 
-// lazyTx is the transaction of a mode=entity delivery before and after it
-// begins: BEGIN and the fingerprint setting are not sent on their own but
-// in front of the handler's first statement, in the same pipeline (one
-// round trip for BEGIN, set_config and the INSERT, as the bare business
-// transaction has for BEGIN and its INSERT). A first use that cannot carry
-// them (SendBatch, CopyFrom, Prepare, a savepoint, large objects) begins
-// the transaction in a round trip of its own first.
+// lazyTx is a transaction that begins with the handler's first statement:
+// BEGIN and the statement the delivery needs first are not sent on their
+// own but in front of that statement, in the same pipeline. A mode=entity
+// delivery sends the fingerprint setting there (one round trip for BEGIN,
+// set_config and the INSERT, as the bare business transaction has for
+// BEGIN and its INSERT). An optimistic mode=tx delivery sends the key's
+// lookup there, which also marks the delivery's transaction (see
+// Inbox.handle). A first use that cannot carry them (SendBatch, CopyFrom,
+// Prepare, a savepoint, large objects) sends them in a round trip of their
+// own first.
 type lazyTx struct {
 	conn *pgx.Conn
 	opts pgx.TxOptions
-	fp   string // hex
-	tx   pgx.Tx // nil until the transaction began
+	// setup is queued right after BEGIN. When scan is set, it reads the
+	// setup's rows: an error from it stops the delivery (stop).
+	setup query
+	scan  func(pgx.Rows) error
+	tx    pgx.Tx // nil until the transaction began
+	// stop, once set, is what every later statement gets: the lookup
+	// found the key processed, and the handler is to return.
+	stop error
 }
 
 func (l *lazyTx) begun() bool { return l.tx != nil }
 
+// queue queues BEGIN and the setup on b.
+func (l *lazyTx) queue(b *pgx.Batch) {
+	b.BeginTx(l.opts)
+	b.Queue(l.setup.sql, l.setup.args...)
+}
+
+// read reads what queue queued. An error of scan is stop: the
+// transaction began all the same, and the caller rolls it back.
+func (l *lazyTx) read(br pgx.BatchResults) error {
+	l.tx = br.Tx()
+	if _, err := br.Exec(); err != nil { // BEGIN
+		return err
+	}
+	if l.scan == nil {
+		_, err := br.Exec()
+		return err
+	}
+	rows, err := br.Query()
+	if err != nil {
+		return err
+	}
+	if err := l.scan(rows); err != nil {
+		rows.Close()
+		l.stop = err
+		return err
+	}
+	rows.Close()
+	return rows.Err()
+}
+
 // begin begins the transaction on its own, if it has not begun.
 func (l *lazyTx) begin(ctx context.Context) error {
 	if l.tx != nil {
-		return nil
+		return l.stop
 	}
 	b := pgutil.NewBatch(2)
-	b.BeginTx(l.opts)
-	b.Queue(setFingerprint, l.fp)
+	l.queue(b)
 	br := l.conn.SendBatch(ctx, b)
-	l.tx = br.Tx()
-	_, err := br.Exec()
-	if err == nil {
-		_, err = br.Exec()
-	}
+	err := l.read(br)
 	if closeErr := br.Close(); err == nil {
 		err = closeErr
 	}
 	return err
 }
 
-// send sends BEGIN, the setting and the statement in one pipeline and
-// returns the batch with the statement's result next to read.
+// send sends BEGIN, the setup and the statement in one pipeline
+// and returns the batch with the statement's result next to read.
 func (l *lazyTx) send(ctx context.Context, sql string, args []any) (pgx.BatchResults, error) {
 	b := pgutil.NewBatch(3)
-	b.BeginTx(l.opts)
-	b.Queue(setFingerprint, l.fp)
+	l.queue(b)
 	b.Queue(sql, args...)
 	br := l.conn.SendBatch(ctx, b)
-	l.tx = br.Tx()
-	_, err := br.Exec()
-	if err == nil {
-		_, err = br.Exec()
-	}
-	if err != nil {
+	if err := l.read(br); err != nil {
 		_ = br.Close()
 		return nil, err
 	}

@@ -66,6 +66,9 @@ type Inbox[M, R any] struct {
 	claimWait  time.Duration
 	lockWait   any // the claim's lock_timeout value, boxed once
 	noResult   bool
+	// claimFirst: WithPessimisticClaim, or a stale-message guard, which
+	// records the version in the claim; see handle.
+	claimFirst bool
 	batchCap   int // the most messages one HandleBatch transaction holds
 	// now is the clock of a partitioned inbox's window.
 	now func() time.Time
@@ -114,7 +117,10 @@ func newInbox[M, R any](constructor string, db idem.DB, table Table[M], opts []i
 		lockWait:  lockTimeout(o.ClaimWait),
 		noResult:  noResult,
 		batchCap:  o.BatchCap,
-		now:       now,
+		// The guard's claim decides whether the message is fresh before
+		// the handler runs.
+		claimFirst: o.Pessimistic || table.Order != nil,
+		now:        now,
 
 		beforeCommit: o.BeforeCommit,
 		delivery:     delivery[M, R]{consumerOf: newConsumerOf(o, table.Consumer, fieldsOf(table.Columns), table.Key)},
@@ -140,7 +146,251 @@ func newInbox[M, R any](constructor string, db idem.DB, table Table[M], opts []i
 	return in
 }
 
-func (in *Inbox[M, R]) handle(ctx context.Context, msg M, d deliveryOf, _ *int) (R, idem.Outcome, error) {
+// handle delivers msg. By default it is optimistic: it runs the handler
+// before it writes the key's row, in 2 round trips.
+//
+//  1. BEGIN, then the key's lookup, which also marks the transaction
+//     (markLookupSQL), go in front of the handler's first statement (see
+//     lazyTx). A committed row stops the delivery: the handler's statements
+//     get errProcessed, the transaction rolls back, and the row decides
+//     (Duplicate with its result, or ErrKeyReused).
+//  2. Once the handler returned: the INSERT of the key's row, done with its
+//     result (insertSQL), the outbox rows and COMMIT. A concurrent
+//     delivery's row fails the INSERT, and the COMMIT behind it rolls
+//     back: that row decides, read in a fresh snapshot (readBack).
+//
+// A handler's error rolls back, and a row committed meanwhile by another
+// delivery decides. So a concurrent copy may run the handler, but it never
+// commits. handleClaimFirst is the protocol of WithPessimisticClaim.
+func (in *Inbox[M, R]) handle(ctx context.Context, msg M, d deliveryOf, n *int) (R, idem.Outcome, error) {
+	if in.claimFirst {
+		return in.handleClaimFirst(ctx, msg, d, n)
+	}
+	var zero R
+	key, fp := d.key, d.fp
+
+	flight := flightKey{db: in.flightDB, consumer: in.table.Consumer, key: keyID(key)}
+	contended := enterFlight(flight)
+	defer leaveFlight(flight)
+	pooled, lockWait, err := in.acquire(ctx, contended)
+	if err != nil {
+		return zero, 0, in.fail(key, err)
+	}
+	defer pooled.Release()
+	conn := pooled.Conn()
+
+	var row storedRow
+	tx := &lazyTx{conn: conn, opts: in.txOptions, setup: in.sql.markLookupKey(key),
+		scan: func(rows pgx.Rows) error { return row.scan(rows) }}
+	results, outs, err := in.runHandler(ctx, conn, tx, []M{msg})
+	if err != nil {
+		err = fmt.Errorf("idem: handler: %w", err)
+	} else {
+		// The last steps before the commit: the hook, and BEGIN with the
+		// lookup for a handler that sent no statement.
+		err = in.beforeInsert(ctx, conn, tx)
+	}
+	switch {
+	case row.found:
+		pgutil.Rollback(ctx, conn)
+		if row.status == statusRunning {
+			// A handler ended its transaction through SQL before a
+			// claim-first delivery marked the row done: take it over.
+			return in.handleClaimFirst(ctx, msg, d, n)
+		}
+		return in.decideRow(key, fp, row)
+	case err != nil:
+		// Rolled back: a row committed meanwhile by another delivery
+		// decides, else the error stands.
+		return in.afterError(ctx, conn, msg, d, n, err)
+	}
+	encoded, err := encodeResult(in.noResult, results[0])
+	if err != nil {
+		pgutil.Rollback(ctx, conn)
+		return zero, 0, in.fail(key, err)
+	}
+	if in.noResult {
+		encoded = nil
+	}
+	switch err := in.insertAndCommit(ctx, conn, key, fp, encoded, lockWait, outs[0]); {
+	case err == nil:
+		return results[0], idem.Processed, nil
+	case pgutil.HasSQLState(err, pgerrcode.UniqueViolation, pgerrcode.SerializationFailure, pgerrcode.DeadlockDetected):
+		// Another delivery of the key committed its row first (under
+		// SERIALIZABLE the conflict may come as a serialization failure):
+		// its row decides.
+		result, o, err := in.readBack(ctx, conn, key, fp, msg, err)
+		if errors.Is(err, errRunningRow) {
+			return in.handleClaimFirst(ctx, msg, d, n)
+		}
+		return result, o, err
+	case pgutil.HasSQLState(err, pgerrcode.LockNotAvailable):
+		pgutil.Rollback(ctx, conn)
+		return zero, 0, in.fail(key, idem.ErrInProgress)
+	case in.table.Partition != "" && isNoPartition(err):
+		pgutil.Rollback(ctx, conn)
+		return zero, 0, in.fail(key, in.noPartition(msg, err))
+	default:
+		pgutil.Rollback(ctx, conn)
+		return zero, 0, in.fail(key, err)
+	}
+}
+
+// storedRow is a key's committed inbox row, as the optimistic delivery's
+// lookup reads it.
+type storedRow struct {
+	found      bool
+	fp, result []byte
+	status     string
+}
+
+// errProcessed is what the handler's statements get once the lookup found
+// the key's row committed: the handler is to return it.
+var errProcessed = errors.New("idem: the message's key was processed already; return this error: the delivery rolls back and answers from the stored row")
+
+// scan reads markLookupSQL's one row; it returns errProcessed when the key
+// has a committed row.
+func (r *storedRow) scan(rows pgx.Rows) error {
+	if !rows.Next() {
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		return errors.New("idem: the key's lookup returned no row")
+	}
+	var status *string
+	if err := rows.Scan(&r.fp, &status, &r.result); err != nil {
+		return err
+	}
+	if status == nil {
+		return nil
+	}
+	r.found, r.status = true, *status
+	return errProcessed
+}
+
+// decideRow is the outcome of a delivery whose key's row was committed
+// before it: Duplicate with the stored result, or ErrKeyReused.
+func (in *Inbox[M, R]) decideRow(key []any, fp []byte, row storedRow) (R, idem.Outcome, error) {
+	var zero R
+	switch same, err := sameFingerprint(row.fp, fp); {
+	case err != nil:
+		return zero, 0, in.fail(key, err)
+	case !same:
+		return zero, 0, in.fail(key, idem.ErrKeyReused)
+	case row.status != statusDone:
+		return zero, 0, in.fail(key, idem.ErrInProgress)
+	}
+	result, err := decodeResult[R](in.noResult, row.result)
+	if err != nil {
+		return zero, 0, in.fail(key, err)
+	}
+	return result, idem.Duplicate, nil
+}
+
+// beforeInsert begins the transaction of a handler that sent no statement
+// (with the lookup), runs the WithBeforeCommit hook, and checks that the
+// connection is still in the delivery's transaction.
+func (in *Inbox[M, R]) beforeInsert(ctx context.Context, conn *pgx.Conn, tx *lazyTx) error {
+	// The lookup first: the hook never runs for a Duplicate.
+	if err := tx.begin(ctx); err != nil {
+		return err
+	}
+	if in.beforeCommit != nil {
+		if err := runBeforeCommit(ctx, conn, tx, in.beforeCommit); err != nil {
+			return fmt.Errorf("idem: before commit: %w", err)
+		}
+	}
+	return stillInTransaction(conn)
+}
+
+// afterError rolls back a delivery that failed before its INSERT, and reads
+// the key's row in the same round trip: a row committed meanwhile by
+// another delivery decides (the handler's error may come from that
+// delivery's writes); without one, cause stands.
+func (in *Inbox[M, R]) afterError(ctx context.Context, conn *pgx.Conn, msg M, d deliveryOf, n *int, cause error) (R, idem.Outcome, error) {
+	var zero R
+	key := d.key
+	result, o, rerr := in.readBack(ctx, conn, key, d.fp, msg, cause)
+	switch {
+	case rerr == nil:
+		return result, o, nil
+	case errors.Is(rerr, errRunningRow):
+		return in.handleClaimFirst(ctx, msg, d, n)
+	case errors.Is(rerr, idem.ErrKeyReused):
+		return zero, 0, rerr
+	default:
+		// No row (or none could be read): the delivery's own error.
+		return zero, 0, in.fail(key, cause)
+	}
+}
+
+// insertAndCommit writes the key's row with its result (insertSQL) and the
+// outgoing messages of out (one INSERT), and commits, all in one round
+// trip; then, unless WithoutNotify, it has the relays woken (relayWake).
+// An error from the INSERT is returned as it is (the caller reads a
+// concurrent delivery's row); the transaction is then aborted.
+func (in *Inbox[M, R]) insertAndCommit(ctx context.Context, conn *pgx.Conn, key []any, fp, result []byte, lockWait any, out *idem.Outbox) error {
+	if conn.PgConn().TxStatus() == txFailed {
+		// A statement of the handler failed, and the handler returned nil.
+		pgutil.Rollback(ctx, conn)
+		return errAborted
+	}
+	b := pgutil.NewBatch(3)
+	q := in.sql.insertKey(key, fp, result, lockWait)
+	b.Queue(q.sql, q.args...)
+	var published int
+	if out != nil {
+		published = queueOutgoing(b, in.table.Consumer, in.fields, [][]any{key}, []*idem.Outbox{out})
+	}
+	br, done, err := sendCommit(ctx, conn, b)
+	if err != nil {
+		return fmt.Errorf("idem: %w before the commit; the transaction was rolled back", err)
+	}
+	defer done()
+	var committed pgconn.CommandTag
+	var insertErr, outboxErr error
+	if _, err = br.Exec(); err != nil {
+		insertErr = err
+		if isClaimCheckFailure(err) {
+			insertErr = errClaimLost
+		}
+	}
+	if err == nil && published > 0 {
+		if _, err = br.Exec(); err != nil && !pgutil.HasSQLState(err, pgerrcode.InFailedSQLTransaction) {
+			outboxErr = errOutboxInsert(published, err)
+		}
+	}
+	if err == nil {
+		committed, err = br.Exec()
+	}
+	if closeErr := br.Close(); err == nil {
+		err = closeErr
+	}
+	switch {
+	case insertErr != nil && pgutil.HasSQLState(insertErr, pgerrcode.InFailedSQLTransaction):
+		return errAborted
+	case insertErr != nil:
+		return insertErr
+	case outboxErr != nil:
+		return outboxErr
+	case pgutil.HasSQLState(err, pgerrcode.InFailedSQLTransaction) || (err == nil && committed.String() == "ROLLBACK"):
+		return errAborted
+	case err != nil:
+		// A failed COMMIT may or may not have committed: the redelivery
+		// finds out. If it did, its rows are to be published.
+		in.wake.committed(published)
+		return fmt.Errorf("idem: store the result and commit: %w", err)
+	}
+	in.wake.committed(published)
+	return nil
+}
+
+// handleClaimFirst is the claim-first delivery of WithPessimisticClaim (and
+// of a table with a stale-message guard): BEGIN and the claim of the key in
+// one round trip, the handler, then the result, the outbox rows and the
+// COMMIT in one more. A concurrent copy waits at its claim and never runs
+// the handler.
+func (in *Inbox[M, R]) handleClaimFirst(ctx context.Context, msg M, d deliveryOf, _ *int) (R, idem.Outcome, error) {
 	var zero R
 	key, fp := d.key, d.fp
 

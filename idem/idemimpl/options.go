@@ -60,7 +60,7 @@ func lockTimeout(d time.Duration) string {
 // options. A constructor refuses any other (see newOptions).
 const (
 	observability       = config.Logger | config.MeterProvider
-	txModeOptions       = config.Isolation | config.ClaimWait | config.BeforeCommit | config.WithoutNotify | config.BatchCap | observability
+	txModeOptions       = config.Isolation | config.ClaimWait | config.BeforeCommit | config.WithoutNotify | config.BatchCap | config.PessimisticClaim | observability
 	entityModeOptions   = config.Isolation | config.BeforeCommit | config.WithoutNotify | observability
 	naturalModeOptions  = config.Isolation | config.BeforeCommit | observability
 	externalModeOptions = config.Lease | config.StuckAttempts | config.BeforeComplete | observability

@@ -46,9 +46,6 @@ func runBeforeCommit(ctx context.Context, conn *pgx.Conn, tx pgx.Tx, hook func(c
 		return nil
 	}
 	htx := newHandlerTx(tx, conn)
-	if l, ok := tx.(*lazyTx); ok {
-		htx.lazy = l
-	}
 	defer func() {
 		htx.s.ended = true
 		if p := recover(); p != nil {

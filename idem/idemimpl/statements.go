@@ -181,6 +181,54 @@ SELECT CASE WHEN EXISTS (SELECT FROM done) THEN true
   ELSE ('` + claimLostMessage + `' || coalesce(current_setting('idem.lock_timeout', true), ''))::boolean
 END`
 
+	// The statements of the optimistic delivery (see Inbox.handle). The
+	// first goes in front of the handler's first statement, right after
+	// BEGIN: it marks the delivery's transaction (idem.delivery, set in it
+	// only) and reads the key's committed row, one row either way (NULLs
+	// when there is none). The LEFT JOIN's outer side, the marker, is
+	// always evaluated; OFFSET 0 keeps it a subquery of its own.
+	markLookupSQL = `SELECT fingerprint, status, result
+FROM (SELECT set_config('idem.delivery', 'on', true) OFFSET 0) AS marker
+LEFT JOIN {table} ON {match}`
+
+	// markSQL marks a batch's transaction, whose lookups run per null
+	// pattern of its keys.
+	markSQL = "SELECT set_config('idem.delivery', 'on', true)"
+
+	// deliveryCheck fails, with an invalid-boolean error whose text is
+	// claimLostMessage, outside the transaction that markLookupSQL or
+	// markSQL marked: a handler that sent "ROLLBACK; BEGIN" around its Tx
+	// (through tx.Conn()) left the connection in another transaction. The
+	// ELSE branch reads the setting so that the planner cannot fold it
+	// into a constant error.
+	deliveryCheck = `(SELECT CASE WHEN coalesce(current_setting('idem.delivery', true), '') = 'on' THEN true
+  ELSE ('` + claimLostMessage + `' || coalesce(current_setting('idem.delivery', true), ''))::boolean END
+  OFFSET 0) AS delivery`
+
+	// insertSQL writes the key's row once, done, with its result, in the
+	// commit's round trip. It is a plain INSERT: a concurrent delivery's
+	// row makes it fail with a unique violation, and the COMMIT queued
+	// behind it roll back. Its wait for a concurrent delivery's
+	// uncommitted row is bounded as the claim's is (claimBound).
+	insertSQL = `INSERT INTO {table} ({columns}, fingerprint, status, result)
+SELECT {values}, {fingerprint}::bytea, 'done', {result}::text::json
+FROM ` + deliveryCheck + `, ` + claimBound + `
+RETURNING set_config('lock_timeout', current_setting('idem.lock_timeout'), true) IS NOT NULL`
+
+	// batchInsertSQL is insertSQL for the keys of a batch, in key order
+	// (as the batch claim), restoring lock_timeout once every row is in.
+	batchInsertSQL = claimWait + `,
+m AS MATERIALIZED (
+  SELECT * FROM unnest({arrays}, {fingerprint}::bytea[], {results}::text[]) AS m ({aliases}, fp, r)
+),
+inserted AS (
+  INSERT INTO {table} ({columns}, fingerprint, status, result)
+  SELECT {alias_values}, m.fp, 'done', m.r::json FROM ` + deliveryCheck + `, wait, m ORDER BY {alias_values}
+  RETURNING 1
+)
+SELECT set_config('lock_timeout', current_setting('idem.lock_timeout'), true) IS NOT NULL
+FROM (SELECT count(*) FROM inserted) AS everything`
+
 	lookupSQL = `SELECT fingerprint, status, result FROM {table}
 WHERE {match}`
 
@@ -296,6 +344,10 @@ type inboxSQL struct {
 	// variant matches it with IS NULL and numbers only the parts that are
 	// not NULL.
 	markDone, takeOver, lookup map[uint64]string
+	// markLookup is the optimistic delivery's first statement, by null
+	// pattern as lookup; insert and batchInsert write its rows.
+	markLookup          map[uint64]string
+	insert, batchInsert string
 	// result: the rows store the handler's result (markDone sets it).
 	result bool
 	purge  string
@@ -323,7 +375,8 @@ func newInboxSQL[M any](constructor string, t Table[M], result bool) *inboxSQL {
 	}
 	cols, n := t.Columns, len(t.Columns)
 	s := &inboxSQL{parts: n, guarded: t.Order != nil, result: result,
-		markDone: map[uint64]string{}, takeOver: map[uint64]string{}, lookup: map[uint64]string{}}
+		markDone: map[uint64]string{}, takeOver: map[uint64]string{}, lookup: map[uint64]string{},
+		markLookup: map[uint64]string{}}
 	edit := func(name, sql string) string { return sqlhook.Apply(t.Consumer, name, sql) }
 	columns := list(cols, ", ", func(_ int, c Column) string { return c.Name })
 	values := list(cols, ", ", func(i int, c Column) string { return ph(i+1) + "::" + c.Type })
@@ -339,6 +392,8 @@ func newInboxSQL[M any](constructor string, t Table[M], result bool) *inboxSQL {
 			"entity", ph(n+3), "entity_type", t.EntityType, "version", ph(n+4))
 	}
 	s.claimSQL = edit("claim", claim)
+	s.insert = edit("insert", fill(insertSQL, "wait", ph(n+3), "table", t.Name, "columns", columns,
+		"values", values, "fingerprint", ph(n+1), "result", ph(n+2)))
 	s.purge = edit("purge", fill(purgeSQL, "table", t.Name))
 
 	var nullable []int
@@ -364,6 +419,7 @@ func newInboxSQL[M any](constructor string, t Table[M], result bool) *inboxSQL {
 		s.takeOver[nulls] = edit("take_over", fill(takeOverSQL, "wait", "$"+strconv.Itoa(nextN(next)+1),
 			"table", t.Name, "match", match, "fingerprint", next))
 		s.lookup[nulls] = edit("lookup", fill(lookupSQL, "table", t.Name, "match", match))
+		s.markLookup[nulls] = edit("mark_lookup", fill(markLookupSQL, "table", t.Name, "match", match))
 		s.batch[nulls] = batchStatements(t.Name, cols, nulls, result, edit)
 	}
 
@@ -377,6 +433,9 @@ func newInboxSQL[M any](constructor string, t Table[M], result bool) *inboxSQL {
 	claimPairs := []string{"wait", ph(n + 2), "arrays", all.arrays, "fingerprint", ph(n + 1),
 		"aliases", all.aliases, "table", t.Name, "columns", columns, "status", status,
 		"alias_values", all.values, "join_claim", claimJoin}
+	s.batchInsert = edit("batch_insert", fill(batchInsertSQL, "wait", ph(n+3), "arrays", all.arrays,
+		"fingerprint", ph(n+1), "results", ph(n+2), "aliases", all.aliases, "table", t.Name,
+		"columns", columns, "alias_values", all.values))
 	if s.guarded {
 		s.batchClaim = edit("batch_claim", fill(guardedBatchClaimSQL, append(claimPairs,
 			"entities", ph(n+3), "entity_type", t.EntityType, "versions_arg", ph(n+4), "versions", t.Versions)...))
@@ -510,6 +569,37 @@ func (s *inboxSQL) takeOverKey(key []any, fp []byte, lockWait any) query {
 func (s *inboxSQL) lookupKey(key []any) query {
 	sql, args := byNulls(s.lookup, key)
 	return query{sql, args}
+}
+
+// markLookupKey is the optimistic delivery's first statement for key
+// (markLookupSQL): the parts of the key that are not NULL.
+func (s *inboxSQL) markLookupKey(key []any) query {
+	sql, args := byNulls(s.markLookup, key)
+	return query{sql, args}
+}
+
+// insertKey writes key's row done with result (nil for a handler without
+// one), bounded by the claim's lock_timeout (insertSQL): every part of the
+// key, the fingerprint, the result and the wait. The result goes as text
+// (see markKeyDone).
+func (s *inboxSQL) insertKey(key []any, fp, result []byte, lockWait any) query {
+	args := make([]any, 0, len(key)+3)
+	for _, part := range key {
+		args = append(args, param(part))
+	}
+	var r any
+	if result != nil {
+		r = string(result)
+	}
+	return query{s.insert, append(args, fp, r, lockWait)}
+}
+
+// batchInsertKeys writes the rows of keys, done, with their results
+// (batchInsertSQL): one text[] per key part, the fingerprints, the results
+// (NULL for a handler without one) and the wait.
+func (s *inboxSQL) batchInsertKeys(keys [][]any, fps [][]byte, results []*string, lockWait any) query {
+	args := s.claimArrays(keys, 3)
+	return query{s.batchInsert, append(args, fps, results, lockWait)}
 }
 
 // byNulls picks the variant of a statement for key's null pattern and the

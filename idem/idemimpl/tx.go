@@ -46,9 +46,9 @@ type handlerTx struct {
 	conn      *pgx.Conn
 	s         *txState
 	savepoint bool // a nested transaction: Commit and Rollback are its own
-	// lazy, for a mode=entity delivery, begins the transaction with the
-	// handler's first statement: until then the connection is idle on
-	// purpose.
+	// lazy, for a mode=entity or an optimistic mode=tx delivery, begins
+	// the transaction with the handler's first statement: until then the
+	// connection is idle on purpose.
 	lazy *lazyTx
 }
 
@@ -61,7 +61,11 @@ type txState struct {
 }
 
 func newHandlerTx(tx pgx.Tx, conn *pgx.Conn) *handlerTx {
-	return &handlerTx{Tx: tx, conn: conn, s: &txState{}}
+	t := &handlerTx{Tx: tx, conn: conn, s: &txState{}}
+	if l, ok := tx.(*lazyTx); ok {
+		t.lazy = l
+	}
+	return t
 }
 
 // before is checked before every statement: the Tx is usable only while the
@@ -72,6 +76,8 @@ func (t *handlerTx) before() error {
 		return pgx.ErrTxClosed
 	case t.s.escaped != nil:
 		return t.s.escaped
+	case t.lazy != nil && t.lazy.stop != nil:
+		return t.lazy.stop
 	case t.lazy != nil && !t.lazy.begun():
 	case !t.conn.IsClosed() && t.conn.PgConn().TxStatus() == txIdle:
 		// Ended by a statement that did not go through this Tx (through

@@ -197,7 +197,7 @@ func (s Suite[V, M, R]) batchConcurrent(t testing.TB, seen *fixtureSeen) {
 			sc.wantDuplicate("a message of a concurrent batch", d, *first)
 		}
 	}
-	sc.wantRuns(1, "concurrent batches of one key run the handler once")
+	sc.wantConcurrentRuns(n, "concurrent batches of one key run the handler once")
 	sc.wantApplied(msg, 1, "after the concurrent batches")
 	sc.check.wantOneDelivery(fmt.Sprintf("%d concurrent batches of the message twice", n), causeConcurrent)
 }

@@ -25,6 +25,7 @@ type Options struct {
 	BatchCap     int
 	Logger       *slog.Logger
 	Meter        metric.MeterProvider
+	Pessimistic  bool // WithPessimisticClaim: claim the key before the handler runs
 
 	// mode=external only (NewExternalInbox).
 	Lease          time.Duration
@@ -53,11 +54,12 @@ const (
 	Lease
 	StuckAttempts
 	BeforeComplete
+	PessimisticClaim
 )
 
 // Names names the options of a Set, in bit order.
 var Names = [...]string{
 	"idem.WithIsolation", "idem.WithClaimWait", "idem.WithBeforeCommit", "idem.WithoutNotify",
 	"idem.WithBatchCap", "idem.WithLogger", "idem.WithMeterProvider", "idem.WithLease",
-	"idem.WithStuckAttempts", "idem.WithBeforeComplete",
+	"idem.WithStuckAttempts", "idem.WithBeforeComplete", "idem.WithPessimisticClaim",
 }
