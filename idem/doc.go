@@ -15,29 +15,31 @@
 //     SHA-256 of its canonical encoding (fields sorted, zero fields left out,
 //     so that a type that gains a field keeps its fingerprints), or of
 //     [Fingerprinter].
-//  2. In one round trip: BEGIN, bound the wait for a concurrent claim of the same
-//     key (lock_timeout, set and restored by the claim statement itself), and
-//     claim the key with INSERT ... ON CONFLICT DO NOTHING. With a stale-message guard the same
-//     statement records the entity's version if it is newer; a claimed but
-//     stale message is rolled back with [ErrStale].
-//  3. Not claimed: roll back and read the committed row in a fresh snapshot (one
-//     more round trip). Same fingerprint: [Duplicate] with the stored result;
-//     different: [ErrKeyReused]. A committed row still running (a handler
-//     that sent its own COMMIT) is taken over, and the handler runs in full.
-//  4. Claimed: call the handler with the same transaction, then the
-//     [WithBeforeCommit] hook if there is one. An error or a panic rolls
-//     everything back (the panic is re-raised). A handler that ends the
-//     transaction through SQL (ROLLBACK, COMMIT) has every later statement
-//     refused and its delivery fails saying so; before the commit the
-//     connection must still be inside the transaction.
-//  5. In one round trip: mark the inbox row done with the result (failing
-//     outside the claim's transaction), write the messages a publishing
-//     handler buffered in its [Outbox] (one INSERT into idem_outbox), and
-//     COMMIT. Then return [Processed]; the caller acks. Once such a commit
-//     is acknowledged, a NOTIFY of its own, shared by the commits of a few
-//     milliseconds, wakes the relays. A relay.Relay publishes the committed
-//     outbox rows, at least once each, with their stable ids
-//     ([OutgoingMessageID]).
+//  2. Call the handler. In one round trip, BEGIN and the key's lookup go in
+//     front of its first statement. A committed row for the key stops the
+//     delivery: the handler's statements fail, everything rolls back, and
+//     the row answers. Same fingerprint: [Duplicate] with the stored
+//     result; different: [ErrKeyReused].
+//  3. Then the [WithBeforeCommit] hook, if there is one. An error or a
+//     panic rolls everything back (the panic is re-raised). A handler that
+//     ends the transaction through SQL (ROLLBACK, COMMIT) has every later
+//     statement refused, and its delivery fails saying so.
+//  4. In one round trip: INSERT the inbox row, done, with the result
+//     (failing outside the delivery's transaction), write the messages a
+//     publishing handler buffered in its [Outbox] (one INSERT into
+//     idem_outbox), and COMMIT. Then return [Processed]; the caller acks.
+//     A NOTIFY shared by the commits of a few milliseconds wakes the
+//     relays. A relay.Relay publishes the committed outbox rows, at least
+//     once each, with their stable ids ([OutgoingMessageID]).
+//  5. A concurrent copy's row fails the INSERT with a unique violation:
+//     roll back and read that row in a fresh snapshot. So a concurrent copy
+//     may run the handler, but it never commits.
+//
+// [WithPessimisticClaim] claims the key before the handler runs instead
+// (INSERT ... ON CONFLICT DO NOTHING, bounded by the claim wait): a
+// concurrent copy waits at its claim and never runs the handler. A table
+// with a stale-message guard always claims first, recording the entity's
+// version in the same statement ([ErrStale] for an older one).
 //
 // A stored result that no longer decodes is [ErrUndecodableResult]; a message
 // or result that cannot be encoded (NaN, ±Inf) is [ErrUnencodable]: both fail
