@@ -318,7 +318,7 @@ func TestHandlerEndingTheTransactionThroughSQL(t *testing.T) {
 					c.end(ctx, tx)
 					write(ctx, tx, msg) // its error ignored, as a careless handler does
 					return nil
-				}))
+				}), opts...)
 				msg := deposit{Account: "acc-x", Ref: 1}
 				var outcomes []string
 				for range 3 {

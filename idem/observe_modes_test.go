@@ -94,7 +94,7 @@ func TestEveryModeObservesAlike(t *testing.T) {
 
 	tx := idemimpl.NewInbox(db.Pool, modesTxTable, func(ctx context.Context, tx pgx.Tx, m obsMsg) (obsResult, error) {
 		return result(m), act(m)
-	}, append(opts, idem.WithClaimWait(50*time.Millisecond))...)
+	}, append(opts, idem.WithClaimWait(50*time.Millisecond), idem.WithPessimisticClaim())...) // a held claim: in progress
 	entity := idemimpl.NewEntityInbox(db.Pool, modesEntityTable, func(ctx context.Context, tx pgx.Tx, m obsMsg) (idem.None, error) {
 		if err := act(m); err != nil {
 			return idem.None{}, err

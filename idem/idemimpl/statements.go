@@ -200,9 +200,11 @@ LEFT JOIN {table} ON {match}`
 	// markSQL marked: a handler that sent "ROLLBACK; BEGIN" around its Tx
 	// (through tx.Conn()) left the connection in another transaction. The
 	// ELSE branch reads the setting so that the planner cannot fold it
-	// into a constant error.
+	// into a constant error. The statements that use it read its column:
+	// the planner drops a subquery's unread columns unless they are
+	// volatile, and current_setting is only stable.
 	deliveryCheck = `(SELECT CASE WHEN coalesce(current_setting('idem.delivery', true), '') = 'on' THEN true
-  ELSE ('` + claimLostMessage + `' || coalesce(current_setting('idem.delivery', true), ''))::boolean END
+  ELSE ('` + claimLostMessage + `' || coalesce(current_setting('idem.delivery', true), ''))::boolean END AS ok
   OFFSET 0) AS delivery`
 
 	// insertSQL writes the key's row once, done, with its result, in the
@@ -213,6 +215,7 @@ LEFT JOIN {table} ON {match}`
 	insertSQL = `INSERT INTO {table} ({columns}, fingerprint, status, result)
 SELECT {values}, {fingerprint}::bytea, 'done', {result}::text::json
 FROM ` + deliveryCheck + `, ` + claimBound + `
+WHERE delivery.ok
 RETURNING set_config('lock_timeout', current_setting('idem.lock_timeout'), true) IS NOT NULL`
 
 	// batchInsertSQL is insertSQL for the keys of a batch, in key order
@@ -223,7 +226,8 @@ m AS MATERIALIZED (
 ),
 inserted AS (
   INSERT INTO {table} ({columns}, fingerprint, status, result)
-  SELECT {alias_values}, m.fp, 'done', m.r::json FROM ` + deliveryCheck + `, wait, m ORDER BY {alias_values}
+  SELECT {alias_values}, m.fp, 'done', m.r::json FROM ` + deliveryCheck + `, wait, m
+  WHERE delivery.ok ORDER BY {alias_values}
   RETURNING 1
 )
 SELECT set_config('lock_timeout', current_setting('idem.lock_timeout'), true) IS NOT NULL
