@@ -39,7 +39,9 @@
 // (INSERT ... ON CONFLICT DO NOTHING, bounded by the claim wait): a
 // concurrent copy waits at its claim and never runs the handler. A table
 // with a stale-message guard always claims first, recording the entity's
-// version in the same statement ([ErrStale] for an older one).
+// version in the same statement ([ErrStale] for an older one). So does a
+// partitioned inbox: its claim finds a dropped partition
+// ([ErrOutsideWindow]) before the handler runs.
 //
 // A stored result that no longer decodes is [ErrUndecodableResult]; a message
 // or result that cannot be encoded (NaN, ±Inf) is [ErrUnencodable]: both fail

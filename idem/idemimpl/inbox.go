@@ -66,8 +66,8 @@ type Inbox[M, R any] struct {
 	claimWait  time.Duration
 	lockWait   any // the claim's lock_timeout value, boxed once
 	noResult   bool
-	// claimFirst: WithPessimisticClaim, or a stale-message guard, which
-	// records the version in the claim; see handle.
+	// claimFirst: WithPessimisticClaim, a stale-message guard (which
+	// records the version in the claim) or a partitioned inbox; see handle.
 	claimFirst bool
 	batchCap   int // the most messages one HandleBatch transaction holds
 	// now is the clock of a partitioned inbox's window.
@@ -118,8 +118,9 @@ func newInbox[M, R any](constructor string, db idem.DB, table Table[M], opts []i
 		noResult:  noResult,
 		batchCap:  o.BatchCap,
 		// The guard's claim decides whether the message is fresh before
-		// the handler runs.
-		claimFirst: o.Pessimistic || table.Order != nil,
+		// the handler runs; a partitioned inbox's claim finds a dropped
+		// partition (ErrOutsideWindow) before the handler writes again.
+		claimFirst: o.Pessimistic || table.Order != nil || table.Partition != "",
 		now:        now,
 
 		beforeCommit: o.BeforeCommit,
