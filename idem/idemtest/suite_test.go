@@ -370,8 +370,11 @@ func TestScenariosCatchBrokenConsumers(t *testing.T) {
 			idemtest.ScenarioBatchProcessedKey, idemtest.ScenarioBatchFailingHandler, idemtest.ScenarioBatchConcurrent, idemtest.ScenarioBatchKilledMidBatch}},
 		// Its hook runs once a batch, after the commit: a batch of processed
 		// keys counts as a run, and a failure or a kill there comes too late.
+		// Concurrent batches may run the handler once each (the default
+		// protocol rolls the copies back at their INSERT), so the runs of
+		// batch_concurrent do not tell this consumer from a correct one.
 		{"batch_commits_before_hook", withBatch(suite(newInbox), batchCommitsBeforeHook), []string{idemtest.ScenarioBatchProcessedKey,
-			idemtest.ScenarioBatchFailingHandler, idemtest.ScenarioBatchConcurrent, idemtest.ScenarioBatchKilledMidBatch}},
+			idemtest.ScenarioBatchFailingHandler, idemtest.ScenarioBatchKilledMidBatch}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
