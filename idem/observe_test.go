@@ -178,7 +178,7 @@ func TestObservabilityScenario(t *testing.T) {
 			_, _ = tx.Conn().Exec(ctx, "ROLLBACK; BEGIN")
 		}
 		return obsResult{Charge: "ch-" + m.ID}, nil
-	}, append(opts, idem.WithClaimWait(100*time.Millisecond))...)
+	}, append(opts, idem.WithClaimWait(100*time.Millisecond), idem.WithPessimisticClaim())...) // a held claim: in progress
 	deliver := func(m obsMsg) error { _, _, err := in.Handle(ctx, m); return err }
 
 	expect(obsConsumer, obs.Processed, deliver(msg("m1", 10, 1)), isNil)

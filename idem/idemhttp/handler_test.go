@@ -259,7 +259,8 @@ func TestHandlerErrorRunsAgain(t *testing.T) {
 // and waits longer than the claim wait, is 409 with Retry-After; once the
 // first commits its copies replay it.
 func TestInProgressIs409(t *testing.T) {
-	f := newFixture(t, idem.WithClaimWait(200*time.Millisecond))
+	// The claim-first protocol holds the key while the first request runs.
+	f := newFixture(t, idem.WithClaimWait(200*time.Millisecond), idem.WithPessimisticClaim())
 	url := refundServer(t, f)
 	hdr := []string{"Content-Type", jsonType, "Idempotency-Key", "k-hold", "Authorization", "Bearer acct_1"}
 	body := `{"charge":"hold","amount":500}`

@@ -32,12 +32,12 @@ func inProgress(t *testing.T, wait time.Duration) error {
 		close(entered)
 		<-release
 		return idem.None{}, nil
-	})
+	}, idem.WithPessimisticClaim()) // the claim-first protocol holds the key while the handler runs
 	done := make(chan struct{})
 	go func() { defer close(done); _, _, _ = slow.Handle(context.Background(), order{ID: "k"}) }()
 	<-entered
 	defer func() { close(release); <-done }()
-	fast := idemimpl.NewInbox(db.Pool, table, func(context.Context, pgx.Tx, order) (idem.None, error) { return idem.None{}, nil }, idem.WithClaimWait(wait))
+	fast := idemimpl.NewInbox(db.Pool, table, func(context.Context, pgx.Tx, order) (idem.None, error) { return idem.None{}, nil }, idem.WithClaimWait(wait), idem.WithPessimisticClaim())
 	_, _, err := fast.Handle(context.Background(), order{ID: "k"})
 	if !errors.Is(err, idem.ErrInProgress) {
 		t.Fatalf("got %v; want ErrInProgress", err)
