@@ -197,8 +197,16 @@ func (s Suite[V, M, R]) batchOverlapping(t testing.TB, seen *fixtureSeen) {
 			}
 		}
 	}
-	if runs := sc.runs.Load(); runs < 1 || runs > 3 {
+	// The claim-first protocol runs a batch only on keys it claimed. The
+	// default one lets a batch run and roll back at its INSERT, and its
+	// messages then go one by one: the outcomes above prove one commit.
+	switch runs := sc.runs.Load(); {
+	case pessimistic(s.Options) && (runs < 1 || runs > 3):
 		t.Errorf("overlapping batches of 3 keys committed %d times; want 1 to 3: each commit processes a key that none did before", runs)
+	case runs < 1:
+		t.Errorf("overlapping batches of 3 keys reached their commit %d times; want at least 1", runs)
+	default:
+		t.Logf("%d overlapping batches of 3 keys: the handler reached its commit %d times", n, runs)
 	}
 	sc.wantInboxRows(3, "after the overlapping batches")
 }
