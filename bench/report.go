@@ -353,7 +353,7 @@ func (r *report) writeAlloc(w writer) {
 		}
 	}
 	w("%s\nBy function (those making at least 0.5 allocations per message):\n\n%s", sources, funcs)
-	w("\npgx's pipeline (`SendBatch`, which the wrapper uses to send BEGIN with the claim and the result with COMMIT, a round trip each) allocates per queued statement; one statement per round trip through `Exec` allocates less but costs a round trip each (see hand-written).\n\n")
+	w("\npgx's pipeline (`SendBatch`, which the wrapper uses to send BEGIN with the lookup and the handler's first statement, and the row with COMMIT, a round trip each) allocates per queued statement; one statement per round trip through `Exec` allocates less but costs a round trip each (see hand-written).\n\n")
 	r.writeBehind(w, secAlloc)
 }
 

@@ -389,7 +389,8 @@ func runPaired(ctx context.Context, cfg *config, d time.Duration) (map[string][]
 		if delivers[i], err = sc.prepare(ctx, pool, cfg.accounts); err != nil {
 			return nil, fmt.Errorf("%s: prepare: %w", sc.name, err)
 		}
-		ws[i] = &worker{rng: rand.New(rand.NewPCG(uint64(i), uint64(time.Now().UnixNano()))), accounts: cfg.accounts}
+		// Each its own id: two scenarios may share an inbox table.
+		ws[i] = &worker{id: i, rng: rand.New(rand.NewPCG(uint64(i), uint64(time.Now().UnixNano()))), accounts: cfg.accounts}
 	}
 	lat := map[string][]time.Duration{}
 	start := time.Now()
