@@ -27,13 +27,13 @@ func stmtRole(query string) (rank int, role string) {
 		return 0, "begin"
 	case strings.HasPrefix(q, "set ") || (has("set_config('lock_timeout'") && !has("insert") && !has("update")):
 		return 1, "set the claim's lock_timeout"
-	case has("set_config('idem.delivery'") && has("left join"):
+	// pg_stat_statements shows constants as $n: the optimistic delivery's
+	// statements are told by their aliases (markLookupSQL, insertSQL).
+	case has("as marker", "left join"):
 		return 2, "mark, look the key up"
-	case has("set_config('idem.delivery'") && !has("insert"):
-		return 2, "mark"
 	case has("insert into", "on conflict") && !has("update accounts"):
 		return 2, "claim"
-	case has("insert into", "'done'") && !has("update accounts"):
+	case has("insert into", "as delivery") && !has("update accounts"):
 		return 5, "insert the row with its result"
 	case has("attempts = t.attempts + 1"):
 		return 3, "take over a running row"
