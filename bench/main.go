@@ -4,10 +4,13 @@
 //   - the consumer of package bench/ledger (one UPDATE per message) against
 //     the real PostgreSQL, side by side in one run, at 1, 4 and 16 concurrent
 //     workers: without deduplication ("bare"), through a hand-written inbox,
-//     through the generated wrapper, and through the generated wrapper fed
-//     only messages it has already processed; plus pgbench running the same
-//     SQL as a reference. Messages per second, median and p99 latency, round
-//     trips per message (counted on the wire) and the ratios;
+//     through the generated wrapper, through the same wrapper with the
+//     claim-first protocol (idem.WithPessimisticClaim), and through the
+//     generated wrapper fed only messages it has already processed; plus
+//     pgbench running the same SQL and each protocol's round trips as a
+//     reference. Messages per second, median and p99 latency, round trips
+//     per message (counted on the wire) and the ratios; and, on a
+//     throwaway cluster, the unique violations the server logs;
 //   - what the wrapper allocates per message (go test -bench -benchmem), and
 //     its live heap over a long run;
 //   - the outbox: first deliveries whose handler publishes 0, 1 and 10

@@ -22,7 +22,7 @@ import (
 // delay each way, for each round trip of -netrtt. Over the socket a round
 // trip costs almost nothing, so every scenario is bound by CPU; across a
 // network the round trips a message takes bound a worker's rate (at most
-// one message per trips×RTT), which is where the wrapper's 3 round trips
+// one message per trips×RTT), which is where the wrapper's 2 round trips
 // against the hand-written inbox's 5 show.
 
 // netLink is one way to reach the server: rtt 0 is the socket.

@@ -11,7 +11,13 @@ import (
 
 // The network part's targets (issue 14).
 const (
-	targetNetVsHand    = 1.5
+	targetNetVsHand = 1.5
+	// At one worker a message waits its round trips: 2 against the
+	// hand-written inbox's 5.
+	targetNetVsHandOne = 1.8
+	// A first delivery's median latency, in measured round trips of the
+	// link: its 2 round trips and the server's work.
+	targetNetFirstP50  = 2.3
 	targetNetDupTrips  = 2.0
 	targetNetDupFaster = 2.0
 )
@@ -35,10 +41,12 @@ func (r *report) netTargets(t *targetTable) {
 	}
 	one, many := slices.Min(n.workers), slices.Max(n.workers)
 	link := netLink{rtt: rtt}.name()
-	vsHand := target{doc: "over-a-network", what: fmt.Sprintf("%s: generated ≥ %.1f× hand-written at %d and %d workers", link, targetNetVsHand, one, many), status: met}
+	// At one worker the stricter target below applies; this one holds at
+	// the highest concurrency, when one was measured beside it.
+	vsHand := target{doc: "over-a-network", what: fmt.Sprintf("%s: generated ≥ %.1f× hand-written at %d workers", link, targetNetVsHand, many), status: met}
 	var ratios []string
 	var cells []*cell
-	for _, k := range []int{one, many} {
+	for _, k := range []int{many} {
 		cells = append(cells, n.cell(rtt, scGenerated, k), n.cell(rtt, scHand, k))
 		g, h := n.bound(rtt, scGenerated, k), n.bound(rtt, scHand, k)
 		q := g.s.rate / h.s.rate
@@ -57,12 +65,47 @@ func (r *report) netTargets(t *targetTable) {
 			vsHand.why.add(fmt.Sprintf("what the bounds allow at %d %s, generated ÷ hand-written", k, plural(k, "worker")), "%s", mdtable.Ratio(allows))
 			vsHand.bound = bound{mdtable.Ratio(allows), label}
 		}
-		if k == many {
-			break
-		}
 	}
 	vsHand.measured, vsHand.busy = strings.Join(ratios, ", "), busyOf(cells...)
-	t.add(vsHand)
+	if many > one {
+		t.add(vsHand)
+	}
+	gc1, hc1 := n.cell(rtt, scGenerated, one), n.cell(rtt, scHand, one)
+	q1 := gc1.summary().rate / hc1.summary().rate
+	vsOne := target{doc: "over-a-network", what: fmt.Sprintf("%s: generated ≥ %.1f× hand-written at %d %s", link, targetNetVsHandOne, one, plural(one, "worker")),
+		measured: cellRatio(gc1, hc1), status: verdict(q1 >= targetNetVsHandOne), busy: busyOf(gc1, hc1)}
+	if q1 < targetNetVsHandOne {
+		g, h := n.bound(rtt, scGenerated, one), n.bound(rtt, scHand, one)
+		vsOne.why = append(append(vsOne.why, g.facts()...), h.facts()...)
+		vsOne.bound = bound{mdtable.Ratio(g.most() / h.most()), g.bindLabel}
+		// A worker waits its round trips and what a message takes on the
+		// socket (the server's work and the commit's flush, nearly no
+		// network): their sum a message, each scenario.
+		if gl, hl := n.latencyBound(rtt, scGenerated, one), n.latencyBound(rtt, scHand, one); gl > 0 && hl > 0 {
+			vsOne.why.add("a message's round trips × ping + its median on the socket, generated / hand-written", "%s / %s", mdtable.Dur(gl), mdtable.Dur(hl))
+			vsOne.bound = bound{mdtable.Ratio(float64(hl) / float64(gl)), "round trips + socket latency"}
+		}
+	}
+	t.add(vsOne)
+	ping := n.ping[rtt]
+	gs1 := gc1.summary()
+	inTrips := float64(gs1.p50) / float64(ping)
+	p50 := target{doc: "over-a-network", what: fmt.Sprintf("%s: a first delivery's median ≤ %.1f round trips", link, targetNetFirstP50),
+		measured: fmt.Sprintf("%.2f round trips (%s ÷ %s)", inTrips, mdtable.Dur(gs1.p50), mdtable.Dur(ping)), status: verdict(inTrips <= targetNetFirstP50), busy: busyOf(gc1)}
+	p50.why.add(fmt.Sprintf("median latency at %d %s", one, plural(one, "worker")), "%s", mdtable.Dur(gs1.p50))
+	p50.why.add("the link's round trip, the median ping", "%s", mdtable.Dur(ping))
+	p50.why.add("round trips a message, counted on the wire", "%.2f", gs1.tripsPerMsg)
+	if inTrips > targetNetFirstP50 {
+		// The round trips alone take tripsPerMsg pings; what exceeds it is
+		// the work of client and server, and the commit's flush, which the
+		// socket's median holds.
+		p50.bound = bound{fmt.Sprintf("%.2f", gs1.tripsPerMsg), "round trips counted"}
+		if lb := n.latencyBound(rtt, scGenerated, one); lb > 0 {
+			p50.why.add(fmt.Sprintf("median latency on the socket at %d %s", one, plural(one, "worker")), "%s", mdtable.Dur(n.cell(0, scGenerated, one).summary().p50))
+			p50.bound = bound{fmt.Sprintf("%.2f", float64(lb)/float64(ping)), "round trips + socket latency"}
+		}
+	}
+	t.add(p50)
 	d := n.cell(rtt, scDuplicate, one).summary()
 	g := n.cell(rtt, scGenerated, one).summary()
 	t.add(target{doc: "over-a-network", what: fmt.Sprintf("%s: a duplicate costs ≤ %.0f round trips", link, targetNetDupTrips),
@@ -115,4 +158,17 @@ func (r *report) writeNetwork(w writer) {
 	}
 	w("\n")
 	r.writeBehind(w, secNetwork)
+}
+
+// latencyBound is what a message of scenario name at workers waits across
+// the link rtt at least: its round trips × the link's ping, and its median
+// latency on the socket, where the round trips cost nearly nothing. It is 0
+// when the socket's cell did not run.
+func (r *netResults) latencyBound(rtt time.Duration, name string, workers int) time.Duration {
+	c := r.cell(0, name, workers)
+	if c == nil || len(c.samples) == 0 {
+		return 0
+	}
+	s := r.cell(rtt, name, workers).summary()
+	return time.Duration(s.tripsPerMsg*float64(r.ping[rtt])) + c.summary().p50
 }

@@ -15,12 +15,12 @@ import (
 func (r *report) outboxTargets(t *targetTable) {
 	o := r.outbox
 	if o != nil {
-		trips := target{doc: "outbox-round-trips", what: "0, 1 and 10 outgoing messages cost the same round trips", status: met}
+		trips := target{doc: "outbox-round-trips", what: fmt.Sprintf("a first delivery, 0, 1 or 10 messages out: %.0f round trips", targetFirstTrips), status: met}
 		var parts []string
 		for _, n := range o.workers {
 			trips.busy = append(trips.busy, busyOf(o.firstDeliveryCells(n)...)...)
-			eq, ts := equalTrips(o.firstDeliveryCells(n))
-			if !eq {
+			_, ts := equalTrips(o.firstDeliveryCells(n))
+			if slices.Max(ts) > targetFirstTrips+0.005 {
 				trips.status = missed
 			}
 			var cells []string

@@ -203,7 +203,7 @@ func TestBatchTargetSetBased(t *testing.T) {
 		return lines
 	}
 	with := againstBatched(part(true))
-	if l := with[scBatchSet]; l.status != met || l.what != "set-based HandleBatch of 100 ≥ 0.75× bare batched at 16 workers" || l.busy[0] != 0.6 || l.bound.value != "" {
+	if l := with[scBatchSet]; l.status != met || l.what != "set-based HandleBatch of 100 ≥ 0.6× bare batched at 16 workers" || l.busy[0] != 0.6 || l.bound.value != "" {
 		t.Errorf("with the set-based scenario: %v %q %v %v; want met (0.80×) on its cell, no bound", l.status, l.what, l.busy, l.bound)
 	}
 	for name, lines := range map[string]map[string]target{"with the set-based scenario": with, "without it": againstBatched(part(false))} {

@@ -45,6 +45,14 @@ func (r *report) sizingTargets(t *targetTable) {
 	kinds.why.add("an outgoing message, written", "%s B", mdtable.Thousands(write))
 	kinds.why.add("an outgoing message, when the relay publishes it", "%s B", mdtable.Thousands(relay))
 	t.add(kinds)
+	claimWAL, optWAL := s.walPer(walClaimFirst), s.walPer(walFirst)
+	protocols := target{doc: "sizing-and-wal", what: "WAL per first delivery, claim-first → optimistic, reported", status: reported,
+		measured: fmt.Sprintf("%s B → %s B", mdtable.Thousands(claimWAL), mdtable.Thousands(optWAL))}
+	protocols.why.add("claim-first (WithPessimisticClaim): the claim's INSERT, then the result's UPDATE", "%s B", mdtable.Thousands(claimWAL))
+	protocols.why.add("optimistic: one INSERT with the result", "%s B", mdtable.Thousands(optWAL))
+	protocols.why.add("of it full-page images, claim-first / optimistic", "%s B / %s B", mdtable.Thousands(s.fpiPer(walClaimFirst)), mdtable.Thousands(s.fpiPer(walFirst)))
+	protocols.why.add("the inbox's share, beyond the bare UPDATE, claim-first / optimistic", "%s B / %s B", mdtable.Thousands(claimWAL-s.walPer(walBare)), mdtable.Thousands(optWAL-s.walPer(walBare)))
+	t.add(protocols)
 	now, before := s.runtimeLayout()
 	fpi := (s.fpiPer(walPub10)-s.fpiPer(walFirst))/10 + s.fpiPer(walRelay)
 	// The target is what an outgoing message costs where it is written, in

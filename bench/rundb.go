@@ -15,6 +15,8 @@ type dbResults struct {
 	// paired are the latencies of the scenarios delivered in turn, one
 	// message each, on one connection (runPaired), over every round.
 	paired map[string][]time.Duration
+	// log is what the server logged during the log runs (logerrors.go).
+	log *logResults
 }
 
 type cellKey struct {
@@ -33,7 +35,7 @@ func (r *dbResults) names() []string {
 		names = append(names, sc.name)
 	}
 	if r.pgbench {
-		names = append(names, scPgBare, scPgInbox)
+		names = append(names, pgbenchNames...)
 	}
 	return names
 }
@@ -99,6 +101,10 @@ func runDB(ctx context.Context, cfg *config) (*dbResults, error) {
 		}
 		order = append(order, "the scenarios message by message")
 		res.order = append(res.order, order)
+	}
+	var err error
+	if res.log, err = runLogErrors(ctx, cfg); err != nil {
+		return nil, err
 	}
 	return res, nil
 }

@@ -60,12 +60,19 @@ func (w *worker) next() ledger.Deposit {
 
 // The scenario names, used as keys of the results.
 const (
-	scBare      = "bare"
-	scHand      = "hand-written"
-	scGenerated = "generated"
-	scDuplicate = "generated, duplicates"
-	scPgBare    = "pgbench bare"
-	scPgInbox   = "pgbench inbox"
+	scBare        = "bare"
+	scHand        = "hand-written"
+	scGenerated   = "generated"
+	scDuplicate   = "generated, duplicates"
+	scPessimistic = "generated, pessimistic"
+	scPgBare      = "pgbench bare"
+	scPgInbox     = "pgbench inbox"
+	// The protocols from pgbench: the claim-first one's three round trips,
+	// the optimistic one's two, and the optimistic one without the key's
+	// read.
+	scPgClaimFirst = "pgbench claim-first"
+	scPgOptimistic = "pgbench read, then insert"
+	scPgNoRead     = "pgbench insert, no read"
 )
 
 // duplicateKeys is how many messages the duplicates scenario processes
@@ -103,6 +110,20 @@ func goScenarios() []scenario {
 			what: "`ledger.PostIdem`, the generated wrapper around the same UPDATE, new messages only",
 			prepare: func(ctx context.Context, pool *pgxpool.Pool, _ int) (deliverFunc, error) {
 				gen := ledger.NewPostIdem(pool)
+				return func(ctx context.Context, w *worker) error {
+					_, outcome, err := gen.Handle(ctx, w.next())
+					if err == nil && outcome != idem.Processed {
+						err = fmt.Errorf("outcome %v, want processed", outcome)
+					}
+					return err
+				}, nil
+			},
+		},
+		{
+			name: scPessimistic,
+			what: "the same wrapper built with `idem.WithPessimisticClaim()`: the claim-first protocol, BEGIN and the claim, the UPDATE, the result and COMMIT, new messages only",
+			prepare: func(ctx context.Context, pool *pgxpool.Pool, _ int) (deliverFunc, error) {
+				gen := ledger.NewPostIdem(pool, idem.WithPessimisticClaim())
 				return func(ctx context.Context, w *worker) error {
 					_, outcome, err := gen.Handle(ctx, w.next())
 					if err == nil && outcome != idem.Processed {
@@ -368,7 +389,8 @@ func runPaired(ctx context.Context, cfg *config, d time.Duration) (map[string][]
 		if delivers[i], err = sc.prepare(ctx, pool, cfg.accounts); err != nil {
 			return nil, fmt.Errorf("%s: prepare: %w", sc.name, err)
 		}
-		ws[i] = &worker{rng: rand.New(rand.NewPCG(uint64(i), uint64(time.Now().UnixNano()))), accounts: cfg.accounts}
+		// Each its own id: two scenarios may share an inbox table.
+		ws[i] = &worker{id: i, rng: rand.New(rand.NewPCG(uint64(i), uint64(time.Now().UnixNano()))), accounts: cfg.accounts}
 	}
 	lat := map[string][]time.Duration{}
 	start := time.Now()

@@ -56,15 +56,18 @@ import (
 //     the arithmetic.
 
 // walKinds are the WAL measurements, in the order they run.
-var walKinds = []string{walBare, walFirst, walDuplicate, walPub1, walPub10, walRelay}
+var walKinds = []string{walBare, walFirst, walClaimFirst, walDuplicate, walPub1, walPub10, walRelay}
 
 const (
-	walBare      = "bare UPDATE, no deduplication"
-	walFirst     = "first delivery (generated wrapper)"
-	walDuplicate = "duplicate"
-	walPub1      = "first delivery publishing 1 message"
-	walPub10     = "first delivery publishing 10 messages"
-	walRelay     = "relay: claim, publish and delete an outgoing row"
+	walBare  = "bare UPDATE, no deduplication"
+	walFirst = "first delivery (generated wrapper)"
+	// The same through the claim-first protocol (WithPessimisticClaim),
+	// which writes the inbox row twice.
+	walClaimFirst = "first delivery, claim-first (WithPessimisticClaim)"
+	walDuplicate  = "duplicate"
+	walPub1       = "first delivery publishing 1 message"
+	walPub10      = "first delivery publishing 10 messages"
+	walRelay      = "relay: claim, publish and delete an outgoing row"
 )
 
 // relSize is one relation of a table and its size.
@@ -251,6 +254,7 @@ func runSizing(ctx context.Context, cfg *config) (*sizingResults, error) {
 	layoutSeq := 0
 
 	post := ledger.NewPostIdem(pool)
+	claimFirst := ledger.NewPostIdem(pool, idem.WithPessimisticClaim())
 	pub1 := ledger.NewPublishingPost(pool, 1, idem.WithoutNotify())
 	pub10 := ledger.NewPublishingPost(pool, 10, idem.WithoutNotify())
 	wal, err := newWALMeter(ctx, pool, s.name)
@@ -271,6 +275,8 @@ func runSizing(ctx context.Context, cfg *config) (*sizingResults, error) {
 				deliver = func(i int) error { _, err := ledger.Apply(ctx, pool, msg(ki, rep, i)); return err }
 			case walFirst:
 				deliver = func(i int) error { return expect(post.Handle(ctx, msg(ki, rep, i)))(idem.Processed) }
+			case walClaimFirst:
+				deliver = func(i int) error { return expect(claimFirst.Handle(ctx, msg(ki, rep, i)))(idem.Processed) }
 			case walDuplicate:
 				// The first deliveries of this repeat, again.
 				first := slices.Index(walKinds, walFirst)
@@ -410,8 +416,8 @@ func runSizing(ctx context.Context, cfg *config) (*sizingResults, error) {
 		return nil, err
 	}
 	inbox.purged = inbox.purge.Purged["idem_bench_ledger"]
-	// The copies; the rows the three kinds of first delivery wrote are kept.
-	wantInbox := inbox.size.rows - 3*int64(cfg.walRepeats*cfg.walMsgs)
+	// The copies; the rows the four kinds of first delivery wrote are kept.
+	wantInbox := inbox.size.rows - 4*int64(cfg.walRepeats*cfg.walMsgs)
 	logf("sizing: the janitor purged %v in %s (%d statements, the longest %s), %s of WAL", inbox.purge.Purged, inbox.took.Round(time.Millisecond), inbox.purge.Statements, mdtable.Dur(inbox.purge.Longest), mdtable.IEC(float64(inbox.purgeWAL)))
 	if inbox.purged != wantInbox || len(inbox.purge.Purged) != 1 {
 		return nil, fmt.Errorf("the janitor purged %v, want %d inbox rows (the copies) and nothing else", inbox.purge.Purged, wantInbox)

@@ -132,6 +132,7 @@ func stmtScenarios() []stmtScenarioDef {
 		{sc: byName[scHand]},
 		{sc: handDuplicates()},
 		{sc: byName[scGenerated]},
+		{sc: byName[scPessimistic]},
 		{sc: byName[scDuplicate]},
 		{sc: simple, mode: "simple_protocol"},
 	}
