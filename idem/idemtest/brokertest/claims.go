@@ -242,7 +242,8 @@ func runClaimChild(t *testing.T, cons ClaimConsumer) {
 
 // SlowCopies is the tx-mode scenario: n copies of one message (each with
 // its own broker message id, one key: the order) at once, to a handler that holds the key for slow
-// in its transaction, with a claim wait of a fifth of that: the copies see
+// in its transaction (the claim-first protocol, idem.WithPessimisticClaim),
+// with a claim wait of a fifth of that: the copies see
 // ErrInProgress (each wait counts no attempt: every delivery is attempt 1),
 // and with consumer.WithMaxAttempts(2) none is dead-lettered: one is
 // Processed, the others Duplicates.
@@ -260,7 +261,7 @@ func SlowCopies(t *testing.T, a ClaimAdapter, cons ClaimConsumer) {
 		_, err := tx.Exec(ctx, `INSERT INTO charged (order_id, n, amount) VALUES ($1, 1, $2)
 			ON CONFLICT (order_id) DO UPDATE SET n = charged.n + 1`, o.OrderID, o.Amount)
 		return ChargeResult{Charged: o.Amount}, err
-	}, idem.WithClaimWait(slow/5))
+	}, idem.WithClaimWait(slow/5), idem.WithPessimisticClaim()) // the claim holds the key while the handler runs
 	body := idem.HandlerFunc[idem.Message[Order]](func(ctx context.Context, msg idem.Message[Order]) (idem.Outcome, error) {
 		return inbox.Deliver(ctx, msg.Body)
 	})
