@@ -118,6 +118,10 @@ func (c *Consumer[M]) Run(ctx context.Context) error {
 // it pulled is in hand from then on: waiting for a worker, collected for a
 // batch or being handled, the heartbeat sends InProgress for it, so that
 // none is delivered again while it waits.
+//
+// Once ctx ended it sends no pull. It gives nothing back (no Nak) while one
+// of its pulls may still be answered (see pull). The server would deliver
+// what it gives back to that pull, which nobody reads any more.
 func (c *Consumer[M]) session(ctx context.Context, log *slog.Logger) (consumed bool, err error) {
 	cons, err := c.js.Consumer(ctx, c.top.Stream, c.top.Consumer)
 	if err != nil {
@@ -138,6 +142,9 @@ func (c *Consumer[M]) session(ctx context.Context, log *slog.Logger) (consumed b
 	stopBeats := held.heartbeat(ackWait)
 	defer stopBeats()
 	work := make(chan *inHand, c.o.Prefetch)
+	// pulled closes once no pull of the session can be answered any more:
+	// what the session gives back after ctx ended waits for it.
+	pulled := make(chan struct{})
 	var wg sync.WaitGroup
 	for range c.o.Workers {
 		wg.Add(1)
@@ -148,7 +155,7 @@ func (c *Consumer[M]) session(ctx context.Context, log *slog.Logger) (consumed b
 				if batch > 1 {
 					hs, _ = consume.Collect(ctx, nil, work, h, batch, c.o.BatchLinger)
 				}
-				c.handle(ctx, hs)
+				c.handle(ctx, hs, pulled)
 				held.done(hs)
 			}
 		}()
@@ -157,36 +164,63 @@ func (c *Consumer[M]) session(ctx context.Context, log *slog.Logger) (consumed b
 		close(work)
 		wg.Wait()
 	}()
+	defer close(pulled) // before the workers are waited for: they wait for it
 	for {
 		free, ok := held.room(ctx, max(1, c.o.Prefetch/2))
 		if !ok {
 			log.Info("jetstream consumer: stopped; the messages not acked are delivered again")
 			return true, nil
 		}
-		fctx, cancel := context.WithTimeout(ctx, defaultPullExpiry)
-		fetched, err := cons.Fetch(free, jetstream.FetchContext(fctx))
-		if err != nil {
-			cancel()
-			if ctx.Err() != nil {
-				return true, nil
-			}
-			return true, fmt.Errorf("jetstream: pull from %s: %w", c.top.Consumer, err)
-		}
-		n := 0
-		for msg := range fetched.Messages() {
-			h := c.newInHand(log, msg)
-			held.add(h)
-			n++
-			work <- h // room for it: the holding counts what is in hand
-		}
-		held.unreserve(free - n)
-		err = fetched.Error()
-		cancel()
+		err := c.pull(ctx, log, cons, held, work, free)
 		switch {
 		case ctx.Err() != nil:
 			return true, nil
 		case err != nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, nats.ErrTimeout):
 			return true, fmt.Errorf("jetstream: pull from %s: %w", c.top.Consumer, err)
+		}
+	}
+}
+
+// pull fetches up to free messages (the room reserved for them) and hands
+// each to the workers, until the pull ends: all of them came, or it expired.
+//
+// The pull does not end with ctx. The server answers a pull it holds until
+// it expires, also one the client gave up. What goes to an inbox nobody
+// reads comes again after the ack wait. Or the server requeues it, and the
+// next consumer may get it twice. So when ctx ends, a session that holds
+// messages receives the pull to its end. It gives them back (Nak) after
+// that, with what the pull brought. On a drained stream this takes until
+// the pull expires. A session that holds nothing gives nothing back: it
+// drops the pull at once.
+func (c *Consumer[M]) pull(ctx context.Context, log *slog.Logger, cons jetstream.Consumer, held *holding, work chan<- *inHand, free int) error {
+	pctx, drop := context.WithTimeout(context.WithoutCancel(ctx), defaultPullExpiry)
+	defer drop()
+	fetched, err := cons.Fetch(free, jetstream.FetchContext(pctx))
+	if err != nil {
+		held.unreserve(free)
+		return err
+	}
+	n := 0
+	defer func() { held.unreserve(free - n) }()
+	msgs, stopping, freed := fetched.Messages(), ctx.Done(), (<-chan struct{})(nil)
+	for {
+		select {
+		case msg, ok := <-msgs:
+			if !ok {
+				return fetched.Error()
+			}
+			h := c.newInHand(log, msg)
+			held.add(h)
+			n++
+			work <- h // room for it: the holding counts what is in hand
+			continue
+		case <-stopping:
+			stopping, freed = nil, held.freed
+		case <-freed:
+		}
+		if held.empty() {
+			drop()
+			freed = nil
 		}
 	}
 }
@@ -206,11 +240,16 @@ func newHolding(size int) *holding {
 }
 
 // room waits until at least least (or all the room, when nothing is held)
-// is free, reserves it and returns it; ok is false once ctx ended.
+// is free, reserves it and returns it; ok is false once ctx ended, even
+// with room free: no pull starts after the stop.
 func (h *holding) room(ctx context.Context, least int) (n int, ok bool) {
 	for {
 		h.mu.Lock()
 		free := h.size - h.reserved
+		if ctx.Err() != nil {
+			h.mu.Unlock()
+			return 0, false
+		}
 		if free >= least || (free > 0 && h.reserved == 0) {
 			h.reserved = h.size
 			h.mu.Unlock()
@@ -223,6 +262,13 @@ func (h *holding) room(ctx context.Context, least int) (n int, ok bool) {
 		case <-h.freed:
 		}
 	}
+}
+
+// empty reports whether the session holds no message.
+func (h *holding) empty() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.msgs) == 0
 }
 
 func (h *holding) add(m *inHand) {
@@ -320,9 +366,11 @@ func (c *Consumer[M]) newInHand(log *slog.Logger, msg jetstream.Msg) *inHand {
 }
 
 // handle hands the messages a worker took to the consumer's core, which
-// settles each through settle.
-func (c *Consumer[M]) handle(ctx context.Context, hs []*inHand) {
+// settles each through settle. pulled closes once no pull of the session
+// can be answered any more.
+func (c *Consumer[M]) handle(ctx context.Context, hs []*inHand, pulled <-chan struct{}) {
 	if ctx.Err() != nil {
+		<-pulled
 		for _, h := range hs {
 			_ = h.msg.Nak() // never started: delivered again at once
 		}
@@ -336,17 +384,19 @@ func (c *Consumer[M]) handle(ctx context.Context, hs []*inHand) {
 		}
 	}
 	_ = c.core.Handle(ctx, ds, func(ctx context.Context, i int, dec consume.Decision) error {
-		return c.settle(ctx, hs[i], dec)
+		return c.settle(ctx, hs[i], dec, pulled)
 	})
 }
 
 // settle is the transport of a decision: a DoubleAck; a NakWithDelay (for a
 // key in progress, remembered as a wait, which counts no attempt); a copy on
-// the dead-letter subject and a Term; or, when stopping, a Nak.
-func (c *Consumer[M]) settle(ctx context.Context, h *inHand, dec consume.Decision) error {
+// the dead-letter subject and a Term; or, when stopping, a Nak once pulled
+// closed.
+func (c *Consumer[M]) settle(ctx context.Context, h *inHand, dec consume.Decision, pulled <-chan struct{}) error {
 	h.settling.Store(true)
 	msg := h.msg
 	if dec.Stopping {
+		<-pulled
 		return msg.Nak()
 	}
 	// Settling runs on after ctx ended: what committed is acked.

@@ -323,7 +323,8 @@ func TestConsumerRetryWithDelay(t *testing.T) {
 // handlers are in flight and messages are buffered; what committed is acked,
 // nothing else is: a second consumer then processes exactly the rest, with
 // no duplicate (nothing committed was left unacked) and no order lost
-// (nothing uncommitted was acked).
+// (nothing uncommitted was acked). What the first gave back comes again at
+// once, as attempt 2. None went to a pull of the first that nobody read.
 func TestConsumerStopAcksOnlyCommitted(t *testing.T) {
 	t.Parallel()
 	url := natsURL(t)
@@ -361,6 +362,11 @@ func TestConsumerStopAcksOnlyCommitted(t *testing.T) {
 	}
 	if d := second.Count(idem.Duplicate); d != 0 {
 		t.Errorf("%d duplicates after the stop; want none: everything committed was acked:%s", d, describe(second.Snapshot()))
+	}
+	for _, d := range second.Snapshot() {
+		if d.Attempt > 2 {
+			t.Errorf("%s came as attempt %d; want at most 2: a delivery went to a pull the stopped consumer no longer read", d.ID, d.Attempt)
+		}
 	}
 	if p := second.Count(idem.Processed); p != n-afterStop {
 		t.Errorf("the second consumer processed %d; want the %d not committed before the stop", p, n-afterStop)

@@ -53,6 +53,9 @@
 // When its context ends the consumer takes no new message, settles what the
 // handlers finish (a commit is acked), and naks the messages it held and had
 // not started, so they are delivered again at once; it acks nothing it did not commit.
+// A pull in flight then is received to its end first: on a drained stream,
+// until its 5 s expiry. The server would deliver the naked messages to that
+// pull again, and nobody reads it any more.
 //
 // # Batches
 //

@@ -22,6 +22,8 @@ import (
 
 	"github.com/idemgen/idemgen/idem"
 	"github.com/idemgen/idemgen/idem/consumer"
+	"github.com/idemgen/idemgen/idem/idemimpl"
+	"github.com/idemgen/idemgen/idem/idemtest/brokertest"
 	"github.com/idemgen/idemgen/idem/internal/obs"
 	"github.com/idemgen/idemgen/idem/internal/obs/obstest"
 	"github.com/idemgen/idemgen/idem/kafka"
@@ -342,24 +344,28 @@ func TestConsumerStopCommitsOnlyCommitted(t *testing.T) {
 	db := database(t)
 	_, logger := newLogs(t)
 
-	var release sync.WaitGroup
-	release.Add(1)
+	// The first delivery of s-3 waits in its transaction until the
+	// consumer's context ends, then fails, which rolls it back. The release
+	// waits for the context itself, not for a sleep: a release before the
+	// stop would retry s-3, which could commit before the stop.
+	var stopping sync.WaitGroup
+	stopping.Add(1)
+	release := sync.OnceFunc(stopping.Done)
 	var blocked atomic.Bool
-	blocking := chargeInbox(db.Pool, func(msg idem.Message[order]) error {
+	blocking := releasedOnStop{chargeInbox(db.Pool, func(msg idem.Message[order]) error {
 		if msg.Body.OrderID == "s-3" && !blocked.Swap(true) {
-			release.Wait()
+			stopping.Wait()
 			return errors.New("interrupted")
 		}
 		return nil
-	})
+	}), release}
 	cl := client(t, brokers)
 	for i := range 6 {
 		produce(t, cl, orderRecord(t, topic, fmt.Sprintf("order-s-%d", i), order{OrderID: fmt.Sprintf("s-%d", i), Amount: i}))
 	}
 	stop := run(t, kafka.NewConsumer(brokers, group, []string{topic}, blocking, consumer.WithLogger(logger), fast()))
 	waitFor(t, 10*time.Second, "the handler of s-3 blocked", blocked.Load)
-	go func() { time.Sleep(200 * time.Millisecond); release.Done() }()
-	stop()
+	stop() // its context's end releases s-3
 
 	off := committed(t, brokers, group, topic, 0)
 	charged := queryInt(t, db.Pool, `SELECT count(*)::int FROM charged`)
@@ -373,6 +379,25 @@ func TestConsumerStopCommitsOnlyCommitted(t *testing.T) {
 	if n := queryInt(t, db.Pool, `SELECT coalesce(sum(n), 0)::int FROM charged`); n != 6 {
 		t.Fatalf("%d charges after the restart; want 6", n)
 	}
+}
+
+// releasedOnStop is the charge inbox of TestConsumerStopCommitsOnlyCommitted:
+// release runs once the context of a delivery ends (the consumer's stop).
+// The context is the one the consumer decides with, so that the released
+// handler's failure is taken for a stop, never for a retry.
+type releasedOnStop struct {
+	*idemimpl.Inbox[idem.Message[order], brokertest.ChargeResult]
+	release func()
+}
+
+func (h releasedOnStop) Deliver(ctx context.Context, msg idem.Message[order]) (idem.Outcome, error) {
+	context.AfterFunc(ctx, h.release)
+	return h.Inbox.Deliver(ctx, msg)
+}
+
+func (h releasedOnStop) DeliverBatch(ctx context.Context, msgs []idem.Message[order]) []idem.Result[idem.None] {
+	context.AfterFunc(ctx, h.release)
+	return h.Inbox.DeliverBatch(ctx, msgs)
 }
 
 // TestConsumerRebalanceTenThousand: 10,000 records over 4 partitions; a

@@ -276,9 +276,12 @@ func TestConsumerStopAcksOnlyCommitted(t *testing.T) {
 	const total = 10
 	var committed, blocked atomic.Int32
 	// Orders with an even amount commit at once; odd ones wait in their
-	// transaction until the consumer stops, which rolls them back.
+	// transaction until the consumer's context ends, then fail, which rolls
+	// them back. The release waits for the context itself, not for a sleep:
+	// a release before the stop would send them to the retry queue.
 	var stopping sync.WaitGroup
 	stopping.Add(1)
+	release := sync.OnceFunc(stopping.Done)
 	blocking := chargeInbox(db.Pool, func(msg idem.Message[order]) error {
 		if msg.Body.Amount%2 == 0 {
 			return nil
@@ -288,6 +291,9 @@ func TestConsumerStopAcksOnlyCommitted(t *testing.T) {
 		return errors.New("interrupted")
 	})
 	h := idem.HandlerFunc[idem.Message[order]](func(ctx context.Context, msg idem.Message[order]) (idem.Outcome, error) {
+		if msg.Body.Amount%2 != 0 {
+			context.AfterFunc(ctx, release)
+		}
 		o, err := blocking.Deliver(ctx, msg)
 		if err == nil {
 			committed.Add(1)
@@ -299,12 +305,9 @@ func TestConsumerStopAcksOnlyCommitted(t *testing.T) {
 		publish(t, ch, top.Queue, "order-s-"+string(rune('a'+i)), mustJSON(t, order{OrderID: "s-" + string(rune('a'+i)), Amount: i}))
 	}
 	stop := run(t, rabbitmq.NewConsumer(url, top, h, consumer.WithLogger(logger), consumer.WithWorkers(2), rabbitmq.WithPrefetch(total)))
-	release := sync.OnceFunc(stopping.Done)
-	t.Cleanup(release) // before the consumer's stop, if the test fails early
 	// Both workers end up blocked on odd orders.
 	waitFor(t, 10*time.Second, "two workers blocked", func() bool { return blocked.Load() == 2 })
-	go func() { time.Sleep(200 * time.Millisecond); release() }()
-	stop()
+	stop() // its context's end releases them
 
 	acked := int(committed.Load())
 	left := depth(t, url, top.Queue)
