@@ -321,7 +321,7 @@ func (r *report) writeBounds(w writer) {
 	}
 	w("\n\n")
 
-	w("**Duplicates.** A duplicate learns that it is one from the lookup that rides with BEGIN, then rolls back: %.2f round trips, no handler, no write, no WAL flush to wait for. "+
+	w("**Duplicates.** A duplicate learns that it is one from the lookup that rides with BEGIN, then rolls back: %.2f round trips; the handler stops at its first statement, which the rollback undoes, and there is no WAL flush to wait for. "+
 		"It is %s faster at %d worker and %s message by message (median latency), with %s the messages per second at %d workers. "+
 		"At %d workers the cores bound it: a duplicate costs %s of CPU (server %s, client %s) against %s for a first delivery, a ratio of %s.\n\n",
 		dup.tripsPerMsg, mdtable.Ratio(float64(s(scGenerated, one).p50)/float64(s(scDuplicate, one).p50)), one, mdtable.Ratio(float64(g1)/float64(d1)), mdtable.Ratio(dup.rate/gen.rate), n,
