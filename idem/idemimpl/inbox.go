@@ -336,54 +336,16 @@ func (in *Inbox[M, R]) insertAndCommit(ctx context.Context, conn *pgx.Conn, key 
 		pgutil.Rollback(ctx, conn)
 		return errAborted
 	}
-	b := pgutil.NewBatch(3)
-	q := in.sql.insertKey(key, fp, result, lockWait)
-	b.Queue(q.sql, q.args...)
-	var published int
-	if out != nil {
-		published = queueOutgoing(b, in.table.Consumer, in.fields, [][]any{key}, []*idem.Outbox{out})
-	}
-	br, done, err := sendCommit(ctx, conn, b)
-	if err != nil {
-		return fmt.Errorf("idem: %w before the commit; the transaction was rolled back", err)
-	}
-	defer done()
-	var committed pgconn.CommandTag
-	var insertErr, outboxErr error
-	if _, err = br.Exec(); err != nil {
-		insertErr = err
-		if isClaimCheckFailure(err) {
-			insertErr = errClaimLost
-		}
-	}
-	if err == nil && published > 0 {
-		if _, err = br.Exec(); err != nil && !pgutil.HasSQLState(err, pgerrcode.InFailedSQLTransaction) {
-			outboxErr = errOutboxInsert(published, err)
-		}
-	}
-	if err == nil {
-		committed, err = br.Exec()
-	}
-	if closeErr := br.Close(); err == nil {
-		err = closeErr
-	}
+	firstErr, err := in.commitKey(ctx, conn, key, in.sql.insertKey(key, fp, result, lockWait), out)
 	switch {
-	case insertErr != nil && pgutil.HasSQLState(insertErr, pgerrcode.InFailedSQLTransaction):
+	case firstErr == nil:
+		return err
+	case isClaimCheckFailure(firstErr):
+		return errClaimLost
+	case pgutil.HasSQLState(firstErr, pgerrcode.InFailedSQLTransaction):
 		return errAborted
-	case insertErr != nil:
-		return insertErr
-	case outboxErr != nil:
-		return outboxErr
-	case pgutil.HasSQLState(err, pgerrcode.InFailedSQLTransaction) || (err == nil && committed.String() == "ROLLBACK"):
-		return errAborted
-	case err != nil:
-		// A failed COMMIT may or may not have committed: the redelivery
-		// finds out. If it did, its rows are to be published.
-		in.wake.committed(published)
-		return fmt.Errorf("idem: store the result and commit: %w", err)
 	}
-	in.wake.committed(published)
-	return nil
+	return firstErr
 }
 
 // handleClaimFirst is the claim-first delivery of WithPessimisticClaim (and
@@ -637,27 +599,48 @@ func isClaimCheckFailure(err error) bool {
 // and commits, all in one round trip; then, unless WithoutNotify, it has the
 // relays woken (relayWake).
 func (in *Inbox[M, R]) complete(ctx context.Context, conn *pgx.Conn, key []any, result []byte, out *idem.Outbox) error {
-	b := pgutil.NewBatch(4)
+	first := query{sql: claimCheck} // a row without a result was born done
 	if in.sql.result {
-		q := in.sql.markKeyDone(key, result)
-		b.Queue(q.sql, q.args...)
-	} else {
-		b.Queue(claimCheck) // the row was born done
+		first = in.sql.markKeyDone(key, result)
 	}
+	firstErr, err := in.commitKey(ctx, conn, key, first, out)
+	switch {
+	case firstErr == nil:
+		return err
+	case isClaimCheckFailure(firstErr):
+		return errClaimLost
+	case pgutil.HasSQLState(firstErr, pgerrcode.InFailedSQLTransaction):
+		return errAborted
+	}
+	// Treated as a failed COMMIT, whose outcome the redelivery finds out:
+	// wake the relays for what it may have committed.
+	if out != nil {
+		in.wake.committed(len(link.OutboxBuffer(out).Msgs))
+	}
+	return fmt.Errorf("idem: store the result and commit: %w", firstErr)
+}
+
+// commitKey is the commit's round trip of a single delivery: first (the
+// statement that writes or checks the key's row), the outgoing messages of
+// out (one INSERT) and COMMIT. Then, unless WithoutNotify, it has the relays
+// woken (relayWake). firstErr is first's own error, as the server sent it:
+// nothing after it ran. err is what became of the rest.
+func (in *Inbox[M, R]) commitKey(ctx context.Context, conn *pgx.Conn, key []any, first query, out *idem.Outbox) (firstErr, err error) {
+	b := pgutil.NewBatch(3)
+	b.Queue(first.sql, first.args...)
 	var published int
 	if out != nil { // a publishing inbox's: the rows of what the handler published
 		published = queueOutgoing(b, in.table.Consumer, in.fields, [][]any{key}, []*idem.Outbox{out})
 	}
 	br, done, err := sendCommit(ctx, conn, b)
 	if err != nil {
-		return fmt.Errorf("idem: %w before the commit; the transaction was rolled back", err)
+		return nil, fmt.Errorf("idem: %w before the commit; the transaction was rolled back", err)
 	}
 	defer done()
 	var committed pgconn.CommandTag
 	var outboxErr error
-	if _, err = br.Exec(); isClaimCheckFailure(err) {
-		err = errClaimLost
-	}
+	_, firstErr = br.Exec()
+	err = firstErr
 	if err == nil && published > 0 {
 		if _, err = br.Exec(); err != nil && !pgutil.HasSQLState(err, pgerrcode.InFailedSQLTransaction) {
 			outboxErr = errOutboxInsert(published, err)
@@ -670,22 +653,22 @@ func (in *Inbox[M, R]) complete(ctx context.Context, conn *pgx.Conn, key []any, 
 		err = closeErr
 	}
 	switch {
+	case firstErr != nil:
+		return firstErr, nil
 	case outboxErr != nil:
 		// Nothing was committed: the batch stopped at the failed statement.
-		return outboxErr
-	case errors.Is(err, errClaimLost):
-		return err
+		return nil, outboxErr
 	case pgutil.HasSQLState(err, pgerrcode.InFailedSQLTransaction) || (err == nil && committed.String() == "ROLLBACK"):
-		return errAborted
+		return nil, errAborted
 	case err != nil:
 		// A failed COMMIT may or may not have committed: the redelivery
 		// finds out, as a Duplicate or by processing the message. If it
 		// did, its rows are to be published: wake the relays.
 		in.wake.committed(published)
-		return fmt.Errorf("idem: store the result and commit: %w", err)
+		return nil, fmt.Errorf("idem: store the result and commit: %w", err)
 	}
 	in.wake.committed(published)
-	return nil
+	return nil, nil
 }
 
 // errRunningRow is what readBack returns for a committed row that is still
