@@ -534,51 +534,14 @@ func (b *batch[M, R]) complete(ctx context.Context, conn *pgx.Conn, keys [][]any
 	}
 	published := queueOutgoing(pb, in.table.Consumer, in.fields, keys, outs)
 	pb.Queue(claimCheck)
-	br, done, err := sendCommit(ctx, conn, pb)
-	if err != nil {
-		return fmt.Errorf("%w: %w", errBatchRolledBack, err)
-	}
-	defer done()
-	var committed pgconn.CommandTag
+	tags, err := b.commitQueued(ctx, conn, pb, published)
 	var updated int64
-	before := true // err comes from a statement before the COMMIT
-	for range groups {
-		var tag pgconn.CommandTag
-		if tag, err = br.Exec(); err != nil {
-			break
-		}
+	for _, tag := range tags[:min(len(groups), len(tags))] {
 		updated += tag.RowsAffected()
 	}
-	for range staleGroups {
-		if err == nil {
-			_, err = br.Exec()
-		}
-	}
-	if err == nil && published > 0 {
-		_, err = br.Exec()
-	}
-	if err == nil {
-		_, err = br.Exec() // claimCheck
-	}
-	if err == nil {
-		before = false
-		committed, err = br.Exec()
-	}
-	if closeErr := br.Close(); err == nil {
-		err = closeErr
-	}
-	switch {
-	case err != nil && before:
-		pgutil.Rollback(ctx, conn)
-		return fmt.Errorf("%w: %w", errBatchRolledBack, err)
-	case err == nil && committed.String() == "ROLLBACK":
-		return errBatchRolledBack // a handler's failed statement aborted it
-	}
-	// Committed, or the COMMIT's outcome is unknown: wake the relays.
-	in.wake.committed(published)
 	switch {
 	case err != nil:
-		return fmt.Errorf("idem: store the batch's results and commit: %w", err)
+		return err
 	case in.sql.result && updated != int64(len(keys)):
 		// Committed, but some rows did not get their result: a handler
 		// deleted an inbox row. The messages are done; say so.
@@ -713,18 +676,35 @@ func (b *batch[M, R]) insert(ctx context.Context, conn *pgx.Conn, keys [][]any, 
 	q := in.sql.batchInsertKeys(keys, fps, results, in.lockWait)
 	pb.Queue(q.sql, q.args...)
 	published := queueOutgoing(pb, in.table.Consumer, in.fields, keys, outs)
+	_, err := b.commitQueued(ctx, conn, pb, published)
+	return err
+}
+
+// commitQueued sends the statements queued on pb and COMMIT in one round
+// trip, and returns each statement's tag. A statement that fails stops
+// the round trip: the transaction is rolled back, and the error is
+// errBatchRolledBack, as is a COMMIT that rolled back (a handler's failed
+// statement aborted the transaction). Otherwise it wakes the relays for the
+// published rows, committed or maybe committed; a failed COMMIT's outcome is
+// unknown, and the redeliveries resolve it.
+func (b *batch[M, R]) commitQueued(ctx context.Context, conn *pgx.Conn, pb *pgx.Batch, published int) ([]pgconn.CommandTag, error) {
+	n := pb.Len()
 	br, done, err := sendCommit(ctx, conn, pb)
 	if err != nil {
-		return fmt.Errorf("%w: %w", errBatchRolledBack, err)
+		return nil, fmt.Errorf("%w: %w", errBatchRolledBack, err)
 	}
 	defer done()
-	var committed pgconn.CommandTag
-	before := true // err comes from a statement before the COMMIT
-	if _, err = br.Exec(); err == nil && published > 0 {
-		_, err = br.Exec()
+	tags := make([]pgconn.CommandTag, 0, n)
+	for range n {
+		var tag pgconn.CommandTag
+		if tag, err = br.Exec(); err != nil {
+			break
+		}
+		tags = append(tags, tag)
 	}
+	before := err != nil // err comes from a statement before the COMMIT
+	var committed pgconn.CommandTag
 	if err == nil {
-		before = false
 		committed, err = br.Exec()
 	}
 	if closeErr := br.Close(); err == nil {
@@ -733,13 +713,13 @@ func (b *batch[M, R]) insert(ctx context.Context, conn *pgx.Conn, keys [][]any, 
 	switch {
 	case err != nil && before:
 		pgutil.Rollback(ctx, conn)
-		return fmt.Errorf("%w: %w", errBatchRolledBack, err)
+		return tags, fmt.Errorf("%w: %w", errBatchRolledBack, err)
 	case err == nil && committed.String() == "ROLLBACK":
-		return errBatchRolledBack
+		return tags, errBatchRolledBack
 	}
-	in.wake.committed(published)
+	b.in.wake.committed(published)
 	if err != nil {
-		return fmt.Errorf("idem: store the batch's results and commit: %w", err)
+		return tags, fmt.Errorf("idem: store the batch's results and commit: %w", err)
 	}
-	return nil
+	return tags, nil
 }
