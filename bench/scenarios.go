@@ -79,6 +79,21 @@ const (
 // before it measures; then it delivers only those again.
 const duplicateKeys = 1000
 
+// firstDeliveries delivers new messages through ledger.PostIdem built with
+// opts, each of which must be processed.
+func firstDeliveries(opts ...idem.Option) func(context.Context, *pgxpool.Pool, int) (deliverFunc, error) {
+	return func(ctx context.Context, pool *pgxpool.Pool, _ int) (deliverFunc, error) {
+		gen := ledger.NewPostIdem(pool, opts...)
+		return func(ctx context.Context, w *worker) error {
+			_, outcome, err := gen.Handle(ctx, w.next())
+			if err == nil && outcome != idem.Processed {
+				err = fmt.Errorf("outcome %v, want processed", outcome)
+			}
+			return err
+		}, nil
+	}
+}
+
 func goScenarios() []scenario {
 	return []scenario{
 		{
@@ -106,32 +121,14 @@ func goScenarios() []scenario {
 			},
 		},
 		{
-			name: scGenerated,
-			what: "`ledger.PostIdem`, the generated wrapper around the same UPDATE, new messages only",
-			prepare: func(ctx context.Context, pool *pgxpool.Pool, _ int) (deliverFunc, error) {
-				gen := ledger.NewPostIdem(pool)
-				return func(ctx context.Context, w *worker) error {
-					_, outcome, err := gen.Handle(ctx, w.next())
-					if err == nil && outcome != idem.Processed {
-						err = fmt.Errorf("outcome %v, want processed", outcome)
-					}
-					return err
-				}, nil
-			},
+			name:    scGenerated,
+			what:    "`ledger.PostIdem`, the generated wrapper around the same UPDATE, new messages only",
+			prepare: firstDeliveries(),
 		},
 		{
-			name: scPessimistic,
-			what: "the same wrapper built with `idem.WithPessimisticClaim()`: the claim-first protocol, BEGIN and the claim, the UPDATE, the result and COMMIT, new messages only",
-			prepare: func(ctx context.Context, pool *pgxpool.Pool, _ int) (deliverFunc, error) {
-				gen := ledger.NewPostIdem(pool, idem.WithPessimisticClaim())
-				return func(ctx context.Context, w *worker) error {
-					_, outcome, err := gen.Handle(ctx, w.next())
-					if err == nil && outcome != idem.Processed {
-						err = fmt.Errorf("outcome %v, want processed", outcome)
-					}
-					return err
-				}, nil
-			},
+			name:    scPessimistic,
+			what:    "the same wrapper built with `idem.WithPessimisticClaim()`: the claim-first protocol, BEGIN and the claim, the UPDATE, the result and COMMIT, new messages only",
+			prepare: firstDeliveries(idem.WithPessimisticClaim()),
 		},
 		{
 			name: scDuplicate,
