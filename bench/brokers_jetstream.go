@@ -104,12 +104,21 @@ func (s *jsSource) consumeIdem(ctx context.Context, h idem.Handler[ledger.Deposi
 // Messages iterator pulling twice the workers ahead, feeding workers
 // goroutines that decode each message and DoubleAck it (the ack the adapter
 // sends).
+//
+// Its pulls expire after 5 seconds, as the adapter's do. The server can
+// drop a pull it holds, and then it sends no more heartbeats. The iterator
+// then pulls again rather than failing: the adapter recovers the same way,
+// when its pull expires.
 func (s *jsSource) consumeRaw(ctx context.Context, workers int, done func()) error {
 	cons, err := s.k.js.Consumer(ctx, s.top.Stream, s.top.Consumer)
 	if err != nil {
 		return err
 	}
-	it, err := cons.Messages(jetstream.PullMaxMessages(2 * workers))
+	it, err := cons.Messages(
+		jetstream.PullMaxMessages(2*workers),
+		jetstream.PullExpiry(5*time.Second),
+		jetstream.WithMessagesErrOnMissingHeartbeat(false),
+	)
 	if err != nil {
 		return err
 	}
