@@ -337,15 +337,10 @@ func (in *Inbox[M, R]) insertAndCommit(ctx context.Context, conn *pgx.Conn, key 
 		return errAborted
 	}
 	firstErr, err := in.commitKey(ctx, conn, key, in.sql.insertKey(key, fp, result, lockWait), out)
-	switch {
-	case firstErr == nil:
-		return err
-	case isClaimCheckFailure(firstErr):
-		return errClaimLost
-	case pgutil.HasSQLState(firstErr, pgerrcode.InFailedSQLTransaction):
-		return errAborted
+	if firstErr != nil {
+		return firstErr
 	}
-	return firstErr
+	return err
 }
 
 // handleClaimFirst is the claim-first delivery of WithPessimisticClaim (and
@@ -604,13 +599,8 @@ func (in *Inbox[M, R]) complete(ctx context.Context, conn *pgx.Conn, key []any, 
 		first = in.sql.markKeyDone(key, result)
 	}
 	firstErr, err := in.commitKey(ctx, conn, key, first, out)
-	switch {
-	case firstErr == nil:
+	if firstErr == nil {
 		return err
-	case isClaimCheckFailure(firstErr):
-		return errClaimLost
-	case pgutil.HasSQLState(firstErr, pgerrcode.InFailedSQLTransaction):
-		return errAborted
 	}
 	// Treated as a failed COMMIT, whose outcome the redelivery finds out:
 	// wake the relays for what it may have committed.
@@ -623,8 +613,10 @@ func (in *Inbox[M, R]) complete(ctx context.Context, conn *pgx.Conn, key []any, 
 // commitKey is the commit's round trip of a single delivery: first (the
 // statement that writes or checks the key's row), the outgoing messages of
 // out (one INSERT) and COMMIT. Then, unless WithoutNotify, it has the relays
-// woken (relayWake). firstErr is first's own error, as the server sent it:
-// nothing after it ran. err is what became of the rest.
+// woken (relayWake). firstErr is first's own error, as the server sent it,
+// when it is neither the check of the delivery's transaction (errClaimLost)
+// nor a statement in an aborted transaction (errAborted): nothing after it
+// ran. err is what became of the rest, those two included.
 func (in *Inbox[M, R]) commitKey(ctx context.Context, conn *pgx.Conn, key []any, first query, out *idem.Outbox) (firstErr, err error) {
 	b := pgutil.NewBatch(3)
 	b.Queue(first.sql, first.args...)
@@ -653,6 +645,10 @@ func (in *Inbox[M, R]) commitKey(ctx context.Context, conn *pgx.Conn, key []any,
 		err = closeErr
 	}
 	switch {
+	case isClaimCheckFailure(firstErr):
+		return nil, errClaimLost
+	case pgutil.HasSQLState(firstErr, pgerrcode.InFailedSQLTransaction):
+		return nil, errAborted
 	case firstErr != nil:
 		return firstErr, nil
 	case outboxErr != nil:
