@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"math/rand/v2"
 	"runtime/metrics"
 	"sync"
@@ -11,7 +10,6 @@ import (
 
 	"github.com/idemgen/idemgen/bench/internal/stats"
 	"github.com/idemgen/idemgen/bench/ledger"
-	"github.com/idemgen/idemgen/idem"
 )
 
 // memResults sample the process while the generated wrapper processes new
@@ -60,11 +58,7 @@ func runMem(ctx context.Context, cfg *config) (*memResults, error) {
 		w := &worker{id: i, rng: rand.New(rand.NewPCG(uint64(i), 1)), accounts: cfg.accounts}
 		wg.Go(func() {
 			for runCtx.Err() == nil {
-				_, outcome, err := gen.Handle(runCtx, w.next())
-				if err == nil && outcome != idem.Processed {
-					err = fmt.Errorf("outcome %v, want processed", outcome)
-				}
-				if err != nil {
+				if err := processed(gen.Handle(runCtx, w.next())); err != nil {
 					if runCtx.Err() == nil {
 						first.CompareAndSwap(nil, err)
 						stop()

@@ -210,11 +210,7 @@ func outboxScenario(v obxVariant) (scenario, error) {
 		prepare: func(ctx context.Context, pool *pgxpool.Pool, _ int) (deliverFunc, error) {
 			in := ledger.NewPublishingPost(pool, v.msgs, opts...)
 			return func(ctx context.Context, w *worker) error {
-				_, outcome, err := in.Handle(ctx, w.next())
-				if err == nil && outcome != idem.Processed {
-					err = fmt.Errorf("outcome %v, want processed", outcome)
-				}
-				return err
+				return processed(in.Handle(ctx, w.next()))
 			}, nil
 		},
 		check: func(ctx context.Context, pool *pgxpool.Pool) error {
@@ -387,11 +383,7 @@ func runLatency(ctx context.Context, cfg *config, rate int, pollOnly bool) (late
 				msg := ledger.Deposit{MessageID: "l-" + strconv.Itoa(i), Account: rng.Int64N(int64(cfg.accounts)) + 1, Amount: 1}
 				id, err := ledger.OutgoingID(msg, 0)
 				if err == nil {
-					var outcome idem.Outcome
-					_, outcome, err = in.Handle(ctx, msg)
-					if err == nil && outcome != idem.Processed {
-						err = fmt.Errorf("outcome %v, want processed", outcome)
-					}
+					err = processed(in.Handle(ctx, msg))
 				}
 				if err != nil {
 					mu.Lock()

@@ -85,13 +85,18 @@ func firstDeliveries(opts ...idem.Option) func(context.Context, *pgxpool.Pool, i
 	return func(ctx context.Context, pool *pgxpool.Pool, _ int) (deliverFunc, error) {
 		gen := ledger.NewPostIdem(pool, opts...)
 		return func(ctx context.Context, w *worker) error {
-			_, outcome, err := gen.Handle(ctx, w.next())
-			if err == nil && outcome != idem.Processed {
-				err = fmt.Errorf("outcome %v, want processed", outcome)
-			}
-			return err
+			return processed(gen.Handle(ctx, w.next()))
 		}, nil
 	}
+}
+
+// processed is err, or an error when a delivery that must have been
+// processed came back with another outcome.
+func processed[R any](_ R, outcome idem.Outcome, err error) error {
+	if err == nil && outcome != idem.Processed {
+		err = fmt.Errorf("outcome %v, want processed", outcome)
+	}
+	return err
 }
 
 func goScenarios() []scenario {

@@ -24,7 +24,6 @@ import (
 	"github.com/idemgen/idemgen/bench/internal/mdtable"
 	"github.com/idemgen/idemgen/bench/internal/stats"
 	"github.com/idemgen/idemgen/bench/ledger"
-	"github.com/idemgen/idemgen/idem"
 	"github.com/idemgen/idemgen/idem/consumer"
 	"github.com/idemgen/idemgen/idem/rabbitmq"
 	"github.com/idemgen/idemgen/idem/relay"
@@ -209,11 +208,7 @@ func runPeer(ctx context.Context, cfg *config, side peerSide, mode peerMode) (pe
 		}
 		in := ledger.NewPublishingPost(producers, 1)
 		produce = func(ctx context.Context, d ledger.Deposit) error {
-			_, outcome, err := in.Handle(ctx, d)
-			if err == nil && outcome != idem.Processed {
-				err = fmt.Errorf("outcome %v, want processed", outcome)
-			}
-			return err
+			return processed(in.Handle(ctx, d))
 		}
 	}
 	var stopRelay func() error
