@@ -180,14 +180,30 @@ func (s Suite[V, M, R]) batchConcurrent(t testing.TB, seen *fixtureSeen) {
 	Warm(t, sc.pool, n)
 	msg := sc.fx.Message
 	b := sc.newBatch(sc.pool)
+	// The first batch at its commit waits for the others, as the
+	// concurrent copies of one message do: every batch then overlaps it.
+	var returned atomic.Int64
+	var held *holdReport
+	sc.atCommit = func(_ context.Context, _ pgx.Tx, run int64) error {
+		if run != 1 {
+			return nil
+		}
+		h := sc.holdUntilOthersWait(n-1, &returned)
+		held = &h
+		return h.err
+	}
 	var mu sync.Mutex
 	var all []delivery[R]
 	AtOnce(n, func(int) {
 		got := sc.batch(b, []M{msg, msg})
+		returned.Add(1)
 		mu.Lock()
 		all = append(all, got...)
 		mu.Unlock()
 	})
+	if held != nil && held.err != nil {
+		t.Errorf("the batches did not overlap: %v", held.err)
+	}
 	first, processed := processedOf(all)
 	if processed != 1 {
 		t.Fatalf("%d batches of the message twice at once: %d Processed; want exactly 1 (%s)", n, processed, summarizeDeliveries(all))
